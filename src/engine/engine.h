@@ -1,0 +1,42 @@
+// Engine: the pure scheduling core. `plan = engine.Cycle(snapshot, now, rng)`.
+//
+// No I/O, no threads, no wall clock, no global state: everything it knows comes in the
+// snapshot, everything it decides goes out in the plan. Equal inputs give byte-identical
+// plans (PlanToJson). Hosts: the server (real time) and the simulator (virtual time).
+// An Engine is immutable after Create() and may be shared by threads; Cycle() is const.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/rng.h"
+#include "common/status.h"
+#include "model/codec.h"
+#include "model/snapshot.h"
+
+namespace tessera {
+
+// Which actions run, in order, and which plugins with which arguments.
+// Read from Tessera's own YAML or from Volcano's scheduler.conf shape (see docs/engine.md).
+struct EngineConfig {
+  std::vector<std::string> actions = {"enqueue", "allocate", "preempt", "reclaim", "backfill"};
+  struct PluginConfig {
+    std::string name;
+    Json arguments = Json::object();
+  };
+  std::vector<std::vector<PluginConfig>> tiers;  // plugins in tiers, as in Volcano
+};
+
+StatusOr<EngineConfig> ParseEngineConfig(const Json& doc);
+StatusOr<EngineConfig> LoadEngineConfig(const std::string& path);
+EngineConfig DefaultEngineConfig();
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Create(const EngineConfig& config);
+  virtual ~Engine() = default;
+  virtual Plan Cycle(const Snapshot& snapshot, int64_t now, Rng& rng) const = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,957 @@
+#include "model/codec.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+namespace tessera {
+namespace {
+
+std::string Idx(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+Status TypeError(const std::string& path, const char* want, const Json& got) {
+  return InvalidArgument(path + ": expected " + want + ", got " + std::string(got.type_name()));
+}
+
+Json YamlNodeToJson(const YAML::Node& n, int depth) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Scalar: {
+      const std::string& s = n.Scalar();
+      if (n.Tag() == "!") return s;  // quoted: always a string
+      if (s == "true" || s == "True") return true;
+      if (s == "false" || s == "False") return false;
+      if (s == "null" || s == "~") return nullptr;
+      if (!s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-')) {
+        bool integral = s.find_first_not_of("-0123456789", 1) == std::string::npos &&
+                        std::isdigit(static_cast<unsigned char>(s.back()));
+        if (integral && s.size() < 19) return std::stoll(s);
+      }
+      return s;
+    }
+    case YAML::NodeType::Sequence: {
+      Json arr = Json::array();
+      for (const auto& item : n) arr.push_back(YamlNodeToJson(item, depth + 1));
+      return arr;
+    }
+    case YAML::NodeType::Map: {
+      Json obj = Json::object();
+      for (const auto& kv : n) obj[kv.first.as<std::string>()] = YamlNodeToJson(kv.second, depth + 1);
+      return obj;
+    }
+  }
+  return nullptr;
+}
+
+int YamlDepth(const YAML::Node& n, int depth) {
+  if (depth > 64) return depth;
+  int best = depth;
+  if (n.IsSequence() || n.IsMap()) {
+    for (const auto& item : n) {
+      const YAML::Node& child = n.IsMap() ? item.second : item;
+      best = std::max(best, YamlDepth(child, depth + 1));
+      if (best > 64) break;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+StatusOr<Json> ParseYaml(const std::string& text) {
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (YamlDepth(root, 0) > 64) return InvalidArgument("document nests deeper than 64 levels");
+    return YamlNodeToJson(root, 0);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(std::string("malformed YAML: ") + e.what());
+  }
+}
+
+StatusOr<Json> LoadYamlFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto doc = ParseYaml(ss.str());
+  if (!doc.ok()) return doc.status().WithContext(path);
+  return doc;
+}
+
+// ---- ObjectReader ----
+
+ObjectReader::ObjectReader(const Json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
+
+bool ObjectReader::Has(const char* key) {
+  known_.emplace_back(key);
+  return obj_.is_object() && obj_.contains(key) && !obj_.at(key).is_null();
+}
+
+const Json* ObjectReader::Get(const char* key) { return Has(key) ? &obj_.at(key) : nullptr; }
+
+Status ObjectReader::String(const char* key, std::string& out, bool required) {
+  const Json* v = Get(key);
+  if (v == nullptr) return required ? InvalidArgument(Path(key) + ": required") : Status::Ok();
+  if (v->is_number_integer()) {
+    out = std::to_string(v->get<int64_t>());
+    return Status::Ok();
+  }
+  if (!v->is_string()) return TypeError(Path(key), "a string", *v);
+  out = v->get<std::string>();
+  return Status::Ok();
+}
+
+Status ObjectReader::Int(const char* key, int64_t& out, bool required, int64_t min) {
+  const Json* v = Get(key);
+  if (v == nullptr) return required ? InvalidArgument(Path(key) + ": required") : Status::Ok();
+  int64_t x;
+  if (v->is_number_integer()) {
+    x = v->get<int64_t>();
+  } else if (v->is_string()) {
+    try {
+      size_t used = 0;
+      x = std::stoll(v->get<std::string>(), &used);
+      if (used != v->get<std::string>().size()) throw std::invalid_argument("trailing");
+    } catch (...) {
+      return InvalidArgument(Path(key) + ": expected an integer, got \"" + v->get<std::string>() + "\"");
+    }
+  } else {
+    return TypeError(Path(key), "an integer", *v);
+  }
+  if (x < min)
+    return InvalidArgument(Path(key) + ": must be >= " + std::to_string(min) + ", got " + std::to_string(x));
+  out = x;
+  return Status::Ok();
+}
+
+Status ObjectReader::Int32(const char* key, int32_t& out, bool required, int32_t min) {
+  int64_t x = out;
+  TESSERA_RETURN_IF_ERROR(Int(key, x, required, min));
+  if (x > INT32_MAX) return InvalidArgument(Path(key) + ": too large, got " + std::to_string(x));
+  out = static_cast<int32_t>(x);
+  return Status::Ok();
+}
+
+Status ObjectReader::Bool(const char* key, bool& out) {
+  const Json* v = Get(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_boolean()) return TypeError(Path(key), "true or false", *v);
+  out = v->get<bool>();
+  return Status::Ok();
+}
+
+Status ObjectReader::Milli(const char* key, int64_t& out, bool required) {
+  const Json* v = Get(key);
+  if (v == nullptr) return required ? InvalidArgument(Path(key) + ": required") : Status::Ok();
+  auto r = JsonMilli(*v, Path(key));
+  if (!r.ok()) return r.status();
+  out = *r;
+  return Status::Ok();
+}
+
+Status ObjectReader::Bytes(const char* key, int64_t& out, bool required) {
+  const Json* v = Get(key);
+  if (v == nullptr) return required ? InvalidArgument(Path(key) + ": required") : Status::Ok();
+  auto r = JsonBytes(*v, Path(key));
+  if (!r.ok()) return r.status();
+  out = *r;
+  return Status::Ok();
+}
+
+Status ObjectReader::StringMap(const char* key, std::map<std::string, std::string>& out) {
+  const Json* v = Get(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_object()) return TypeError(Path(key), "a map of strings", *v);
+  for (const auto& [k, val] : v->items()) {
+    if (val.is_string()) out[k] = val.get<std::string>();
+    else if (val.is_number_integer()) out[k] = std::to_string(val.get<int64_t>());
+    else if (val.is_boolean()) out[k] = val.get<bool>() ? "true" : "false";
+    else return TypeError(Path(key) + "." + k, "a string", val);
+  }
+  return Status::Ok();
+}
+
+Status ObjectReader::StringList(const char* key, std::vector<std::string>& out) {
+  const Json* v = Get(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_array()) return TypeError(Path(key), "a list of strings", *v);
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& s = (*v)[i];
+    if (s.is_string()) out.push_back(s.get<std::string>());
+    else if (s.is_number_integer()) out.push_back(std::to_string(s.get<int64_t>()));
+    else return TypeError(Idx(Path(key), i), "a string", s);
+  }
+  return Status::Ok();
+}
+
+Status ObjectReader::Finish() const {
+  if (!obj_.is_object()) return TypeError(path_.empty() ? "document" : path_, "an object", obj_);
+  for (const auto& [k, v] : obj_.items()) {
+    if (std::find(known_.begin(), known_.end(), k) == known_.end()) {
+      return InvalidArgument(Path(k.c_str()) + ": unknown field");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<int64_t> JsonMilli(const Json& v, const std::string& path) {
+  if (v.is_number_integer()) {
+    int64_t x = v.get<int64_t>();
+    if (x < 0) return InvalidArgument(path + ": must not be negative, got " + std::to_string(x));
+    if (x > INT64_MAX / 1000) return InvalidArgument(path + ": too large");
+    return x * 1000;
+  }
+  std::string text;
+  if (v.is_number_float()) {
+    std::ostringstream ss;
+    ss << v.get<double>();
+    text = ss.str();
+  } else if (v.is_string()) {
+    text = v.get<std::string>();
+  } else {
+    return TypeError(path, "a quantity such as 4 or \"500m\"", v);
+  }
+  auto r = ParseMilliQuantity(text);
+  if (!r.ok()) return r.status().WithContext(path);
+  return r;
+}
+
+StatusOr<int64_t> JsonBytes(const Json& v, const std::string& path) {
+  if (v.is_number_integer()) {
+    int64_t x = v.get<int64_t>();
+    if (x < 0) return InvalidArgument(path + ": must not be negative, got " + std::to_string(x));
+    return x;
+  }
+  if (!v.is_string()) return TypeError(path, "a quantity such as \"64Gi\"", v);
+  auto r = ParseByteQuantity(v.get<std::string>());
+  if (!r.ok()) return r.status().WithContext(path);
+  return r;
+}
+
+// ---- resources ----
+
+namespace {
+constexpr char kGpu[] = "nvidia.com/gpu";
+constexpr char kMigPrefix[] = "nvidia.com/mig-";
+constexpr char kGpuMilli[] = "tessera.io/gpu-milli";
+constexpr char kGpuMemory[] = "tessera.io/gpu-memory";
+}  // namespace
+
+Status ReadTaskResources(const Json& resources, const std::string& path, TaskRequest& out) {
+  if (!resources.is_object()) return TypeError(path, "a map of resource quantities", resources);
+  int64_t gpu_milli_total = 0;
+  for (const auto& [name, v] : resources.items()) {
+    std::string p = path + "." + name;
+    if (name == "cpu") {
+      auto r = JsonMilli(v, p);
+      if (!r.ok()) return r.status();
+      out.cpu_milli = *r;
+    } else if (name == "memory") {
+      auto r = JsonBytes(v, p);
+      if (!r.ok()) return r.status();
+      out.memory_bytes = *r;
+    } else if (name == kGpu) {
+      auto r = JsonMilli(v, p);
+      if (!r.ok()) return r.status();
+      if (*r % 1000 != 0)
+        return InvalidArgument(p + ": whole GPUs only; use " + kGpuMilli + " for a fraction");
+      if (*r == 0) continue;
+      if (out.gpu.kind != GpuRequestKind::kNone)
+        return InvalidArgument(p + ": a task asks for one kind of GPU (whole, fraction or MIG)");
+      out.gpu.kind = GpuRequestKind::kWhole;
+      out.gpu.count = static_cast<int32_t>(*r / 1000);
+    } else if (name.rfind(kMigPrefix, 0) == 0) {
+      auto r = JsonMilli(v, p);
+      if (!r.ok()) return r.status();
+      if (*r % 1000 != 0 || *r == 0) return InvalidArgument(p + ": a whole number of instances >= 1");
+      if (out.gpu.kind != GpuRequestKind::kNone)
+        return InvalidArgument(p + ": a task asks for one kind of GPU (whole, fraction or MIG)");
+      out.gpu.kind = GpuRequestKind::kMig;
+      out.gpu.count = static_cast<int32_t>(*r / 1000);
+      out.gpu.mig_profile = name.substr(sizeof(kMigPrefix) - 1);
+      if (out.gpu.mig_profile.empty()) return InvalidArgument(p + ": missing MIG profile name");
+    } else if (name == kGpuMilli) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 999)
+        return InvalidArgument(p + ": thousandths of one GPU, 1..999 (use nvidia.com/gpu for whole GPUs)");
+      gpu_milli_total = v.get<int64_t>();
+    } else if (name == kGpuMemory) {
+      auto r = JsonBytes(v, p);
+      if (!r.ok()) return r.status();
+      out.gpu.memory_bytes = *r;
+    } else {
+      return InvalidArgument(p + ": unknown resource (known: cpu, memory, nvidia.com/gpu, "
+                                 "nvidia.com/mig-<profile>, tessera.io/gpu-milli, tessera.io/gpu-memory)");
+    }
+  }
+  if (gpu_milli_total > 0) {
+    if (out.gpu.kind != GpuRequestKind::kNone)
+      return InvalidArgument(path + ": a task asks for one kind of GPU (whole, fraction or MIG)");
+    out.gpu.kind = GpuRequestKind::kFraction;
+    out.gpu.count = 1;
+    out.gpu.milli = static_cast<int32_t>(gpu_milli_total);
+  } else if (out.gpu.memory_bytes > 0 && out.gpu.kind != GpuRequestKind::kWhole) {
+    return InvalidArgument(path + "." + kGpuMemory + ": needs " + kGpuMilli + " (a fraction) or " + kGpu);
+  }
+  return Status::Ok();
+}
+
+Json TaskResourcesToJson(const TaskRequest& r) {
+  Json j = Json::object();
+  j["cpu"] = FormatMilli(r.cpu_milli);
+  j["memory"] = FormatBytes(r.memory_bytes);
+  switch (r.gpu.kind) {
+    case GpuRequestKind::kNone: break;
+    case GpuRequestKind::kWhole: j[kGpu] = r.gpu.count; break;
+    case GpuRequestKind::kFraction: j[kGpuMilli] = r.gpu.milli; break;
+    case GpuRequestKind::kMig: j[std::string(kMigPrefix) + r.gpu.mig_profile] = r.gpu.count; break;
+  }
+  if (r.gpu.memory_bytes > 0) j[kGpuMemory] = FormatBytes(r.gpu.memory_bytes);
+  return j;
+}
+
+Status ReadResourceVector(const Json& v, const std::string& path, ResourceVector& out) {
+  ObjectReader r(v, path);
+  TESSERA_RETURN_IF_ERROR(r.Milli("cpu", out.cpu_milli));
+  TESSERA_RETURN_IF_ERROR(r.Bytes("memory", out.memory_bytes));
+  TESSERA_RETURN_IF_ERROR(r.Milli(kGpu, out.gpu_milli));
+  return r.Finish();
+}
+
+Json ResourceVectorToJson(const ResourceVector& r) {
+  Json j = Json::object();
+  j["cpu"] = FormatMilli(r.cpu_milli);
+  j["memory"] = FormatBytes(r.memory_bytes);
+  j[kGpu] = FormatMilli(r.gpu_milli);
+  return j;
+}
+
+// ---- nodes ----
+
+namespace {
+
+StatusOr<TaintEffect> ParseEffect(const std::string& s, const std::string& path) {
+  if (s == "NoSchedule") return TaintEffect::kNoSchedule;
+  if (s == "PreferNoSchedule") return TaintEffect::kPreferNoSchedule;
+  if (s == "NoExecute") return TaintEffect::kNoExecute;
+  return InvalidArgument(path + ": unknown taint effect \"" + s +
+                         "\" (NoSchedule, PreferNoSchedule, NoExecute)");
+}
+
+const char* EffectName(TaintEffect e) {
+  switch (e) {
+    case TaintEffect::kNoSchedule: return "NoSchedule";
+    case TaintEffect::kPreferNoSchedule: return "PreferNoSchedule";
+    case TaintEffect::kNoExecute: return "NoExecute";
+  }
+  return "NoSchedule";
+}
+
+template <typename T, typename F>
+Status ReadList(const Json* v, const std::string& path, std::vector<T>& out, F read_one) {
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_array()) return TypeError(path, "a list", *v);
+  for (size_t i = 0; i < v->size(); ++i) {
+    auto item = read_one((*v)[i], Idx(path, i));
+    if (!item.ok()) return item.status();
+    out.push_back(std::move(*item));
+  }
+  return Status::Ok();
+}
+
+StatusOr<Device> DeviceFromJson(const Json& v, const std::string& path) {
+  Device d;
+  ObjectReader r(v, path);
+  TESSERA_RETURN_IF_ERROR(r.Int32("index", d.index, true));
+  TESSERA_RETURN_IF_ERROR(r.String("uuid", d.uuid));
+  TESSERA_RETURN_IF_ERROR(r.String("model", d.model, true));
+  TESSERA_RETURN_IF_ERROR(r.Bytes("memory", d.memory_bytes));
+  TESSERA_RETURN_IF_ERROR(r.String("domain", d.domain));
+  TESSERA_RETURN_IF_ERROR(r.Bool("healthy", d.healthy));
+  TESSERA_RETURN_IF_ERROR(r.Bool("virtual", d.is_virtual));
+  TESSERA_RETURN_IF_ERROR(r.Int32("utilPercent", d.util_percent));
+  TESSERA_RETURN_IF_ERROR(r.Bytes("memoryUsed", d.memory_used_bytes));
+  TESSERA_RETURN_IF_ERROR(r.Int("powerMilliwatts", d.power_milliwatts));
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("mig"), r.Path("mig"), d.mig,
+                                   [&](const Json& m, const std::string& p) -> StatusOr<MigInstance> {
+                                     MigInstance mi;
+                                     ObjectReader mr(m, p);
+                                     TESSERA_RETURN_IF_ERROR(mr.String("profile", mi.profile, true));
+                                     TESSERA_RETURN_IF_ERROR(mr.Int32("start", mi.start_slice));
+                                     TESSERA_RETURN_IF_ERROR(mr.String("uuid", mi.uuid));
+                                     TESSERA_RETURN_IF_ERROR(mr.Finish());
+                                     if (FindMigProfile(d.model, mi.profile) == nullptr)
+                                       return InvalidArgument(p + ".profile: \"" + mi.profile +
+                                                              "\" is not a MIG profile of " + d.model);
+                                     return mi;
+                                   }));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  if (d.memory_bytes == 0) {
+    // Memory from the model name where it says it ("A100-80GB").
+    auto pos = d.model.rfind('-');
+    if (pos != std::string::npos && d.model.size() > pos + 3 &&
+        d.model.compare(d.model.size() - 2, 2, "GB") == 0) {
+      auto gb = ParseByteQuantity(d.model.substr(pos + 1, d.model.size() - pos - 3) + "Gi");
+      if (gb.ok()) d.memory_bytes = *gb;
+    }
+  }
+  if (!d.mig.empty()) {
+    int32_t slices = 0;
+    for (const auto& mi : d.mig) slices += FindMigProfile(d.model, mi.profile)->compute_slices;
+    if (slices > 7) return InvalidArgument(path + ".mig: layout uses " + std::to_string(slices) + " of 7 compute slices");
+  }
+  return d;
+}
+
+Json DeviceToJson(const Device& d) {
+  Json j = Json::object();
+  j["index"] = d.index;
+  if (!d.uuid.empty()) j["uuid"] = d.uuid;
+  j["model"] = d.model;
+  j["memory"] = FormatBytes(d.memory_bytes);
+  if (!d.domain.empty()) j["domain"] = d.domain;
+  if (!d.healthy) j["healthy"] = false;
+  if (d.is_virtual) j["virtual"] = true;
+  if (!d.mig.empty()) {
+    Json m = Json::array();
+    for (const auto& mi : d.mig) {
+      Json x = {{"profile", mi.profile}, {"start", mi.start_slice}};
+      if (!mi.uuid.empty()) x["uuid"] = mi.uuid;
+      m.push_back(x);
+    }
+    j["mig"] = m;
+  }
+  if (d.util_percent) j["utilPercent"] = d.util_percent;
+  if (d.memory_used_bytes) j["memoryUsed"] = d.memory_used_bytes;
+  if (d.power_milliwatts) j["powerMilliwatts"] = d.power_milliwatts;
+  return j;
+}
+
+}  // namespace
+
+StatusOr<Node> NodeFromJson(const Json& v, const std::string& path) {
+  Node n;
+  ObjectReader r(v, path);
+  TESSERA_RETURN_IF_ERROR(r.String("name", n.name, true));
+  TESSERA_RETURN_IF_ERROR(r.String("pool", n.pool));
+  TESSERA_RETURN_IF_ERROR(r.StringMap("labels", n.labels));
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("taints"), r.Path("taints"), n.taints,
+                                   [](const Json& t, const std::string& p) -> StatusOr<Taint> {
+                                     Taint taint;
+                                     std::string effect = "NoSchedule";
+                                     ObjectReader tr(t, p);
+                                     TESSERA_RETURN_IF_ERROR(tr.String("key", taint.key, true));
+                                     TESSERA_RETURN_IF_ERROR(tr.String("value", taint.value));
+                                     TESSERA_RETURN_IF_ERROR(tr.String("effect", effect));
+                                     TESSERA_RETURN_IF_ERROR(tr.Finish());
+                                     auto e = ParseEffect(effect, p + ".effect");
+                                     if (!e.ok()) return e.status();
+                                     taint.effect = *e;
+                                     return taint;
+                                   }));
+  TESSERA_RETURN_IF_ERROR(r.Milli("cpu", n.cpu_milli, true));
+  TESSERA_RETURN_IF_ERROR(r.Bytes("memory", n.memory_bytes, true));
+  int64_t cost_milli = 0;  // "2.5" per GPU-hour -> 2500 milli -> 2500000 micros
+  TESSERA_RETURN_IF_ERROR(r.Milli("costPerGpuHour", cost_milli));
+  n.cost_micros_per_gpu_hour = cost_milli * 1000;
+  TESSERA_RETURN_IF_ERROR(r.Bool("spot", n.spot));
+  TESSERA_RETURN_IF_ERROR(r.Bool("ready", n.ready));
+  TESSERA_RETURN_IF_ERROR(r.Bool("unschedulable", n.unschedulable));
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("devices"), r.Path("devices"), n.devices, DeviceFromJson));
+  // Shorthand: `gpus: {model: A100-80GB, count: 8, memory: 80Gi, domain: nvl0, virtual: true}`.
+  if (const Json* g = r.Get("gpus")) {
+    if (!n.devices.empty()) return InvalidArgument(r.Path("gpus") + ": use either gpus or devices");
+    ObjectReader gr(*g, r.Path("gpus"));
+    Device proto;
+    int32_t count = 0;
+    TESSERA_RETURN_IF_ERROR(gr.String("model", proto.model, true));
+    TESSERA_RETURN_IF_ERROR(gr.Int32("count", count, true));
+    TESSERA_RETURN_IF_ERROR(gr.Bytes("memory", proto.memory_bytes));
+    TESSERA_RETURN_IF_ERROR(gr.String("domain", proto.domain));
+    TESSERA_RETURN_IF_ERROR(gr.Bool("virtual", proto.is_virtual));
+    std::vector<std::string> mig;
+    TESSERA_RETURN_IF_ERROR(gr.StringList("mig", mig));
+    TESSERA_RETURN_IF_ERROR(gr.Finish());
+    Json dj = DeviceToJson(proto);
+    dj.erase("index");
+    for (int32_t i = 0; i < count; ++i) {
+      Json one = dj;
+      one["index"] = i;
+      if (!mig.empty()) {
+        Json layout = Json::array();
+        int32_t start = 0;
+        for (const auto& p : mig) {
+          layout.push_back({{"profile", p}, {"start", start}});
+          const MigProfile* mp = FindMigProfile(proto.model, p);
+          start += mp ? mp->compute_slices : 0;
+        }
+        one["mig"] = layout;
+      }
+      auto d = DeviceFromJson(one, Idx(r.Path("gpus"), i));
+      if (!d.ok()) return d.status();
+      n.devices.push_back(std::move(*d));
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  for (size_t i = 0; i < n.devices.size(); ++i) {
+    if (n.devices[i].index != static_cast<int32_t>(i))
+      return InvalidArgument(Idx(path + ".devices", i) + ".index: devices must be numbered 0..n-1 in order");
+  }
+  return n;
+}
+
+Json NodeToJson(const Node& n) {
+  Json j = Json::object();
+  j["name"] = n.name;
+  j["pool"] = n.pool;
+  if (!n.labels.empty()) j["labels"] = n.labels;
+  if (!n.taints.empty()) {
+    Json t = Json::array();
+    for (const auto& taint : n.taints)
+      t.push_back({{"key", taint.key}, {"value", taint.value}, {"effect", EffectName(taint.effect)}});
+    j["taints"] = t;
+  }
+  j["cpu"] = FormatMilli(n.cpu_milli);
+  j["memory"] = FormatBytes(n.memory_bytes);
+  if (n.cost_micros_per_gpu_hour) j["costPerGpuHour"] = FormatMilli(n.cost_micros_per_gpu_hour / 1000);
+  if (n.spot) j["spot"] = true;
+  if (!n.ready) j["ready"] = false;
+  if (n.unschedulable) j["unschedulable"] = true;
+  Json d = Json::array();
+  for (const auto& dev : n.devices) d.push_back(DeviceToJson(dev));
+  j["devices"] = d;
+  return j;
+}
+
+// ---- jobs ----
+
+namespace {
+
+StatusOr<NodeSelectorTerm> TermFromJson(const Json& v, const std::string& path) {
+  NodeSelectorTerm term;
+  // Accept both a bare list of requirements and {matchExpressions: [...]}.
+  const Json* list = &v;
+  std::optional<ObjectReader> r;
+  if (v.is_object()) {
+    r.emplace(v, path);
+    list = r->Get("matchExpressions");
+    if (list == nullptr) return InvalidArgument(path + ".matchExpressions: required");
+  }
+  std::string lp = v.is_object() ? path + ".matchExpressions" : path;
+  TESSERA_RETURN_IF_ERROR(ReadList(list, lp, term.match_expressions,
+      [](const Json& e, const std::string& p) -> StatusOr<NodeSelectorRequirement> {
+        NodeSelectorRequirement req;
+        std::string op;
+        ObjectReader er(e, p);
+        TESSERA_RETURN_IF_ERROR(er.String("key", req.key, true));
+        TESSERA_RETURN_IF_ERROR(er.String("operator", op, true));
+        TESSERA_RETURN_IF_ERROR(er.StringList("values", req.values));
+        TESSERA_RETURN_IF_ERROR(er.Finish());
+        static const std::pair<const char*, NodeSelectorRequirement::Op> kOps[] = {
+            {"In", NodeSelectorRequirement::Op::kIn}, {"NotIn", NodeSelectorRequirement::Op::kNotIn},
+            {"Exists", NodeSelectorRequirement::Op::kExists},
+            {"DoesNotExist", NodeSelectorRequirement::Op::kDoesNotExist},
+            {"Gt", NodeSelectorRequirement::Op::kGt}, {"Lt", NodeSelectorRequirement::Op::kLt}};
+        for (const auto& [name, value] : kOps)
+          if (op == name) {
+            req.op = value;
+            return req;
+          }
+        return InvalidArgument(p + ".operator: unknown \"" + op + "\" (In, NotIn, Exists, DoesNotExist, Gt, Lt)");
+      }));
+  if (r) TESSERA_RETURN_IF_ERROR(r->Finish());
+  return term;
+}
+
+const char* OpName(NodeSelectorRequirement::Op op) {
+  switch (op) {
+    case NodeSelectorRequirement::Op::kIn: return "In";
+    case NodeSelectorRequirement::Op::kNotIn: return "NotIn";
+    case NodeSelectorRequirement::Op::kExists: return "Exists";
+    case NodeSelectorRequirement::Op::kDoesNotExist: return "DoesNotExist";
+    case NodeSelectorRequirement::Op::kGt: return "Gt";
+    case NodeSelectorRequirement::Op::kLt: return "Lt";
+  }
+  return "In";
+}
+
+Json TermToJson(const NodeSelectorTerm& t) {
+  Json list = Json::array();
+  for (const auto& e : t.match_expressions) {
+    Json x = {{"key", e.key}, {"operator", OpName(e.op)}};
+    if (!e.values.empty()) x["values"] = e.values;
+    list.push_back(x);
+  }
+  return {{"matchExpressions", list}};
+}
+
+StatusOr<TaskAllocation> AllocationFromJson(const Json& v, const std::string& path, int32_t& task) {
+  TaskAllocation a;
+  ObjectReader r(v, path);
+  TESSERA_RETURN_IF_ERROR(r.Int32("task", task, true));
+  TESSERA_RETURN_IF_ERROR(r.String("node", a.node, true));
+  TESSERA_RETURN_IF_ERROR(r.Milli("cpu", a.cpu_milli));
+  TESSERA_RETURN_IF_ERROR(r.Bytes("memory", a.memory_bytes));
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("devices"), r.Path("devices"), a.devices,
+      [](const Json& d, const std::string& p) -> StatusOr<DeviceAssignment> {
+        DeviceAssignment da;
+        ObjectReader dr(d, p);
+        TESSERA_RETURN_IF_ERROR(dr.Int32("device", da.device, true));
+        TESSERA_RETURN_IF_ERROR(dr.Int32("milli", da.milli));
+        TESSERA_RETURN_IF_ERROR(dr.Bytes("memory", da.memory_bytes));
+        TESSERA_RETURN_IF_ERROR(dr.Int32("migInstance", da.mig_instance, false, -1));
+        TESSERA_RETURN_IF_ERROR(dr.Finish());
+        return da;
+      }));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  return a;
+}
+
+Json AllocationToJson(const TaskAllocation& a) {
+  Json j = Json::object();
+  j["node"] = a.node;
+  j["cpu"] = FormatMilli(a.cpu_milli);
+  j["memory"] = FormatBytes(a.memory_bytes);
+  Json d = Json::array();
+  for (const auto& da : a.devices) {
+    Json x = {{"device", da.device}, {"milli", da.milli}, {"memory", FormatBytes(da.memory_bytes)}};
+    if (da.mig_instance >= 0) x["migInstance"] = da.mig_instance;
+    d.push_back(x);
+  }
+  j["devices"] = d;
+  return j;
+}
+
+}  // namespace
+
+StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
+  Job j;
+  ObjectReader r(v, path);
+  TESSERA_RETURN_IF_ERROR(r.String("id", j.id, true));
+  TESSERA_RETURN_IF_ERROR(r.String("queue", j.queue));
+  TESSERA_RETURN_IF_ERROR(r.String("priorityClass", j.priority_class));
+  int64_t prio = 0;
+  TESSERA_RETURN_IF_ERROR(r.Int("priority", prio, false, INT32_MIN));
+  j.priority = static_cast<int32_t>(prio);
+  TESSERA_RETURN_IF_ERROR(r.Int("submitTime", j.submit_time));
+  TESSERA_RETURN_IF_ERROR(r.Int32("minAvailable", j.min_available));
+  TESSERA_RETURN_IF_ERROR(r.StringMap("nodeSelector", j.node_selector));
+  TESSERA_RETURN_IF_ERROR(r.Bool("preemptible", j.preemptible));
+  TESSERA_RETURN_IF_ERROR(r.Int("gracePeriodSeconds", j.grace_period_seconds));
+  if (r.Has("runtimeEstimateSeconds")) {
+    int64_t est = 0;
+    TESSERA_RETURN_IF_ERROR(r.Int("runtimeEstimateSeconds", est));
+    j.runtime_estimate_seconds = est;
+  }
+  TESSERA_RETURN_IF_ERROR(r.Int("startTime", j.start_time, false, -1));
+  TESSERA_RETURN_IF_ERROR(r.Int("attainedGpuMilliSeconds", j.attained_gpu_milli_seconds));
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("tolerations"), r.Path("tolerations"), j.tolerations,
+      [](const Json& t, const std::string& p) -> StatusOr<Toleration> {
+        Toleration tol;
+        std::string op = "Equal", effect;
+        ObjectReader tr(t, p);
+        TESSERA_RETURN_IF_ERROR(tr.String("key", tol.key));
+        TESSERA_RETURN_IF_ERROR(tr.String("operator", op));
+        TESSERA_RETURN_IF_ERROR(tr.String("value", tol.value));
+        TESSERA_RETURN_IF_ERROR(tr.String("effect", effect));
+        TESSERA_RETURN_IF_ERROR(tr.Finish());
+        if (op == "Exists") tol.op = Toleration::Op::kExists;
+        else if (op != "Equal") return InvalidArgument(p + ".operator: unknown \"" + op + "\" (Equal, Exists)");
+        if (!effect.empty()) {
+          auto e = ParseEffect(effect, p + ".effect");
+          if (!e.ok()) return e.status();
+          tol.effect = *e;
+        }
+        return tol;
+      }));
+  if (const Json* aff = r.Get("affinity")) {
+    ObjectReader ar(*aff, r.Path("affinity"));
+    TESSERA_RETURN_IF_ERROR(ReadList(ar.Get("required"), ar.Path("required"), j.affinity.required, TermFromJson));
+    TESSERA_RETURN_IF_ERROR(ReadList(ar.Get("preferred"), ar.Path("preferred"), j.affinity.preferred,
+        [](const Json& pt, const std::string& p) -> StatusOr<PreferredTerm> {
+          PreferredTerm out;
+          ObjectReader pr(pt, p);
+          TESSERA_RETURN_IF_ERROR(pr.Int32("weight", out.weight, true, 1));
+          const Json* term = pr.Get("preference");
+          if (term == nullptr) return InvalidArgument(p + ".preference: required");
+          auto t = TermFromJson(*term, p + ".preference");
+          if (!t.ok()) return t.status();
+          out.term = std::move(*t);
+          TESSERA_RETURN_IF_ERROR(pr.Finish());
+          return out;
+        }));
+    TESSERA_RETURN_IF_ERROR(ar.Finish());
+  }
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("tasks"), r.Path("tasks"), j.groups,
+      [](const Json& g, const std::string& p) -> StatusOr<TaskGroup> {
+        TaskGroup group;
+        ObjectReader gr(g, p);
+        TESSERA_RETURN_IF_ERROR(gr.String("name", group.name));
+        TESSERA_RETURN_IF_ERROR(gr.Int32("replicas", group.replicas, false, 1));
+        if (const Json* res = gr.Get("resources"))
+          TESSERA_RETURN_IF_ERROR(ReadTaskResources(*res, gr.Path("resources"), group.request));
+        TESSERA_RETURN_IF_ERROR(gr.StringList("gpuModels", group.request.gpu.models));
+        TESSERA_RETURN_IF_ERROR(gr.Finish());
+        return group;
+      }));
+  if (j.groups.empty()) return InvalidArgument(r.Path("tasks") + ": a job needs at least one task group");
+  j.allocations.assign(j.TaskCount(), std::nullopt);
+  if (const Json* running = r.Get("running")) {
+    if (!running->is_array()) return TypeError(r.Path("running"), "a list", *running);
+    for (size_t i = 0; i < running->size(); ++i) {
+      int32_t task = -1;
+      auto a = AllocationFromJson((*running)[i], Idx(r.Path("running"), i), task);
+      if (!a.ok()) return a.status();
+      if (task < 0 || task >= j.TaskCount())
+        return InvalidArgument(Idx(r.Path("running"), i) + ".task: no task " + std::to_string(task));
+      const TaskRequest& req = j.GroupOfTask(task).request;
+      if (a->cpu_milli == 0) a->cpu_milli = req.cpu_milli;
+      if (a->memory_bytes == 0) a->memory_bytes = req.memory_bytes;
+      j.allocations[task] = std::move(*a);
+    }
+    if (j.start_time < 0) j.start_time = 0;
+  }
+  if (j.min_available > j.TaskCount())
+    return InvalidArgument(r.Path("minAvailable") + ": " + std::to_string(j.min_available) +
+                           " is more than the job's " + std::to_string(j.TaskCount()) + " tasks");
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  return j;
+}
+
+Json JobToJson(const Job& j) {
+  Json o = Json::object();
+  o["id"] = j.id;
+  o["queue"] = j.queue;
+  if (!j.priority_class.empty()) o["priorityClass"] = j.priority_class;
+  o["priority"] = j.priority;
+  o["submitTime"] = j.submit_time;
+  if (j.min_available) o["minAvailable"] = j.min_available;
+  if (!j.node_selector.empty()) o["nodeSelector"] = j.node_selector;
+  if (!j.preemptible) o["preemptible"] = false;
+  o["gracePeriodSeconds"] = j.grace_period_seconds;
+  if (j.runtime_estimate_seconds) o["runtimeEstimateSeconds"] = *j.runtime_estimate_seconds;
+  if (!j.tolerations.empty()) {
+    Json t = Json::array();
+    for (const auto& tol : j.tolerations) {
+      Json x = Json::object();
+      if (!tol.key.empty()) x["key"] = tol.key;
+      x["operator"] = tol.op == Toleration::Op::kExists ? "Exists" : "Equal";
+      if (!tol.value.empty()) x["value"] = tol.value;
+      if (tol.effect) x["effect"] = EffectName(*tol.effect);
+      t.push_back(x);
+    }
+    o["tolerations"] = t;
+  }
+  if (!j.affinity.required.empty() || !j.affinity.preferred.empty()) {
+    Json a = Json::object();
+    if (!j.affinity.required.empty()) {
+      a["required"] = Json::array();
+      for (const auto& t : j.affinity.required) a["required"].push_back(TermToJson(t));
+    }
+    if (!j.affinity.preferred.empty()) {
+      a["preferred"] = Json::array();
+      for (const auto& p : j.affinity.preferred)
+        a["preferred"].push_back({{"weight", p.weight}, {"preference", TermToJson(p.term)}});
+    }
+    o["affinity"] = a;
+  }
+  Json tasks = Json::array();
+  for (const auto& g : j.groups) {
+    Json x = Json::object();
+    if (!g.name.empty()) x["name"] = g.name;
+    x["replicas"] = g.replicas;
+    x["resources"] = TaskResourcesToJson(g.request);
+    if (!g.request.gpu.models.empty()) x["gpuModels"] = g.request.gpu.models;
+    tasks.push_back(x);
+  }
+  o["tasks"] = tasks;
+  if (j.RunningTasks() > 0) {
+    Json running = Json::array();
+    for (size_t t = 0; t < j.allocations.size(); ++t) {
+      if (!j.allocations[t]) continue;
+      Json x = AllocationToJson(*j.allocations[t]);
+      x["task"] = static_cast<int32_t>(t);
+      running.push_back(x);
+    }
+    o["running"] = running;
+    o["startTime"] = j.start_time;
+  }
+  if (j.attained_gpu_milli_seconds) o["attainedGpuMilliSeconds"] = j.attained_gpu_milli_seconds;
+  return o;
+}
+
+// ---- queues, priority classes ----
+
+StatusOr<Queue> QueueFromJson(const Json& v, const std::string& path) {
+  Queue q;
+  ObjectReader r(v, path);
+  TESSERA_RETURN_IF_ERROR(r.String("name", q.name, true));
+  TESSERA_RETURN_IF_ERROR(r.String("parent", q.parent));
+  TESSERA_RETURN_IF_ERROR(r.Int32("weight", q.weight, false, 1));
+  if (const Json* g = r.Get("guarantee")) TESSERA_RETURN_IF_ERROR(ReadResourceVector(*g, r.Path("guarantee"), q.guarantee));
+  if (const Json* l = r.Get("limit")) {
+    q.limit.emplace();
+    TESSERA_RETURN_IF_ERROR(ReadResourceVector(*l, r.Path("limit"), *q.limit));
+  }
+  TESSERA_RETURN_IF_ERROR(r.Bool("reclaimable", q.reclaimable));
+  TESSERA_RETURN_IF_ERROR(r.Bool("borrowing", q.borrowing));
+  TESSERA_RETURN_IF_ERROR(r.Bool("open", q.open));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  return q;
+}
+
+Json QueueToJson(const Queue& q) {
+  Json j = Json::object();
+  j["name"] = q.name;
+  if (!q.parent.empty()) j["parent"] = q.parent;
+  j["weight"] = q.weight;
+  j["guarantee"] = ResourceVectorToJson(q.guarantee);
+  if (q.limit) j["limit"] = ResourceVectorToJson(*q.limit);
+  j["reclaimable"] = q.reclaimable;
+  j["borrowing"] = q.borrowing;
+  if (!q.open) j["open"] = false;
+  return j;
+}
+
+StatusOr<PriorityClass> PriorityClassFromJson(const Json& v, const std::string& path) {
+  PriorityClass pc;
+  ObjectReader r(v, path);
+  std::string policy = "PreemptLowerPriority";
+  TESSERA_RETURN_IF_ERROR(r.String("name", pc.name, true));
+  int64_t value = 0;
+  TESSERA_RETURN_IF_ERROR(r.Int("value", value, true, -2000000000));
+  pc.value = static_cast<int32_t>(value);
+  TESSERA_RETURN_IF_ERROR(r.String("preemptionPolicy", policy));
+  TESSERA_RETURN_IF_ERROR(r.Bool("globalDefault", pc.global_default));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  if (policy == "Never") pc.preempt_lower = false;
+  else if (policy != "PreemptLowerPriority")
+    return InvalidArgument(r.Path("preemptionPolicy") + ": unknown \"" + policy + "\" (PreemptLowerPriority, Never)");
+  return pc;
+}
+
+// ---- snapshot ----
+
+StatusOr<Snapshot> SnapshotFromJson(const Json& doc) {
+  Snapshot s;
+  ObjectReader r(doc, "");
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("nodes"), "nodes", s.nodes, NodeFromJson));
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("queues"), "queues", s.queues, QueueFromJson));
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("priorityClasses"), "priorityClasses", s.priority_classes, PriorityClassFromJson));
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("jobs"), "jobs", s.jobs, JobFromJson));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  // Resolve priority classes into values; a job's explicit priority wins if no class is named.
+  for (size_t i = 0; i < s.jobs.size(); ++i) {
+    Job& j = s.jobs[i];
+    if (j.priority_class.empty()) continue;
+    auto it = std::find_if(s.priority_classes.begin(), s.priority_classes.end(),
+                           [&](const PriorityClass& pc) { return pc.name == j.priority_class; });
+    if (it == s.priority_classes.end())
+      return InvalidArgument(Idx("jobs", i) + ".priorityClass: unknown priority class \"" + j.priority_class + "\"");
+    j.priority = it->value;
+  }
+  s.Canonicalize();
+  for (size_t i = 1; i < s.nodes.size(); ++i)
+    if (s.nodes[i].name == s.nodes[i - 1].name) return InvalidArgument("nodes: duplicate name \"" + s.nodes[i].name + "\"");
+  for (size_t i = 1; i < s.jobs.size(); ++i)
+    if (s.jobs[i].id == s.jobs[i - 1].id) return InvalidArgument("jobs: duplicate id \"" + s.jobs[i].id + "\"");
+  return s;
+}
+
+Json SnapshotToJson(const Snapshot& s) {
+  Json j = Json::object();
+  j["nodes"] = Json::array();
+  for (const auto& n : s.nodes) j["nodes"].push_back(NodeToJson(n));
+  j["queues"] = Json::array();
+  for (const auto& q : s.queues) j["queues"].push_back(QueueToJson(q));
+  j["priorityClasses"] = Json::array();
+  for (const auto& pc : s.priority_classes)
+    j["priorityClasses"].push_back({{"name", pc.name}, {"value", pc.value},
+                                    {"preemptionPolicy", pc.preempt_lower ? "PreemptLowerPriority" : "Never"}});
+  j["jobs"] = Json::array();
+  for (const auto& job : s.jobs) j["jobs"].push_back(JobToJson(job));
+  return j;
+}
+
+// ---- plan ----
+
+Json PlanToJson(const Plan& plan) {
+  Json j = Json::object();
+  j["now"] = plan.now;
+  j["bindings"] = Json::array();
+  for (const auto& b : plan.bindings) {
+    Json x = Json::object();
+    x["job"] = b.job;
+    x["task"] = b.task;
+    for (auto& [k, v] : AllocationToJson(b.allocation).items()) x[k] = v;
+    j["bindings"].push_back(x);
+  }
+  j["evictions"] = Json::array();
+  for (const auto& e : plan.evictions)
+    j["evictions"].push_back({{"job", e.job}, {"task", e.task}, {"node", e.node}, {"reason", e.reason},
+                              {"preemptor", e.preemptor}, {"message", e.message},
+                              {"gracePeriodSeconds", e.grace_period_seconds}});
+  j["reservations"] = Json::array();
+  for (const auto& r : plan.reservations)
+    j["reservations"].push_back({{"job", r.job}, {"nodes", r.nodes}, {"earliestStart", r.earliest_start}});
+  j["decisions"] = Json::array();
+  for (const auto& d : plan.decisions) {
+    Json x = {{"job", d.job}, {"outcome", OutcomeName(d.outcome)}};
+    if (!d.reason.code.empty()) {
+      Json reason = {{"code", d.reason.code}, {"message", d.reason.message}};
+      if (!d.reason.resource.empty()) reason["resource"] = d.reason.resource;
+      if (!d.reason.rejected_nodes.empty()) reason["rejectedNodes"] = d.reason.rejected_nodes;
+      x["reason"] = reason;
+    }
+    j["decisions"].push_back(x);
+  }
+  return j;
+}
+
+StatusOr<Plan> PlanFromJson(const Json& doc) {
+  // Plans are produced by PlanToJson; read back leniently-typed but strictly-keyed.
+  Plan p;
+  try {
+    p.now = doc.value("now", int64_t{0});
+    for (const auto& b : doc.value("bindings", Json::array())) {
+      Binding bind;
+      bind.job = b.at("job").get<std::string>();
+      bind.task = b.at("task").get<int32_t>();
+      Json a = b;
+      a.erase("job");
+      int32_t task = 0;
+      auto alloc = AllocationFromJson(a, "binding", task);
+      if (!alloc.ok()) return alloc.status();
+      bind.allocation = *alloc;
+      p.bindings.push_back(bind);
+    }
+    for (const auto& e : doc.value("evictions", Json::array()))
+      p.evictions.push_back({e.at("job"), e.at("task"), e.at("node"), e.at("reason"), e.value("preemptor", ""),
+                             e.value("message", ""), e.value("gracePeriodSeconds", int64_t{30})});
+    for (const auto& r : doc.value("reservations", Json::array()))
+      p.reservations.push_back({r.at("job"), r.at("nodes").get<std::vector<std::string>>(), r.value("earliestStart", int64_t{0})});
+    for (const auto& d : doc.value("decisions", Json::array())) {
+      JobDecision dec;
+      dec.job = d.at("job");
+      std::string o = d.at("outcome");
+      for (Outcome x : {Outcome::kPlaced, Outcome::kUnschedulable, Outcome::kInfeasible, Outcome::kWaiting, Outcome::kError})
+        if (o == OutcomeName(x)) dec.outcome = x;
+      if (d.contains("reason")) {
+        const Json& r = d["reason"];
+        dec.reason.code = r.value("code", "");
+        dec.reason.message = r.value("message", "");
+        dec.reason.resource = r.value("resource", "");
+        dec.reason.rejected_nodes = r.value("rejectedNodes", std::map<std::string, int32_t>{});
+      }
+      p.decisions.push_back(dec);
+    }
+  } catch (const Json::exception& e) {
+    return InvalidArgument(std::string("malformed plan: ") + e.what());
+  }
+  return p;
+}
+
+}  // namespace tessera

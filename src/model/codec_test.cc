@@ -1,0 +1,102 @@
+#include "model/codec.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera {
+namespace {
+
+constexpr char kCluster[] = R"(
+nodes:
+  - name: gpu-b
+    cpu: 64
+    memory: 512Gi
+    gpus: {model: A100-80GB, count: 8, domain: nvl0}
+    taints: [{key: dedicated, value: infer, effect: NoSchedule}]
+  - name: gpu-a
+    cpu: "96"
+    memory: 1Ti
+    gpus: {model: A100-80GB, count: 2, mig: [3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb]}
+queues:
+  - {name: ml, weight: 2, guarantee: {nvidia.com/gpu: 4}, limit: {nvidia.com/gpu: 12}}
+priorityClasses:
+  - {name: high, value: 1000}
+jobs:
+  - id: train
+    queue: ml
+    priorityClass: high
+    minAvailable: 2
+    tasks:
+      - {name: worker, replicas: 2, resources: {cpu: 8, memory: 64Gi, nvidia.com/gpu: 4}}
+    running:
+      - {task: 0, node: gpu-b, devices: [{device: 0}, {device: 1}, {device: 2}, {device: 3}]}
+  - id: infer
+    tasks:
+      - resources: {cpu: 500m, memory: 4Gi, nvidia.com/mig-1g.10gb: 1}
+)";
+
+TEST(CodecTest, ReadsClusterShorthandsAndResolvesClasses) {
+  auto doc = ParseYaml(kCluster);
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  auto s = SnapshotFromJson(*doc);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->nodes.size(), 2u);
+  EXPECT_EQ(s->nodes[0].name, "gpu-a");  // canonical order
+  EXPECT_EQ(s->nodes[0].devices[0].mig.size(), 4u);
+  EXPECT_EQ(s->nodes[0].devices[0].mig[1].start_slice, 3);
+  EXPECT_EQ(s->nodes[1].devices.size(), 8u);
+  EXPECT_EQ(s->nodes[1].devices[7].memory_bytes, 80LL << 30);
+  EXPECT_EQ(s->nodes[1].cpu_milli, 64000);
+  const Job& train = s->jobs[1];
+  EXPECT_EQ(train.id, "train");
+  EXPECT_EQ(train.priority, 1000);
+  EXPECT_EQ(train.groups[0].request.gpu.kind, GpuRequestKind::kWhole);
+  EXPECT_EQ(train.RunningTasks(), 1);
+  EXPECT_EQ(train.allocations[0]->cpu_milli, 8000);  // defaulted from the request
+  const Job& infer = s->jobs[0];
+  EXPECT_EQ(infer.groups[0].request.gpu.kind, GpuRequestKind::kMig);
+  EXPECT_EQ(infer.groups[0].request.gpu.mig_profile, "1g.10gb");
+  EXPECT_EQ(infer.groups[0].request.cpu_milli, 500);
+}
+
+TEST(CodecTest, RoundTripIsStable) {
+  auto s = SnapshotFromJson(*ParseYaml(kCluster));
+  ASSERT_TRUE(s.ok());
+  std::string once = SnapshotToJson(*s).dump();
+  auto again = SnapshotFromJson(Json::parse(once));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(SnapshotToJson(*again).dump(), once);
+}
+
+TEST(CodecTest, ErrorsNameTheFieldPath) {
+  struct Case {
+    const char* doc;
+    const char* want;
+  } cases[] = {
+      {"nodes: [{name: a, cpu: 4, memory: 1Gi, colour: red}]", "nodes[0].colour: unknown field"},
+      {"nodes: [{name: a, cpu: -4, memory: 1Gi}]", "nodes[0].cpu: must not be negative"},
+      {"jobs: [{id: j, tasks: [{replicas: 0}]}]", "jobs[0].tasks[0].replicas: must be >= 1"},
+      {"jobs: [{id: j, tasks: [{resources: {nvidia.com/gpu: 0.5}}]}]", "jobs[0].tasks[0].resources.nvidia.com/gpu: whole GPUs only"},
+      {"jobs: [{id: j, tasks: [{resources: {gpus: 1}}]}]", "jobs[0].tasks[0].resources.gpus: unknown resource"},
+      {"jobs: [{id: j, priorityClass: nope, tasks: [{}]}]", "jobs[0].priorityClass: unknown priority class \"nope\""},
+      {"nodes: [{name: a, cpu: 4, memory: 1Gi, gpus: {model: A100-80GB, count: 1, mig: [4g.40gb, 4g.40gb]}}]",
+       "uses 8 of 7 compute slices"},
+      {"jobs: [{id: j, tasks: []}]", "jobs[0].tasks: a job needs at least one task group"},
+  };
+  for (const auto& c : cases) {
+    auto doc = ParseYaml(c.doc);
+    ASSERT_TRUE(doc.ok()) << c.doc;
+    auto s = SnapshotFromJson(*doc);
+    ASSERT_FALSE(s.ok()) << c.doc;
+    EXPECT_NE(s.status().message().find(c.want), std::string::npos)
+        << "got: " << s.status().message() << "\nwant: " << c.want;
+  }
+}
+
+TEST(CodecTest, RejectsDeepNesting) {
+  std::string deep(200, '[');
+  deep += std::string(200, ']');
+  EXPECT_FALSE(ParseYaml(deep).ok());
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,99 @@
+// Jobs, task groups, tasks and their placement constraints, as the engine sees them.
+//
+// A job is what a user submits: one or more task groups (replicas of one request), a
+// queue, a priority, and a gang minimum (`minAvailable`): the number of tasks that must
+// start together or not at all. Tasks are numbered 0..N-1 across groups in group order.
+// Plain values; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/node.h"
+#include "model/resources.h"
+
+namespace tessera {
+
+struct Toleration {
+  enum class Op { kEqual, kExists };
+  std::string key;  // empty with kExists tolerates every taint
+  Op op = Op::kEqual;
+  std::string value;
+  std::optional<TaintEffect> effect;  // nullopt: every effect
+};
+
+struct NodeSelectorRequirement {
+  enum class Op { kIn, kNotIn, kExists, kDoesNotExist, kGt, kLt };
+  std::string key;
+  Op op = Op::kIn;
+  std::vector<std::string> values;
+};
+
+// All requirements of a term must hold (AND).
+struct NodeSelectorTerm {
+  std::vector<NodeSelectorRequirement> match_expressions;
+};
+
+struct PreferredTerm {
+  int32_t weight = 1;  // 1..100, as in Kubernetes
+  NodeSelectorTerm term;
+};
+
+struct NodeAffinity {
+  std::vector<NodeSelectorTerm> required;  // any one term must hold (OR); empty = no constraint
+  std::vector<PreferredTerm> preferred;
+};
+
+struct TaskGroup {
+  std::string name;  // "master", "worker", ...
+  int32_t replicas = 1;
+  TaskRequest request;
+};
+
+// Where and with what one running task is placed.
+struct DeviceAssignment {
+  int32_t device = 0;        // index on the node
+  int32_t milli = 1000;      // compute taken: 1000 whole; <1000 fraction; MIG: profile milli
+  int64_t memory_bytes = 0;  // device memory taken
+  int32_t mig_instance = -1; // index into Device::mig, or -1
+  friend bool operator==(const DeviceAssignment&, const DeviceAssignment&) = default;
+};
+
+struct TaskAllocation {
+  std::string node;
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  std::vector<DeviceAssignment> devices;
+  friend bool operator==(const TaskAllocation&, const TaskAllocation&) = default;
+};
+
+struct Job {
+  std::string id;  // unique and stable; the last key of every ordering
+  std::string queue = "default";
+  std::string priority_class;
+  int32_t priority = 0;  // resolved value of priority_class; higher goes first
+  int64_t submit_time = 0;  // seconds, engine clock
+  std::vector<TaskGroup> groups;
+  int32_t min_available = 0;  // gang minimum; 0 means all tasks
+  std::map<std::string, std::string> node_selector;
+  NodeAffinity affinity;
+  std::vector<Toleration> tolerations;
+  bool preemptible = true;
+  int64_t grace_period_seconds = 30;  // between SIGTERM and SIGKILL on eviction
+  std::optional<int64_t> runtime_estimate_seconds;  // user's or oracle's; backfill uses it
+
+  // Running state. allocations[i] is task i's placement, or nullopt while it waits.
+  std::vector<std::optional<TaskAllocation>> allocations;
+  int64_t start_time = -1;  // when the gang started; -1 if never
+  int64_t attained_gpu_milli_seconds = 0;  // service received so far (LAS policies)
+
+  int32_t TaskCount() const;
+  int32_t GangMinimum() const;  // min_available, or TaskCount() when 0
+  const TaskGroup& GroupOfTask(int32_t task) const;
+  int32_t RunningTasks() const;
+};
+
+}  // namespace tessera

@@ -1,0 +1,37 @@
+// Nodes: machines with CPUs, memory and GPU devices, in exactly one pool.
+// Plain values; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/gpu.h"
+
+namespace tessera {
+
+enum class TaintEffect { kNoSchedule, kPreferNoSchedule, kNoExecute };
+
+struct Taint {
+  std::string key;
+  std::string value;
+  TaintEffect effect = TaintEffect::kNoSchedule;
+  friend bool operator==(const Taint&, const Taint&) = default;
+};
+
+struct Node {
+  std::string name;  // unique; the stable tie-breaker of every sort
+  std::string pool = "default";  // which backend runs it: own agents, slurm, kubernetes, cloud
+  std::map<std::string, std::string> labels;  // ordered: iteration order is deterministic
+  std::vector<Taint> taints;
+  int64_t cpu_milli = 0;       // allocatable
+  int64_t memory_bytes = 0;    // allocatable
+  std::vector<Device> devices;
+  int64_t cost_micros_per_gpu_hour = 0;  // price in millionths of the currency unit
+  bool spot = false;
+  bool ready = true;           // heartbeats arrive
+  bool unschedulable = false;  // cordoned / drained
+};
+
+}  // namespace tessera

@@ -1,0 +1,31 @@
+// Queues (a tree), priority classes: the capacity-sharing vocabulary of Volcano and Kueue.
+// Plain values; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "model/resources.h"
+
+namespace tessera {
+
+struct Queue {
+  std::string name;
+  std::string parent;            // "" for a child of the root
+  int32_t weight = 1;            // share of what is left after guarantees, among siblings
+  ResourceVector guarantee;      // always available to this queue (reclaimable from others)
+  std::optional<ResourceVector> limit;  // capability: never more than this; nullopt = none
+  bool reclaimable = true;       // others may take back what it borrowed above its guarantee
+  bool borrowing = true;         // may use idle capacity beyond its deserved share
+  bool open = true;              // accepts new jobs
+};
+
+struct PriorityClass {
+  std::string name;
+  int32_t value = 0;
+  bool preempt_lower = true;  // preemptionPolicy: PreemptLowerPriority (true) or Never
+  bool global_default = false;
+};
+
+}  // namespace tessera

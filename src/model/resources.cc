@@ -1,0 +1,89 @@
+#include "model/resources.h"
+
+#include <cctype>
+#include <limits>
+
+namespace tessera {
+namespace {
+
+struct Suffix {
+  const char* text;
+  int64_t num;  // value = mantissa * num / den
+  int64_t den;
+};
+
+// Kubernetes quantity suffixes (binary and decimal), plus "m" (milli).
+constexpr Suffix kSuffixes[] = {
+    {"Ki", 1LL << 10, 1}, {"Mi", 1LL << 20, 1}, {"Gi", 1LL << 30, 1}, {"Ti", 1LL << 40, 1},
+    {"Pi", 1LL << 50, 1}, {"k", 1000LL, 1},     {"K", 1000LL, 1},     {"M", 1000000LL, 1},
+    {"G", 1000000000LL, 1}, {"T", 1000000000000LL, 1}, {"P", 1000000000000000LL, 1},
+    {"m", 1, 1000},       {"", 1, 1},
+};
+
+// Parses "<digits>[.<digits>]<suffix>" into value * scale exactly, or fails.
+StatusOr<int64_t> ParseScaled(const std::string& text, int64_t scale, const char* unit) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("invalid quantity \"" + text + "\": " + why);
+  };
+  if (text.empty()) return bad("empty");
+  size_t i = 0;
+  if (text[0] == '-') return bad("must not be negative");
+  if (text[0] == '+') ++i;
+  __int128 mantissa = 0;
+  int64_t frac_den = 1;
+  bool digits = false, dot = false;
+  for (; i < text.size(); ++i) {
+    char c = text[i];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      digits = true;
+      mantissa = mantissa * 10 + (c - '0');
+      if (dot) frac_den *= 10;
+      if (mantissa > (static_cast<__int128>(1) << 100) || frac_den > 1000000000000LL)
+        return bad("too large or too precise");
+    } else if (c == '.' && !dot) {
+      dot = true;
+    } else {
+      break;
+    }
+  }
+  if (!digits) return bad("expected a number");
+  std::string suffix = text.substr(i);
+  for (const Suffix& s : kSuffixes) {
+    if (suffix != s.text) continue;
+    __int128 num = mantissa * s.num * scale;
+    __int128 den = static_cast<__int128>(frac_den) * s.den;
+    if (num % den != 0) return bad(std::string("not a whole number of ") + unit);
+    __int128 v = num / den;
+    if (v > std::numeric_limits<int64_t>::max()) return bad("too large");
+    return static_cast<int64_t>(v);
+  }
+  return bad("unknown suffix \"" + suffix + "\"");
+}
+
+}  // namespace
+
+StatusOr<int64_t> ParseMilliQuantity(const std::string& text) {
+  return ParseScaled(text, 1000, "milli-units");
+}
+
+StatusOr<int64_t> ParseByteQuantity(const std::string& text) {
+  return ParseScaled(text, 1, "bytes");
+}
+
+std::string FormatBytes(int64_t bytes) {
+  static const char* kUnits[] = {"Ki", "Mi", "Gi", "Ti", "Pi"};
+  std::string unit;
+  for (const char* u : kUnits) {
+    if (bytes == 0 || bytes % 1024 != 0) break;
+    bytes /= 1024;
+    unit = u;
+  }
+  return std::to_string(bytes) + unit;
+}
+
+std::string FormatMilli(int64_t milli) {
+  if (milli % 1000 == 0) return std::to_string(milli / 1000);
+  return std::to_string(milli) + "m";
+}
+
+}  // namespace tessera

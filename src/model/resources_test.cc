@@ -1,0 +1,62 @@
+#include "model/resources.h"
+
+#include <gtest/gtest.h>
+
+#include "model/gpu.h"
+
+namespace tessera {
+namespace {
+
+TEST(QuantityTest, MilliTable) {
+  struct Case {
+    const char* in;
+    int64_t want;
+  } cases[] = {{"4", 4000}, {"500m", 500}, {"1.5", 1500}, {"0.25", 250}, {"2k", 2000000}};
+  for (const auto& c : cases) {
+    auto v = ParseMilliQuantity(c.in);
+    ASSERT_TRUE(v.ok()) << c.in << ": " << v.status().ToString();
+    EXPECT_EQ(*v, c.want) << c.in;
+  }
+}
+
+TEST(QuantityTest, BytesTable) {
+  EXPECT_EQ(*ParseByteQuantity("64Gi"), 64LL << 30);
+  EXPECT_EQ(*ParseByteQuantity("1.5Gi"), 3LL << 29);
+  EXPECT_EQ(*ParseByteQuantity("10G"), 10000000000LL);
+  EXPECT_EQ(*ParseByteQuantity("1024"), 1024);
+}
+
+TEST(QuantityTest, RejectsBadInputWithTheInputQuoted) {
+  for (const char* bad : {"-1", "", "abc", "4x", "0.5m", "1e3"}) {
+    auto v = bad == std::string("0.5m") ? ParseMilliQuantity(bad) : ParseByteQuantity(bad);
+    EXPECT_FALSE(v.ok()) << bad;
+    if (!v.ok()) {
+      EXPECT_NE(v.status().message().find(std::string("\"") + bad + "\""), std::string::npos);
+    }
+  }
+  EXPECT_FALSE(ParseByteQuantity("0.5").ok());  // half a byte
+  EXPECT_FALSE(ParseByteQuantity("99999999999Pi").ok());
+}
+
+TEST(QuantityTest, FormatRoundTrips) {
+  EXPECT_EQ(FormatBytes(64LL << 30), "64Gi");
+  EXPECT_EQ(FormatBytes(1000), "1000");
+  EXPECT_EQ(FormatMilli(4000), "4");
+  EXPECT_EQ(FormatMilli(500), "500m");
+}
+
+TEST(MigProfilesTest, TablesFollowNvidiaGuide) {
+  // A100-40GB: 7 x 1g.5gb, 1 x 7g.40gb.
+  const MigProfile* p = FindMigProfile("A100-40GB", "1g.5gb");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->max_instances, 7);
+  EXPECT_EQ(FindMigProfile("a100-80gb", "3g.40gb")->compute_slices, 3);
+  EXPECT_EQ(FindMigProfile("H100-80GB", "7g.80gb")->memory_bytes, 80LL << 30);
+  EXPECT_EQ(FindMigProfile("H200-141GB", "1g.18gb")->max_instances, 7);
+  EXPECT_EQ(FindMigProfile("T4", "1g.5gb"), nullptr);
+  EXPECT_EQ(MigProfileMilli(*FindMigProfile("A100-80GB", "7g.80gb")), 1000);
+  EXPECT_EQ(MigProfileMilli(*FindMigProfile("A100-80GB", "3g.40gb")), 428);  // 3000/7
+}
+
+}  // namespace
+}  // namespace tessera
