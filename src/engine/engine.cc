@@ -22,6 +22,11 @@ class NullEngine : public Engine {
         plan.decisions.push_back({j.id, Outcome::kUnschedulable, {"NotImplemented", "engine not built yet", "", {}}});
     return plan;
   }
+  Plan Cycle(ClusterState& state, int64_t now, Rng& rng) const override {
+    Plan plan;
+    plan.now = now;
+    return plan;
+  }
 };
 }  // namespace
 

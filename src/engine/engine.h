@@ -12,6 +12,7 @@
 
 #include "common/rng.h"
 #include "common/status.h"
+#include "engine/plugin.h"
 #include "model/codec.h"
 #include "model/snapshot.h"
 
@@ -26,17 +27,28 @@ struct EngineConfig {
     Json arguments = Json::object();
   };
   std::vector<std::vector<PluginConfig>> tiers;  // plugins in tiers, as in Volcano
+  // The workload's typical requests for fragmentation-aware scoring; empty = learn them
+  // from the jobs in the cluster state (every job's task groups, weighted by replicas).
+  std::vector<TypicalRequest> typical_requests;
 };
 
 StatusOr<EngineConfig> ParseEngineConfig(const Json& doc);
 StatusOr<EngineConfig> LoadEngineConfig(const std::string& path);
 EngineConfig DefaultEngineConfig();
 
+class ClusterState;
+
 class Engine {
  public:
   static StatusOr<std::unique_ptr<Engine>> Create(const EngineConfig& config);
   virtual ~Engine() = default;
+  // Equal to ClusterState::FromSnapshot(snapshot) followed by Cycle(state, ...); a job the
+  // state rejects (unknown queue, bad running allocation) gets an Outcome::kError decision.
   virtual Plan Cycle(const Snapshot& snapshot, int64_t now, Rng& rng) const = 0;
+  // The incremental form for hosts that keep a ClusterState across cycles (the simulator).
+  // `state` is used as scratch space and is left exactly as it was; apply the plan with
+  // ClusterState::ApplyPlan if the host accepts it.
+  virtual Plan Cycle(ClusterState& state, int64_t now, Rng& rng) const = 0;
 };
 
 }  // namespace tessera

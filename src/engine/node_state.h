@@ -1,0 +1,57 @@
+// NodeState: the engine's view of one node during a cycle, as filters and scores see it.
+//
+// Static facts (name, labels, taints, pool, device models, memory, interconnect domains, MIG
+// layout, health) are read through `node` (the model's Node, owned by the cluster state and
+// unchanged for the node's lifetime); the free capacity is kept here and moves as tasks are
+// bound and released. All integers. Thread-compatible; owned by ClusterState.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/job.h"
+#include "model/node.h"
+
+namespace tessera {
+
+struct DeviceState {
+  // Free compute of the device in milli-GPU: 1000 when idle, 0 when a whole-GPU task holds
+  // it or the device is unhealthy. For a MIG-enabled device: 1000 minus the milli of the
+  // instances in use (informational; MIG requests look at mig_used).
+  int32_t free_milli = 1000;
+  int64_t free_memory_bytes = 0;  // device memory not promised to tasks
+  int32_t tasks = 0;              // tasks holding a share of this device
+  uint32_t mig_used = 0;          // bit i set: Device::mig[i] is taken
+  friend bool operator==(const DeviceState&, const DeviceState&) = default;
+};
+
+struct NodeState {
+  const Node* node = nullptr;  // static info; never null in a live state
+  int32_t index = 0;           // dense id; nodes are indexed in name order
+  int64_t free_cpu_milli = 0;
+  int64_t free_memory_bytes = 0;
+  std::vector<DeviceState> devices;  // one per node->devices[i]
+  int32_t tasks = 0;                 // tasks bound to the node
+  // Tasks by GPU shape: (GPUs per task, with 0 = a fraction and -1 = MIG) -> count,
+  // sorted by shape; CPU-only tasks are not listed. For GPU-clustering style scores.
+  std::vector<std::pair<int32_t, int32_t>> gpu_task_shapes;
+
+  const std::string& name() const { return node->name; }
+  // Schedulable: ready, not cordoned.
+  bool schedulable() const { return node->ready && !node->unschedulable; }
+  // Devices that are healthy and completely idle (no task, no MIG instance in use).
+  int32_t FullyFreeDevices() const;
+  // Sum of free milli over healthy devices without MIG.
+  int64_t FreeGpuMilli() const;
+  // Healthy devices without MIG (whole and fractional requests can use them).
+  int32_t UsableDevices() const;
+  // Number of free MIG instances of `profile` on this node.
+  int32_t FreeMigInstances(const std::string& profile) const;
+};
+
+// Task shape key for NodeState::gpu_task_shapes.
+int32_t GpuShapeOf(const TaskRequest& r);
+
+}  // namespace tessera

@@ -1,0 +1,133 @@
+// Plugin interfaces of the engine: what a job-order, filter or score plugin sees and returns.
+//
+// The engine keeps "who goes next" (job order, queue share) apart from "where it goes"
+// (filters, then scores). A plugin implements only the extension points it needs; a
+// registry entry (plugins/registry.cc, one line per plugin) maps a configuration name to a
+// factory that builds a PluginInstance from the plugin's YAML arguments.
+//
+// Plugins are immutable after construction and are shared by every cycle of an Engine
+// (which may run on several threads), so every method is const and must not keep state;
+// per-cycle inputs (clock, random generator, typical workload) arrive in CycleContext.
+// Scores and all arithmetic are integers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/rng.h"
+#include "common/status.h"
+#include "engine/node_state.h"
+#include "model/codec.h"
+#include "model/job.h"
+
+namespace tessera {
+
+// One "typical" request shape with its frequency, for fragmentation-aware scoring.
+struct TypicalRequest {
+  TaskRequest request;
+  int64_t weight = 1;  // relative frequency (integer: a count, or parts per million)
+};
+
+// What stays fixed during one cycle.
+struct CycleContext {
+  int64_t now = 0;
+  Rng* rng = nullptr;  // the cycle's only randomness; node-specific plugins may draw from it
+  // The workload's typical requests, heaviest first: from the configuration
+  // (`typicalRequests:`) or learnt from the snapshot's jobs (see docs/engine.md).
+  const std::vector<TypicalRequest>* typical = nullptr;
+  int64_t typical_total_weight = 0;  // sum of typical[i].weight
+};
+
+// The task being placed.
+struct TaskContext {
+  const Job* job = nullptr;
+  int32_t task = 0;                      // index in the job
+  const TaskRequest* request = nullptr;  // job->GroupOfTask(task).request
+  const CycleContext* cycle = nullptr;
+  // Nodes that already hold tasks of this job (running, or placed earlier in the same
+  // gang transaction), sorted by index, possibly repeated. Empty for the first task.
+  const std::vector<int32_t>* gang_nodes = nullptr;
+  // A dense id of the task's placement-relevant shape (request + constraints); equal ids
+  // mean equal filter and score results on equal node states. Engine-internal cache key.
+  int32_t shape_id = -1;
+};
+
+// A filter's verdict on one node for one task. An empty reason means the node passes.
+struct FilterVerdict {
+  // What the user reads, in kube-scheduler words: "Insufficient nvidia.com/gpu",
+  // "node(s) had untolerated taint {gpu: true}", "node(s) didn't match Pod's node
+  // affinity/selector", "node(s) were unschedulable", ...
+  std::string reason;
+  // The resource at fault for Insufficient* verdicts ("cpu", "memory", "nvidia.com/gpu",
+  // "nvidia.com/mig-1g.10gb", "tessera.io/gpu-milli"); "" otherwise.
+  std::string resource;
+  bool ok() const { return reason.empty(); }
+  static FilterVerdict Pass() { return {}; }
+  static FilterVerdict Fail(std::string reason, std::string resource = "") {
+    return {std::move(reason), std::move(resource)};
+  }
+};
+
+class JobOrderPlugin {
+ public:
+  virtual ~JobOrderPlugin() = default;
+  // <0: a goes before b; >0: b before a; 0: no opinion (the next plugin, then submit
+  // time, then job id decide). Must be a strict weak order consistent across calls.
+  virtual int Compare(const Job& a, const Job& b, const CycleContext& ctx) const = 0;
+};
+
+class FilterPlugin {
+ public:
+  virtual ~FilterPlugin() = default;
+  // Judge only what `node` shows: to tell "infeasible" from "unschedulable" the engine
+  // also asks about an empty copy of the node (everything free).
+  virtual FilterVerdict Filter(const TaskContext& task, const NodeState& node) const = 0;
+};
+
+class ScorePlugin {
+ public:
+  virtual ~ScorePlugin() = default;
+  // Higher is better, conventionally 0..100; only feasible nodes are scored. The engine
+  // sums weight * score over the configured score plugins and picks the maximum; ties go
+  // to the lowest node name (nodes are indexed in name order).
+  virtual int64_t Score(const TaskContext& task, const NodeState& node) const = 0;
+  // Optional: rescale the raw scores of all feasible candidates (e.g. min-max to 0..100).
+  // Candidates are distinct node states, so min and max are those over the nodes.
+  virtual void Normalize(const TaskContext& task, std::vector<int64_t>& scores) const {}
+  // Optional: choose the devices on the chosen node (e.g. FGD picks the GPU that maximises
+  // its score). Return false to leave the choice to the engine's default (whole GPUs: one
+  // interconnect domain, lowest indices; fractions: best fit; MIG: lowest free instance).
+  // The engine only asks the highest-weighted score plugin that returns true; it checks
+  // the choice and falls back to its default if the choice does not fit.
+  virtual bool ChooseDevices(const TaskContext& task, const NodeState& node,
+                             std::vector<DeviceAssignment>& out) const {
+    return false;
+  }
+  // True when the score depends on more than (the node's static info, its free state and
+  // the task shape): the node's name, the random generator, or `gang_nodes`. The engine
+  // then scores node by node instead of once per equivalence class. Slower; correct.
+  virtual bool NodeSpecific() const { return false; }
+};
+
+// What one configured plugin contributes. A plugin may fill several extension points.
+struct PluginInstance {
+  std::string name;
+  std::shared_ptr<const JobOrderPlugin> order;
+  std::shared_ptr<const FilterPlugin> filter;
+  std::shared_ptr<const ScorePlugin> score;
+  int64_t score_weight = 1;
+  // Engine policies switched on by name rather than by an interface (Volcano's gang,
+  // drf, proportion, conformance). See docs/engine.md.
+  bool queue_drf = false;         // queues ordered by weighted dominant resource share
+  bool queue_proportion = false;  // guarantees/limits/weights of the queue tree enforced
+  bool gang = false;              // all-or-nothing gang minimum (always on; accepted by name)
+};
+
+// Builds a plugin from its YAML `arguments` (a JSON object; unknown keys must be rejected
+// with an error naming `path` + ".<key>").
+using PluginFactory = StatusOr<PluginInstance> (*)(const Json& arguments, const std::string& path);
+
+}  // namespace tessera
