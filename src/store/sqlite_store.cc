@@ -1,0 +1,294 @@
+// SQLite implementation of Store: one file in WAL mode, one writer thread doing group commit.
+//
+// Callers hand their transaction to the writer queue and block on a future. The writer takes
+// everything queued (up to max_batch), opens one SQLite transaction, applies each logical
+// transaction inside its own SAVEPOINT (so a failed compare undoes only that one), commits
+// once (one fsync), then completes every future. Under load many submissions share one
+// fsync; alone, a transaction pays exactly one.
+#include <sqlite3.h>
+
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "store/store.h"
+
+namespace tessera::store {
+namespace {
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return s_; }
+  void Reset() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  void Text(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void Blob(int i, const std::string& v) {
+    sqlite3_bind_blob(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void Int(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+std::string ColumnString(sqlite3_stmt* s, int col) {
+  const void* p = sqlite3_column_blob(s, col);
+  int n = sqlite3_column_bytes(s, col);
+  return p ? std::string(static_cast<const char*>(p), n) : std::string();
+}
+
+Status Exec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string m = err ? err : "unknown error";
+    sqlite3_free(err);
+    return Unavailable(std::string("sqlite: ") + sql + ": " + m);
+  }
+  return Status::Ok();
+}
+
+struct Pending {
+  std::vector<Compare> compares;
+  std::vector<Op> ops;
+  std::promise<StatusOr<TxnResult>> done;
+};
+
+class SqliteStore final : public Store {
+ public:
+  ~SqliteStore() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (writer_.joinable()) writer_.join();
+    sqlite3_close(wdb_);
+    sqlite3_close(rdb_);
+  }
+
+  Status Open(const std::string& dir, const SqliteOptions& options) {
+    options_ = options;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Unavailable("cannot create data dir " + dir + ": " + ec.message());
+    std::string path = dir + "/tessera.db";
+    if (sqlite3_open_v2(path.c_str(), &wdb_,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        nullptr) != SQLITE_OK)
+      return Unavailable("cannot open " + path + ": " + sqlite3_errmsg(wdb_));
+    TESSERA_RETURN_IF_ERROR(Exec(wdb_, "PRAGMA journal_mode=WAL"));
+    TESSERA_RETURN_IF_ERROR(Exec(
+        wdb_, options.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
+    TESSERA_RETURN_IF_ERROR(Exec(wdb_, "PRAGMA busy_timeout=5000"));
+    TESSERA_RETURN_IF_ERROR(
+        Exec(wdb_,
+             "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY, value BLOB NOT NULL,"
+             " mod_revision INTEGER NOT NULL) WITHOUT ROWID;"
+             "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+             "INSERT OR IGNORE INTO meta VALUES ('revision', 0);"));
+    if (sqlite3_open_v2(path.c_str(), &rdb_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) !=
+        SQLITE_OK)
+      return Unavailable("cannot open " + path + " for reading: " + sqlite3_errmsg(rdb_));
+    TESSERA_RETURN_IF_ERROR(Exec(rdb_, "PRAGMA busy_timeout=5000"));
+    {
+      Stmt s(wdb_, "SELECT value FROM meta WHERE name='revision'");
+      if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW)
+        return Internal("sqlite: cannot read revision");
+      revision_ = sqlite3_column_int64(s.get(), 0);
+    }
+    writer_ = std::thread([this] { WriterLoop(); });
+    return Status::Ok();
+  }
+
+  StatusOr<TxnResult> Txn(std::vector<Compare> compares, std::vector<Op> ops) override {
+    auto p = std::make_unique<Pending>();
+    p->compares = std::move(compares);
+    p->ops = std::move(ops);
+    auto fut = p->done.get_future();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stopping_) return Unavailable("store is closing");
+      queue_.push_back(std::move(p));
+    }
+    cv_.notify_one();
+    return fut.get();
+  }
+
+  StatusOr<std::optional<KeyValue>> Get(const std::string& key) override {
+    std::lock_guard<std::mutex> l(rmu_);
+    Stmt s(rdb_, "SELECT value, mod_revision FROM kv WHERE key=?1");
+    s.Blob(1, key);
+    int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) return std::optional<KeyValue>();
+    if (rc != SQLITE_ROW) return Unavailable(std::string("sqlite get: ") + sqlite3_errmsg(rdb_));
+    return std::optional<KeyValue>(
+        KeyValue{key, ColumnString(s.get(), 0), sqlite3_column_int64(s.get(), 1)});
+  }
+
+  StatusOr<std::vector<KeyValue>> Range(const std::string& prefix, const std::string& start_after,
+                                        size_t limit) override {
+    std::lock_guard<std::mutex> l(rmu_);
+    // Keys are compared as blobs (memcmp order): prefix <= key < prefix+0xFF...
+    std::string lo = start_after.empty() ? prefix : start_after;
+    std::string hi = prefix + std::string(1, '\xff');
+    Stmt s(rdb_, start_after.empty() ? "SELECT key, value, mod_revision FROM kv WHERE key >= ?1 "
+                                       "AND key < ?2 ORDER BY key LIMIT ?3"
+                                     : "SELECT key, value, mod_revision FROM kv WHERE key > ?1 AND "
+                                       "key < ?2 ORDER BY key LIMIT ?3");
+    s.Blob(1, lo);
+    s.Blob(2, hi);
+    s.Int(3, limit == 0 ? -1 : static_cast<int64_t>(limit));
+    std::vector<KeyValue> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      std::string k = ColumnString(s.get(), 0);
+      if (k.compare(0, prefix.size(), prefix) != 0) continue;
+      out.push_back({std::move(k), ColumnString(s.get(), 1), sqlite3_column_int64(s.get(), 2)});
+    }
+    if (rc != SQLITE_DONE) return Unavailable(std::string("sqlite range: ") + sqlite3_errmsg(rdb_));
+    return out;
+  }
+
+  int64_t Revision() override {
+    std::lock_guard<std::mutex> l(mu_);
+    return revision_;
+  }
+
+  Stats GetStats() override {
+    std::lock_guard<std::mutex> l(mu_);
+    return stats_;
+  }
+
+ private:
+  // Applies one logical transaction inside the open physical one. Returns FailedPrecondition
+  // on a failed compare (caller rolls back to the savepoint).
+  Status ApplyOne(Pending& p, int64_t revision, Stmt& get_rev, Stmt& put, Stmt& del) {
+    for (const Compare& c : p.compares) {
+      get_rev.Reset();
+      get_rev.Blob(1, c.key);
+      int rc = sqlite3_step(get_rev.get());
+      int64_t have = 0;
+      if (rc == SQLITE_ROW)
+        have = sqlite3_column_int64(get_rev.get(), 0);
+      else if (rc != SQLITE_DONE)
+        return Unavailable(std::string("sqlite compare: ") + sqlite3_errmsg(wdb_));
+      if (have != c.mod_revision) {
+        return FailedPrecondition(c.mod_revision == 0
+                                      ? c.key + ": already exists"
+                                      : c.key + ": modified concurrently (revision " +
+                                            std::to_string(have) + ", expected " +
+                                            std::to_string(c.mod_revision) + ")");
+      }
+    }
+    for (const Op& op : p.ops) {
+      Stmt& s = op.kind == Op::Kind::kPut ? put : del;
+      s.Reset();
+      s.Blob(1, op.key);
+      if (op.kind == Op::Kind::kPut) {
+        s.Blob(2, op.value);
+        s.Int(3, revision);
+      }
+      if (sqlite3_step(s.get()) != SQLITE_DONE)
+        return Unavailable(std::string("sqlite write ") + op.key + ": " + sqlite3_errmsg(wdb_));
+    }
+    return Status::Ok();
+  }
+
+  void WriterLoop() {
+    Stmt get_rev(wdb_, "SELECT mod_revision FROM kv WHERE key=?1");
+    Stmt put(
+        wdb_,
+        "INSERT INTO kv(key, value, mod_revision) VALUES (?1, ?2, ?3)"
+        " ON CONFLICT(key) DO UPDATE SET value=excluded.value, mod_revision=excluded.mod_revision");
+    Stmt del(wdb_, "DELETE FROM kv WHERE key=?1");
+    Stmt set_rev(wdb_, "UPDATE meta SET value=?1 WHERE name='revision'");
+    for (;;) {
+      std::vector<std::unique_ptr<Pending>> batch;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty() && stopping_) return;
+        while (!queue_.empty() && batch.size() < options_.max_batch) {
+          batch.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      }
+      int64_t revision = revision_;
+      std::vector<StatusOr<TxnResult>> results;
+      results.reserve(batch.size());
+      Status st = Exec(wdb_, "BEGIN IMMEDIATE");
+      for (auto& p : batch) {
+        if (!st.ok()) {
+          results.push_back(st);
+          continue;
+        }
+        (void)Exec(wdb_, "SAVEPOINT t");
+        Status one = ApplyOne(*p, revision + 1, get_rev, put, del);
+        if (one.ok()) {
+          ++revision;
+          (void)Exec(wdb_, "RELEASE t");
+          results.push_back(TxnResult{revision});
+        } else {
+          (void)Exec(wdb_, "ROLLBACK TO t");
+          (void)Exec(wdb_, "RELEASE t");
+          results.push_back(one);
+        }
+      }
+      if (st.ok()) {
+        set_rev.Reset();
+        set_rev.Int(1, revision);
+        sqlite3_step(set_rev.get());
+        st = Exec(wdb_, "COMMIT");
+        if (!st.ok()) (void)Exec(wdb_, "ROLLBACK");
+      }
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (st.ok()) {
+          revision_ = revision;
+          stats_.commits += 1;
+          stats_.transactions += static_cast<int64_t>(batch.size());
+        }
+      }
+      for (size_t i = 0; i < batch.size(); ++i) {
+        // A failed physical commit fails every transaction of the batch: none is acknowledged.
+        batch[i]->done.set_value(st.ok() ? std::move(results[i]) : StatusOr<TxnResult>(st));
+      }
+    }
+  }
+
+  SqliteOptions options_;
+  sqlite3* wdb_ = nullptr;
+  sqlite3* rdb_ = nullptr;
+  std::mutex rmu_;  // guards rdb_
+  std::mutex mu_;   // guards queue_, revision_, stats_, stopping_
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Pending>> queue_;
+  int64_t revision_ = 0;
+  Stats stats_;
+  bool stopping_ = false;
+  std::thread writer_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir,
+                                                 const SqliteOptions& options) {
+  auto s = std::make_unique<SqliteStore>();
+  TESSERA_RETURN_IF_ERROR(s->Open(dir, options));
+  return std::unique_ptr<Store>(std::move(s));
+}
+
+}  // namespace tessera::store
