@@ -1,0 +1,432 @@
+#include "sim/traces.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::sim {
+namespace {
+
+// Reads a whole file; transparently gunzips when the name ends in ".gz".
+StatusOr<std::string> ReadFile(const std::string& path) {
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (f == nullptr) return NotFound("cannot open " + path);
+    std::string out;
+    char buf[1 << 16];
+    int n;
+    while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, n);
+    bool bad = n < 0;
+    gzclose(f);
+    if (bad) return InvalidArgument(path + ": corrupt gzip stream");
+    return out;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string_view> Split(std::string_view line, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (true) {
+    size_t p = line.find(sep, start);
+    out.push_back(
+        line.substr(start, p == std::string_view::npos ? std::string_view::npos : p - start));
+    if (p == std::string_view::npos) break;
+    start = p + 1;
+  }
+  return out;
+}
+
+std::string BaseName(const std::string& path) {
+  return std::filesystem::path(path).filename().string();
+}
+
+// A CSV with a header row; cells are looked up by column name. No quoting (none of the traces
+// quote), '\r' tolerated.
+class Csv {
+ public:
+  static StatusOr<Csv> Load(const std::string& path, const std::vector<std::string>& required) {
+    auto text = ReadFile(path);
+    if (!text.ok()) return text.status();
+    Csv csv;
+    csv.name_ = BaseName(path);
+    csv.text_ = std::move(*text);
+    std::string_view all(csv.text_);
+    size_t pos = 0;
+    int line_no = 0;
+    while (pos < all.size()) {
+      size_t e = all.find('\n', pos);
+      std::string_view line =
+          all.substr(pos, e == std::string_view::npos ? std::string_view::npos : e - pos);
+      pos = e == std::string_view::npos ? all.size() : e + 1;
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty()) continue;
+      if (csv.header_.empty()) {
+        for (auto c : Split(line, ',')) csv.header_.emplace_back(c);
+        continue;
+      }
+      csv.rows_.push_back(Split(line, ','));
+      csv.lines_.push_back(line_no);
+    }
+    if (csv.header_.empty())
+      return InvalidArgument(csv.name_ + ": empty file, expected a header row");
+    for (const auto& r : required) {
+      auto it = std::find(csv.header_.begin(), csv.header_.end(), r);
+      if (it == csv.header_.end())
+        return InvalidArgument(csv.name_ + ": missing column \"" + r + "\"");
+      csv.col_[r] = static_cast<int>(it - csv.header_.begin());
+    }
+    for (size_t i = 0; i < csv.rows_.size(); ++i)
+      if (csv.rows_[i].size() != csv.header_.size())
+        return InvalidArgument(csv.name_ + ":" + std::to_string(csv.lines_[i]) + ": expected " +
+                               std::to_string(csv.header_.size()) + " columns, got " +
+                               std::to_string(csv.rows_[i].size()));
+    return csv;
+  }
+  size_t size() const { return rows_.size(); }
+  std::string_view Cell(size_t row, const std::string& col) const {
+    return rows_[row][col_.at(col)];
+  }
+  std::string Where(size_t row, const std::string& col) const {
+    return name_ + ":" + std::to_string(lines_[row]) + ": " + col;
+  }
+  Status Int(size_t row, const std::string& col, int64_t& out) const {
+    std::string_view s = Cell(row, col);
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    if (ec != std::errc() || p != s.data() + s.size())
+      return InvalidArgument(Where(row, col) + ": expected an integer, got \"" + std::string(s) +
+                             "\"");
+    return Status::Ok();
+  }
+  // "860662.0" -> 860662; a fractional part rounds up so that no job lasts 0 s by accident.
+  Status Seconds(size_t row, const std::string& col, int64_t& out) const {
+    std::string_view s = Cell(row, col);
+    size_t dot = s.find('.');
+    std::string_view whole = s.substr(0, dot);
+    auto [p, ec] = std::from_chars(whole.data(), whole.data() + whole.size(), out);
+    bool bad = ec != std::errc() || p != whole.data() + whole.size() || out < 0;
+    if (!bad && dot != std::string_view::npos) {
+      std::string_view frac = s.substr(dot + 1);
+      bad = frac.find_first_not_of("0123456789") != std::string_view::npos;
+      if (!bad && frac.find_first_not_of('0') != std::string_view::npos) ++out;
+    }
+    if (bad)
+      return InvalidArgument(Where(row, col) + ": expected seconds >= 0, got \"" + std::string(s) +
+                             "\"");
+    return Status::Ok();
+  }
+
+ private:
+  std::string name_;
+  std::string text_;
+  std::vector<std::string> header_;
+  std::map<std::string, int> col_;
+  std::vector<std::vector<std::string_view>> rows_;
+  std::vector<int> lines_;
+};
+
+// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's civil algorithm).
+int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const int64_t yoe = y - era * 400;
+  const int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+// "2017-10-09 07:01:55" -> seconds since the epoch (the trace's clock has no zone).
+bool ParseTimestamp(std::string_view s, int64_t& out) {
+  int y, mo, d, h, mi, se;
+  if (s.size() != 19) return false;
+  std::string t(s);
+  if (std::sscanf(t.c_str(), "%4d-%2d-%2d %2d:%2d:%2d", &y, &mo, &d, &h, &mi, &se) != 6)
+    return false;
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) return false;
+  out = DaysFromCivil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
+  return true;
+}
+
+void SortBySubmit(std::vector<TraceJob>& jobs) {
+  // Stable: equal submit times keep the file's row order (ids carry the row number).
+  std::stable_sort(jobs.begin(), jobs.end(),
+                   [](const TraceJob& a, const TraceJob& b) { return a.submit < b.submit; });
+  if (jobs.empty()) return;
+  int64_t t0 = jobs.front().submit;
+  for (auto& j : jobs) j.submit -= t0;
+}
+
+}  // namespace
+
+StatusOr<std::vector<OpenbNode>> LoadOpenbNodes(const std::string& path) {
+  auto csv = Csv::Load(path, {"sn", "cpu_milli", "memory_mib", "gpu", "model"});
+  if (!csv.ok()) return csv.status();
+  std::vector<OpenbNode> out;
+  for (size_t i = 0; i < csv->size(); ++i) {
+    OpenbNode n;
+    int64_t gpus = 0;
+    n.name = csv->Cell(i, "sn");
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "cpu_milli", n.cpu_milli));
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "memory_mib", n.memory_mib));
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "gpu", gpus));
+    if (gpus < 0 || gpus > 64)
+      return InvalidArgument(csv->Where(i, "gpu") + ": must be 0..64, got " + std::to_string(gpus));
+    n.gpus = static_cast<int32_t>(gpus);
+    n.model = csv->Cell(i, "model");
+    if (n.name.empty()) return InvalidArgument(csv->Where(i, "sn") + ": empty node name");
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path) {
+  auto csv =
+      Csv::Load(path, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
+                       "pod_phase", "creation_time", "deletion_time", "scheduled_time"});
+  if (!csv.ok()) return csv.status();
+  std::vector<OpenbPod> out;
+  out.reserve(csv->size());
+  for (size_t i = 0; i < csv->size(); ++i) {
+    OpenbPod p;
+    int64_t num_gpu = 0, gpu_milli = 0;
+    p.name = csv->Cell(i, "name");
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "cpu_milli", p.cpu_milli));
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "memory_mib", p.memory_mib));
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "num_gpu", num_gpu));
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "gpu_milli", gpu_milli));
+    if (num_gpu < 0 || num_gpu > 64)
+      return InvalidArgument(csv->Where(i, "num_gpu") + ": must be 0..64, got " +
+                             std::to_string(num_gpu));
+    p.num_gpu = static_cast<int32_t>(num_gpu);
+    p.gpu_milli = static_cast<int32_t>(std::clamp<int64_t>(gpu_milli, 0, 1000));
+    if (p.num_gpu == 0) p.gpu_milli = 0;
+    std::string_view spec = csv->Cell(i, "gpu_spec");
+    if (!spec.empty())
+      for (auto m : Split(spec, '|'))
+        if (!m.empty()) p.gpu_spec.emplace_back(m);
+    p.qos = csv->Cell(i, "qos");
+    p.phase = csv->Cell(i, "pod_phase");
+    for (const char* col : {"creation_time", "deletion_time", "scheduled_time"}) {
+      if (csv->Cell(i, col).empty()) continue;
+      int64_t v = 0;
+      TESSERA_RETURN_IF_ERROR(csv->Int(i, col, v));
+      std::string c(col);
+      (c == "creation_time"   ? p.creation_time
+       : c == "deletion_time" ? p.deletion_time
+                              : p.scheduled_time) = v;
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::string>> LoadArrivalOrder(const std::string& path) {
+  auto csv = Csv::Load(path, {"idx", "name"});
+  if (!csv.ok()) return csv.status();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < csv->size(); ++i) {
+    int64_t idx = 0;
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "idx", idx));
+    if (idx != static_cast<int64_t>(i))
+      return InvalidArgument(csv->Where(i, "idx") + ": expected " + std::to_string(i) + ", got " +
+                             std::to_string(idx));
+    out.emplace_back(csv->Cell(i, "name"));
+  }
+  return out;
+}
+
+StatusOr<std::map<std::string, std::string>> LoadNodePrefix(const std::string& path) {
+  auto csv = Csv::Load(path, {"sn", "sim_name"});
+  if (!csv.ok()) return csv.status();
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i < csv->size(); ++i)
+    if (!out.emplace(std::string(csv->Cell(i, "sn")), std::string(csv->Cell(i, "sim_name"))).second)
+      return InvalidArgument(csv->Where(i, "sn") + ": duplicate node \"" +
+                             std::string(csv->Cell(i, "sn")) + "\"");
+  return out;
+}
+
+StatusOr<std::vector<TraceJob>> LoadPhilly(const std::string& path) {
+  auto csv = Csv::Load(path, {"timestamp", "duration", "num_gpus", "cluster"});
+  if (!csv.ok()) return csv.status();
+  std::vector<TraceJob> out;
+  out.reserve(csv->size());
+  for (size_t i = 0; i < csv->size(); ++i) {
+    TraceJob j;
+    char id[32];
+    std::snprintf(id, sizeof id, "philly-%05zu", i);
+    j.id = id;
+    if (!ParseTimestamp(csv->Cell(i, "timestamp"), j.submit))
+      return InvalidArgument(csv->Where(i, "timestamp") + ": expected YYYY-MM-DD HH:MM:SS, got \"" +
+                             std::string(csv->Cell(i, "timestamp")) + "\"");
+    TESSERA_RETURN_IF_ERROR(csv->Seconds(i, "duration", j.duration));
+    int64_t gpus = 0;
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "num_gpus", gpus));
+    if (gpus < 1)
+      return InvalidArgument(csv->Where(i, "num_gpus") + ": must be >= 1, got " +
+                             std::to_string(gpus));
+    // Whole GPUs; a job larger than one 8-GPU machine becomes a gang of 8-GPU tasks.
+    if (gpus <= 8) {
+      j.tasks = 1;
+      j.gpus_per_task = static_cast<int32_t>(gpus);
+    } else {
+      if (gpus % 8 != 0)
+        return InvalidArgument(csv->Where(i, "num_gpus") + ": " + std::to_string(gpus) +
+                               " is not a multiple of 8");
+      j.tasks = static_cast<int32_t>(gpus / 8);
+      j.gpus_per_task = 8;
+    }
+    j.queue = "vc-" + std::string(csv->Cell(i, "cluster"));
+    out.push_back(std::move(j));
+  }
+  SortBySubmit(out);
+  return out;
+}
+
+StatusOr<std::vector<TraceJob>> LoadTiresias(const std::string& path) {
+  auto csv = Csv::Load(path, {"job_id", "num_gpu", "submit_time", "duration"});
+  if (!csv.ok()) return csv.status();
+  std::vector<TraceJob> out;
+  for (size_t i = 0; i < csv->size(); ++i) {
+    TraceJob j;
+    int64_t gpus = 0;
+    j.id = "tiresias-" + std::string(csv->Cell(i, "job_id"));
+    TESSERA_RETURN_IF_ERROR(csv->Int(i, "num_gpu", gpus));
+    TESSERA_RETURN_IF_ERROR(csv->Seconds(i, "submit_time", j.submit));
+    TESSERA_RETURN_IF_ERROR(csv->Seconds(i, "duration", j.duration));
+    if (gpus < 1)
+      return InvalidArgument(csv->Where(i, "num_gpu") + ": must be >= 1, got " +
+                             std::to_string(gpus));
+    j.tasks = gpus <= 8 ? 1 : static_cast<int32_t>((gpus + 7) / 8);
+    j.gpus_per_task = gpus <= 8 ? static_cast<int32_t>(gpus) : 8;
+    out.push_back(std::move(j));
+  }
+  SortBySubmit(out);
+  return out;
+}
+
+StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOptions& options,
+                                        int64_t* skipped) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  std::vector<TraceJob> out;
+  std::istringstream in(*text);
+  std::string line;
+  int line_no = 0;
+  int64_t skip = 0;
+  const std::string name = BaseName(path);
+  while (std::getline(in, line)) {
+    ++line_no;
+    size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == ';') continue;
+    std::istringstream fields(line);
+    std::vector<int64_t> f;
+    std::string tok;
+    while (fields >> tok) {
+      // Fields are integers except occasionally "-1.00"-style averages; keep the integer part.
+      int64_t v = 0;
+      auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+      if (ec != std::errc())
+        return InvalidArgument(name + ":" + std::to_string(line_no) + ": field " +
+                               std::to_string(f.size() + 1) + ": expected a number, got \"" + tok +
+                               "\"");
+      f.push_back(v);
+    }
+    if (f.size() < 18)
+      return InvalidArgument(name + ":" + std::to_string(line_no) + ": expected 18 fields, got " +
+                             std::to_string(f.size()));
+    // 1 job, 2 submit, 4 run time, 5 allocated procs, 8 requested procs, 15 queue.
+    int64_t procs = f[4] > 0 ? f[4] : f[7];
+    if (f[3] <= 0 || procs <= 0) {
+      ++skip;
+      continue;
+    }
+    TraceJob j;
+    j.id = "swf-" + std::to_string(f[0]);
+    j.submit = f[1];
+    j.duration = f[3];
+    int32_t per = options.max_gpus_per_task;
+    j.tasks = static_cast<int32_t>((procs + per - 1) / per);
+    j.gpus_per_task = static_cast<int32_t>(procs <= per ? procs : per);
+    j.queue = f[14] >= 0 ? "q" + std::to_string(f[14]) : "default";
+    out.push_back(std::move(j));
+  }
+  if (skipped) *skipped = skip;
+  SortBySubmit(out);
+  return out;
+}
+
+std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods, int64_t* skipped) {
+  std::vector<TraceJob> out;
+  int64_t skip = 0;
+  for (const OpenbPod& p : pods) {
+    if (!p.creation_time || !p.deletion_time || *p.deletion_time < *p.creation_time) {
+      ++skip;
+      continue;
+    }
+    TraceJob j;
+    j.id = p.name;
+    j.submit = *p.creation_time;
+    j.duration = *p.deletion_time - *p.creation_time;
+    j.tasks = 1;
+    j.gpus_per_task = p.num_gpu;
+    j.gpu_milli = p.num_gpu == 1 ? p.gpu_milli : 1000;
+    j.cpu_milli = p.cpu_milli;
+    j.memory_mib = p.memory_mib;
+    j.models = p.gpu_spec;
+    out.push_back(std::move(j));
+  }
+  if (skipped) *skipped = skip;
+  SortBySubmit(out);
+  return out;
+}
+
+StatusOr<std::vector<TraceJob>> LoadTraceJobs(const std::string& path, const std::string& format) {
+  std::string f = format;
+  const std::string base = BaseName(path);
+  if (f == "auto") {
+    if (base.find("philly") != std::string::npos)
+      f = "philly";
+    else if (base.find(".swf") != std::string::npos)
+      f = "swf";
+    else if (base.find("openb_pod_list") != std::string::npos)
+      f = "openb";
+    else
+      f = "tiresias";
+  }
+  if (f == "philly") return LoadPhilly(path);
+  if (f == "swf") return LoadSwf(path);
+  if (f == "tiresias") return LoadTiresias(path);
+  if (f == "openb") {
+    auto pods = LoadOpenbPods(path);
+    if (!pods.ok()) return pods.status();
+    return OpenbPodsAsJobs(*pods);
+  }
+  return InvalidArgument("--format: unknown \"" + format +
+                         "\" (auto, philly, openb, tiresias, swf)");
+}
+
+std::string FindTracesDir() {
+  namespace fs = std::filesystem;
+  if (const char* t = std::getenv("TESSERA_TRACES"); t != nullptr && *t != 0)
+    return fs::is_directory(t) ? std::string(t) : "";
+  std::vector<fs::path> candidates;
+  if (const char* s = std::getenv("TESSERA_SOURCE_DIR"); s != nullptr && *s != 0)
+    candidates.push_back(fs::path(s) / ".." / "shared" / "traces");
+  candidates.push_back(fs::path("..") / "shared" / "traces");
+  for (const auto& c : candidates)
+    if (fs::is_directory(c)) return fs::weakly_canonical(c).string();
+  return "";
+}
+
+}  // namespace tessera::sim

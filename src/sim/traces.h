@@ -1,0 +1,94 @@
+// Trace loaders: the public cluster traces in ../shared/traces, read into plain values.
+//
+// Every loader is strict: a malformed row is an error naming the file, the line and the
+// column ("philly.csv:17: num_gpus: expected an integer, got \"x\""). Numbers become
+// integers at this edge (seconds, milli-CPU, MiB, milli-GPU). Stateless; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera::sim {
+
+// openb_node_list_*.csv: sn,cpu_milli,memory_mib,gpu,model
+struct OpenbNode {
+  std::string name;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int32_t gpus = 0;
+  std::string model;  // "" for CPU nodes
+};
+
+// openb_pod_list_*.csv: name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,
+// creation_time,deletion_time,scheduled_time
+struct OpenbPod {
+  std::string name;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int32_t num_gpu = 0;
+  int32_t gpu_milli = 0;              // per GPU, clamped to 0..1000 as the FGD converter does
+  std::vector<std::string> gpu_spec;  // allowed models; empty = any
+  std::string qos;
+  std::string phase;
+  std::optional<int64_t> creation_time;  // seconds from trace start; nullopt when empty
+  std::optional<int64_t> deletion_time;
+  std::optional<int64_t> scheduled_time;
+};
+
+StatusOr<std::vector<OpenbNode>> LoadOpenbNodes(const std::string& path);
+StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path);
+
+// fgd-seed42/*_arrival_order.csv (idx,name,cpu_milli,num_gpu,gpu_milli): the pod names in
+// arrival order; clones are "<original>-tuned-<i>".
+StatusOr<std::vector<std::string>> LoadArrivalOrder(const std::string& path);
+// fgd-seed42/*_node_prefix.csv (sn,sim_name): node name -> permuted tie-break name.
+StatusOr<std::map<std::string, std::string>> LoadNodePrefix(const std::string& path);
+
+// A job of a dynamic trace, in one shape for every format: `tasks` tasks of `gpus_per_task`
+// whole GPUs (or a fraction of one GPU when gpu_milli < 1000), arriving at `submit`,
+// running for `duration` seconds once started.
+struct TraceJob {
+  std::string id;
+  std::string queue = "default";
+  int64_t submit = 0;    // seconds from the trace's first submission
+  int64_t duration = 0;  // seconds of service
+  int32_t tasks = 1;
+  int32_t gpus_per_task = 0;
+  int32_t gpu_milli = 1000;  // per GPU; < 1000 only for one-GPU fractional tasks
+  int64_t cpu_milli = 0;     // per task; 0 = not given by the trace
+  int64_t memory_mib = 0;    // per task; 0 = not given by the trace
+  std::vector<std::string> models;
+};
+
+// philly/philly.csv: timestamp,duration,num_gpus,gpu_time,cluster. Sorted by submit time
+// (then row number); the virtual cluster becomes the queue "vc-<cluster>"; ids "philly-<row>".
+StatusOr<std::vector<TraceJob>> LoadPhilly(const std::string& path);
+// SymbioticLab Tiresias CSV: job_id,num_gpu,submit_time,iterations,model_name,duration,interval.
+StatusOr<std::vector<TraceJob>> LoadTiresias(const std::string& path);
+// Standard Workload Format (18 whitespace-separated fields, ';' comments), plain or .gz.
+// Processors become GPUs, one task per `procs_per_node`-sized chunk is NOT assumed: a job asks
+// for `allocated processors` GPUs as one task when <= max_per_task, else ceil-split into tasks
+// of max_per_task. Jobs with non-positive runtime or processors are skipped (counted).
+struct SwfOptions {
+  int32_t max_gpus_per_task = 8;
+};
+StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOptions& options = {},
+                                        int64_t* skipped = nullptr);
+// openb pods with creation/deletion times as jobs (pods without both times are skipped).
+std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods,
+                                      int64_t* skipped = nullptr);
+
+// Loads by file name: philly*.csv, *.swf / *.swf.gz, openb_pod_list*.csv, else Tiresias.
+StatusOr<std::vector<TraceJob>> LoadTraceJobs(const std::string& path,
+                                              const std::string& format = "auto");
+
+// Where the shared traces live: $TESSERA_TRACES, else $TESSERA_SOURCE_DIR/../shared/traces,
+// else "" when neither exists.
+std::string FindTracesDir();
+
+}  // namespace tessera::sim
