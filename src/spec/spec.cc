@@ -1,0 +1,1088 @@
+#include "spec/spec.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace tessera::spec {
+namespace {
+
+std::string Idx(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+Status TypeError(const std::string& path, const char* want, const Json& got) {
+  return InvalidArgument(path + ": expected " + want + ", got " + std::string(got.type_name()));
+}
+
+// Marks fields that Kubernetes defines and that Tessera accepts but does not act on.
+void Ignore(ObjectReader& r, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) r.Has(k);
+}
+
+Status Unsupported(const ObjectReader& r, const char* key, const char* why) {
+  return InvalidArgument(r.Path(key) + ": not supported by Tessera (" + why + ")");
+}
+
+template <typename F>
+Status ForEach(const Json* v, const std::string& path, F f) {
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_array()) return TypeError(path, "a list", *v);
+  for (size_t i = 0; i < v->size(); ++i) TESSERA_RETURN_IF_ERROR(f((*v)[i], Idx(path, i)));
+  return Status::Ok();
+}
+
+// Object names: DNS-label-like, as Kubernetes requires, so ids are safe in URLs and keys.
+Status CheckName(const std::string& name, const std::string& path) {
+  if (name.empty()) return InvalidArgument(path + ": required");
+  if (name.size() > 253) return InvalidArgument(path + ": longer than 253 characters");
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+              c == '_' || (c >= 'A' && c <= 'Z');
+    if (!ok)
+      return InvalidArgument(path + ": \"" + name +
+                             "\" may contain only letters, digits, '-', '.' and '_'");
+  }
+  return Status::Ok();
+}
+
+struct Meta {
+  std::string name;
+  std::map<std::string, std::string> labels, annotations;
+};
+
+Status ReadMetadata(ObjectReader& top, Meta& m, bool name_required) {
+  const Json* md = top.Get("metadata");
+  if (md == nullptr) {
+    if (name_required) return InvalidArgument(top.Path("metadata") + ".name: required");
+    return Status::Ok();
+  }
+  ObjectReader r(*md, top.Path("metadata"));
+  TESSERA_RETURN_IF_ERROR(r.String("name", m.name, name_required));
+  if (!m.name.empty() || name_required) TESSERA_RETURN_IF_ERROR(CheckName(m.name, r.Path("name")));
+  TESSERA_RETURN_IF_ERROR(r.StringMap("labels", m.labels));
+  TESSERA_RETURN_IF_ERROR(r.StringMap("annotations", m.annotations));
+  Ignore(r, {"namespace"});
+  return r.Finish();
+}
+
+// ---- Kubernetes pod templates ----
+
+struct PodInfo {
+  TaskRequest request;
+  TaskTemplate tmpl;
+  std::map<std::string, std::string> node_selector;
+  NodeAffinity affinity;
+  std::vector<Json> tolerations;  // passed through the model codec
+  std::string priority_class;
+  std::optional<int64_t> grace_period;
+  std::optional<int64_t> active_deadline;
+  std::string restart_policy = "Always";
+};
+
+Status AddRequests(TaskRequest& total, const TaskRequest& c, const std::string& path) {
+  total.cpu_milli += c.cpu_milli;
+  total.memory_bytes += c.memory_bytes;
+  if (c.gpu.kind != GpuRequestKind::kNone) {
+    if (total.gpu.kind != GpuRequestKind::kNone)
+      return InvalidArgument(path + ": GPUs may be requested by one container of a pod only");
+    total.gpu = c.gpu;
+  }
+  return Status::Ok();
+}
+
+Status ReadContainer(const Json& c, const std::string& path, TaskRequest& req, TaskTemplate* tmpl) {
+  ObjectReader r(c, path);
+  std::string name;
+  TESSERA_RETURN_IF_ERROR(r.String("name", name));
+  std::vector<std::string> command, args;
+  TESSERA_RETURN_IF_ERROR(r.StringList("command", command));
+  TESSERA_RETURN_IF_ERROR(r.StringList("args", args));
+  std::string image, wd;
+  TESSERA_RETURN_IF_ERROR(r.String("image", image));
+  TESSERA_RETURN_IF_ERROR(r.String("workingDir", wd));
+  std::map<std::string, std::string> env;
+  TESSERA_RETURN_IF_ERROR(
+      ForEach(r.Get("env"), r.Path("env"), [&](const Json& e, const std::string& p) -> Status {
+        ObjectReader er(e, p);
+        std::string n, v;
+        TESSERA_RETURN_IF_ERROR(er.String("name", n, true));
+        TESSERA_RETURN_IF_ERROR(er.String("value", v));
+        if (er.Has("valueFrom"))
+          return Unsupported(er, "valueFrom", "processes get literal values only");
+        TESSERA_RETURN_IF_ERROR(er.Finish());
+        env[n] = v;
+        return Status::Ok();
+      }));
+  if (const Json* res = r.Get("resources")) {
+    ObjectReader rr(*res, r.Path("resources"));
+    // Scheduling uses requests where given (as Kubernetes does), limits otherwise; GPUs must
+    // be in limits (extended resources), and requests may repeat them.
+    Json merged = Json::object();
+    if (const Json* l = rr.Get("limits")) {
+      if (!l->is_object()) return TypeError(rr.Path("limits"), "a map of resource quantities", *l);
+      for (const auto& [k, v] : l->items()) merged[k] = v;
+    }
+    if (const Json* q = rr.Get("requests")) {
+      if (!q->is_object())
+        return TypeError(rr.Path("requests"), "a map of resource quantities", *q);
+      for (const auto& [k, v] : q->items()) merged[k] = v;
+      // Validate requests on their own so the path names the right map.
+      TaskRequest tmp;
+      TESSERA_RETURN_IF_ERROR(ReadTaskResources(*q, rr.Path("requests"), tmp));
+    }
+    TESSERA_RETURN_IF_ERROR(rr.Finish());
+    if (const Json* l = rr.Get("limits")) {
+      TaskRequest tmp;
+      TESSERA_RETURN_IF_ERROR(ReadTaskResources(*l, rr.Path("limits"), tmp));
+    }
+    TaskRequest c;
+    TESSERA_RETURN_IF_ERROR(ReadTaskResources(merged, r.Path("resources"), c));
+    TESSERA_RETURN_IF_ERROR(AddRequests(req, c, path));
+  }
+  Ignore(r, {"ports", "volumeMounts", "imagePullPolicy", "securityContext", "livenessProbe",
+             "readinessProbe", "startupProbe", "terminationMessagePath", "terminationMessagePolicy",
+             "stdin", "tty"});
+  if (r.Has("envFrom")) return Unsupported(r, "envFrom", "processes get literal env values only");
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  if (tmpl != nullptr) {
+    tmpl->command = command;
+    tmpl->command.insert(tmpl->command.end(), args.begin(), args.end());
+    tmpl->env = std::move(env);
+    tmpl->working_dir = wd;
+    tmpl->image = image;
+  }
+  return Status::Ok();
+}
+
+// Kubernetes nodeAffinity -> the model's terms, via the model codec's own shape.
+Status ReadAffinity(const Json& a, const std::string& path, NodeAffinity& out) {
+  ObjectReader r(a, path);
+  if (r.Has("podAffinity"))
+    return Unsupported(r, "podAffinity", "use nodeAffinity or the gang's minAvailable");
+  if (r.Has("podAntiAffinity")) return Unsupported(r, "podAntiAffinity", "use nodeAffinity");
+  if (const Json* na = r.Get("nodeAffinity")) {
+    ObjectReader nr(*na, r.Path("nodeAffinity"));
+    Json model = Json::object();
+    if (const Json* req = nr.Get("requiredDuringSchedulingIgnoredDuringExecution")) {
+      ObjectReader qr(*req, nr.Path("requiredDuringSchedulingIgnoredDuringExecution"));
+      const Json* terms = qr.Get("nodeSelectorTerms");
+      if (terms == nullptr) return InvalidArgument(qr.Path("nodeSelectorTerms") + ": required");
+      TESSERA_RETURN_IF_ERROR(qr.Finish());
+      model["required"] = *terms;
+    }
+    if (const Json* pref = nr.Get("preferredDuringSchedulingIgnoredDuringExecution"))
+      model["preferred"] = *pref;
+    TESSERA_RETURN_IF_ERROR(nr.Finish());
+    // Parse through the model codec; rewrite its paths onto the Kubernetes ones.
+    Json job = {{"id", "x"}, {"affinity", model}, {"tasks", Json::array({Json::object()})}};
+    auto j = JobFromJson(job, nr.Path("nodeAffinity"));
+    if (!j.ok()) return j.status();
+    out = j->affinity;
+  }
+  return r.Finish();
+}
+
+Status ReadPodSpec(const Json& spec, const std::string& path, PodInfo& out) {
+  ObjectReader r(spec, path);
+  const Json* containers = r.Get("containers");
+  if (containers == nullptr) return InvalidArgument(r.Path("containers") + ": required");
+  if (!containers->is_array() || containers->empty())
+    return InvalidArgument(r.Path("containers") + ": expected a non-empty list");
+  for (size_t i = 0; i < containers->size(); ++i)
+    TESSERA_RETURN_IF_ERROR(ReadContainer((*containers)[i], Idx(r.Path("containers"), i),
+                                          out.request, i == 0 ? &out.tmpl : nullptr));
+  if (r.Has("initContainers"))
+    return Unsupported(r, "initContainers", "run setup in the task's command");
+  TESSERA_RETURN_IF_ERROR(r.StringMap("nodeSelector", out.node_selector));
+  if (const Json* a = r.Get("affinity"))
+    TESSERA_RETURN_IF_ERROR(ReadAffinity(*a, r.Path("affinity"), out.affinity));
+  if (const Json* t = r.Get("tolerations")) {
+    if (!t->is_array()) return TypeError(r.Path("tolerations"), "a list", *t);
+    for (size_t i = 0; i < t->size(); ++i) {
+      Json tol = (*t)[i];
+      if (tol.is_object()) tol.erase("tolerationSeconds");  // Kubernetes-only eviction delay
+      out.tolerations.push_back(tol);
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(r.String("priorityClassName", out.priority_class));
+  if (r.Has("terminationGracePeriodSeconds")) {
+    int64_t g = 0;
+    TESSERA_RETURN_IF_ERROR(r.Int("terminationGracePeriodSeconds", g));
+    out.grace_period = g;
+  }
+  if (r.Has("activeDeadlineSeconds")) {
+    int64_t d = 0;
+    TESSERA_RETURN_IF_ERROR(r.Int("activeDeadlineSeconds", d, false, 1));
+    out.active_deadline = d;
+  }
+  TESSERA_RETURN_IF_ERROR(r.String("restartPolicy", out.restart_policy));
+  if (out.restart_policy != "Always" && out.restart_policy != "OnFailure" &&
+      out.restart_policy != "Never")
+    return InvalidArgument(r.Path("restartPolicy") + ": unknown \"" + out.restart_policy +
+                           "\" (Always, OnFailure, Never)");
+  std::string scheduler;
+  TESSERA_RETURN_IF_ERROR(r.String("schedulerName", scheduler));
+  Ignore(r, {"volumes", "serviceAccountName", "serviceAccount", "hostNetwork", "hostIPC",
+             "dnsPolicy", "imagePullSecrets", "securityContext", "shmSize", "enableServiceLinks",
+             "subdomain", "hostname"});
+  return r.Finish();
+}
+
+struct Template {
+  PodInfo pod;
+  std::map<std::string, std::string> labels;
+};
+
+Status ReadPodTemplate(const Json* t, const std::string& path, Template& out) {
+  if (t == nullptr) return InvalidArgument(path + ": required");
+  ObjectReader r(*t, path);
+  if (const Json* md = r.Get("metadata")) {
+    ObjectReader mr(*md, r.Path("metadata"));
+    TESSERA_RETURN_IF_ERROR(mr.StringMap("labels", out.labels));
+    std::map<std::string, std::string> ann;
+    TESSERA_RETURN_IF_ERROR(mr.StringMap("annotations", ann));
+    Ignore(mr, {"name", "namespace"});
+    TESSERA_RETURN_IF_ERROR(mr.Finish());
+  }
+  const Json* spec = r.Get("spec");
+  if (spec == nullptr) return InvalidArgument(r.Path("spec") + ": required");
+  TESSERA_RETURN_IF_ERROR(ReadPodSpec(*spec, r.Path("spec"), out.pod));
+  return r.Finish();
+}
+
+// Applies the placement fields that a pod template carries to the whole job. Volcano allows
+// per-task affinity; Tessera v1 keeps one set per job, so differing sets are rejected.
+Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, JobSpec& spec) {
+  Job& j = spec.job;
+  Json tol_doc = {
+      {"id", "x"}, {"tolerations", pod.tolerations}, {"tasks", Json::array({Json::object()})}};
+  auto parsed = JobFromJson(tol_doc, path);
+  if (!parsed.ok()) return parsed.status();
+  if (first) {
+    j.node_selector = pod.node_selector;
+    j.affinity = pod.affinity;
+    j.tolerations = parsed->tolerations;
+    if (pod.grace_period) j.grace_period_seconds = *pod.grace_period;
+    if (pod.active_deadline) j.runtime_estimate_seconds = pod.active_deadline;
+  } else if (j.node_selector != pod.node_selector) {
+    return InvalidArgument(path +
+                           ".nodeSelector: every task of a job must use the same nodeSelector");
+  }
+  if (!pod.priority_class.empty()) {
+    if (!j.priority_class.empty() && j.priority_class != pod.priority_class)
+      return InvalidArgument(path + ".priorityClassName: \"" + pod.priority_class +
+                             "\" differs from the job's \"" + j.priority_class + "\"");
+    j.priority_class = pod.priority_class;
+  }
+  return Status::Ok();
+}
+
+StatusOr<FailureAction> VolcanoAction(const std::string& action, const std::string& path) {
+  if (action == "RestartJob" || action == "RestartTask" || action == "RestartPod")
+    return FailureAction::kRestartJob;
+  if (action == "AbortJob" || action == "TerminateJob") return FailureAction::kFailJob;
+  return InvalidArgument(
+      path + ": unknown action \"" + action +
+      "\" (RestartJob, RestartTask, RestartPod, AbortJob, TerminateJob, CompleteJob)");
+}
+
+Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy& rp) {
+  return ForEach(v, path, [&](const Json& p, const std::string& pp) -> Status {
+    ObjectReader r(p, pp);
+    std::string event, action;
+    std::vector<std::string> events;
+    TESSERA_RETURN_IF_ERROR(r.String("event", event));
+    TESSERA_RETURN_IF_ERROR(r.StringList("events", events));
+    TESSERA_RETURN_IF_ERROR(r.String("action", action, true));
+    if (r.Has("timeout")) {
+      std::string ignored;
+      TESSERA_RETURN_IF_ERROR(r.String("timeout", ignored));
+    }
+    if (r.Has("exitCode")) {
+      int64_t code = 0;
+      TESSERA_RETURN_IF_ERROR(r.Int("exitCode", code, false, INT32_MIN));
+      event = "PodFailed";
+    }
+    TESSERA_RETURN_IF_ERROR(r.Finish());
+    if (!event.empty()) events.push_back(event);
+    if (events.empty()) return InvalidArgument(pp + ".event: required (or events, or exitCode)");
+    for (const std::string& e : events) {
+      if (e == "TaskCompleted") {
+        if (action != "CompleteJob")
+          return InvalidArgument(pp + ".action: TaskCompleted supports CompleteJob only, got \"" +
+                                 action + "\"");
+        rp.complete_on_task_completed = true;
+        continue;
+      }
+      if (action == "CompleteJob")
+        return InvalidArgument(pp + ".action: CompleteJob needs event TaskCompleted");
+      auto a = VolcanoAction(action, pp + ".action");
+      if (!a.ok()) return a.status();
+      if (e == "PodEvicted" || e == "Unknown" || e == "OutOfSync")
+        rp.on_eviction = *a;
+      else if (e == "PodFailed" || e == "TaskFailed")
+        rp.on_failure = *a;
+      else if (e == "*")
+        rp.on_failure = rp.on_eviction = *a;
+      else if (e == "JobUnknown" || e == "PodPending" || e == "CommandIssued")
+        continue;  // nothing to do
+      else
+        return InvalidArgument(pp + ".event: unknown \"" + e +
+                               "\" (PodEvicted, PodFailed, TaskCompleted, TaskFailed, Unknown, *)");
+    }
+    return Status::Ok();
+  });
+}
+
+StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& meta) {
+  JobSpec s;
+  s.source = "batch.volcano.sh/v1alpha1 Job";
+  s.job.id = meta.name;
+  s.labels = meta.labels;
+  s.annotations = meta.annotations;
+  s.restart.max_retries = 3;  // Volcano's default maxRetry
+  const Json* spec = top.Get("spec");
+  if (spec == nullptr) return InvalidArgument("spec: required");
+  ObjectReader r(*spec, "spec");
+  TESSERA_RETURN_IF_ERROR(r.Int32("minAvailable", s.job.min_available));
+  TESSERA_RETURN_IF_ERROR(r.String("queue", s.job.queue));
+  TESSERA_RETURN_IF_ERROR(r.String("priorityClassName", s.job.priority_class));
+  TESSERA_RETURN_IF_ERROR(r.Int32("maxRetry", s.restart.max_retries));
+  std::string scheduler;
+  TESSERA_RETURN_IF_ERROR(r.String("schedulerName", scheduler));
+  TESSERA_RETURN_IF_ERROR(ReadVolcanoPolicies(r.Get("policies"), r.Path("policies"), s.restart));
+  if (const Json* plugins = r.Get("plugins")) {
+    // ssh/svc/env/pytorch set up pod networking in Kubernetes; the agent passes
+    // MASTER_ADDR/RANK/WORLD_SIZE itself, so these are accepted and need nothing more.
+    if (!plugins->is_object()) return TypeError(r.Path("plugins"), "a map", *plugins);
+    for (const auto& [k, v] : plugins->items())
+      if (k != "ssh" && k != "svc" && k != "env" && k != "pytorch" && k != "mpi" &&
+          k != "tensorflow")
+        return InvalidArgument(r.Path("plugins") + "." + k +
+                               ": unknown plugin (ssh, svc, env, pytorch, mpi, tensorflow)");
+  }
+  Ignore(r, {"ttlSecondsAfterFinished", "volumes", "minSuccess", "runningEstimate"});
+  const Json* tasks = r.Get("tasks");
+  if (tasks == nullptr) return InvalidArgument(r.Path("tasks") + ": required");
+  bool first = true;
+  TESSERA_RETURN_IF_ERROR(
+      ForEach(tasks, r.Path("tasks"), [&](const Json& t, const std::string& p) -> Status {
+        ObjectReader tr(t, p);
+        TaskGroup g;
+        TESSERA_RETURN_IF_ERROR(tr.String("name", g.name));
+        TESSERA_RETURN_IF_ERROR(tr.Int32("replicas", g.replicas, false, 1));
+        int32_t task_min = 0, task_retry = 0;
+        TESSERA_RETURN_IF_ERROR(tr.Int32("minAvailable", task_min));
+        TESSERA_RETURN_IF_ERROR(tr.Int32("maxRetry", task_retry));
+        if (task_min > g.replicas)
+          return InvalidArgument(tr.Path("minAvailable") + ": " + std::to_string(task_min) +
+                                 " is more than replicas " + std::to_string(g.replicas));
+        TESSERA_RETURN_IF_ERROR(
+            ReadVolcanoPolicies(tr.Get("policies"), tr.Path("policies"), s.restart));
+        if (tr.Has("dependsOn"))
+          return Unsupported(tr, "dependsOn", "submit dependent work as separate jobs");
+        Template tmpl;
+        TESSERA_RETURN_IF_ERROR(ReadPodTemplate(tr.Get("template"), tr.Path("template"), tmpl));
+        TESSERA_RETURN_IF_ERROR(tr.Finish());
+        g.request = tmpl.pod.request;
+        TESSERA_RETURN_IF_ERROR(MergePodIntoJob(tmpl.pod, tr.Path("template") + ".spec", first, s));
+        first = false;
+        s.job.groups.push_back(g);
+        s.templates.push_back(tmpl.pod.tmpl);
+        return Status::Ok();
+      }));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  if (s.job.groups.empty()) return InvalidArgument("spec.tasks: a job needs at least one task");
+  if (s.job.min_available > s.job.TaskCount())
+    return InvalidArgument("spec.minAvailable: " + std::to_string(s.job.min_available) +
+                           " is more than the job's " + std::to_string(s.job.TaskCount()) +
+                           " tasks");
+  return s;
+}
+
+// Deployment, batch/v1 Job and Pod: one task group from one pod template.
+StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const Meta& meta) {
+  JobSpec s;
+  s.job.id = meta.name;
+  s.labels = meta.labels;
+  s.annotations = meta.annotations;
+  s.job.queue = "default";
+  // Volcano's convention for plain Kubernetes objects: the queue is an annotation.
+  for (const char* key : {"scheduling.volcano.sh/queue-name", "tessera.io/queue"}) {
+    auto it = meta.annotations.find(key);
+    if (it != meta.annotations.end()) s.job.queue = it->second;
+  }
+  const Json* spec = top.Get("spec");
+  if (spec == nullptr) return InvalidArgument("spec: required");
+  ObjectReader r(*spec, "spec");
+  TaskGroup g;
+  g.name = kind == "Deployment" ? "replica" : kind == "Job" ? "worker" : "main";
+  Template tmpl;
+  if (kind == "Pod") {
+    s.source = "v1 Pod";
+    // The pod spec is `spec` itself; re-read it with the pod reader for strict paths.
+    TESSERA_RETURN_IF_ERROR(ReadPodSpec(*spec, "spec", tmpl.pod));
+    s.job.min_available = 1;
+    if (tmpl.pod.restart_policy == "Never") {
+      s.restart.on_failure = FailureAction::kFailJob;
+    } else {
+      s.restart.on_failure = FailureAction::kRestartJob;
+      s.restart.max_retries = tmpl.pod.restart_policy == "Always" ? -1 : 6;
+    }
+  } else if (kind == "Deployment") {
+    s.source = "apps/v1 Deployment";
+    s.service = true;
+    TESSERA_RETURN_IF_ERROR(r.Int32("replicas", g.replicas, false, 1));
+    Ignore(r, {"selector", "strategy", "revisionHistoryLimit", "minReadySeconds",
+               "progressDeadlineSeconds", "paused"});
+    TESSERA_RETURN_IF_ERROR(ReadPodTemplate(r.Get("template"), "spec.template", tmpl));
+    // Replicas serve independently: any one of them is useful (no gang), and a service
+    // restarts for ever.
+    s.job.min_available = 1;
+    s.restart.on_failure = FailureAction::kRestartJob;
+    s.restart.max_retries = -1;
+    TESSERA_RETURN_IF_ERROR(r.Finish());
+  } else {
+    s.source = "batch/v1 Job";
+    int32_t parallelism = 1, completions = 0, backoff = 6;
+    TESSERA_RETURN_IF_ERROR(r.Int32("parallelism", parallelism, false, 1));
+    TESSERA_RETURN_IF_ERROR(r.Int32("completions", completions, false, 1));
+    TESSERA_RETURN_IF_ERROR(r.Int32("backoffLimit", backoff));
+    if (completions != 0 && completions != parallelism)
+      return InvalidArgument("spec.completions: must equal spec.parallelism (" +
+                             std::to_string(parallelism) +
+                             "): Tessera runs each of a Job's pods once");
+    if (r.Has("suspend")) {
+      bool suspend = false;
+      TESSERA_RETURN_IF_ERROR(r.Bool("suspend", suspend));
+      if (suspend) return Unsupported(r, "suspend", "submit the job when it should run");
+    }
+    if (r.Has("activeDeadlineSeconds")) {
+      int64_t d = 0;
+      TESSERA_RETURN_IF_ERROR(r.Int("activeDeadlineSeconds", d, false, 1));
+      s.job.runtime_estimate_seconds = d;
+    }
+    Ignore(r, {"ttlSecondsAfterFinished", "completionMode", "selector", "manualSelector"});
+    TESSERA_RETURN_IF_ERROR(ReadPodTemplate(r.Get("template"), "spec.template", tmpl));
+    TESSERA_RETURN_IF_ERROR(r.Finish());
+    if (tmpl.pod.restart_policy == "Always")
+      return InvalidArgument(
+          "spec.template.spec.restartPolicy: a batch/v1 Job needs Never or OnFailure");
+    g.replicas = parallelism;
+    s.job.min_available = 1;
+    s.restart.on_failure = FailureAction::kRestartJob;
+    s.restart.max_retries = backoff;
+  }
+  g.request = tmpl.pod.request;
+  TESSERA_RETURN_IF_ERROR(
+      MergePodIntoJob(tmpl.pod, kind == "Pod" ? "spec" : "spec.template.spec", true, s));
+  s.job.groups.push_back(g);
+  s.templates.push_back(tmpl.pod.tmpl);
+  return s;
+}
+
+StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
+  Queue q;
+  q.name = meta.name;
+  if (const Json* spec = top.Get("spec")) {
+    ObjectReader r(*spec, "spec");
+    TESSERA_RETURN_IF_ERROR(r.Int32("weight", q.weight, false, 1));
+    TESSERA_RETURN_IF_ERROR(r.Bool("reclaimable", q.reclaimable));
+    TESSERA_RETURN_IF_ERROR(r.String("parent", q.parent));
+    if (q.parent == "root") q.parent.clear();
+    if (const Json* cap = r.Get("capability")) {
+      q.limit.emplace();
+      TESSERA_RETURN_IF_ERROR(ReadResourceVector(*cap, "spec.capability", *q.limit));
+    }
+    if (const Json* g = r.Get("guarantee")) {
+      ObjectReader gr(*g, "spec.guarantee");
+      if (const Json* res = gr.Get("resource"))
+        TESSERA_RETURN_IF_ERROR(ReadResourceVector(*res, "spec.guarantee.resource", q.guarantee));
+      TESSERA_RETURN_IF_ERROR(gr.Finish());
+    }
+    if (const Json* d = r.Get("deserved")) {
+      // Volcano's capacity plugin: deserved is what the queue should get; Tessera's closest
+      // notion is the guarantee when none is given.
+      ResourceVector deserved;
+      TESSERA_RETURN_IF_ERROR(ReadResourceVector(*d, "spec.deserved", deserved));
+      if (q.guarantee.IsZero()) q.guarantee = deserved;
+    }
+    Ignore(r, {"affinity", "type", "extendClusters"});
+    TESSERA_RETURN_IF_ERROR(r.Finish());
+  }
+  return q;
+}
+
+StatusOr<PriorityClass> KubePriorityClass(ObjectReader& top, const Meta& meta) {
+  Json pc = Json::object();
+  pc["name"] = meta.name;
+  const Json* value = top.Get("value");
+  if (value == nullptr) return InvalidArgument("value: required");
+  pc["value"] = *value;
+  if (const Json* g = top.Get("globalDefault")) pc["globalDefault"] = *g;
+  if (const Json* p = top.Get("preemptionPolicy")) pc["preemptionPolicy"] = *p;
+  Ignore(top, {"description"});
+  auto out = PriorityClassFromJson(pc, "");
+  if (!out.ok()) return out.status();
+  if (out->value > 1000000000)
+    return InvalidArgument("value: user priority classes must be <= 1000000000, got " +
+                           std::to_string(out->value));
+  return out;
+}
+
+// Tessera's own Job: the model's job shape plus per-group process fields and a restart policy.
+StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
+  JobSpec s;
+  s.source = "tessera.io/v1 Job";
+  s.labels = meta.labels;
+  s.annotations = meta.annotations;
+  const Json* spec = top.Get("spec");
+  if (spec == nullptr) return InvalidArgument("spec: required");
+  if (!spec->is_object()) return TypeError("spec", "an object", *spec);
+  Json model = *spec;
+  for (const char* k :
+       {"id", "running", "startTime", "submitTime", "attainedGpuMilliSeconds", "priority"})
+    if (model.contains(k))
+      return InvalidArgument(std::string("spec.") + k + ": set by the server, not by users");
+  if (model.contains("restartPolicy")) {
+    ObjectReader r(model["restartPolicy"], "spec.restartPolicy");
+    std::string on_failure = "FailJob", on_eviction = "RestartJob";
+    TESSERA_RETURN_IF_ERROR(r.String("onFailure", on_failure));
+    TESSERA_RETURN_IF_ERROR(r.String("onEviction", on_eviction));
+    TESSERA_RETURN_IF_ERROR(r.Int32("maxRetries", s.restart.max_retries, false, -1));
+    TESSERA_RETURN_IF_ERROR(r.Finish());
+    for (auto [name, out, key] : {std::tuple{on_failure, &s.restart.on_failure, "onFailure"},
+                                  std::tuple{on_eviction, &s.restart.on_eviction, "onEviction"}}) {
+      if (name == "FailJob")
+        *out = FailureAction::kFailJob;
+      else if (name == "RestartJob")
+        *out = FailureAction::kRestartJob;
+      else
+        return InvalidArgument(std::string("spec.restartPolicy.") + key + ": unknown \"" + name +
+                               "\" (FailJob, RestartJob)");
+    }
+    model.erase("restartPolicy");
+  }
+  if (model.contains("service")) {
+    if (!model["service"].is_boolean())
+      return TypeError("spec.service", "true or false", model["service"]);
+    s.service = model["service"].get<bool>();
+    model.erase("service");
+  }
+  if (model.contains("tasks") && model["tasks"].is_array()) {
+    for (size_t i = 0; i < model["tasks"].size(); ++i) {
+      Json& t = model["tasks"][i];
+      TaskTemplate tt;
+      if (t.is_object()) {
+        std::string p = Idx("spec.tasks", i);
+        Json proc = Json::object();
+        for (const char* k : {"command", "env", "workingDir"})
+          if (t.contains(k)) {
+            proc[k] = t[k];
+            t.erase(k);
+          }
+        ObjectReader pr(proc, p);
+        TESSERA_RETURN_IF_ERROR(pr.StringList("command", tt.command));
+        TESSERA_RETURN_IF_ERROR(pr.StringMap("env", tt.env));
+        TESSERA_RETURN_IF_ERROR(pr.String("workingDir", tt.working_dir));
+      }
+      s.templates.push_back(tt);
+    }
+  }
+  model["id"] = meta.name.empty() ? "unnamed" : meta.name;
+  auto j = JobFromJson(model, "spec");
+  if (!j.ok()) return j.status();
+  s.job = std::move(*j);
+  s.job.id = meta.name;
+  return s;
+}
+
+// Nesting by brackets, `- ` sequence markers and indentation, without parsing.
+size_t EstimateNesting(const std::string& text) {
+  size_t best = 0, flow = 0;
+  bool in_single = false, in_double = false;
+  size_t line_start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || text[i] == '\n') {
+      // Block nesting of this line: leading spaces plus `- ` markers.
+      size_t j = line_start, depth = 0;
+      while (j < i && (text[j] == ' ' || text[j] == '\t')) ++j, ++depth;
+      while (j + 1 < i && text[j] == '-' && (text[j + 1] == ' ' || text[j + 1] == '\t')) {
+        depth += 2;
+        j += 2;
+        while (j < i && text[j] == ' ') ++j;
+      }
+      // Indentation of n spaces is at most n levels; dividing keeps ordinary 2-space YAML far from
+      // the limit.
+      best = std::max(best, (depth + 1) / 2);
+      line_start = i + 1;
+      in_single = in_double = false;  // flow scalars rarely span lines; be conservative
+      continue;
+    }
+    char c = text[i];
+    if (in_double) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_double = false;
+      continue;
+    }
+    if (in_single) {
+      if (c == '\'') in_single = false;
+      continue;
+    }
+    if (c == '"')
+      in_double = true;
+    else if (c == '\'')
+      in_single = true;
+    else if (c == '[' || c == '{')
+      best = std::max(best, ++flow);
+    else if ((c == ']' || c == '}') && flow > 0)
+      --flow;
+  }
+  return best;
+}
+
+}  // namespace
+
+const char* FailureActionName(FailureAction a) {
+  return a == FailureAction::kFailJob ? "FailJob" : "RestartJob";
+}
+
+Status CheckText(const std::string& text) {
+  // UTF-8 validity (no overlongs, no surrogates, <= U+10FFFF), reported with a byte offset.
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    unsigned char c = s[i];
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 0;
+    bool ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k) ok = (s[i + k] & 0xC0) == 0x80;
+    if (ok && len == 2) ok = c >= 0xC2;
+    if (ok && len == 3) {
+      uint32_t cp = ((c & 0x0F) << 12) | ((s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+      ok = cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF);
+    }
+    if (ok && len == 4) {
+      uint32_t cp = ((c & 0x07) << 18) | ((s[i + 1] & 0x3F) << 12) | ((s[i + 2] & 0x3F) << 6) |
+                    (s[i + 3] & 0x3F);
+      ok = cp >= 0x10000 && cp <= 0x10FFFF;
+    }
+    if (!ok) return InvalidArgument("body is not valid UTF-8 (at byte " + std::to_string(i) + ")");
+    if (c == 0)
+      return InvalidArgument("body contains a NUL byte (at byte " + std::to_string(i) + ")");
+    i += len;
+  }
+  size_t depth = EstimateNesting(text);
+  if (depth > kMaxNesting)
+    return InvalidArgument("document nests deeper than " + std::to_string(kMaxNesting) + " levels");
+  return Status::Ok();
+}
+
+StatusOr<Document> ParseDocument(const Json& doc) {
+  if (!doc.is_object()) return TypeError("document", "an object with apiVersion and kind", doc);
+  ObjectReader top(doc, "");
+  std::string api, kind;
+  TESSERA_RETURN_IF_ERROR(top.String("apiVersion", api, true));
+  TESSERA_RETURN_IF_ERROR(top.String("kind", kind, true));
+  Document out;
+  bool is_job = (api == "tessera.io/v1" && kind == "Job") ||
+                (api == "batch.volcano.sh/v1alpha1" && kind == "Job") ||
+                (api == "apps/v1" && kind == "Deployment") ||
+                (api == "batch/v1" && kind == "Job") || (api == "v1" && kind == "Pod");
+  Meta meta;
+  TESSERA_RETURN_IF_ERROR(ReadMetadata(top, meta, !is_job));
+  if (api == "tessera.io/v1" && kind == "Job") {
+    auto s = TesseraJob(top, meta);
+    if (!s.ok()) return s.status();
+    out.job = std::move(*s);
+  } else if (api == "batch.volcano.sh/v1alpha1" && kind == "Job") {
+    auto s = VolcanoJob(doc, top, meta);
+    if (!s.ok()) return s.status();
+    out.job = std::move(*s);
+  } else if (is_job) {
+    auto s = KubeWorkload(kind, top, meta);
+    if (!s.ok()) return s.status();
+    out.job = std::move(*s);
+  } else if ((api == "scheduling.volcano.sh/v1beta1" || api == "tessera.io/v1") &&
+             kind == "Queue") {
+    out.kind = Document::Kind::kQueue;
+    if (api == "tessera.io/v1") {
+      const Json* spec = top.Get("spec");
+      Json q = spec ? *spec : Json::object();
+      if (!q.is_object()) return TypeError("spec", "an object", q);
+      if (q.contains("name")) return InvalidArgument("spec.name: the name is metadata.name");
+      q["name"] = meta.name;
+      auto parsed = QueueFromJson(q, "spec");
+      if (!parsed.ok()) return parsed.status();
+      out.queue = *parsed;
+    } else {
+      auto q = VolcanoQueue(top, meta);
+      if (!q.ok()) return q.status();
+      out.queue = *q;
+    }
+  } else if ((api == "scheduling.k8s.io/v1" || api == "tessera.io/v1") && kind == "PriorityClass") {
+    out.kind = Document::Kind::kPriorityClass;
+    auto pc = KubePriorityClass(top, meta);
+    if (!pc.ok()) return pc.status();
+    out.priority_class = *pc;
+  } else {
+    return InvalidArgument(
+        "kind: unsupported \"" + api + " " + kind +
+        "\" (tessera.io/v1 Job|Queue|PriorityClass, batch.volcano.sh/v1alpha1 Job, "
+        "scheduling.volcano.sh/v1beta1 Queue, scheduling.k8s.io/v1 PriorityClass, "
+        "apps/v1 Deployment, batch/v1 Job, v1 Pod, or an #SBATCH script)");
+  }
+  if (out.kind == Document::Kind::kJob) {
+    // Tessera's own shape allows a missing name (the server generates one); Kubernetes's does not.
+    if (api != "tessera.io/v1" && meta.name.empty())
+      return InvalidArgument("metadata.name: required");
+    TESSERA_RETURN_IF_ERROR(CheckName(out.job.job.queue, "spec.queue"));
+    out.job.job.allocations.assign(out.job.job.TaskCount(), std::nullopt);
+    while (out.job.templates.size() < out.job.job.groups.size()) out.job.templates.emplace_back();
+  }
+  TESSERA_RETURN_IF_ERROR(top.Finish());
+  return out;
+}
+
+StatusOr<std::vector<Document>> ParseDocuments(const std::string& text) {
+  TESSERA_RETURN_IF_ERROR(CheckText(text));
+  std::vector<Document> out;
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return InvalidArgument("body: empty document");
+  if (text.compare(first, 2, "#!") == 0 || text.compare(first, 7, "#SBATCH") == 0) {
+    auto s = ParseSbatchScript(text);
+    if (!s.ok()) return s.status();
+    Document d;
+    d.job = std::move(*s);
+    out.push_back(std::move(d));
+    return out;
+  }
+  // Split on `---` lines (YAML document markers).
+  std::vector<std::string> parts;
+  std::string cur;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::string t = line;
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\r' || t.back() == '\t')) t.pop_back();
+    if (t == "---" || t.rfind("--- ", 0) == 0) {
+      parts.push_back(cur);
+      cur.clear();
+      continue;
+    }
+    cur += line;
+    cur += '\n';
+  }
+  parts.push_back(cur);
+  std::vector<std::string> docs;
+  for (auto& p : parts)
+    if (p.find_first_not_of(" \t\r\n") != std::string::npos) {
+      // A part with only comments is empty too.
+      bool content = false;
+      std::istringstream pin(p);
+      while (std::getline(pin, line)) {
+        size_t k = line.find_first_not_of(" \t\r");
+        if (k != std::string::npos && line[k] != '#') content = true;
+      }
+      if (content) docs.push_back(p);
+    }
+  if (docs.empty()) return InvalidArgument("body: empty document");
+  if (docs.size() > 1000) return InvalidArgument("body: more than 1000 documents");
+  for (size_t i = 0; i < docs.size(); ++i) {
+    std::string ctx = docs.size() > 1 ? "document[" + std::to_string(i) + "]" : "";
+    auto json = ParseYaml(docs[i]);
+    if (!json.ok()) return ctx.empty() ? json.status() : json.status().WithContext(ctx);
+    auto d = ParseDocument(*json);
+    if (!d.ok()) return ctx.empty() ? d.status() : d.status().WithContext(ctx);
+    out.push_back(std::move(*d));
+  }
+  return out;
+}
+
+// ---- sbatch ----
+
+namespace {
+
+StatusOr<int64_t> SlurmTime(const std::string& v, const std::string& path) {
+  // minutes | minutes:seconds | hours:minutes:seconds | days-hours[:minutes[:seconds]]
+  int64_t days = 0;
+  std::string rest = v;
+  auto dash = v.find('-');
+  std::vector<int64_t> parts;
+  auto num = [&](const std::string& s) -> std::optional<int64_t> {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    return std::stoll(s);
+  };
+  if (v == "UNLIMITED" || v == "infinite") return int64_t{0};
+  if (dash != std::string::npos) {
+    auto d = num(v.substr(0, dash));
+    if (!d) return InvalidArgument(path + ": bad time \"" + v + "\"");
+    days = *d;
+    rest = v.substr(dash + 1);
+  }
+  std::stringstream ss(rest);
+  std::string p;
+  while (std::getline(ss, p, ':')) {
+    auto x = num(p);
+    if (!x)
+      return InvalidArgument(path + ": bad time \"" + v +
+                             "\" (minutes, MM:SS, HH:MM:SS or D-HH:MM:SS)");
+    parts.push_back(*x);
+  }
+  if (parts.empty() || parts.size() > 3) return InvalidArgument(path + ": bad time \"" + v + "\"");
+  int64_t secs = 0;
+  if (dash != std::string::npos) {
+    // days-hours[:minutes[:seconds]]
+    static const int64_t mult[] = {3600, 60, 1};
+    for (size_t i = 0; i < parts.size(); ++i) secs += parts[i] * mult[i];
+  } else if (parts.size() == 1) {
+    secs = parts[0] * 60;
+  } else if (parts.size() == 2) {
+    secs = parts[0] * 60 + parts[1];
+  } else {
+    secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
+  }
+  return days * 86400 + secs;
+}
+
+StatusOr<int32_t> PositiveInt(const std::string& v, const std::string& path) {
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+    return InvalidArgument(path + ": expected a positive integer, got \"" + v + "\"");
+  int32_t x = static_cast<int32_t>(std::stol(v));
+  if (x < 1) return InvalidArgument(path + ": must be >= 1, got " + v);
+  return x;
+}
+
+}  // namespace
+
+StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
+  JobSpec s;
+  s.source = "sbatch";
+  s.job.queue = "default";
+  int32_t nodes = 1, ntasks = 0, per_node = 0, cpus_per_task = 1, gpus_per_node = 0;
+  std::string gpu_type;
+  int64_t mem = 0;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.rfind("#SBATCH", 0) != 0) continue;
+    std::string path = "line " + std::to_string(lineno);
+    std::istringstream words(line.substr(7));
+    std::vector<std::string> args;
+    std::string w;
+    while (words >> w) {
+      if (w[0] == '#') break;  // trailing comment
+      args.push_back(w);
+    }
+    for (size_t i = 0; i < args.size(); ++i) {
+      std::string opt = args[i], val;
+      auto eq = opt.find('=');
+      bool long_opt = opt.rfind("--", 0) == 0;
+      if (long_opt && eq != std::string::npos) {
+        val = opt.substr(eq + 1);
+        opt = opt.substr(0, eq);
+      } else if (!long_opt && opt.size() > 2 && opt[0] == '-') {
+        val = opt.substr(2);  // -N2
+        opt = opt.substr(0, 2);
+      }
+      static const char* kNoValue[] = {"--exclusive", "--requeue", "--no-requeue", "--hold"};
+      bool flag = std::find_if(std::begin(kNoValue), std::end(kNoValue),
+                               [&](const char* f) { return opt == f; }) != std::end(kNoValue);
+      if (!flag && val.empty()) {
+        if (i + 1 >= args.size()) return InvalidArgument(path + ": " + opt + ": needs a value");
+        val = args[++i];
+      }
+      std::string p = path + ": " + opt;
+      if (opt == "-J" || opt == "--job-name") {
+        TESSERA_RETURN_IF_ERROR(CheckName(val, p));
+        s.job.id = val;
+      } else if (opt == "-p" || opt == "--partition") {
+        TESSERA_RETURN_IF_ERROR(CheckName(val, p));
+        s.job.queue = val;
+      } else if (opt == "-q" || opt == "--qos") {
+        s.job.priority_class = val;
+      } else if (opt == "-N" || opt == "--nodes") {
+        auto x = PositiveInt(val, p);
+        if (!x.ok()) return x.status();
+        nodes = *x;
+      } else if (opt == "-n" || opt == "--ntasks") {
+        auto x = PositiveInt(val, p);
+        if (!x.ok()) return x.status();
+        ntasks = *x;
+      } else if (opt == "--ntasks-per-node") {
+        auto x = PositiveInt(val, p);
+        if (!x.ok()) return x.status();
+        per_node = *x;
+      } else if (opt == "-c" || opt == "--cpus-per-task") {
+        auto x = PositiveInt(val, p);
+        if (!x.ok()) return x.status();
+        cpus_per_task = *x;
+      } else if (opt == "--mem") {
+        std::string q = val;
+        if (!q.empty() && std::isalpha(static_cast<unsigned char>(q.back()))) {
+          char u = static_cast<char>(std::toupper(static_cast<unsigned char>(q.back())));
+          q.pop_back();
+          q += u == 'K' ? "Ki" : u == 'M' ? "Mi" : u == 'G' ? "Gi" : u == 'T' ? "Ti" : "?";
+        } else {
+          q += "Mi";  // Slurm's default unit is megabytes
+        }
+        auto b = ParseByteQuantity(q);
+        if (!b.ok()) return InvalidArgument(p + ": bad memory \"" + val + "\" (e.g. 64G, 512M)");
+        mem = *b;
+      } else if (opt == "-t" || opt == "--time") {
+        auto t = SlurmTime(val, p);
+        if (!t.ok()) return t.status();
+        if (*t > 0) s.job.runtime_estimate_seconds = *t;
+      } else if (opt == "--gres" || opt == "--gpus-per-node") {
+        // --gres=gpu[:type]:N ; --gpus-per-node=[type:]N
+        std::vector<std::string> f;
+        std::stringstream ss(val);
+        std::string x;
+        while (std::getline(ss, x, ':')) f.push_back(x);
+        if (opt == "--gres") {
+          if (f.empty() || f[0] != "gpu")
+            return InvalidArgument(p + ": only gpu resources are supported, got \"" + val + "\"");
+          f.erase(f.begin());
+        }
+        if (f.empty() || f.size() > 2)
+          return InvalidArgument(p + ": expected gpu[:type]:N, got \"" + val + "\"");
+        auto n = PositiveInt(f.back(), p);
+        if (!n.ok()) return n.status();
+        gpus_per_node = *n;
+        if (f.size() == 2) gpu_type = f[0];
+      } else if (opt == "-o" || opt == "--output" || opt == "-e" || opt == "--error" ||
+                 opt == "-A" || opt == "--account" || opt == "--mail-type" ||
+                 opt == "--mail-user" || opt == "-D" || opt == "--chdir" || flag) {
+        if (opt == "-D" || opt == "--chdir")
+          s.templates.resize(1), s.templates[0].working_dir = val;
+        // accepted; not used by the scheduler
+      } else {
+        return InvalidArgument(
+            p +
+            ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
+            "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, "
+            "-o, -e, -A, -D)");
+      }
+    }
+  }
+  if (ntasks == 0) ntasks = per_node > 0 ? per_node * nodes : nodes;
+  if (ntasks % nodes != 0)
+    return InvalidArgument("--ntasks: " + std::to_string(ntasks) +
+                           " tasks do not divide evenly over " + std::to_string(nodes) + " nodes");
+  if (per_node > 0 && per_node * nodes != ntasks)
+    return InvalidArgument("--ntasks-per-node: " + std::to_string(per_node) + " x " +
+                           std::to_string(nodes) + " nodes != --ntasks " + std::to_string(ntasks));
+  per_node = ntasks / nodes;
+  // One Tessera task per Slurm node, holding all of that node's Slurm tasks; the gang is every
+  // node.
+  TaskGroup g;
+  g.name = "node";
+  g.replicas = nodes;
+  g.request.cpu_milli = int64_t{1000} * cpus_per_task * per_node;
+  g.request.memory_bytes = mem;
+  if (gpus_per_node > 0) {
+    g.request.gpu.kind = GpuRequestKind::kWhole;
+    g.request.gpu.count = gpus_per_node;
+    if (!gpu_type.empty()) {
+      // Slurm types are lower-case model names ("a100"); match any memory variant.
+      std::string up = gpu_type;
+      for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      g.request.gpu.models = {up, up + "-40GB", up + "-80GB"};
+      if (up == "H200") g.request.gpu.models = {"H200-141GB"};
+    }
+  }
+  s.job.groups.push_back(g);
+  s.job.min_available = nodes;
+  s.job.allocations.assign(nodes, std::nullopt);
+  s.templates.resize(1);
+  s.templates[0].command = {"/bin/bash", "-c", text};
+  s.templates[0].env["SLURM_NTASKS"] = std::to_string(ntasks);
+  s.templates[0].env["SLURM_NNODES"] = std::to_string(nodes);
+  s.restart.on_failure = FailureAction::kFailJob;
+  s.restart.on_eviction = FailureAction::kRestartJob;  // Slurm's --requeue default for preemption
+  return s;
+}
+
+// ---- storage shape ----
+
+Json RestartPolicyToJson(const RestartPolicy& r) {
+  Json j = Json::object();
+  j["onFailure"] = FailureActionName(r.on_failure);
+  j["onEviction"] = FailureActionName(r.on_eviction);
+  j["maxRetries"] = r.max_retries;
+  if (r.complete_on_task_completed) j["completeOnTaskCompleted"] = true;
+  return j;
+}
+
+Json JobSpecToJson(const JobSpec& s) {
+  Json j = Json::object();
+  Job bare = s.job;
+  bare.allocations.assign(bare.TaskCount(), std::nullopt);
+  bare.start_time = -1;
+  j["job"] = JobToJson(bare);
+  Json t = Json::array();
+  for (const auto& tt : s.templates) {
+    Json x = Json::object();
+    x["command"] = tt.command;
+    if (!tt.env.empty()) x["env"] = tt.env;
+    if (!tt.working_dir.empty()) x["workingDir"] = tt.working_dir;
+    if (!tt.image.empty()) x["image"] = tt.image;
+    t.push_back(x);
+  }
+  j["templates"] = t;
+  j["restartPolicy"] = RestartPolicyToJson(s.restart);
+  j["source"] = s.source;
+  if (s.service) j["service"] = true;
+  if (!s.labels.empty()) j["labels"] = s.labels;
+  if (!s.annotations.empty()) j["annotations"] = s.annotations;
+  return j;
+}
+
+StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
+  JobSpec s;
+  ObjectReader r(v, path);
+  const Json* job = r.Get("job");
+  if (job == nullptr) return InvalidArgument(r.Path("job") + ": required");
+  auto j = JobFromJson(*job, r.Path("job"));
+  if (!j.ok()) return j.status();
+  s.job = std::move(*j);
+  TESSERA_RETURN_IF_ERROR(
+      ForEach(r.Get("templates"), r.Path("templates"), [&](const Json& t, const std::string& p) {
+        TaskTemplate tt;
+        ObjectReader tr(t, p);
+        TESSERA_RETURN_IF_ERROR(tr.StringList("command", tt.command));
+        TESSERA_RETURN_IF_ERROR(tr.StringMap("env", tt.env));
+        TESSERA_RETURN_IF_ERROR(tr.String("workingDir", tt.working_dir));
+        TESSERA_RETURN_IF_ERROR(tr.String("image", tt.image));
+        s.templates.push_back(std::move(tt));
+        return tr.Finish();
+      }));
+  if (const Json* rp = r.Get("restartPolicy")) {
+    ObjectReader pr(*rp, r.Path("restartPolicy"));
+    std::string f, e;
+    TESSERA_RETURN_IF_ERROR(pr.String("onFailure", f));
+    TESSERA_RETURN_IF_ERROR(pr.String("onEviction", e));
+    TESSERA_RETURN_IF_ERROR(pr.Int32("maxRetries", s.restart.max_retries, false, -1));
+    TESSERA_RETURN_IF_ERROR(
+        pr.Bool("completeOnTaskCompleted", s.restart.complete_on_task_completed));
+    TESSERA_RETURN_IF_ERROR(pr.Finish());
+    s.restart.on_failure = f == "RestartJob" ? FailureAction::kRestartJob : FailureAction::kFailJob;
+    s.restart.on_eviction = e == "FailJob" ? FailureAction::kFailJob : FailureAction::kRestartJob;
+  }
+  TESSERA_RETURN_IF_ERROR(r.String("source", s.source));
+  TESSERA_RETURN_IF_ERROR(r.Bool("service", s.service));
+  TESSERA_RETURN_IF_ERROR(r.StringMap("labels", s.labels));
+  TESSERA_RETURN_IF_ERROR(r.StringMap("annotations", s.annotations));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  while (s.templates.size() < s.job.groups.size()) s.templates.emplace_back();
+  return s;
+}
+
+}  // namespace tessera::spec

@@ -1,0 +1,87 @@
+// Spec: user documents -> the server's job, queue and priority-class values.
+//
+// Accepted, each UNCHANGED as users write them (docs/api.md lists every field):
+//   tessera.io/v1 Job | Queue | PriorityClass      Tessera's own shape (model/codec.h)
+//   batch.volcano.sh/v1alpha1 Job                 gang jobs: minAvailable, queue, tasks, policies
+//   scheduling.volcano.sh/v1beta1 Queue           weight, capability, guarantee, reclaimable
+//   scheduling.k8s.io/v1 PriorityClass            value, preemptionPolicy, globalDefault
+//   apps/v1 Deployment                            an inference service (replicas restart forever)
+//   batch/v1 Job, v1 Pod                          batch work; nvidia.com/mig-* limits
+//   #!/bin/bash + #SBATCH directives              --gres=gpu:N, -N, --ntasks, --time, -p, --qos
+// A text may hold several YAML documents separated by `---`. Reading is strict: an unknown
+// or invalid field is an InvalidArgument naming its path ("spec.tasks[0].template.spec.
+// containers[0].resources.limits.cpu: must not be negative, got -1"). Stateless; thread-safe.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/codec.h"
+#include "model/job.h"
+#include "model/queue.h"
+
+namespace tessera::spec {
+
+// What happens when a task fails or a job loses tasks it did not choose to lose.
+enum class FailureAction {
+  kFailJob,     // the job ends Failed (Volcano AbortJob / TerminateJob, restartPolicy Never)
+  kRestartJob,  // every task stops, the job requeues as a new attempt (Volcano RestartJob)
+};
+const char* FailureActionName(FailureAction a);
+
+struct RestartPolicy {
+  FailureAction on_failure = FailureAction::kFailJob;      // a task exits non-zero
+  FailureAction on_eviction = FailureAction::kRestartJob;  // preempted, or its node was lost
+  int32_t max_retries = 0;                  // attempts after the first; -1 = unlimited (services)
+  bool complete_on_task_completed = false;  // Volcano TaskCompleted -> CompleteJob
+  friend bool operator==(const RestartPolicy&, const RestartPolicy&) = default;
+};
+
+// How to run one task group's processes (the agent runs processes, not containers).
+struct TaskTemplate {
+  std::vector<std::string> command;  // argv; empty: nothing to run (the agent reports failure)
+  std::map<std::string, std::string> env;
+  std::string working_dir;
+  std::string image;  // informational: Kubernetes documents name one
+  friend bool operator==(const TaskTemplate&, const TaskTemplate&) = default;
+};
+
+struct JobSpec {
+  Job job;  // id = metadata.name ("" when the server must generate one); no running state
+  std::vector<TaskTemplate> templates;  // one per job.groups entry
+  RestartPolicy restart;
+  std::string source;    // "tessera.io/v1 Job", "batch.volcano.sh/v1alpha1 Job", "sbatch", ...
+  bool service = false;  // long-running (Deployment): never "succeeds"
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+};
+
+struct Document {
+  enum class Kind { kJob, kQueue, kPriorityClass };
+  Kind kind = Kind::kJob;
+  JobSpec job;
+  Queue queue;
+  PriorityClass priority_class;
+};
+
+// Limits on hostile input, checked before any parser runs.
+inline constexpr size_t kMaxNesting = 64;
+
+// Rejects text that is not UTF-8 or nests deeper than kMaxNesting (by brackets, indentation
+// or `- - -` sequences), before a recursive parser could be pushed off its stack.
+Status CheckText(const std::string& text);
+
+// Parses every document of a text (YAML/JSON, possibly `---`-separated, or an sbatch
+// script). Document i's errors are prefixed "document[i]: " when there are several.
+StatusOr<std::vector<Document>> ParseDocuments(const std::string& text);
+StatusOr<Document> ParseDocument(const Json& doc);
+StatusOr<JobSpec> ParseSbatchScript(const std::string& text);
+
+// Server storage shape of a JobSpec (canonical JSON; FromJson is strict).
+Json JobSpecToJson(const JobSpec& spec);
+StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path);
+Json RestartPolicyToJson(const RestartPolicy& r);
+
+}  // namespace tessera::spec

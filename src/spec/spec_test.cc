@@ -1,0 +1,236 @@
+#include "spec/spec.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace tessera::spec {
+namespace {
+
+std::string SeedFile(const std::string& name) {
+  const char* root = std::getenv("TESSERA_SOURCE_DIR");
+  std::ifstream in(std::string(root ? root : ".") + "/examples/seed/" + name);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Spec, SeedDocumentsParseUnchanged) {
+  struct Case {
+    const char* file;
+    size_t docs;
+  } cases[] = {{"priority-classes.yaml", 3},
+               {"queues.yaml", 4},
+               {"training-gang.yaml", 1},
+               {"debug-fill.yaml", 1},
+               {"inference-deployment.yaml", 1},
+               {"batch-job.yaml", 1},
+               {"mig-pod.yaml", 1},
+               {"train.sbatch", 1}};
+  for (const auto& c : cases) {
+    std::string text = SeedFile(c.file);
+    ASSERT_FALSE(text.empty()) << c.file;
+    auto docs = ParseDocuments(text);
+    ASSERT_TRUE(docs.ok()) << c.file << ": " << docs.status().ToString();
+    EXPECT_EQ(docs->size(), c.docs) << c.file;
+  }
+}
+
+TEST(Spec, VolcanoGangMapsToJob) {
+  auto docs = ParseDocuments(SeedFile("training-gang.yaml"));
+  ASSERT_TRUE(docs.ok());
+  const JobSpec& s = (*docs)[0].job;
+  EXPECT_EQ(s.job.id, "llama-finetune");
+  EXPECT_EQ(s.job.queue, "training");
+  EXPECT_EQ(s.job.priority_class, "p1-training");
+  EXPECT_EQ(s.job.min_available, 4);
+  ASSERT_EQ(s.job.groups.size(), 1u);
+  EXPECT_EQ(s.job.groups[0].replicas, 4);
+  EXPECT_EQ(s.job.groups[0].request.cpu_milli, 8000);
+  EXPECT_EQ(s.job.groups[0].request.memory_bytes, int64_t{64} << 30);
+  EXPECT_EQ(s.job.groups[0].request.gpu.kind, GpuRequestKind::kWhole);
+  EXPECT_EQ(s.job.groups[0].request.gpu.count, 2);
+  EXPECT_EQ(s.job.affinity.preferred.size(), 1u);
+  EXPECT_EQ(s.restart.on_eviction, FailureAction::kRestartJob);
+  EXPECT_EQ(s.restart.on_failure, FailureAction::kRestartJob);
+  EXPECT_EQ(s.restart.max_retries, 3);
+  ASSERT_EQ(s.templates.size(), 1u);
+  EXPECT_EQ(s.templates[0].command.front(), "torchrun");
+  EXPECT_EQ(s.templates[0].command.back(), "3");
+  EXPECT_EQ(s.templates[0].env.at("NCCL_DEBUG"), "WARN");
+}
+
+TEST(Spec, KubernetesWorkloads) {
+  auto dep = ParseDocuments(SeedFile("inference-deployment.yaml"));
+  ASSERT_TRUE(dep.ok());
+  const JobSpec& d = (*dep)[0].job;
+  EXPECT_TRUE(d.service);
+  EXPECT_EQ(d.job.queue, "inference");
+  EXPECT_EQ(d.job.priority_class, "p0-production-inference");
+  EXPECT_EQ(d.job.groups[0].replicas, 2);
+  EXPECT_EQ(d.job.min_available, 1);
+  EXPECT_EQ(d.job.groups[0].request.cpu_milli, 4000);  // requests win over limits for cpu
+  EXPECT_EQ(d.restart.max_retries, -1);
+
+  auto mig = ParseDocuments(SeedFile("mig-pod.yaml"));
+  ASSERT_TRUE(mig.ok());
+  const GpuRequest& g = (*mig)[0].job.job.groups[0].request.gpu;
+  EXPECT_EQ(g.kind, GpuRequestKind::kMig);
+  EXPECT_EQ(g.mig_profile, "1g.10gb");
+  EXPECT_EQ(g.count, 1);
+  EXPECT_EQ((*mig)[0].job.restart.on_failure, FailureAction::kFailJob);
+
+  auto bj = ParseDocuments(SeedFile("batch-job.yaml"));
+  ASSERT_TRUE(bj.ok());
+  EXPECT_EQ((*bj)[0].job.restart.max_retries, 2);
+  EXPECT_EQ((*bj)[0].job.source, "batch/v1 Job");
+}
+
+TEST(Spec, QueuesAndPriorityClasses) {
+  auto q = ParseDocuments(SeedFile("queues.yaml"));
+  ASSERT_TRUE(q.ok());
+  const Queue& training = (*q)[2].queue;
+  EXPECT_EQ(training.name, "training");
+  EXPECT_EQ(training.weight, 3);
+  EXPECT_EQ(training.guarantee.gpu_milli, 8000);
+  ASSERT_TRUE(training.limit.has_value());
+  EXPECT_EQ(training.limit->gpu_milli, 16000);
+  auto pcs = ParseDocuments(SeedFile("priority-classes.yaml"));
+  ASSERT_TRUE(pcs.ok());
+  EXPECT_EQ((*pcs)[0].priority_class.value, 1000000);
+  EXPECT_FALSE((*pcs)[2].priority_class.preempt_lower);
+  EXPECT_TRUE((*pcs)[2].priority_class.global_default);
+}
+
+TEST(Spec, SbatchDirectives) {
+  auto s = ParseDocuments(SeedFile("train.sbatch"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const JobSpec& j = (*s)[0].job;
+  EXPECT_EQ(j.job.id, "resnet-sweep");
+  EXPECT_EQ(j.job.queue, "training");
+  EXPECT_EQ(j.job.priority_class, "p1-training");
+  EXPECT_EQ(j.job.groups[0].replicas, 2);              // -N 2: one task per node
+  EXPECT_EQ(j.job.groups[0].request.cpu_milli, 8000);  // 2 tasks/node x 4 cpus
+  EXPECT_EQ(j.job.groups[0].request.gpu.count, 2);
+  EXPECT_EQ(j.job.min_available, 2);
+  EXPECT_EQ(j.job.runtime_estimate_seconds, 7200);
+  EXPECT_EQ(j.job.groups[0].request.memory_bytes, int64_t{64} << 30);
+  EXPECT_EQ(j.templates[0].command[0], "/bin/bash");
+}
+
+TEST(Spec, TesseraOwnShapeRoundTrips) {
+  const char* doc = R"(
+apiVersion: tessera.io/v1
+kind: Job
+metadata: {name: t1}
+spec:
+  queue: training
+  minAvailable: 2
+  restartPolicy: {onFailure: RestartJob, maxRetries: 2}
+  tasks:
+    - name: w
+      replicas: 2
+      resources: {cpu: 2, memory: 4Gi, nvidia.com/gpu: 1}
+      command: [python3, train.py]
+      env: {A: "1"}
+)";
+  auto d = ParseDocuments(doc);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const JobSpec& s = (*d)[0].job;
+  EXPECT_EQ(s.templates[0].command.size(), 2u);
+  EXPECT_EQ(s.restart.max_retries, 2);
+  auto back = JobSpecFromJson(JobSpecToJson(s), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(JobSpecToJson(*back).dump(), JobSpecToJson(s).dump());
+  EXPECT_EQ(back->templates[0], s.templates[0]);
+  EXPECT_EQ(back->restart, s.restart);
+}
+
+TEST(Spec, RejectsWithFieldPaths) {
+  struct Case {
+    const char* name;
+    std::string text;
+    const char* want;
+  } cases[] = {
+      {"negative cpu",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    "
+       "resources:\n"
+       "      limits: {cpu: -1}\n",
+       "spec.containers[0].resources.limits.cpu"},
+      {"unknown pod field",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c}]\n  bogus: "
+       "1\n",
+       "spec.bogus: unknown field"},
+      {"unknown container field",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, colour: "
+       "red}]\n",
+       "spec.containers[0].colour: unknown field"},
+      {"unknown volcano task field",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n  "
+       "- replicas: 1\n"
+       "    extra: 2\n    template: {spec: {containers: [{name: c}]}}\n",
+       "spec.tasks[0].extra: unknown field"},
+      {"bad policy action",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  policies: "
+       "[{event: PodEvicted, "
+       "action: Explode}]\n  tasks: [{replicas: 1, template: {spec: {containers: [{name: c}]}}}]\n",
+       "spec.policies[0].action: unknown action \"Explode\""},
+      {"minAvailable too big",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  "
+       "minAvailable: 5\n"
+       "  tasks: [{replicas: 1, template: {spec: {containers: [{name: c}]}}}]\n",
+       "spec.minAvailable"},
+      {"unknown kind", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "kind: unsupported"},
+      {"missing name", "apiVersion: v1\nkind: Pod\nspec: {containers: [{name: c}]}\n",
+       "metadata.name: required"},
+      {"bad name",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: \"a/b\"}\nspec: {containers: [{name: c}]}\n",
+       "metadata.name"},
+      {"unknown resource",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    "
+       "resources:\n"
+       "      limits: {amd.com/gpu: 1}\n",
+       "amd.com/gpu: unknown resource"},
+      {"server-owned field",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: x}\nspec: {running: [], tasks: "
+       "[{}]}\n",
+       "spec.running: set by the server"},
+      {"sbatch unknown directive", "#!/bin/bash\n#SBATCH --frobnicate=3\necho\n",
+       "line 2: --frobnicate"},
+      {"sbatch bad gres", "#!/bin/bash\n#SBATCH --gres=gpu:-1\n", "line 2: --gres"},
+      {"sbatch bad time", "#!/bin/bash\n#SBATCH --time=soon\n", "bad time"},
+      {"bad utf8", std::string("apiVersion: v1\nkind: Pod\nmetadata: {name: \"\xff\xfe\"}\n"),
+       "not valid UTF-8"},
+      {"deep flow nesting", std::string(200, '[') + std::string(200, ']'), "nests deeper"},
+      {"deep block nesting",
+       [] {
+         std::string s;
+         for (int i = 0; i < 150; ++i) s += std::string(i * 2, ' ') + "k:\n";
+         return s;
+       }(),
+       "nests deeper"},
+      {"dash nesting",
+       [] {
+         std::string s;
+         for (int i = 0; i < 200; ++i) s += "- ";
+         return s + "x\n";
+       }(),
+       "nests deeper"},
+      {"empty", "  \n# only a comment\n", "empty document"},
+      {"multi-doc error names document",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n"
+       "---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: []}\n",
+       "document[1]: spec.containers"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseDocuments(c.text);
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.name;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << c.name << ": got \"" << r.status().message() << "\", want \"" << c.want << "\"";
+  }
+}
+
+}  // namespace
+}  // namespace tessera::spec
