@@ -886,7 +886,8 @@ Json PlanToJson(const Plan& plan) {
     Json x = Json::object();
     x["job"] = b.job;
     x["task"] = b.task;
-    for (auto& [k, v] : AllocationToJson(b.allocation).items()) x[k] = v;
+    const Json alloc = AllocationToJson(b.allocation);  // a named value: items() must not outlive it
+    for (auto& [k, v] : alloc.items()) x[k] = v;
     j["bindings"].push_back(x);
   }
   j["evictions"] = Json::array();
