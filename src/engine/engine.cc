@@ -1,37 +1,59 @@
-// Placeholder until the real actions land: every pending job is reported, none placed.
 #include "engine/engine.h"
+
+#include <algorithm>
+
+#include "engine/engine_impl.h"
+#include "engine/plugins/registry.h"
 
 namespace tessera {
 
-StatusOr<EngineConfig> ParseEngineConfig(const Json& doc) { return DefaultEngineConfig(); }
-StatusOr<EngineConfig> LoadEngineConfig(const std::string& path) {
-  auto doc = LoadYamlFile(path);
-  if (!doc.ok()) return doc.status();
-  return ParseEngineConfig(*doc);
+StatusOr<std::unique_ptr<Engine>> EngineImpl::Build(const EngineConfig& config) {
+  auto e = std::make_unique<EngineImpl>();
+  for (size_t i = 0; i < config.actions.size(); ++i) {
+    const std::string& a = config.actions[i];
+    if (a == "enqueue")
+      e->actions.push_back(Action::kEnqueue);
+    else if (a == "allocate")
+      e->actions.push_back(Action::kAllocate);
+    else if (a == "preempt")
+      e->actions.push_back(Action::kPreempt);
+    else if (a == "reclaim")
+      e->actions.push_back(Action::kReclaim);
+    else if (a == "backfill")
+      e->actions.push_back(Action::kBackfill);
+    else
+      return InvalidArgument("actions[" + std::to_string(i) + "]: unknown action \"" + a + "\"");
+  }
+  for (size_t ti = 0; ti < config.tiers.size(); ++ti) {
+    for (size_t pi = 0; pi < config.tiers[ti].size(); ++pi) {
+      const auto& pc = config.tiers[ti][pi];
+      std::string path = "tiers[" + std::to_string(ti) + "].plugins[" + std::to_string(pi) + "]";
+      auto made = MakePlugin(pc.name, pc.arguments, path);
+      if (!made.ok()) return made.status();
+      PluginInstance& p = *made;
+      auto on = [&](const char* sw) {
+        auto it = pc.switches.find(sw);
+        return it == pc.switches.end() || it->second;
+      };
+      if (p.order && on("JobOrder")) e->orders.push_back(p.order);
+      if (p.filter && on("Predicate")) e->filters.push_back(p.filter);
+      if (p.score && on("NodeOrder") && p.score_weight > 0)
+        e->scores.push_back({p.score, p.score_weight, p.name});
+      if (on("QueueOrder")) {
+        e->queue_drf |= p.queue_drf;
+        e->queue_proportion |= p.queue_proportion;
+      }
+    }
+  }
+  for (size_t i = 0; i < e->scores.size(); ++i) e->device_choosers.push_back(i);
+  std::stable_sort(e->device_choosers.begin(), e->device_choosers.end(),
+                   [&](size_t a, size_t b) { return e->scores[a].weight > e->scores[b].weight; });
+  e->typical = config.typical_requests;
+  return std::unique_ptr<Engine>(std::move(e));
 }
-EngineConfig DefaultEngineConfig() { return EngineConfig{}; }
-
-namespace {
-class NullEngine : public Engine {
- public:
-  Plan Cycle(const Snapshot& snapshot, int64_t now, Rng& rng) const override {
-    Plan plan;
-    plan.now = now;
-    for (const Job& j : snapshot.jobs)
-      if (j.RunningTasks() == 0)
-        plan.decisions.push_back({j.id, Outcome::kUnschedulable, {"NotImplemented", "engine not built yet", "", {}}});
-    return plan;
-  }
-  Plan Cycle(ClusterState& state, int64_t now, Rng& rng) const override {
-    Plan plan;
-    plan.now = now;
-    return plan;
-  }
-};
-}  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
-  return std::unique_ptr<Engine>(new NullEngine());
+  return EngineImpl::Build(config);
 }
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 // An Engine is immutable after Create() and may be shared by threads; Cycle() is const.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ struct EngineConfig {
   struct PluginConfig {
     std::string name;
     Json arguments = Json::object();
+    // Volcano's per-plugin switches (enableJobOrder, enableNodeOrder, enablePredicate,
+    // enableQueueOrder, ...): name without the enable/enabled prefix -> value.
+    std::map<std::string, bool> switches;
   };
   std::vector<std::vector<PluginConfig>> tiers;  // plugins in tiers, as in Volcano
   // The workload's typical requests for fragmentation-aware scoring; empty = learn them

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,7 +52,44 @@ struct NodeState {
   int32_t FreeMigInstances(const std::string& profile) const;
 };
 
-// Task shape key for NodeState::gpu_task_shapes.
-int32_t GpuShapeOf(const TaskRequest& r);
+// Shape key of an allocation for NodeState::gpu_task_shapes: GPUs held, 0 = a fraction,
+// -1 = MIG; nullopt for CPU-only.
+std::optional<int32_t> GpuShapeOf(const TaskAllocation& a);
+
+// A filter's verdict on one node for one task. An empty reason means the node passes.
+struct FilterVerdict {
+  // What the user reads, in kube-scheduler words: "Insufficient nvidia.com/gpu",
+  // "node(s) had untolerated taint {gpu: true}", "node(s) didn't match Pod's node
+  // affinity/selector", "node(s) were unschedulable", ...
+  std::string reason;
+  // The resource at fault for Insufficient* verdicts ("cpu", "memory", "nvidia.com/gpu",
+  // "nvidia.com/mig-1g.10gb", "tessera.io/gpu-milli"); "" otherwise.
+  std::string resource;
+  bool ok() const { return reason.empty(); }
+  static FilterVerdict Pass() { return {}; }
+  static FilterVerdict Fail(std::string reason, std::string resource = "") {
+    return {std::move(reason), std::move(resource)};
+  }
+};
+
+// ---- resource arithmetic shared by the engine and by plugins ----
+
+// True if device `d` of `node` may serve `r` at all: healthy, model allowed, MIG mode
+// matching the request kind.
+bool DeviceMatches(const TaskRequest& r, const NodeState& node, int32_t d);
+// Whether `r` fits the node's free capacity (CPU, memory, devices). On failure the verdict
+// names the resource: "Insufficient nvidia.com/gpu", "Insufficient cpu", ...
+FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node);
+// The engine's default device choice (see docs/engine.md); false if it does not fit.
+bool DefaultDevices(const TaskRequest& r, const NodeState& node,
+                    std::vector<DeviceAssignment>& out);
+// True if `devices` is a valid choice for `r` on `node` now.
+bool ValidDevices(const TaskRequest& r, const NodeState& node,
+                  const std::vector<DeviceAssignment>& devices);
+// Takes / gives back the capacity of an allocation on `node` (no checks).
+void TakeAllocation(NodeState& node, const TaskAllocation& a);
+void GiveBackAllocation(NodeState& node, const TaskAllocation& a);
+// A fresh state with everything free (capacity view) for `node`.
+NodeState EmptyNodeState(const Node* node, int32_t index);
 
 }  // namespace tessera

@@ -50,25 +50,11 @@ struct TaskContext {
   // Nodes that already hold tasks of this job (running, or placed earlier in the same
   // gang transaction), sorted by index, possibly repeated. Empty for the first task.
   const std::vector<int32_t>* gang_nodes = nullptr;
+  // Every node of the cluster by index (to look up gang_nodes); read-only.
+  const std::vector<NodeState>* all_nodes = nullptr;
   // A dense id of the task's placement-relevant shape (request + constraints); equal ids
   // mean equal filter and score results on equal node states. Engine-internal cache key.
   int32_t shape_id = -1;
-};
-
-// A filter's verdict on one node for one task. An empty reason means the node passes.
-struct FilterVerdict {
-  // What the user reads, in kube-scheduler words: "Insufficient nvidia.com/gpu",
-  // "node(s) had untolerated taint {gpu: true}", "node(s) didn't match Pod's node
-  // affinity/selector", "node(s) were unschedulable", ...
-  std::string reason;
-  // The resource at fault for Insufficient* verdicts ("cpu", "memory", "nvidia.com/gpu",
-  // "nvidia.com/mig-1g.10gb", "tessera.io/gpu-milli"); "" otherwise.
-  std::string resource;
-  bool ok() const { return reason.empty(); }
-  static FilterVerdict Pass() { return {}; }
-  static FilterVerdict Fail(std::string reason, std::string resource = "") {
-    return {std::move(reason), std::move(resource)};
-  }
 };
 
 class JobOrderPlugin {
@@ -106,10 +92,11 @@ class ScorePlugin {
                              std::vector<DeviceAssignment>& out) const {
     return false;
   }
-  // True when the score depends on more than (the node's static info, its free state and
-  // the task shape): the node's name, the random generator, or `gang_nodes`. The engine
-  // then scores node by node instead of once per equivalence class. Slower; correct.
-  virtual bool NodeSpecific() const { return false; }
+  // True when, for this task, the score depends on more than (the node's static info, its
+  // free state and the task shape): the node's name, the random generator, or `gang_nodes`.
+  // The engine then scores node by node instead of once per equivalence class of
+  // identical nodes. Slower; correct. Filters must never depend on the node's name.
+  virtual bool NodeSpecific(const TaskContext& task) const { return false; }
 };
 
 // What one configured plugin contributes. A plugin may fill several extension points.

@@ -1,0 +1,445 @@
+#include "engine/cluster_state.h"
+
+#include <algorithm>
+
+#include "engine/state_impl.h"
+
+namespace tessera {
+
+ResourceVector AllocationVector(const TaskAllocation& a) {
+  ResourceVector v{a.cpu_milli, a.memory_bytes, 0};
+  for (const auto& d : a.devices) v.gpu_milli += d.milli;
+  return v;
+}
+
+ResourceVector RequestVector(const TaskRequest& r) {
+  ResourceVector v{r.cpu_milli, r.memory_bytes, 0};
+  switch (r.gpu.kind) {
+    case GpuRequestKind::kNone:
+      break;
+    case GpuRequestKind::kWhole:
+      v.gpu_milli = 1000LL * r.gpu.count;
+      break;
+    case GpuRequestKind::kFraction:
+      v.gpu_milli = r.gpu.milli;
+      break;
+    case GpuRequestKind::kMig: {
+      // The profile's compute slices out of 7; the model is unknown until placement, and the
+      // slice count is part of the profile name ("3g.40gb").
+      int64_t g = std::max(1, std::atoi(r.gpu.mig_profile.c_str()));
+      v.gpu_milli = g * 1000 / 7 * r.gpu.count;
+      break;
+    }
+  }
+  return v;
+}
+
+namespace {
+
+std::string SignatureOf(const Node& n) {
+  std::string s;
+  s.reserve(128);
+  auto add = [&](const std::string& x) {
+    s += std::to_string(x.size());
+    s += ':';
+    s += x;
+  };
+  add(n.pool);
+  for (const auto& [k, v] : n.labels) {
+    add(k);
+    add(v);
+  }
+  s += '|';
+  for (const auto& t : n.taints) {
+    add(t.key);
+    add(t.value);
+    s += static_cast<char>('0' + static_cast<int>(t.effect));
+  }
+  s += '|' + std::to_string(n.cpu_milli) + ',' + std::to_string(n.memory_bytes) + ',' +
+       std::to_string(n.cost_micros_per_gpu_hour) + ',' + (n.spot ? "s" : "-") +
+       (n.ready ? "r" : "-") + (n.unschedulable ? "u" : "-");
+  for (const auto& d : n.devices) {
+    s += '|';
+    add(d.model);
+    add(d.domain);
+    s += std::to_string(d.memory_bytes) + (d.healthy ? "h" : "-");
+    for (const auto& m : d.mig) {
+      add(m.profile);
+      s += std::to_string(m.start_slice);
+    }
+  }
+  return s;
+}
+
+std::string ShapeKey(const TaskRequest& r) {
+  std::string s = std::to_string(r.cpu_milli) + "," + std::to_string(r.memory_bytes) + "," +
+                  std::to_string(static_cast<int>(r.gpu.kind)) + "," + std::to_string(r.gpu.count) +
+                  "," + std::to_string(r.gpu.milli) + "," + std::to_string(r.gpu.memory_bytes) +
+                  "," + r.gpu.mig_profile;
+  for (const auto& m : r.gpu.models) s += "," + m;
+  return s;
+}
+
+}  // namespace
+
+int32_t ClusterState::Impl::QueueOf(const std::string& name) const {
+  auto it = queue_index.find(name);
+  return it == queue_index.end() ? -1 : it->second;
+}
+
+void ClusterState::Impl::Reclassify(int32_t i) {
+  const NodeState& n = nodes[i];
+  std::vector<int64_t> key;
+  key.reserve(6 + n.devices.size() * 4 + n.gpu_task_shapes.size() * 2);
+  key.push_back(node_signature[i]);
+  key.push_back(n.free_cpu_milli);
+  key.push_back(n.free_memory_bytes);
+  key.push_back(n.tasks);
+  for (const auto& d : n.devices) {
+    key.push_back(d.free_milli);
+    key.push_back(d.free_memory_bytes);
+    key.push_back(d.tasks);
+    key.push_back(d.mig_used);
+  }
+  for (const auto& [shape, count] : n.gpu_task_shapes) {
+    key.push_back(shape);
+    key.push_back(count);
+  }
+  int32_t cls;
+  auto it = class_index.find(key);
+  if (it == class_index.end()) {
+    cls = static_cast<int32_t>(classes.size());
+    class_index.emplace(key, cls);
+    classes.push_back(NodeClass{std::move(key), {}, -1});
+  } else {
+    cls = it->second;
+  }
+  int32_t old = node_class[i];
+  if (old == cls) return;
+  if (old >= 0) {
+    NodeClass& oc = classes[old];
+    oc.members.erase(i);
+    if (oc.members.empty()) {
+      int32_t pos = oc.live_pos;
+      int32_t last = live_classes.back();
+      live_classes[pos] = last;
+      classes[last].live_pos = pos;
+      live_classes.pop_back();
+      oc.live_pos = -1;
+    }
+  }
+  NodeClass& nc = classes[cls];
+  if (nc.members.empty()) {
+    nc.live_pos = static_cast<int32_t>(live_classes.size());
+    live_classes.push_back(cls);
+  }
+  nc.members.insert(i);
+  node_class[i] = cls;
+}
+
+void ClusterState::Impl::RebuildNodeIndexes() {
+  node_index.clear();
+  signatures.clear();
+  signature_rep.clear();
+  classes.clear();
+  class_index.clear();
+  live_classes.clear();
+  node_signature.assign(nodes.size(), -1);
+  node_class.assign(nodes.size(), -1);
+  capacity = {};
+  for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()); ++i) {
+    nodes[i].index = i;
+    node_index[nodes[i].name()] = i;
+    auto [it, inserted] =
+        signatures.emplace(SignatureOf(*nodes[i].node), static_cast<int32_t>(signatures.size()));
+    if (inserted) signature_rep.push_back(i);
+    node_signature[i] = it->second;
+    Reclassify(i);
+    const Node& n = *nodes[i].node;
+    if (n.ready && !n.unschedulable) {
+      capacity.cpu_milli += n.cpu_milli;
+      capacity.memory_bytes += n.memory_bytes;
+      for (const auto& d : n.devices)
+        if (d.healthy) capacity.gpu_milli += 1000;
+    }
+  }
+}
+
+void ClusterState::Impl::RebuildQueues() {
+  for (auto& q : queues) {
+    q.parent = q.q.parent.empty() ? -1 : QueueOf(q.q.parent);
+    q.allocated = {};
+  }
+  for (auto& q : queues) {
+    q.depth = 0;
+    for (int32_t p = q.parent; p >= 0 && q.depth < 64; p = queues[p].parent) ++q.depth;
+  }
+  for (auto& [id, j] : jobs) {
+    j.queue = QueueOf(j.job.queue);
+    for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated += j.allocated;
+  }
+}
+
+void ClusterState::Impl::CountShapes(const Job& j, int64_t sign) {
+  for (const auto& g : j.groups) {
+    auto& slot = shape_counts[ShapeKey(g.request)];
+    slot.first = g.request;
+    slot.second += sign * g.replicas;
+    if (slot.second <= 0) shape_counts.erase(ShapeKey(g.request));
+  }
+}
+
+Status ClusterState::Impl::BindTask(JobRec& j, int32_t task, const TaskAllocation& a, int64_t now) {
+  if (task < 0 || task >= static_cast<int32_t>(j.job.allocations.size()))
+    return InvalidArgument("job " + j.job.id + ": no task " + std::to_string(task));
+  if (j.job.allocations[task])
+    return FailedPrecondition("job " + j.job.id + " task " + std::to_string(task) +
+                              ": already bound");
+  auto it = node_index.find(a.node);
+  if (it == node_index.end())
+    return NotFound("job " + j.job.id + " task " + std::to_string(task) + ": unknown node \"" +
+                    a.node + "\"");
+  NodeState& n = nodes[it->second];
+  for (const auto& d : a.devices) {
+    if (d.device < 0 || d.device >= static_cast<int32_t>(n.devices.size()))
+      return InvalidArgument("job " + j.job.id + " task " + std::to_string(task) + ": node " +
+                             a.node + " has no device " + std::to_string(d.device));
+    const Device& dev = n.node->devices[d.device];
+    if (d.mig_instance >= static_cast<int32_t>(dev.mig.size()) || d.mig_instance >= 32)
+      return InvalidArgument("job " + j.job.id + " task " + std::to_string(task) + ": device " +
+                             std::to_string(d.device) + " on " + a.node + " has no MIG instance " +
+                             std::to_string(d.mig_instance));
+  }
+  int64_t old_start = j.job.start_time;
+  TakeAllocation(n, a);
+  Reclassify(n.index);
+  j.job.allocations[task] = a;
+  j.running += 1;
+  ResourceVector v = AllocationVector(a);
+  j.allocated += v;
+  for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated += v;
+  if (j.job.start_time < 0) j.job.start_time = now;
+  if (!j.pending()) pending.erase(j.job.id);
+  if (logging) undo.push_back({UndoOp::kBind, &j, task, a, old_start});
+  return Status::Ok();
+}
+
+Status ClusterState::Impl::ReleaseTask(JobRec& j, int32_t task) {
+  if (task < 0 || task >= static_cast<int32_t>(j.job.allocations.size()) ||
+      !j.job.allocations[task])
+    return FailedPrecondition("job " + j.job.id + " task " + std::to_string(task) +
+                              ": not running");
+  TaskAllocation a = std::move(*j.job.allocations[task]);
+  j.job.allocations[task].reset();
+  auto it = node_index.find(a.node);
+  if (it != node_index.end()) {
+    GiveBackAllocation(nodes[it->second], a);
+    Reclassify(it->second);
+  }
+  j.running -= 1;
+  ResourceVector v = AllocationVector(a);
+  j.allocated -= v;
+  for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated -= v;
+  int64_t old_start = j.job.start_time;
+  if (j.running == 0) j.job.start_time = -1;
+  pending.insert(j.job.id);
+  if (logging) undo.push_back({UndoOp::kRelease, &j, task, std::move(a), old_start});
+  return Status::Ok();
+}
+
+void ClusterState::Impl::Rollback(size_t mark) {
+  bool was = logging;
+  logging = false;
+  while (undo.size() > mark) {
+    UndoOp op = std::move(undo.back());
+    undo.pop_back();
+    if (op.kind == UndoOp::kBind) {
+      (void)ReleaseTask(*op.job, op.task);
+    } else {
+      (void)BindTask(*op.job, op.task, op.alloc, 0);
+    }
+    op.job->job.start_time = op.old_start_time;
+  }
+  logging = was;
+}
+
+// ---- public API ----
+
+ClusterState::ClusterState() : impl_(new Impl) {
+  Queue def;
+  def.name = "default";
+  impl_->queues.push_back({def, -1, 0, {}});
+  impl_->queue_index["default"] = 0;
+}
+ClusterState::~ClusterState() = default;
+
+StatusOr<std::unique_ptr<ClusterState>> ClusterState::FromSnapshot(
+    const Snapshot& snapshot, std::vector<std::pair<std::string, Status>>* rejected) {
+  auto st = std::make_unique<ClusterState>();
+  Impl& m = *st->impl_;
+  // Nodes in one go (sorted once), then queues, then jobs.
+  std::vector<const Node*> sorted;
+  for (const Node& n : snapshot.nodes) sorted.push_back(&n);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Node* a, const Node* b) { return a->name < b->name; });
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (i > 0 && sorted[i]->name == sorted[i - 1]->name)
+      return InvalidArgument("nodes: duplicate name \"" + sorted[i]->name + "\"");
+    m.statics.push_back(std::make_unique<Node>(*sorted[i]));
+    m.nodes.push_back(EmptyNodeState(m.statics.back().get(), static_cast<int32_t>(i)));
+  }
+  m.RebuildNodeIndexes();
+  for (const Queue& q : snapshot.queues) TESSERA_RETURN_IF_ERROR(st->UpsertQueue(q));
+  for (const PriorityClass& pc : snapshot.priority_classes)
+    TESSERA_RETURN_IF_ERROR(st->UpsertPriorityClass(pc));
+  for (const Job& j : snapshot.jobs) {
+    if (m.jobs.count(j.id)) return InvalidArgument("jobs: duplicate id \"" + j.id + "\"");
+    Status s = st->AddJob(j);
+    if (!s.ok()) {
+      if (rejected == nullptr) return s;
+      rejected->push_back({j.id, s});
+    }
+  }
+  return st;
+}
+
+Status ClusterState::AddNode(const Node& node) {
+  Impl& m = *impl_;
+  if (node.name.empty()) return InvalidArgument("node: name is required");
+  if (m.node_index.count(node.name))
+    return AlreadyExists("node \"" + node.name + "\" already exists");
+  auto pos =
+      std::lower_bound(m.nodes.begin(), m.nodes.end(), node.name,
+                       [](const NodeState& n, const std::string& name) { return n.name() < name; });
+  size_t at = pos - m.nodes.begin();
+  m.statics.insert(m.statics.begin() + at, std::make_unique<Node>(node));
+  m.nodes.insert(m.nodes.begin() + at,
+                 EmptyNodeState(m.statics[at].get(), static_cast<int32_t>(at)));
+  m.RebuildNodeIndexes();
+  return Status::Ok();
+}
+
+Status ClusterState::RemoveNode(const std::string& name) {
+  Impl& m = *impl_;
+  auto it = m.node_index.find(name);
+  if (it == m.node_index.end()) return NotFound("node \"" + name + "\" not found");
+  for (auto& [id, j] : m.jobs)
+    for (int32_t t = 0; t < static_cast<int32_t>(j.job.allocations.size()); ++t)
+      if (j.job.allocations[t] && j.job.allocations[t]->node == name)
+        TESSERA_RETURN_IF_ERROR(m.ReleaseTask(j, t));
+  size_t at = it->second;
+  m.nodes.erase(m.nodes.begin() + at);
+  m.statics.erase(m.statics.begin() + at);
+  m.RebuildNodeIndexes();
+  return Status::Ok();
+}
+
+Status ClusterState::UpsertQueue(const Queue& queue) {
+  Impl& m = *impl_;
+  if (queue.name.empty()) return InvalidArgument("queue: name is required");
+  auto it = m.queue_index.find(queue.name);
+  if (it == m.queue_index.end()) {
+    m.queue_index[queue.name] = static_cast<int32_t>(m.queues.size());
+    m.queues.push_back({queue, -1, 0, {}});
+  } else {
+    m.queues[it->second].q = queue;
+  }
+  // Parents may arrive after children; an unknown parent is an error only at cycle time.
+  m.RebuildQueues();
+  return Status::Ok();
+}
+
+Status ClusterState::UpsertPriorityClass(const PriorityClass& pc) {
+  impl_->priority_classes[pc.name] = pc;
+  return Status::Ok();
+}
+
+Status ClusterState::AddJob(const Job& job) {
+  Impl& m = *impl_;
+  if (job.id.empty()) return InvalidArgument("job: id is required");
+  if (m.jobs.count(job.id)) return AlreadyExists("job \"" + job.id + "\" already exists");
+  int32_t q = m.QueueOf(job.queue);
+  if (q < 0) return NotFound("job " + job.id + ": queue: unknown queue \"" + job.queue + "\"");
+  if (job.TaskCount() <= 0)
+    return InvalidArgument("job " + job.id + ": tasks: a job needs at least one task");
+  JobRec rec;
+  rec.job = job;
+  rec.job.allocations.assign(job.TaskCount(), std::nullopt);
+  rec.queue = q;
+  JobRec& j = m.jobs.emplace(job.id, std::move(rec)).first->second;
+  for (int32_t t = 0; t < static_cast<int32_t>(job.allocations.size()) && t < job.TaskCount();
+       ++t) {
+    if (!job.allocations[t]) continue;
+    Status s = m.BindTask(j, t, *job.allocations[t], job.start_time);
+    if (!s.ok()) {
+      for (int32_t u = 0; u < t; ++u)
+        if (j.job.allocations[u]) (void)m.ReleaseTask(j, u);
+      m.pending.erase(job.id);
+      m.jobs.erase(job.id);
+      return s;
+    }
+  }
+  j.job.start_time = job.start_time >= 0 || j.running == 0 ? job.start_time : 0;
+  if (j.pending()) m.pending.insert(job.id);
+  m.CountShapes(j.job, +1);
+  return Status::Ok();
+}
+
+Status ClusterState::RemoveJob(const std::string& id) {
+  Impl& m = *impl_;
+  auto it = m.jobs.find(id);
+  if (it == m.jobs.end()) return NotFound("job \"" + id + "\" not found");
+  JobRec& j = it->second;
+  for (int32_t t = 0; t < static_cast<int32_t>(j.job.allocations.size()); ++t)
+    if (j.job.allocations[t]) TESSERA_RETURN_IF_ERROR(m.ReleaseTask(j, t));
+  m.CountShapes(j.job, -1);
+  m.pending.erase(id);
+  m.jobs.erase(it);
+  return Status::Ok();
+}
+
+Status ClusterState::Bind(const std::string& job, int32_t task, const TaskAllocation& alloc,
+                          int64_t now) {
+  auto it = impl_->jobs.find(job);
+  if (it == impl_->jobs.end()) return NotFound("job \"" + job + "\" not found");
+  return impl_->BindTask(it->second, task, alloc, now);
+}
+
+Status ClusterState::Release(const std::string& job, int32_t task) {
+  auto it = impl_->jobs.find(job);
+  if (it == impl_->jobs.end()) return NotFound("job \"" + job + "\" not found");
+  return impl_->ReleaseTask(it->second, task);
+}
+
+Status ClusterState::ApplyPlan(const Plan& plan) {
+  for (const Eviction& e : plan.evictions) TESSERA_RETURN_IF_ERROR(Release(e.job, e.task));
+  for (const Binding& b : plan.bindings)
+    TESSERA_RETURN_IF_ERROR(Bind(b.job, b.task, b.allocation, plan.now));
+  return Status::Ok();
+}
+
+const Job* ClusterState::FindJob(const std::string& id) const {
+  auto it = impl_->jobs.find(id);
+  return it == impl_->jobs.end() ? nullptr : &it->second.job;
+}
+
+const NodeState* ClusterState::FindNode(const std::string& name) const {
+  auto it = impl_->node_index.find(name);
+  return it == impl_->node_index.end() ? nullptr : &impl_->nodes[it->second];
+}
+
+size_t ClusterState::node_count() const { return impl_->nodes.size(); }
+size_t ClusterState::job_count() const { return impl_->jobs.size(); }
+size_t ClusterState::pending_count() const { return impl_->pending.size(); }
+
+Snapshot ClusterState::ToSnapshot() const {
+  Snapshot s;
+  for (const auto& n : impl_->statics) s.nodes.push_back(*n);
+  for (const auto& q : impl_->queues) s.queues.push_back(q.q);
+  for (const auto& [name, pc] : impl_->priority_classes) s.priority_classes.push_back(pc);
+  for (const auto& [id, j] : impl_->jobs) s.jobs.push_back(j.job);
+  s.Canonicalize();
+  return s;
+}
+
+}  // namespace tessera

@@ -1,0 +1,180 @@
+// Scheduler configuration: Tessera's own YAML and Volcano's scheduler.conf shape.
+#include <algorithm>
+#include <sstream>
+
+#include "engine/engine.h"
+#include "engine/plugins/registry.h"
+
+namespace tessera {
+namespace {
+
+const char* const kActions[] = {"enqueue", "allocate", "preempt", "reclaim", "backfill"};
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\n"), e = s.find_last_not_of(" \t\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+Status ReadActions(const Json& v, std::vector<std::string>& out) {
+  std::vector<std::pair<std::string, std::string>> items;  // (name, path)
+  if (v.is_string()) {
+    std::stringstream ss(v.get<std::string>());
+    std::string part;
+    for (int i = 0; std::getline(ss, part, ','); ++i)
+      items.push_back({Trim(part), "actions[" + std::to_string(i) + "]"});
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string())
+        return InvalidArgument("actions[" + std::to_string(i) + "]: expected an action name");
+      items.push_back({Trim(v[i].get<std::string>()), "actions[" + std::to_string(i) + "]"});
+    }
+  } else {
+    return InvalidArgument("actions: expected \"enqueue, allocate, backfill\" or a list");
+  }
+  out.clear();
+  for (const auto& [name, path] : items) {
+    if (std::find(std::begin(kActions), std::end(kActions), name) == std::end(kActions))
+      return InvalidArgument(path + ": unknown action \"" + name +
+                             "\" (known: enqueue, allocate, preempt, reclaim, backfill)");
+    if (std::find(out.begin(), out.end(), name) != out.end())
+      return InvalidArgument(path + ": action \"" + name + "\" listed twice");
+    out.push_back(name);
+  }
+  if (out.empty()) return InvalidArgument("actions: at least one action");
+  return Status::Ok();
+}
+
+StatusOr<EngineConfig::PluginConfig> ReadPlugin(const Json& v, const std::string& path) {
+  EngineConfig::PluginConfig pc;
+  if (v.is_string()) {
+    pc.name = v.get<std::string>();
+  } else {
+    if (!v.is_object())
+      return InvalidArgument(path + ": expected a plugin name or {name, arguments}");
+    for (const auto& [k, val] : v.items()) {
+      std::string p = path + "." + k;
+      if (k == "name") {
+        if (!val.is_string()) return InvalidArgument(p + ": expected a string");
+        pc.name = val.get<std::string>();
+      } else if (k == "arguments") {
+        if (!val.is_null() && !val.is_object()) return InvalidArgument(p + ": expected a map");
+        pc.arguments = val.is_null() ? Json::object() : val;
+      } else if (k == "weight") {
+        // Tessera shorthand: {name: binpack, weight: 2} == arguments: {weight: 2}.
+        if (!val.is_number_integer() || val.get<int64_t>() < 0)
+          return InvalidArgument(p + ": expected an integer >= 0");
+        pc.arguments["weight"] = val;
+      } else if (k.rfind("enable", 0) == 0) {
+        if (!val.is_boolean()) return InvalidArgument(p + ": expected true or false");
+        std::string sw = k.substr(k.rfind("enabled", 0) == 0 ? 7 : 6);
+        static const char* const kSwitches[] = {
+            "JobOrder",    "NodeOrder",   "Predicate",     "QueueOrder",     "Preemptable",
+            "Reclaimable", "JobReady",    "JobPipelined",  "TaskOrder",      "Hierarchy",
+            "BestNode",    "JobEnqueued", "Victim",        "JobStarving",    "Overused",
+            "Allocatable", "TargetJob",   "ReservedNodes", "NamespaceOrder", "ClusterOrder"};
+        if (std::find_if(std::begin(kSwitches), std::end(kSwitches),
+                         [&](const char* s) { return sw == s; }) == std::end(kSwitches))
+          return InvalidArgument(p + ": unknown field");
+        pc.switches[sw] = val.get<bool>();
+      } else {
+        return InvalidArgument(p + ": unknown field");
+      }
+    }
+  }
+  if (pc.name.empty()) return InvalidArgument(path + ".name: required");
+  auto made = MakePlugin(pc.name, pc.arguments, path);  // validates name and arguments
+  if (!made.ok()) return made.status();
+  return pc;
+}
+
+Status ReadPluginList(const Json& v, const std::string& path,
+                      std::vector<EngineConfig::PluginConfig>& out) {
+  if (!v.is_array()) return InvalidArgument(path + ": expected a list of plugins");
+  for (size_t i = 0; i < v.size(); ++i) {
+    auto pc = ReadPlugin(v[i], path + "[" + std::to_string(i) + "]");
+    if (!pc.ok()) return pc.status();
+    out.push_back(std::move(*pc));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+EngineConfig DefaultEngineConfig() {
+  EngineConfig c;
+  c.actions = {"enqueue", "allocate", "preempt", "reclaim", "backfill"};
+  auto P = [](const char* n, int64_t w = -1) {
+    EngineConfig::PluginConfig p;
+    p.name = n;
+    if (w >= 0) p.arguments["weight"] = w;
+    return p;
+  };
+  c.tiers = {{P("priority"), P("gang")},
+             {P("drf"), P("proportion"), P("predicates"), P("fragmentation", 1), P("binpack", 1),
+              P("topology", 1), P("nodeaffinity", 1)}};
+  return c;
+}
+
+StatusOr<EngineConfig> ParseEngineConfig(const Json& doc) {
+  if (doc.is_null()) return DefaultEngineConfig();
+  if (!doc.is_object()) return InvalidArgument("scheduler configuration: expected a map");
+  EngineConfig c = DefaultEngineConfig();
+  bool tiers_given = false;
+  std::vector<EngineConfig::PluginConfig> native;  // Tessera's order/filters/scores lists
+  for (const auto& [k, v] : doc.items()) {
+    if (k == "actions") {
+      TESSERA_RETURN_IF_ERROR(ReadActions(v, c.actions));
+    } else if (k == "tiers") {
+      if (!v.is_array()) return InvalidArgument("tiers: expected a list of {plugins: [...]}");
+      c.tiers.clear();
+      tiers_given = true;
+      for (size_t i = 0; i < v.size(); ++i) {
+        std::string p = "tiers[" + std::to_string(i) + "]";
+        ObjectReader r(v[i], p);
+        const Json* plugins = r.Get("plugins");
+        TESSERA_RETURN_IF_ERROR(r.Finish());
+        std::vector<EngineConfig::PluginConfig> tier;
+        if (plugins != nullptr)
+          TESSERA_RETURN_IF_ERROR(ReadPluginList(*plugins, r.Path("plugins"), tier));
+        c.tiers.push_back(std::move(tier));
+      }
+    } else if (k == "order" || k == "filters" || k == "scores" || k == "policies") {
+      TESSERA_RETURN_IF_ERROR(ReadPluginList(v, k, native));
+    } else if (k == "typicalRequests") {
+      if (!v.is_array())
+        return InvalidArgument("typicalRequests: expected a list of {resources, weight}");
+      for (size_t i = 0; i < v.size(); ++i) {
+        std::string p = "typicalRequests[" + std::to_string(i) + "]";
+        ObjectReader r(v[i], p);
+        TypicalRequest t;
+        TESSERA_RETURN_IF_ERROR(r.Int("weight", t.weight, false, 1));
+        const Json* res = r.Get("resources");
+        if (res == nullptr) return InvalidArgument(p + ".resources: required");
+        TESSERA_RETURN_IF_ERROR(ReadTaskResources(*res, r.Path("resources"), t.request));
+        TESSERA_RETURN_IF_ERROR(r.Finish());
+        c.typical_requests.push_back(std::move(t));
+      }
+    } else {
+      return InvalidArgument(
+          k +
+          ": unknown field (known: actions, tiers, order, filters, scores, policies, "
+          "typicalRequests)");
+    }
+  }
+  if (!native.empty()) {
+    if (tiers_given)
+      return InvalidArgument("tiers: use either tiers or order/filters/scores, not both");
+    c.tiers = {native};
+  }
+  return c;
+}
+
+StatusOr<EngineConfig> LoadEngineConfig(const std::string& path) {
+  auto doc = LoadYamlFile(path);
+  if (!doc.ok()) return doc.status();
+  auto c = ParseEngineConfig(*doc);
+  if (!c.ok()) return c.status().WithContext(path);
+  return c;
+}
+
+}  // namespace tessera

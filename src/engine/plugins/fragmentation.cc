@@ -1,0 +1,110 @@
+// Fragmentation-aware placement (the FGD idea, Weng et al., ATC'23), in integers.
+//
+// F(n) = sum over typical requests t of weight_t * frag_t(n): the free GPU compute on n that
+// t could not use. frag_t(n) is all free GPU milli G(n) if t does not fit n at all (or t is
+// CPU-only), otherwise the free milli on devices too small for t (partially used devices
+// for whole-GPU t; devices with less free milli than t asks for fractional t). A task is
+// best placed where it increases F least: score = (F(n) - F(n after)) * 100 / sum(weights),
+// i.e. hundredths of a milli-GPU of expected fragmentation avoided (usually negative).
+// Fractional tasks go to the device that minimises F(n after).
+#include <algorithm>
+
+#include "engine/plugins/builtin.h"
+#include "engine/plugins/registry.h"
+
+namespace tessera {
+namespace {
+
+int64_t FragFor(const TaskRequest& t, const NodeState& n) {
+  int64_t g = 0;
+  for (size_t i = 0; i < n.devices.size(); ++i)
+    if (n.node->devices[i].healthy && !n.node->devices[i].mig_enabled())
+      g += std::max(0, n.devices[i].free_milli);
+  if (t.gpu.kind == GpuRequestKind::kNone) return g;
+  if (!CheckFit(t, n).ok()) return g;
+  int64_t f = 0;
+  for (size_t i = 0; i < n.devices.size(); ++i) {
+    const Device& d = n.node->devices[i];
+    if (!d.healthy || d.mig_enabled()) continue;
+    const DeviceState& s = n.devices[i];
+    switch (t.gpu.kind) {
+      case GpuRequestKind::kWhole:
+        if (s.free_milli < 1000) f += std::max(0, s.free_milli);
+        break;
+      case GpuRequestKind::kFraction:
+        if (s.free_milli < t.gpu.milli) f += std::max(0, s.free_milli);
+        break;
+      default:
+        break;
+    }
+  }
+  return f;
+}
+
+int64_t Frag(const CycleContext& ctx, const NodeState& n) {
+  int64_t f = 0;
+  for (const auto& t : *ctx.typical) f += t.weight * FragFor(t.request, n);
+  return f;
+}
+
+class Fragmentation : public ScorePlugin {
+ public:
+  int64_t Score(const TaskContext& t, const NodeState& n) const override {
+    std::vector<DeviceAssignment> devs;
+    return Best(t, n, devs);
+  }
+  bool ChooseDevices(const TaskContext& t, const NodeState& n,
+                     std::vector<DeviceAssignment>& out) const override {
+    if (t.request->gpu.kind != GpuRequestKind::kFraction) return false;
+    Best(t, n, out);
+    return !out.empty();
+  }
+
+ private:
+  // Score of n for the task, with the device choice that achieves it.
+  int64_t Best(const TaskContext& t, const NodeState& n,
+               std::vector<DeviceAssignment>& devs) const {
+    const CycleContext& ctx = *t.cycle;
+    if (ctx.typical == nullptr || ctx.typical->empty() || ctx.typical_total_weight <= 0) return 0;
+    const int64_t before = Frag(ctx, n);
+    NodeState after = n;
+    TaskAllocation a;
+    a.cpu_milli = t.request->cpu_milli;
+    a.memory_bytes = t.request->memory_bytes;
+    int64_t best = INT64_MIN;
+    if (t.request->gpu.kind == GpuRequestKind::kFraction) {
+      for (size_t i = 0; i < n.devices.size(); ++i) {
+        const DeviceState& s = n.devices[i];
+        if (!DeviceMatches(*t.request, n, static_cast<int32_t>(i)) ||
+            s.free_milli < t.request->gpu.milli ||
+            s.free_memory_bytes < t.request->gpu.memory_bytes)
+          continue;
+        a.devices = {
+            {static_cast<int32_t>(i), t.request->gpu.milli, t.request->gpu.memory_bytes, -1}};
+        TakeAllocation(after, a);
+        int64_t score = (before - Frag(ctx, after)) * 100 / ctx.typical_total_weight;
+        GiveBackAllocation(after, a);
+        if (score > best) {
+          best = score;
+          devs = a.devices;
+        }
+      }
+      return best == INT64_MIN ? 0 : best;
+    }
+    if (!DefaultDevices(*t.request, n, a.devices)) return 0;
+    TakeAllocation(after, a);
+    return (before - Frag(ctx, after)) * 100 / ctx.typical_total_weight;
+  }
+};
+
+}  // namespace
+
+StatusOr<PluginInstance> MakeFragmentation(const Json& args, const std::string& path) {
+  PluginInstance p;
+  p.name = "fragmentation";
+  TESSERA_RETURN_IF_ERROR(ReadOnlyWeight(args, path, p.score_weight));
+  p.score = std::make_shared<Fragmentation>();
+  return p;
+}
+
+}  // namespace tessera

@@ -1,0 +1,903 @@
+// One scheduling cycle over a ClusterState: the configured actions in order.
+//
+// Every tentative change goes through ClusterState::Impl's undo log: a gang transaction is
+// a mark plus a rollback, a preemption trial is the same, and the whole cycle is rolled
+// back at the end so the host's state is unchanged. Ordering (who goes next) lives in
+// JobLess/QueueLess; placement (where) in PlaceTask. See docs/engine.md.
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <set>
+
+#include "engine/engine_impl.h"
+#include "engine/state_impl.h"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kUnknown = INT64_MIN;
+
+enum class JState { kAdmitted, kPlaced, kFailed, kWaiting, kError, kInfeasible };
+
+struct PendingJob {
+  JobRec* rec = nullptr;
+  JState state = JState::kAdmitted;
+  bool tried = false;
+  JobDecision decision;
+  std::vector<int32_t> group_shape;  // shape id per task group
+};
+
+// Why a placement failed, gathered for the pending reason.
+struct Failure {
+  std::string code;
+  std::string message;
+  std::string resource;
+  std::map<std::string, int32_t> rejected;
+  bool infeasible = false;
+};
+
+int64_t Ppm(int64_t used, int64_t total) {
+  if (total <= 0) return used > 0 ? 1000000 : 0;
+  return static_cast<int64_t>((static_cast<__int128>(used) * 1000000) / total);
+}
+
+// Components with limit 0 are unlimited (a limit names only what it caps).
+bool WithinLimit(const ResourceVector& use, const ResourceVector& limit) {
+  return (limit.cpu_milli == 0 || use.cpu_milli <= limit.cpu_milli) &&
+         (limit.memory_bytes == 0 || use.memory_bytes <= limit.memory_bytes) &&
+         (limit.gpu_milli == 0 || use.gpu_milli <= limit.gpu_milli);
+}
+
+std::optional<ResourceVector> EffectiveLimit(const Queue& q) {
+  if (q.borrowing && !q.limit) return std::nullopt;
+  ResourceVector l = q.limit ? *q.limit : ResourceVector{};
+  if (!q.borrowing) {
+    auto cap = [](int64_t lim, int64_t g) { return g > 0 && (lim == 0 || g < lim) ? g : lim; };
+    l.cpu_milli = cap(l.cpu_milli, q.guarantee.cpu_milli);
+    l.memory_bytes = cap(l.memory_bytes, q.guarantee.memory_bytes);
+    l.gpu_milli = cap(l.gpu_milli, q.guarantee.gpu_milli);
+  }
+  return l;
+}
+
+std::string ResourceWords(const ResourceVector& v) {
+  std::string s;
+  auto add = [&](const char* name, const std::string& x) {
+    if (!s.empty()) s += ", ";
+    s += name;
+    s += " ";
+    s += x;
+  };
+  if (v.gpu_milli) add("nvidia.com/gpu", FormatMilli(v.gpu_milli));
+  if (v.cpu_milli) add("cpu", FormatMilli(v.cpu_milli));
+  if (v.memory_bytes) add("memory", FormatBytes(v.memory_bytes));
+  return s.empty() ? "nothing" : s;
+}
+
+std::string KubeMessage(int32_t total, const std::map<std::string, int32_t>& rejected) {
+  std::vector<std::string> parts;
+  for (const auto& [reason, count] : rejected)
+    parts.push_back(std::to_string(count) + " " + reason);
+  std::sort(parts.begin(), parts.end());
+  std::string msg = "0/" + std::to_string(total) + " nodes are available";
+  for (size_t i = 0; i < parts.size(); ++i) msg += (i == 0 ? ": " : ", ") + parts[i];
+  return msg + ".";
+}
+
+void AppendTermKey(std::string& s, const NodeSelectorTerm& t) {
+  for (const auto& e : t.match_expressions) {
+    s += e.key + "#" + std::to_string(static_cast<int>(e.op));
+    for (const auto& v : e.values) s += "," + v;
+    s += ";";
+  }
+  s += "|";
+}
+
+std::string ShapeString(const Job& j, const TaskRequest& r) {
+  std::string s = std::to_string(r.cpu_milli) + "/" + std::to_string(r.memory_bytes) + "/" +
+                  std::to_string(static_cast<int>(r.gpu.kind)) + "/" + std::to_string(r.gpu.count) +
+                  "/" + std::to_string(r.gpu.milli) + "/" + std::to_string(r.gpu.memory_bytes) +
+                  "/" + r.gpu.mig_profile;
+  for (const auto& m : r.gpu.models) s += "/" + m;
+  s += "#";
+  for (const auto& [k, v] : j.node_selector) s += k + "=" + v + ";";
+  s += "#";
+  for (const auto& t : j.affinity.required) AppendTermKey(s, t);
+  s += "#";
+  for (const auto& p : j.affinity.preferred) {
+    s += std::to_string(p.weight);
+    AppendTermKey(s, p.term);
+  }
+  s += "#";
+  for (const auto& t : j.tolerations)
+    s += t.key + "=" + t.value + "/" + std::to_string(static_cast<int>(t.op)) + "/" +
+         (t.effect ? std::to_string(static_cast<int>(*t.effect)) : "*") + ";";
+  return s;
+}
+
+class CycleRun {
+ public:
+  CycleRun(const EngineImpl& e, ClusterState::Impl& m, int64_t now, Rng& rng)
+      : e_(e), m_(m), now_(now), rng_(rng) {}
+
+  Plan Run();
+
+ private:
+  // ---- ordering ----
+  bool JobLess(const PendingJob* a, const PendingJob* b) const;
+  std::vector<int64_t> QueueKey(int32_t q) const;
+  bool QueueLess(int32_t a, int32_t b) const;
+
+  // ---- placement ----
+  int32_t ShapeId(const Job& j, const TaskRequest& r);
+  bool Passes(const TaskContext& t, const NodeState& n) const;
+  FilterVerdict Verdict(const TaskContext& t, const NodeState& n) const;
+  int32_t RepOf(int32_t cls) const;
+  // Places one task and binds it (undo-logged); -1 and a filled Failure if it fits nowhere.
+  int32_t PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
+                    Failure* why);
+  // The gang transaction: all of the required tasks or nothing. True if committed.
+  bool TryPlaceJob(PendingJob& pj, Failure* why);
+  bool QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const;
+  bool Infeasible(PendingJob& pj, int32_t task);
+  void FillFailure(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
+                   Failure* why);
+
+  // ---- actions ----
+  void Enqueue();
+  void Allocate();
+  void Attempt(PendingJob& pj);
+  void EvictFor(bool reclaim);
+  void Backfill();
+  void RecordBindings(size_t mark, const Job& job);
+
+  const EngineImpl& e_;
+  ClusterState::Impl& m_;
+  int64_t now_;
+  Rng& rng_;
+  CycleContext ctx_;
+  std::vector<TypicalRequest> typical_;
+  Plan plan_;
+  std::vector<PendingJob> jobs_;    // by id
+  std::vector<PendingJob*> order_;  // job order (static keys)
+  std::vector<PendingJob*> visit_;  // the order allocate visited them
+  bool strict_ = false;             // backfill configured: allocate stops at the blocked head
+  // Placement caches, valid for this cycle: per shape, per class.
+  std::unordered_map<std::string, int32_t> shape_ids_;
+  std::vector<std::vector<int8_t>> pass_cache_;    // 0 unknown, 1 pass, 2 fail
+  std::vector<std::vector<int64_t>> score_cache_;  // [shape][class * P + p]
+  std::vector<bool> fenced_;                       // nodes held by the reservation
+  std::string fence_owner_;
+  std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
+  std::vector<int64_t> scratch_;
+  std::vector<std::unique_ptr<Node>> capacity_nodes_;  // per signature, ready and uncordoned
+};
+
+// ---------------------------------------------------------------------------------------
+
+bool CycleRun::JobLess(const PendingJob* a, const PendingJob* b) const {
+  for (const auto& o : e_.orders) {
+    int c = o->Compare(a->rec->job, b->rec->job, ctx_);
+    if (c != 0) return c < 0;
+  }
+  if (a->rec->job.submit_time != b->rec->job.submit_time)
+    return a->rec->job.submit_time < b->rec->job.submit_time;
+  return a->rec->job.id < b->rec->job.id;
+}
+
+// (below guarantee ? 0 : 1 [proportion], weighted dominant share ppm [drf/proportion], name)
+std::vector<int64_t> CycleRun::QueueKey(int32_t q) const {
+  const QueueRec& r = m_.queues[q];
+  int64_t below = 1;
+  if (e_.queue_proportion) {
+    // Below its guarantee in some guaranteed resource: served before every queue that is not.
+    const ResourceVector& g = r.q.guarantee;
+    const ResourceVector& a = r.allocated;
+    if ((g.cpu_milli > 0 && a.cpu_milli < g.cpu_milli) ||
+        (g.memory_bytes > 0 && a.memory_bytes < g.memory_bytes) ||
+        (g.gpu_milli > 0 && a.gpu_milli < g.gpu_milli))
+      below = 0;
+  }
+  int64_t share = std::max({Ppm(r.allocated.cpu_milli, m_.capacity.cpu_milli),
+                            Ppm(r.allocated.memory_bytes, m_.capacity.memory_bytes),
+                            Ppm(r.allocated.gpu_milli, m_.capacity.gpu_milli)});
+  return {below, share * 1000 / std::max(1, r.q.weight)};
+}
+
+bool CycleRun::QueueLess(int32_t a, int32_t b) const {
+  // Compare along the two paths from the root: at the first level where the ancestors
+  // differ, the siblings' keys decide, then their names.
+  std::vector<int32_t> pa, pb;
+  for (int32_t q = a; q >= 0 && pa.size() < 64; q = m_.queues[q].parent) pa.push_back(q);
+  for (int32_t q = b; q >= 0 && pb.size() < 64; q = m_.queues[q].parent) pb.push_back(q);
+  std::reverse(pa.begin(), pa.end());
+  std::reverse(pb.begin(), pb.end());
+  for (size_t i = 0; i < std::min(pa.size(), pb.size()); ++i) {
+    if (pa[i] == pb[i]) continue;
+    auto ka = QueueKey(pa[i]), kb = QueueKey(pb[i]);
+    if (ka != kb) return ka < kb;
+    return m_.queues[pa[i]].q.name < m_.queues[pb[i]].q.name;
+  }
+  return pa.size() < pb.size();
+}
+
+int32_t CycleRun::ShapeId(const Job& j, const TaskRequest& r) {
+  auto [it, inserted] =
+      shape_ids_.emplace(ShapeString(j, r), static_cast<int32_t>(shape_ids_.size()));
+  if (inserted) {
+    pass_cache_.emplace_back();
+    score_cache_.emplace_back();
+  }
+  return it->second;
+}
+
+FilterVerdict CycleRun::Verdict(const TaskContext& t, const NodeState& n) const {
+  if (!n.node->ready) return FilterVerdict::Fail("node(s) were not ready");
+  if (n.node->unschedulable) return FilterVerdict::Fail("node(s) were unschedulable");
+  for (const auto& f : e_.filters) {
+    FilterVerdict v = f->Filter(t, n);
+    if (!v.ok()) return v;
+  }
+  return CheckFit(*t.request, n);
+}
+
+bool CycleRun::Passes(const TaskContext& t, const NodeState& n) const { return Verdict(t, n).ok(); }
+
+int32_t CycleRun::RepOf(int32_t cls) const {
+  const auto& members = m_.classes[cls].members;
+  if (fenced_.empty()) return *members.begin();
+  for (int32_t i : members)
+    if (!fenced_[i]) return i;
+  return -1;
+}
+
+bool CycleRun::QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const {
+  for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
+    const QueueRec& r = m_.queues[q];
+    auto lim = EffectiveLimit(r.q);
+    if (!lim) continue;
+    if (!WithinLimit(r.allocated + extra, *lim)) {
+      if (why)
+        *why = "queue " + r.q.name + " would exceed its limit (" + ResourceWords(*lim) +
+               "): in use " + ResourceWords(r.allocated) + ", this job needs " +
+               ResourceWords(extra);
+      return false;
+    }
+  }
+  return true;
+}
+
+int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
+                            Failure* why) {
+  const Job& job = pj.rec->job;
+  int32_t group = 0;
+  for (int32_t t = task; t >= job.groups[group].replicas; t -= job.groups[group].replicas) ++group;
+  const TaskRequest& req = job.groups[group].request;
+  TaskContext t{&job, task, &req, &ctx_, &gang_nodes, &m_.nodes, pj.group_shape[group]};
+  const int32_t shape = t.shape_id;
+
+  bool node_specific = false;
+  for (const auto& s : e_.scores) node_specific |= s.plugin->NodeSpecific(t);
+  const size_t P = e_.scores.size();
+
+  auto& pass = pass_cache_[shape];
+  auto& cache = score_cache_[shape];
+  if (pass.size() < m_.classes.size()) pass.resize(m_.classes.size() + 64, 0);
+  if (!node_specific && cache.size() < m_.classes.size() * P)
+    cache.resize((m_.classes.size() + 64) * P, kUnknown);
+
+  // Candidates: (node index) of feasible classes' representatives, or every member when
+  // scores are node-specific.
+  std::vector<int32_t> cand;
+  std::vector<int32_t> cand_cls;
+  for (int32_t cls : m_.live_classes) {
+    int8_t& p = pass[cls];
+    if (p == 0) p = Passes(t, m_.nodes[*m_.classes[cls].members.begin()]) ? 1 : 2;
+    if (p != 1) continue;
+    if (node_specific) {
+      for (int32_t i : m_.classes[cls].members)
+        if (fenced_.empty() || !fenced_[i]) {
+          cand.push_back(i);
+          cand_cls.push_back(cls);
+        }
+    } else {
+      int32_t rep = RepOf(cls);
+      if (rep < 0) continue;
+      cand.push_back(rep);
+      cand_cls.push_back(cls);
+    }
+  }
+  if (cand.empty()) {
+    if (why) FillFailure(pj, task, gang_nodes, why);
+    return -1;
+  }
+  int32_t best = -1;
+  if (P == 0) {
+    best = *std::min_element(cand.begin(), cand.end());
+  } else {
+    const size_t C = cand.size();
+    std::vector<int64_t> total(C, 0);
+    std::vector<int64_t> raw(C);
+    for (size_t p = 0; p < P; ++p) {
+      const ScorePlugin& sp = *e_.scores[p].plugin;
+      for (size_t c = 0; c < C; ++c) {
+        if (node_specific) {
+          raw[c] = sp.Score(t, m_.nodes[cand[c]]);
+        } else {
+          int64_t& slot = cache[cand_cls[c] * P + p];
+          if (slot == kUnknown) slot = sp.Score(t, m_.nodes[cand[c]]);
+          raw[c] = slot;
+        }
+      }
+      sp.Normalize(t, raw);
+      for (size_t c = 0; c < C; ++c) total[c] += e_.scores[p].weight * raw[c];
+    }
+    for (size_t c = 0; c < C; ++c)
+      if (best < 0 || total[c] > total[best] || (total[c] == total[best] && cand[c] < cand[best]))
+        best = static_cast<int32_t>(c);
+    best = cand[best];
+  }
+  NodeState& node = m_.nodes[best];
+  TaskAllocation a;
+  a.node = node.name();
+  a.cpu_milli = req.cpu_milli;
+  a.memory_bytes = req.memory_bytes;
+  bool chosen = false;
+  for (size_t idx : e_.device_choosers) {
+    std::vector<DeviceAssignment> devs;
+    if (e_.scores[idx].plugin->ChooseDevices(t, node, devs) && ValidDevices(req, node, devs)) {
+      a.devices = std::move(devs);
+      chosen = true;
+      break;
+    }
+  }
+  if (!chosen && !DefaultDevices(req, node, a.devices)) {
+    if (why) FillFailure(pj, task, gang_nodes, why);
+    return -1;  // unreachable when filters and CheckFit agree
+  }
+  Status s = m_.BindTask(*pj.rec, task, a, now_);
+  if (!s.ok()) {
+    if (why) {
+      why->code = "Error";
+      why->message = s.message();
+    }
+    return -1;
+  }
+  return best;
+}
+
+void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
+                           Failure* why) {
+  const Job& job = pj.rec->job;
+  const TaskRequest& req = job.GroupOfTask(task).request;
+  TaskContext t{&job, task, &req, &ctx_, &gang_nodes, &m_.nodes, -1};
+  why->rejected.clear();
+  std::map<std::string, int32_t> by_resource;
+  bool any_resource = false;
+  for (int32_t cls : m_.live_classes) {
+    const auto& members = m_.classes[cls].members;
+    FilterVerdict v = Verdict(t, m_.nodes[*members.begin()]);
+    if (v.ok()) {
+      // Passes, so every member was fenced off by the reservation.
+      why->rejected["node(s) were reserved for job " + fence_owner_] +=
+          static_cast<int32_t>(members.size());
+      continue;
+    }
+    why->rejected[v.reason] += static_cast<int32_t>(members.size());
+    if (!v.resource.empty()) {
+      by_resource[v.resource] += static_cast<int32_t>(members.size());
+      any_resource = true;
+    }
+  }
+  why->message = KubeMessage(static_cast<int32_t>(m_.nodes.size()), why->rejected);
+  why->code = any_resource ? "Insufficient" : "NoMatchingNode";
+  why->resource.clear();
+  int32_t most = 0;
+  for (const auto& [res, n] : by_resource)
+    if (n > most) {
+      most = n;
+      why->resource = res;
+    }
+  why->infeasible = Infeasible(pj, task);
+}
+
+bool CycleRun::Infeasible(PendingJob& pj, int32_t task) {
+  const Job& job = pj.rec->job;
+  const TaskRequest& req = job.GroupOfTask(task).request;
+  std::vector<int32_t> none;
+  TaskContext t{&job, task, &req, &ctx_, &none, &m_.nodes, -1};
+  if (capacity_nodes_.empty()) {
+    for (int32_t rep : m_.signature_rep) {
+      auto n = std::make_unique<Node>(*m_.nodes[rep].node);
+      n->ready = true;
+      n->unschedulable = false;
+      capacity_nodes_.push_back(std::move(n));
+    }
+  }
+  for (const auto& n : capacity_nodes_)
+    if (Passes(t, EmptyNodeState(n.get(), 0))) return false;
+  return true;
+}
+
+bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
+  JobRec& j = *pj.rec;
+  const Job& job = j.job;
+  const int32_t n = job.TaskCount();
+  const int32_t required = std::max(0, job.GangMinimum() - j.running);
+  size_t mark = m_.undo.size();
+  std::vector<int32_t> gang_nodes;
+  for (const auto& a : job.allocations)
+    if (a) gang_nodes.push_back(m_.node_index.at(a->node));
+  int32_t placed = 0;
+  Failure first;
+  bool failed = false;
+  for (int32_t t = 0; t < n; ++t) {
+    if (job.allocations[t]) continue;
+    std::string limit_why;
+    const TaskRequest& req = job.GroupOfTask(t).request;
+    if (!QueueAdmits(j, RequestVector(req), &limit_why)) {
+      if (!failed) {
+        first.code = "QueueOverLimit";
+        first.message = limit_why;
+        first.resource.clear();
+        first.rejected.clear();
+        failed = true;
+      }
+      if (placed < required) break;
+      continue;
+    }
+    int32_t node = PlaceTask(pj, t, gang_nodes, failed || why == nullptr ? nullptr : &first);
+    if (node < 0) {
+      if (!failed) {
+        failed = true;
+        if (why != nullptr && first.message.find("nodes are available") != std::string::npos)
+          first.message = "task " + std::to_string(t) + ": " + first.message;
+      }
+      if (placed < required) break;
+      continue;
+    }
+    gang_nodes.insert(std::upper_bound(gang_nodes.begin(), gang_nodes.end(), node), node);
+    ++placed;
+  }
+  if (placed < required || placed == 0) {
+    m_.Rollback(mark);
+    if (why != nullptr) {
+      *why = first;
+      if (required > 1 && placed > 0 && !first.infeasible && first.code != "QueueOverLimit") {
+        why->code = "GangUnsatisfied";
+        why->message = "gang minimum " + std::to_string(job.GangMinimum()) + " of " +
+                       std::to_string(n) + " tasks: only " + std::to_string(placed + j.running) +
+                       " fit together; " + first.message;
+      }
+    }
+    return false;
+  }
+  return true;
+}
+
+void CycleRun::RecordBindings(size_t mark, const Job& job) {
+  for (size_t i = mark; i < m_.undo.size(); ++i)
+    if (m_.undo[i].kind == UndoOp::kBind)
+      plan_.bindings.push_back({job.id, m_.undo[i].task, m_.undo[i].alloc});
+}
+
+void CycleRun::Attempt(PendingJob& pj) {
+  pj.tried = true;
+  Failure why;
+  size_t mark = m_.undo.size();
+  if (TryPlaceJob(pj, &why)) {
+    RecordBindings(mark, pj.rec->job);
+    pj.state = JState::kPlaced;
+    pj.decision.outcome = Outcome::kPlaced;
+    pj.decision.reason = {};
+    return;
+  }
+  if (why.code == "QueueOverLimit") {
+    pj.state = JState::kWaiting;
+    pj.decision.outcome = Outcome::kWaiting;
+  } else if (why.infeasible) {
+    pj.state = JState::kInfeasible;
+    pj.decision.outcome = Outcome::kInfeasible;
+    why.message = "can never fit on this cluster as it is: " + why.message;
+  } else if (why.code == "Error") {
+    pj.state = JState::kError;
+    pj.decision.outcome = Outcome::kError;
+  } else {
+    pj.state = JState::kFailed;
+    pj.decision.outcome = Outcome::kUnschedulable;
+  }
+  pj.decision.reason = {why.code, why.message, why.resource, why.rejected};
+}
+
+// ---- enqueue: admission against queue limits ----
+void CycleRun::Enqueue() {
+  std::map<int32_t, ResourceVector> admitted;
+  for (PendingJob* pj : order_) {
+    if (pj->state != JState::kAdmitted || pj->tried) continue;
+    const JobRec& j = *pj->rec;
+    ResourceVector need;
+    int32_t required = std::max(0, j.job.GangMinimum() - j.running);
+    for (int32_t t = 0, k = 0; t < j.job.TaskCount() && k < required; ++t)
+      if (!j.job.allocations[t]) {
+        need += RequestVector(j.job.GroupOfTask(t).request);
+        ++k;
+      }
+    ResourceVector extra = need;
+    // Admission counts what earlier admitted jobs of the same queues will take.
+    for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
+      auto lim = EffectiveLimit(m_.queues[q].q);
+      if (!lim) continue;
+      if (!WithinLimit(m_.queues[q].allocated + admitted[q] + need, *lim)) {
+        pj->state = JState::kWaiting;
+        pj->decision.outcome = Outcome::kWaiting;
+        pj->decision.reason = {"QueueOverLimit",
+                               "queue " + m_.queues[q].q.name + " would exceed its limit (" +
+                                   ResourceWords(*lim) + "): in use " +
+                                   ResourceWords(m_.queues[q].allocated + admitted[q]) +
+                                   ", this job needs " + ResourceWords(need),
+                               "",
+                               {}};
+        break;
+      }
+    }
+    if (pj->state == JState::kAdmitted)
+      for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += extra;
+  }
+}
+
+// ---- allocate: queue order, then job order; gang transactions ----
+void CycleRun::Allocate() {
+  auto eligible = [](const PendingJob* pj) { return pj->state == JState::kAdmitted && !pj->tried; };
+  if (!e_.queue_drf && !e_.queue_proportion) {
+    for (PendingJob* pj : order_) {
+      if (!eligible(pj)) continue;
+      Attempt(*pj);
+      visit_.push_back(pj);
+      if (strict_ && pj->state == JState::kFailed) return;
+    }
+    return;
+  }
+  std::map<int32_t, std::vector<PendingJob*>> per_queue;
+  for (PendingJob* pj : order_)
+    if (eligible(pj)) per_queue[pj->rec->queue].push_back(pj);
+  std::map<int32_t, size_t> cursor;
+  while (true) {
+    int32_t best = -1;
+    for (auto& [q, list] : per_queue) {
+      if (cursor[q] >= list.size()) continue;
+      if (best < 0 || QueueLess(q, best)) best = q;
+    }
+    if (best < 0) return;
+    PendingJob* pj = per_queue[best][cursor[best]++];
+    Attempt(*pj);
+    visit_.push_back(pj);
+    if (strict_ && pj->state == JState::kFailed) return;
+  }
+}
+
+// ---- preempt / reclaim: minimal victim sets by a deterministic greedy ----
+void CycleRun::EvictFor(bool reclaim) {
+  std::vector<PendingJob*> candidates = visit_.empty() ? order_ : visit_;
+  for (PendingJob* pj : candidates) {
+    if (pj->state != JState::kFailed) continue;
+    const JobRec& pre = *pj->rec;
+    const Job& pjob = pre.job;
+    auto pc = m_.priority_classes.find(pjob.priority_class);
+    if (!reclaim && pc != m_.priority_classes.end() && !pc->second.preempt_lower) continue;
+    ResourceVector need;
+    for (int32_t t = 0; t < pjob.TaskCount(); ++t)
+      if (!pjob.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
+    if (reclaim) {
+      // Only a queue within its guarantee (counting this job) may take capacity back.
+      const QueueRec& q = m_.queues[pre.queue];
+      const ResourceVector& g = q.q.guarantee;
+      if (g.IsZero()) continue;
+      ResourceVector after = q.allocated + need;
+      if ((g.cpu_milli && after.cpu_milli > g.cpu_milli) ||
+          (g.memory_bytes && after.memory_bytes > g.memory_bytes) ||
+          (g.gpu_milli && after.gpu_milli > g.gpu_milli))
+        continue;
+    }
+    // Victim units: a job's tasks above its gang minimum one by one, then the rest whole.
+    struct Unit {
+      JobRec* job;
+      std::vector<int32_t> tasks;
+      bool whole;
+    };
+    std::vector<JobRec*> vjobs;
+    for (auto& [id, j] : m_.jobs) {
+      if (&j == &pre || j.running == 0 || !j.job.preemptible) continue;
+      if (reclaim) {
+        if (j.queue == pre.queue || !m_.queues[j.queue].q.reclaimable) continue;
+        // Only from queues above their guarantee (checked again per unit below).
+      } else {
+        if (j.queue != pre.queue || j.job.priority >= pjob.priority) continue;
+      }
+      bool busy = false;
+      for (int32_t t = 0; t < j.job.TaskCount(); ++t) busy |= victims_.count({&j, t}) > 0;
+      if (busy) continue;
+      vjobs.push_back(&j);
+    }
+    std::sort(vjobs.begin(), vjobs.end(), [](const JobRec* a, const JobRec* b) {
+      if (a->job.priority != b->job.priority) return a->job.priority < b->job.priority;
+      if (a->job.start_time != b->job.start_time)
+        return a->job.start_time > b->job.start_time;  // youngest first
+      return a->job.id < b->job.id;
+    });
+    std::vector<Unit> units;
+    for (JobRec* j : vjobs) {
+      std::vector<int32_t> run;
+      for (int32_t t = 0; t < j->job.TaskCount(); ++t)
+        if (j->job.allocations[t]) run.push_back(t);
+      int32_t extra = static_cast<int32_t>(run.size()) - j->job.GangMinimum();
+      for (int32_t k = 0; k < extra; ++k) {
+        units.push_back({j, {run.back()}, false});
+        run.pop_back();
+      }
+      if (!run.empty()) units.push_back({j, run, true});
+      if (units.size() > 512) break;  // bound the search; documented
+    }
+    if (units.empty()) continue;
+    auto over_guarantee = [&](const JobRec* j) {
+      const QueueRec& q = m_.queues[j->queue];
+      const ResourceVector& g = q.q.guarantee;
+      return q.allocated.cpu_milli > g.cpu_milli || q.allocated.memory_bytes > g.memory_bytes ||
+             q.allocated.gpu_milli > g.gpu_milli;
+    };
+    // Fits(S): would the preemptor fit with the units in S gone?
+    auto fits = [&](const std::vector<size_t>& set) {
+      size_t mark = m_.undo.size();
+      for (size_t u : set)
+        for (int32_t t : units[u].tasks) (void)m_.ReleaseTask(*units[u].job, t);
+      bool ok = TryPlaceJob(*pj, nullptr);
+      m_.Rollback(mark);
+      return ok;
+    };
+    std::vector<size_t> chosen;
+    bool found = false;
+    {
+      size_t mark = m_.undo.size();
+      for (size_t u = 0; u < units.size(); ++u) {
+        if (reclaim && !over_guarantee(units[u].job)) continue;
+        if (!units[u].job->job.allocations[units[u].tasks[0]]) continue;
+        for (int32_t t : units[u].tasks) (void)m_.ReleaseTask(*units[u].job, t);
+        chosen.push_back(u);
+        size_t inner = m_.undo.size();
+        bool ok = TryPlaceJob(*pj, nullptr);
+        m_.Rollback(inner);
+        if (ok) {
+          found = true;
+          break;
+        }
+      }
+      m_.Rollback(mark);
+    }
+    if (!found) continue;
+    // Minimise: drop units (most valuable first) whose eviction is not needed.
+    for (size_t k = chosen.size(); k-- > 0;) {
+      std::vector<size_t> without = chosen;
+      without.erase(without.begin() + k);
+      if (!without.empty() && fits(without)) chosen = without;
+    }
+    std::sort(chosen.begin(), chosen.end());
+    int32_t count = 0;
+    std::set<std::string> victim_jobs;
+    for (size_t u : chosen) {
+      JobRec& vj = *units[u].job;
+      victim_jobs.insert(vj.job.id);
+      for (int32_t t : units[u].tasks) {
+        victims_.insert({&vj, t});
+        ++count;
+        std::string msg =
+            reclaim
+                ? "queue " + m_.queues[pre.queue].q.name + " is below its guarantee; queue " +
+                      m_.queues[vj.queue].q.name + " is above its own"
+                : "priority " + std::to_string(pjob.priority) + " > " +
+                      std::to_string(vj.job.priority) + " in queue " + m_.queues[vj.queue].q.name;
+        plan_.evictions.push_back({vj.job.id, t, vj.job.allocations[t]->node,
+                                   reclaim ? "Reclaimed" : "Preempted", pjob.id, msg,
+                                   vj.job.grace_period_seconds});
+      }
+    }
+    std::string names;
+    for (const auto& v : victim_jobs) names += (names.empty() ? "" : ", ") + v;
+    pj->state = JState::kWaiting;
+    pj->decision.outcome = Outcome::kWaiting;
+    pj->decision.reason = {"PreemptionInProgress",
+                           "waiting for " + std::to_string(count) + " task(s) of " + names +
+                               " to exit (" + (reclaim ? "reclaimed" : "preempted") + ")",
+                           "",
+                           {}};
+  }
+}
+
+// ---- backfill (EASY): a reservation for the blocked head; others only if they do not delay it
+// ----
+void CycleRun::Backfill() {
+  std::vector<PendingJob*> seq = visit_;
+  for (PendingJob* pj : order_)
+    if (std::find(seq.begin(), seq.end(), pj) == seq.end()) seq.push_back(pj);
+  PendingJob* head = nullptr;
+  for (PendingJob* pj : seq)
+    if (pj->state == JState::kFailed) {
+      head = pj;
+      break;
+    }
+  int64_t earliest = -1;
+  std::vector<int32_t> reserved;
+  if (head != nullptr) {
+    size_t mark = m_.undo.size();
+    struct Ending {
+      int64_t end;
+      JobRec* job;
+    };
+    std::vector<Ending> ends, unknown;
+    for (auto& [id, j] : m_.jobs) {
+      if (j.running == 0) continue;
+      if (j.job.runtime_estimate_seconds && j.job.start_time >= 0)
+        ends.push_back({j.job.start_time + *j.job.runtime_estimate_seconds, &j});
+      else
+        unknown.push_back({INT64_MAX, &j});
+    }
+    std::sort(ends.begin(), ends.end(), [](const Ending& a, const Ending& b) {
+      return a.end != b.end ? a.end < b.end : a.job->job.id < b.job->job.id;
+    });
+    auto try_head = [&](int64_t at) {
+      size_t inner = m_.undo.size();
+      if (TryPlaceJob(*head, nullptr)) {
+        for (size_t i = inner; i < m_.undo.size(); ++i)
+          if (m_.undo[i].kind == UndoOp::kBind)
+            reserved.push_back(m_.node_index.at(m_.undo[i].alloc.node));
+        earliest = at;
+        m_.Rollback(inner);
+        return true;
+      }
+      return false;
+    };
+    bool ok = false;
+    for (const Ending& e : ends) {
+      for (int32_t t = 0; t < e.job->job.TaskCount(); ++t)
+        if (e.job->job.allocations[t]) (void)m_.ReleaseTask(*e.job, t);
+      if ((ok = try_head(std::max(now_, e.end)))) break;
+    }
+    if (!ok) {
+      for (const Ending& e : unknown)
+        for (int32_t t = 0; t < e.job->job.TaskCount(); ++t)
+          if (e.job->job.allocations[t]) (void)m_.ReleaseTask(*e.job, t);
+      ok = try_head(-1);
+    }
+    m_.Rollback(mark);
+    if (ok) {
+      std::sort(reserved.begin(), reserved.end());
+      reserved.erase(std::unique(reserved.begin(), reserved.end()), reserved.end());
+      Reservation r;
+      r.job = head->rec->job.id;
+      for (int32_t i : reserved) r.nodes.push_back(m_.nodes[i].name());
+      r.earliest_start = earliest;
+      plan_.reservations.push_back(r);
+      head->decision.reason.message +=
+          " Reserved " + std::to_string(reserved.size()) + " node(s) for this job" +
+          (earliest >= 0 ? "; earliest start at t=" + std::to_string(earliest) + "."
+                         : "; start time unknown.");
+      fenced_.assign(m_.nodes.size(), false);
+      for (int32_t i : reserved) fenced_[i] = true;
+      fence_owner_ = head->rec->job.id;
+    }
+  }
+  for (PendingJob* pj : seq) {
+    if (pj == head) continue;
+    if (!(pj->state == JState::kAdmitted || pj->state == JState::kFailed)) continue;
+    const auto& est = pj->rec->job.runtime_estimate_seconds;
+    bool ends_before = est && earliest >= 0 && now_ + *est <= earliest;
+    std::vector<bool> saved;
+    if (ends_before) saved.swap(fenced_);
+    Attempt(*pj);
+    if (ends_before) saved.swap(fenced_);
+  }
+}
+
+Plan CycleRun::Run() {
+  plan_.now = now_;
+  // The typical workload: configured, or learnt from the jobs in the state (heaviest first,
+  // ties by shape key, at most 32 shapes).
+  if (!e_.typical.empty()) {
+    typical_ = e_.typical;
+  } else {
+    std::vector<std::pair<int64_t, const std::pair<TaskRequest, int64_t>*>> v;
+    for (const auto& [key, slot] : m_.shape_counts) v.push_back({slot.second, &slot});
+    std::stable_sort(v.begin(), v.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (size_t i = 0; i < v.size() && i < 32; ++i)
+      typical_.push_back({v[i].second->first, v[i].first});
+  }
+  ctx_.now = now_;
+  ctx_.rng = &rng_;
+  ctx_.typical = &typical_;
+  for (const auto& t : typical_) ctx_.typical_total_weight += t.weight;
+
+  jobs_.reserve(m_.pending.size());
+  for (const std::string& id : m_.pending) {
+    PendingJob pj;
+    pj.rec = &m_.jobs.at(id);
+    pj.decision.job = id;
+    for (const auto& g : pj.rec->job.groups)
+      pj.group_shape.push_back(ShapeId(pj.rec->job, g.request));
+    jobs_.push_back(std::move(pj));
+  }
+  for (auto& pj : jobs_) order_.push_back(&pj);
+  std::stable_sort(order_.begin(), order_.end(),
+                   [this](const PendingJob* a, const PendingJob* b) { return JobLess(a, b); });
+  strict_ = std::find(e_.actions.begin(), e_.actions.end(), Action::kBackfill) != e_.actions.end();
+
+  m_.logging = true;
+  for (Action a : e_.actions) {
+    switch (a) {
+      case Action::kEnqueue:
+        Enqueue();
+        break;
+      case Action::kAllocate:
+        Allocate();
+        break;
+      case Action::kPreempt:
+        EvictFor(false);
+        break;
+      case Action::kReclaim:
+        EvictFor(true);
+        break;
+      case Action::kBackfill:
+        Backfill();
+        break;
+    }
+  }
+  m_.Rollback(0);
+  m_.undo.clear();
+  m_.logging = false;
+
+  for (auto& pj : jobs_) {
+    if (!pj.tried && pj.state == JState::kAdmitted) {
+      pj.decision.outcome = Outcome::kWaiting;
+      pj.decision.reason = {"NotConsidered",
+                            "not considered this cycle (behind a blocked job; no backfill ran)",
+                            "",
+                            {}};
+    }
+    plan_.decisions.push_back(std::move(pj.decision));
+  }
+  return std::move(plan_);
+}
+
+}  // namespace
+
+Plan EngineImpl::Cycle(ClusterState& state, int64_t now, Rng& rng) const {
+  CycleRun run(*this, state.impl(), now, rng);
+  return run.Run();
+}
+
+Plan EngineImpl::Cycle(const Snapshot& snapshot, int64_t now, Rng& rng) const {
+  std::vector<std::pair<std::string, Status>> rejected;
+  auto state = ClusterState::FromSnapshot(snapshot, &rejected);
+  if (!state.ok()) {
+    Plan plan;
+    plan.now = now;
+    for (const Job& j : snapshot.jobs)
+      if (j.RunningTasks() < j.TaskCount())
+        plan.decisions.push_back(
+            {j.id, Outcome::kError, {"InvalidSnapshot", state.status().message(), "", {}}});
+    return plan;
+  }
+  Plan plan = Cycle(**state, now, rng);
+  if (!rejected.empty()) {
+    for (const auto& [id, st] : rejected)
+      plan.decisions.push_back({id,
+                                Outcome::kError,
+                                {st.code() == StatusCode::kNotFound ? "UnknownQueue" : "InvalidJob",
+                                 st.message(),
+                                 "",
+                                 {}}});
+    std::sort(plan.decisions.begin(), plan.decisions.end(),
+              [](const JobDecision& a, const JobDecision& b) { return a.job < b.job; });
+  }
+  return plan;
+}
+
+}  // namespace tessera
