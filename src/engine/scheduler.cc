@@ -450,7 +450,8 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     if (node < 0) {
       if (!failed) {
         failed = true;
-        if (why != nullptr && first.message.find("nodes are available") != std::string::npos)
+        if (why != nullptr && n > 1 &&
+            first.message.find("nodes are available") != std::string::npos)
           first.message = "task " + std::to_string(t) + ": " + first.message;
       }
       if (placed < required) break;
