@@ -1,6 +1,194 @@
-// Placeholder: the agent commands are registered here when that component lands.
+// `tessera agent`: the node agent (docs/agent.md), and `tessera agent --discover`.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/inventory.h"
+#include "agent/nvml.h"
 #include "cli/command.h"
+#include "model/codec.h"
 
 namespace tessera::cli {
-void AddAgentCommands(CLI::App& app) {}
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+void OnSignal(int sig) { g_signal = sig; }
+
+struct AgentFlags {
+  std::string server;
+  std::string token;
+  std::string inventory;
+  std::string node;
+  std::string work_dir = "data/agent";
+  std::string nvml_library;
+  std::string logs_listen = "127.0.0.1:0";
+  std::string logs_advertise;
+  int64_t lease_seconds = -1;
+  bool discover = false;
+  std::string output = "json";
+  bool stop_tasks_on_exit = false;
+};
+
+// The node this agent serves: from the inventory file, else discovered (NVML when present).
+StatusOr<Node> ResolveNode(const AgentFlags& f, std::shared_ptr<agent::NvmlGpus>& nvml,
+                           std::string& source) {
+  if (!f.inventory.empty()) {
+    auto nodes = agent::LoadInventory(f.inventory);
+    if (!nodes.ok()) return nodes.status();
+    source = "inventory " + f.inventory + " (virtual GPUs)";
+    if (f.node.empty()) {
+      if (nodes->size() == 1) return nodes->front();
+      return InvalidArgument("--node: the inventory declares " + std::to_string(nodes->size()) +
+                             " nodes; name the one this agent serves");
+    }
+    for (const auto& n : *nodes) {
+      if (n.name == f.node) return n;
+    }
+    return NotFound("--node: \"" + f.node + "\" is not in the inventory " + f.inventory);
+  }
+  auto g = agent::NvmlGpus::Open(f.nvml_library);
+  if (g.ok()) {
+    nvml = std::shared_ptr<agent::NvmlGpus>(std::move(*g));
+    source = "NVML " + nvml->library_path() + " (driver " + nvml->driver_version() + ")";
+  } else {
+    source = "host without GPUs: " + g.status().message();
+  }
+  return agent::DiscoverHostNode(f.node, nvml.get());
+}
+
+int RunDiscover(const AgentFlags& f) {
+  std::shared_ptr<agent::NvmlGpus> nvml;
+  std::string source;
+  auto node = ResolveNode(f, nvml, source);
+  if (!node.ok()) {
+    std::cerr << "tessera agent --discover: " << node.status().ToString() << "\n";
+    return 1;
+  }
+  Json out = Json::object();
+  out["source"] = source;
+  out["nvml"] = nvml != nullptr;
+  if (nvml) out["driverVersion"] = nvml->driver_version();
+  out["node"] = NodeToJson(*node);
+  if (nvml) {
+    Json samples = Json::array();
+    for (const auto& s : nvml->Sample()) {
+      Json j = {{"index", s.index},
+                {"utilPercent", s.util_percent},
+                {"memoryUsed", s.memory_used_bytes},
+                {"powerMilliwatts", s.power_milliwatts},
+                {"healthy", s.healthy}};
+      if (!s.health_message.empty()) j["healthMessage"] = s.health_message;
+      samples.push_back(j);
+    }
+    out["samples"] = samples;
+  }
+  if (f.output == "json") {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  // table
+  std::printf("node %s (%s)\n", node->name.c_str(), source.c_str());
+  std::printf("%-5s %-12s %-10s %-8s %-7s %s\n", "INDEX", "MODEL", "MEMORY", "VIRTUAL", "HEALTHY",
+              "UUID / MIG");
+  for (const auto& d : node->devices) {
+    std::printf("%-5d %-12s %-10s %-8s %-7s %s\n", d.index, d.model.c_str(),
+                FormatBytes(d.memory_bytes).c_str(), d.is_virtual ? "yes" : "no",
+                d.healthy ? "yes" : "no", d.uuid.c_str());
+    for (const auto& m : d.mig)
+      std::printf("%-5s %-12s %-10s %-8s %-7s   %s at slice %d: %s\n", "", "", "", "", "",
+                  m.profile.c_str(), m.start_slice, m.uuid.c_str());
+  }
+  return 0;
+}
+
+int RunAgent(const AgentFlags& f) {
+  if (f.server.empty()) {
+    std::cerr << "tessera agent: --server is required (or --discover)\n";
+    return 2;
+  }
+  std::string token = f.token;
+  if (token.empty()) {
+    if (const char* t = std::getenv("TESSERA_AGENT_TOKEN")) token = t;
+  }
+  std::shared_ptr<agent::NvmlGpus> nvml;
+  std::string source;
+  auto node = ResolveNode(f, nvml, source);
+  if (!node.ok()) {
+    std::cerr << "tessera agent: " << node.status().ToString() << "\n";
+    return 1;
+  }
+  agent::AgentOptions o;
+  o.server_url = f.server;
+  o.token = token;
+  o.node = *node;
+  o.work_dir = f.work_dir;
+  o.nvml = nvml;
+  o.lease_seconds = f.lease_seconds;
+  auto colon = f.logs_listen.rfind(':');
+  o.logs_host = colon == std::string::npos ? f.logs_listen : f.logs_listen.substr(0, colon);
+  o.logs_port = colon == std::string::npos ? 0 : std::atoi(f.logs_listen.c_str() + colon + 1);
+  o.logs_advertise = f.logs_advertise;
+  std::random_device rd;
+  Rng rng((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  o.boot_id = agent::NewBootId(rng);
+  auto a = agent::Agent::Create(std::move(o));
+  if (!a.ok()) {
+    std::cerr << "tessera agent: " << a.status().ToString() << "\n";
+    return 1;
+  }
+  std::fprintf(stderr, "tessera agent: node %s, %zu GPUs from %s\n", node->name.c_str(),
+               node->devices.size(), source.c_str());
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  Status s = (*a)->Start();
+  if (!s.ok()) {
+    std::cerr << "tessera agent: " << s.ToString() << "\n";
+    return 1;
+  }
+  std::fprintf(stderr, "tessera agent: serving logs at %s\n", (*a)->logs_url().c_str());
+  while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::fprintf(stderr, "tessera agent: signal %d, stopping%s\n", static_cast<int>(g_signal),
+               f.stop_tasks_on_exit ? " (and every task)"
+                                    : " (tasks keep running; the next agent adopts them)");
+  (*a)->Stop(f.stop_tasks_on_exit);
+  return 0;
+}
+
+}  // namespace
+
+void AddAgentCommands(CLI::App& app) {
+  auto f = std::make_shared<AgentFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "agent", "Run the node agent: register this node, heartbeat, run its tasks");
+  cmd->add_option("--server", f->server, "Server URL, e.g. http://127.0.0.1:8080");
+  cmd->add_option("--token", f->token, "Agent bearer token (or $TESSERA_AGENT_TOKEN)");
+  cmd->add_option(
+      "--inventory", f->inventory,
+      "Inventory file declaring virtual GPUs (or 'seed-minimal'); default: discover with NVML");
+  cmd->add_option("--node", f->node,
+                  "Node name (default: the host name, or the inventory's only node)");
+  cmd->add_option("--work-dir", f->work_dir, "Task folders and logs (default data/agent)");
+  cmd->add_option("--nvml-library", f->nvml_library,
+                  "NVML library to load (default $TESSERA_NVML_LIBRARY or libnvidia-ml.so.1)");
+  cmd->add_option("--logs-listen", f->logs_listen,
+                  "host:port for the logs endpoint (default 127.0.0.1:0)");
+  cmd->add_option("--logs-advertise", f->logs_advertise,
+                  "Logs URL given to the server (default from --logs-listen)");
+  cmd->add_option(
+      "--lease-seconds", f->lease_seconds,
+      "Stop every task after this long without a server answer (default 3 heartbeats; 0 = never)");
+  cmd->add_flag("--stop-tasks-on-exit", f->stop_tasks_on_exit,
+                "On SIGTERM/SIGINT also stop every task");
+  cmd->add_flag("--discover", f->discover,
+                "Print this node's inventory (NVML or --inventory) and exit");
+  cmd->add_option("-o,--output", f->output, "Output of --discover: json or table")
+      ->check(CLI::IsMember({"json", "table"}));
+  cmd->callback([f] { SetExitCode(f->discover ? RunDiscover(*f) : RunAgent(*f)); });
+}
+
 }  // namespace tessera::cli

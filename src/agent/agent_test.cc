@@ -1,0 +1,474 @@
+// The agent against a fake server (httplib on 127.0.0.1:0) that speaks
+// docs/agent-protocol.md: registration, heartbeats, desired-state reconciliation, fencing,
+// server restarts, cut connections and agent crashes.
+#include "agent/agent.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <httplib.h>
+
+#include "agent/inventory.h"
+#include "agent/local_agents.h"
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <typename F>
+bool WaitFor(F cond, int seconds = 20) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return cond();
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Running(pid_t pid) {
+  std::string s = Slurp("/proc/" + std::to_string(pid) + "/stat");
+  auto rp = s.rfind(')');
+  return rp != std::string::npos && s.size() > rp + 2 && s[rp + 2] != 'Z' && s[rp + 2] != 'X';
+}
+
+// A server that keeps, per node, an epoch and the desired allocations, and records what
+// agents tell it. Restartable on the same port.
+class FakeServer {
+ public:
+  explicit FakeServer(int port = 0) { Listen(port); }
+  ~FakeServer() { Shutdown(); }
+
+  void Listen(int port) {
+    svr_ = std::make_unique<httplib::Server>();
+    svr_->Post("/v1/agents/register", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.get_header_value("Authorization") != "Bearer t0ken") {
+        res.status = 401;
+        return;
+      }
+      Json body = Json::parse(req.body);
+      std::lock_guard<std::mutex> lock(mu_);
+      const std::string node = body["node"]["name"];
+      registers_.push_back(body);
+      Node& n = nodes_[node];
+      if (n.boot_id != body["bootId"].get<std::string>()) {
+        n.boot_id = body["bootId"];
+        ++n.epoch;
+      }
+      res.set_content(Json({{"node", node}, {"epoch", n.epoch}, {"heartbeatSeconds", 1}}).dump(),
+                      "application/json");
+    });
+    svr_->Post(R"(/v1/agents/([^/]+)/heartbeat)",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 Json body = Json::parse(req.body);
+                 std::lock_guard<std::mutex> lock(mu_);
+                 auto it = nodes_.find(req.matches[1]);
+                 if (it == nodes_.end()) {
+                   res.status = 404;
+                   return;
+                 }
+                 if (body["epoch"] != it->second.epoch) {
+                   res.status = 409;
+                   return;
+                 }
+                 heartbeats_.push_back(body);
+                 for (const auto& t : body["tasks"]) last_state_[t["allocation"]] = t;
+                 Json allocs = Json::array();
+                 for (const auto& [id, a] : it->second.desired) allocs.push_back(a);
+                 res.set_content(Json({{"allocations", allocs}, {"heartbeatSeconds", 1}}).dump(),
+                                 "application/json");
+               });
+    port_ = port == 0 ? svr_->bind_to_any_port("127.0.0.1")
+                      : (svr_->bind_to_port("127.0.0.1", port) ? port : -1);
+    thread_ = std::thread([this] { svr_->listen_after_bind(); });
+  }
+  void Shutdown() {
+    if (svr_) svr_->stop();
+    if (thread_.joinable()) thread_.join();
+    svr_.reset();
+  }
+  // A server restart forgets epochs (the store keeps the desired state).
+  void Restart() {
+    Shutdown();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [n, s] : nodes_) {
+        s.boot_id.clear();
+        s.epoch += 100;
+      }
+    }
+    Listen(port_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  void Want(const std::string& node, const Json& alloc) {
+    std::lock_guard<std::mutex> lock(mu_);
+    nodes_[node].desired[alloc["allocation"]] = alloc;
+  }
+  void Unwant(const std::string& node, const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    nodes_[node].desired.erase(id);
+  }
+  std::string StateOf(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = last_state_.find(id);
+    return it == last_state_.end() ? "" : it->second["state"].get<std::string>();
+  }
+  Json LastStateOf(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_state_.count(id) ? last_state_[id] : Json();
+  }
+  Json LastHeartbeat() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heartbeats_.empty() ? Json() : heartbeats_.back();
+  }
+  size_t Heartbeats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heartbeats_.size();
+  }
+  Json FirstRegister() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return registers_.empty() ? Json() : registers_.front();
+  }
+
+ private:
+  struct Node {
+    int64_t epoch = 0;
+    std::string boot_id;
+    std::map<std::string, Json> desired;
+  };
+  std::unique_ptr<httplib::Server> svr_;
+  std::thread thread_;
+  int port_ = 0;
+  std::mutex mu_;
+  std::map<std::string, Node> nodes_;
+  std::vector<Json> registers_, heartbeats_;
+  std::map<std::string, Json> last_state_;
+};
+
+Json Alloc(const std::string& id, const std::string& script, int grace = 5) {
+  return {{"allocation", id},
+          {"job", "job-" + id},
+          {"task", 0},
+          {"attempt", 1},
+          {"command", {"/bin/sh", "-c", script}},
+          {"env", {{"RANK", "0"}, {"WORLD_SIZE", "1"}}},
+          {"devices", {{{"device", 3}, {"milli", 1000}, {"memory", "0"}}}},
+          {"gracePeriodSeconds", grace}};
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessera-agent-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  AgentOptions Options(const std::string& url, const std::string& boot = "boot-1") {
+    auto nodes = LoadInventory("seed-minimal");
+    AgentOptions o;
+    o.server_url = url;
+    o.token = "t0ken";
+    o.node = (*nodes)[0];
+    o.work_dir = dir_.string();
+    o.boot_id = boot;
+    o.log = [](const std::string&) {};
+    return o;
+  }
+  std::unique_ptr<Agent> StartAgent(AgentOptions o) {
+    auto a = Agent::Create(std::move(o));
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_TRUE((*a)->Start().ok());
+    return std::move(*a);
+  }
+  pid_t TaskPid(const std::string& id) {
+    return std::atoi(Slurp(dir_.string() + "/tasks/" + id + "/pid").c_str());
+  }
+  fs::path dir_;
+};
+
+TEST_F(AgentTest, RegistersVirtualInventoryAndHeartbeatsVirtualSamples) {
+  FakeServer server;
+  auto agent = StartAgent(Options(server.url()));
+  ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() >= 2; }));
+  Json reg = server.FirstRegister();
+  EXPECT_EQ(reg["agentVersion"], kAgentVersion);
+  EXPECT_EQ(reg["bootId"], "boot-1");
+  EXPECT_EQ(reg["node"]["name"], "gpu-node-1");
+  ASSERT_EQ(reg["node"]["devices"].size(), 8u);
+  for (const auto& d : reg["node"]["devices"]) EXPECT_EQ(d["virtual"], true);
+  Json hb = server.LastHeartbeat();
+  EXPECT_EQ(hb["epoch"], 1);
+  ASSERT_EQ(hb["devices"].size(), 8u);
+  EXPECT_EQ(hb["devices"][0]["virtual"], true);
+  EXPECT_EQ(hb["logsUrl"], agent->logs_url());
+  EXPECT_EQ(agent->registrations(), 1);
+}
+
+TEST_F(AgentTest, WrongTokenIsReportedAndRetried) {
+  FakeServer server;
+  AgentOptions o = Options(server.url());
+  o.token = "wrong";
+  auto agent = StartAgent(o);
+  ASSERT_TRUE(WaitFor([&] { return !agent->last_error().empty(); }));
+  EXPECT_NE(agent->last_error().find("HTTP 401"), std::string::npos) << agent->last_error();
+  EXPECT_EQ(agent->registrations(), 0);
+}
+
+TEST_F(AgentTest, RunsDesiredTasksReportsExitServesLogsAndSamplesUtilisation) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-1", "echo hello from $RANK; exit 7"));
+  server.Want("gpu-node-1", Alloc("a-2", "sleep 60"));
+  auto agent = StartAgent(Options(server.url()));
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-1") == "failed"; }));
+  Json st = server.LastStateOf("a-1");
+  EXPECT_EQ(st["exitCode"], 7);
+  EXPECT_EQ(st["message"], "exited with code 7");
+  // Virtual utilisation: a-2 holds GPU 3 wholly.
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-2") == "running"; }));
+  Json hb = server.LastHeartbeat();
+  EXPECT_EQ(hb["devices"][3]["utilPercent"], 100);
+  EXPECT_EQ(hb["devices"][3]["memoryUsed"], int64_t{80} << 30);
+  EXPECT_EQ(hb["devices"][0]["utilPercent"], 0);
+
+  httplib::Client logs(agent->logs_url());
+  logs.set_bearer_token_auth("t0ken");
+  auto res = logs.Get("/v1/logs/a-1?stream=stdout&offset=0");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "hello from 0\n");
+  EXPECT_EQ(res->get_header_value("X-Tessera-Task-State"), "failed");
+  res = logs.Get("/v1/logs/a-1?stream=stdout&offset=6");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->body, "from 0\n");
+  EXPECT_EQ(res->get_header_value("X-Tessera-Log-Size"), "13");
+  EXPECT_EQ(logs.Get("/v1/logs/a-nope?stream=stdout")->status, 404);
+  EXPECT_EQ(logs.Get("/v1/logs/a-1?stream=env")->status, 400);
+  httplib::Client anon(agent->logs_url());
+  EXPECT_EQ(anon.Get("/v1/logs/a-1")->status, 401);
+
+  // The server drops the finished allocation: the agent forgets it (it ran once, is not rerun).
+  server.Unwant("gpu-node-1", "a-1");
+  ASSERT_TRUE(WaitFor([&] { return !agent->executor().Has("a-1"); }));
+  agent->Stop(true);
+}
+
+TEST_F(AgentTest, KillsEveryProcessWhoseAllocationIsNotListed) {
+  FakeServer server;
+  server.Want("gpu-node-1",
+              Alloc("a-victim", "echo $$ > pid; trap 'exit 0' TERM; while :; do sleep 0.1; done"));
+  auto agent = StartAgent(Options(server.url()));
+  ASSERT_TRUE(
+      WaitFor([&] { return server.StateOf("a-victim") == "running" && TaskPid("a-victim") > 0; }));
+  const pid_t pid = TaskPid("a-victim");
+  server.Unwant("gpu-node-1", "a-victim");  // preempted or cancelled
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-victim") == "killed"; }));
+  EXPECT_FALSE(Running(pid));
+  EXPECT_EQ(server.LastStateOf("a-victim")["message"],
+            "stopped: allocation no longer assigned to this node: exited with code 0");
+  agent->Stop(true);
+}
+
+TEST_F(AgentTest, ServerRestartAndStaleEpochMeanRegisterAgainTasksKeepRunning) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
+  auto agent = StartAgent(Options(server.url()));
+  ASSERT_TRUE(
+      WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
+  const pid_t pid = TaskPid("a-long");
+  server.Restart();  // new epochs: the agent's next heartbeat gets 409
+  ASSERT_TRUE(WaitFor([&] { return agent->registrations() >= 2 && agent->epoch() > 100; }));
+  const size_t before = server.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() > before + 1; }));
+  EXPECT_TRUE(Running(pid));
+  EXPECT_EQ(server.StateOf("a-long"), "running");
+  EXPECT_EQ(TaskPid("a-long"), pid);  // the same process: not restarted
+  agent->Stop(true);
+}
+
+// Accepts connections and closes them at once: a network cut mid-request.
+class ConnectionKiller {
+ public:
+  explicit ConnectionKiller(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd_, 16) == 0;
+    thread_ = std::thread([this] {
+      while (true) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        ++killed_;
+        char buf[256];
+        (void)::recv(c, buf, sizeof buf, MSG_DONTWAIT);
+        ::close(c);
+      }
+    });
+  }
+  ~ConnectionKiller() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  bool ok() const { return ok_; }
+  int killed() const { return killed_.load(); }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+  std::atomic<int> killed_{0};
+  std::thread thread_;
+};
+
+TEST_F(AgentTest, KilledConnectionsAreRetriedAndTheAgentReconnects) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
+  AgentOptions o = Options(server.url());
+  o.lease_seconds = 0;  // this test is about reconnecting, not self-fencing
+  auto agent = StartAgent(o);
+  ASSERT_TRUE(
+      WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
+  const pid_t pid = TaskPid("a-long");
+  const int port = server.port();
+  server.Shutdown();
+  {
+    ConnectionKiller killer(port);
+    ASSERT_TRUE(killer.ok());
+    ASSERT_TRUE(WaitFor([&] { return killer.killed() >= 3; }));
+    EXPECT_FALSE(agent->last_error().empty());
+  }
+  server.Listen(port);
+  const size_t before = server.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() > before && agent->last_error().empty(); }));
+  EXPECT_TRUE(Running(pid));
+  EXPECT_EQ(server.StateOf("a-long"), "running");
+  agent->Stop(true);
+}
+
+TEST_F(AgentTest, LeaseExpiryStopsTasksWhenTheServerIsGone) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
+  AgentOptions o = Options(server.url());
+  o.lease_seconds = 1;
+  auto agent = StartAgent(o);
+  ASSERT_TRUE(
+      WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
+  const pid_t pid = TaskPid("a-long");
+  server.Shutdown();  // a partition: the server may already be restarting the job elsewhere
+  ASSERT_TRUE(WaitFor([&] {
+    auto st = agent->executor().Statuses();
+    return st.size() == 1 && st[0].state != TaskState::kRunning;
+  }));
+  EXPECT_TRUE(WaitFor([&] { return !Running(pid); }));
+  auto st = agent->executor().Statuses();
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].state, TaskState::kKilled);
+  EXPECT_EQ(st[0].message.rfind("stopped: agent lost contact with the server", 0), 0u)
+      << st[0].message;
+  agent->Stop(true);
+}
+
+TEST_F(AgentTest, AgentCrashThenRestartAdoptsTasksAndFencesRescheduledOnes) {
+  FakeServer server;
+  server.Want("gpu-node-1",
+              Alloc("a-kept", "echo $$ > pid; echo started >> ../../starts; exec sleep 60"));
+  server.Want("gpu-node-1", Alloc("a-moved", "echo $$ > pid; exec sleep 60"));
+  auto first = StartAgent(Options(server.url(), "boot-1"));
+  ASSERT_TRUE(WaitFor([&] {
+    return server.StateOf("a-kept") == "running" && server.StateOf("a-moved") == "running" &&
+           TaskPid("a-kept") > 0 && TaskPid("a-moved") > 0;
+  }));
+  const pid_t kept = TaskPid("a-kept"), moved = TaskPid("a-moved");
+  first->Stop(false);  // the agent dies; its tasks do not
+  first.reset();
+  EXPECT_TRUE(Running(kept));
+  EXPECT_TRUE(Running(moved));
+  server.Unwant("gpu-node-1", "a-moved");  // meanwhile the server moved it to another node
+
+  auto second = StartAgent(Options(server.url(), "boot-2"));
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-moved") == "killed"; }));
+  EXPECT_TRUE(WaitFor([&] { return !Running(moved); }));
+  EXPECT_TRUE(Running(kept));
+  EXPECT_EQ(server.StateOf("a-kept"), "running");
+  EXPECT_EQ(Slurp(dir_.string() + "/starts"), "started\n");  // adopted, never started twice
+  EXPECT_EQ(second->epoch(), 2);
+  second->Stop(true);
+  EXPECT_FALSE(Running(kept));
+}
+
+TEST_F(AgentTest, LocalAgentsRunOneAgentPerSeedNode) {
+  FakeServer server;
+  LocalAgentsOptions o;
+  o.server_url = server.url();
+  o.token = "t0ken";
+  o.work_dir = dir_.string();
+  o.seed = 42;
+  o.log = [](const std::string&) {};
+  server.Want("gpu-node-2", Alloc("a-n2", "echo on $TESSERA_NODE with $CUDA_VISIBLE_DEVICES"));
+  auto la = LocalAgents::Start(o);
+  ASSERT_TRUE(la.ok()) << la.status().ToString();
+  EXPECT_EQ((*la)->nodes(), (std::vector<std::string>{"gpu-node-1", "gpu-node-2"}));
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-n2") == "succeeded"; }));
+  EXPECT_EQ(Slurp(dir_.string() + "/gpu-node-2/tasks/a-n2/stdout"), "on gpu-node-2 with 3\n");
+  EXPECT_NE((*la)->agent("gpu-node-1"), nullptr);
+  (*la)->Stop();
+}
+
+TEST_F(AgentTest, CrashOfTheRealAgentProcess) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !fs::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY is not set (run through ctest)";
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-orphan", "echo $$ > pid; exec sleep 60"));
+  auto spawn = [&] {
+    pid_t p = ::fork();
+    if (p == 0) {
+      int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 2);
+      const std::string url = server.url(), wd = dir_.string();
+      ::execl(bin, bin, "agent", "--server", url.c_str(), "--token", "t0ken", "--inventory",
+              "seed-minimal", "--node", "gpu-node-1", "--work-dir", wd.c_str(), "--lease-seconds",
+              "0", nullptr);
+      ::_exit(127);
+    }
+    return p;
+  };
+  pid_t agent = spawn();
+  ASSERT_TRUE(
+      WaitFor([&] { return server.StateOf("a-orphan") == "running" && TaskPid("a-orphan") > 0; }));
+  const pid_t task = TaskPid("a-orphan");
+  ::kill(agent, SIGKILL);  // a real crash: no cleanup at all
+  ::waitpid(agent, nullptr, 0);
+  EXPECT_TRUE(Running(task));
+  server.Unwant("gpu-node-1", "a-orphan");
+  agent = spawn();
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-orphan") == "killed"; }));
+  EXPECT_TRUE(WaitFor([&] { return !Running(task); }));
+  ::kill(agent, SIGTERM);
+  ::waitpid(agent, nullptr, 0);
+}
+
+}  // namespace
+}  // namespace tessera::agent

@@ -1,0 +1,649 @@
+#include "agent/executor.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace tessera::agent {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return false;
+  out << data;
+  return static_cast<bool>(out.flush());
+}
+
+bool WriteFileAtomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  return WriteFile(tmp, data) && ::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// /proc/<pid>/stat: state (field 3) and start time in clock ticks (field 22), which with the
+// pid identifies a process across pid reuse. {0, '?'} when the process does not exist.
+std::pair<uint64_t, char> ProcStat(int64_t pid) {
+  std::string s = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  auto rp = s.rfind(')');
+  if (rp == std::string::npos) return {0, '?'};
+  std::istringstream in(s.substr(rp + 2));
+  char state = '?';
+  in >> state;
+  std::string field;
+  for (int i = 4; i < 22 && in >> field; ++i) {
+  }
+  uint64_t ticks = 0;
+  in >> ticks;
+  return {ticks, state};
+}
+
+bool ProcessAlive(int64_t pid, uint64_t start_ticks) {
+  auto [ticks, state] = ProcStat(pid);
+  return state != '?' && state != 'Z' && state != 'X' && ticks == start_ticks;
+}
+
+std::string ResolveExecutable(const std::string& name,
+                              const std::map<std::string, std::string>& env) {
+  if (name.find('/') != std::string::npos) return name;
+  std::string path;
+  if (auto it = env.find("PATH"); it != env.end()) {
+    path = it->second;
+  } else if (const char* p = std::getenv("PATH")) {
+    path = p;
+  } else {
+    path = "/usr/local/bin:/usr/bin:/bin";
+  }
+  std::istringstream in(path);
+  std::string dir;
+  while (std::getline(in, dir, ':')) {
+    if (dir.empty()) dir = ".";
+    std::string cand = dir + "/" + name;
+    if (::access(cand.c_str(), X_OK) == 0 && !IsDir(cand)) return cand;
+  }
+  return "";
+}
+
+// Formats n into buf without the C library (async-signal-safe); returns the length.
+size_t FormatInt(char* buf, long n) {
+  char tmp[24];
+  size_t len = 0;
+  bool neg = n < 0;
+  unsigned long u = neg ? static_cast<unsigned long>(-n) : static_cast<unsigned long>(n);
+  do {
+    tmp[len++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u);
+  size_t o = 0;
+  if (neg) buf[o++] = '-';
+  while (len) buf[o++] = tmp[--len];
+  return o;
+}
+
+void WriteAll(int fd, const char* s, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, s, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    s += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void WriteStr(int fd, const char* s) { WriteAll(fd, s, std::strlen(s)); }
+
+void CloseFrom(int first, int max_fd) {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, first, ~0U, 0) == 0) return;
+#endif
+  for (int fd = first; fd < max_fd; ++fd) ::close(fd);
+}
+
+std::string FindCgroup2Mount() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // "... <mount point> <options> - cgroup2 <source> <super options>"
+    auto dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream f(line.substr(0, dash));
+    std::string id, parent, devno, root, mount;
+    f >> id >> parent >> devno >> root >> mount;
+    return mount;
+  }
+  return "";
+}
+
+}  // namespace
+
+const char* TaskStateName(TaskState s) {
+  switch (s) {
+    case TaskState::kRunning:
+      return "running";
+    case TaskState::kSucceeded:
+      return "succeeded";
+    case TaskState::kFailed:
+      return "failed";
+    case TaskState::kKilled:
+      return "killed";
+  }
+  return "failed";
+}
+
+bool ValidAllocationId(const std::string& id) {
+  if (id.empty() || id.size() > 128 || id[0] == '.') return false;
+  for (char c : id) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return false;
+  }
+  return true;
+}
+
+StatusOr<std::map<std::string, std::string>> DeviceEnvironment(
+    const Node& node, const std::vector<DeviceAssignment>& devices) {
+  std::map<std::string, std::string> env;
+  std::string list;
+  bool any_virtual = false;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const DeviceAssignment& a = devices[i];
+    const std::string path = "devices[" + std::to_string(i) + "]";
+    if (a.device < 0 || a.device >= static_cast<int32_t>(node.devices.size()))
+      return InvalidArgument(path + ".device: node " + node.name + " has no GPU " +
+                             std::to_string(a.device) + " (it has " +
+                             std::to_string(node.devices.size()) + ")");
+    const Device& d = node.devices[a.device];
+    any_virtual = any_virtual || d.is_virtual;
+    std::string id = std::to_string(d.index);
+    if (a.mig_instance >= 0) {
+      if (a.mig_instance >= static_cast<int32_t>(d.mig.size()))
+        return InvalidArgument(path + ".migInstance: GPU " + std::to_string(a.device) +
+                               " of node " + node.name + " has no MIG instance " +
+                               std::to_string(a.mig_instance));
+      id = d.mig[a.mig_instance].uuid;
+      if (id.empty())
+        return InvalidArgument(path + ".migInstance: MIG instance " +
+                               std::to_string(a.mig_instance) + " of GPU " +
+                               std::to_string(a.device) + " has no UUID");
+    }
+    if ((',' + list + ',').find(',' + id + ',') != std::string::npos) continue;  // fractions
+    list += (list.empty() ? "" : ",") + id;
+  }
+  env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";  // indices then match NVML's
+  env["CUDA_VISIBLE_DEVICES"] = list;
+  env["NVIDIA_VISIBLE_DEVICES"] = list.empty() ? "void" : list;
+  if (any_virtual) env["TESSERA_VIRTUAL_GPUS"] = "1";  // these GPUs do not exist
+  return env;
+}
+
+struct Executor::Proc {
+  TaskStatus st;
+  int64_t grace_seconds = 30;
+  uint64_t start_ticks = 0;
+  bool adopted = false;  // started by an earlier agent process: not our child
+  bool sigkill_sent = false;
+  SteadyClock::time_point kill_at;
+  std::string cgroup;
+  std::string stop_reason;
+};
+
+Executor::Executor(ExecutorOptions options) : opt_(std::move(options)) {
+  if (!opt_.wall_clock) {
+    opt_.wall_clock = [] {
+      return std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+  ::mkdir(opt_.work_dir.c_str(), 0755);
+  ::mkdir((opt_.work_dir + "/tasks").c_str(), 0755);
+  // cgroup v2 limits, where this machine lets us.
+  if (opt_.cgroup_parent == "-") {
+    cgroup_status_ = "disabled by configuration";
+    return;
+  }
+  std::string mount = FindCgroup2Mount();
+  if (mount.empty()) {
+    cgroup_status_ = "unavailable: no cgroup2 file system mounted";
+    return;
+  }
+  std::string controllers = ReadFile(mount + "/cgroup.controllers");
+  if (controllers.find("cpu") == std::string::npos ||
+      controllers.find("memory") == std::string::npos) {
+    cgroup_status_ = "unavailable: cgroup2 at " + mount +
+                     " lacks the cpu and memory controllers (has: " +
+                     (controllers.empty() ? std::string("none")
+                                          : controllers.substr(0, controllers.find('\n'))) +
+                     ")";
+    return;
+  }
+  std::string parent = opt_.cgroup_parent.empty() ? mount + "/tessera" : opt_.cgroup_parent;
+  ::mkdir(parent.c_str(), 0755);
+  if (!IsDir(parent) || !WriteFile(parent + "/cgroup.subtree_control", "+cpu +memory")) {
+    cgroup_status_ =
+        "unavailable: cannot create or configure " + parent + " (" + std::strerror(errno) + ")";
+    return;
+  }
+  cgroup_root_ = parent;
+  cgroup_status_ = "enabled: " + parent;
+}
+
+Executor::~Executor() {
+  for (auto& [id, p] : procs_) delete p;
+}
+
+std::string Executor::TaskDir(const std::string& allocation) const {
+  return opt_.work_dir + "/tasks/" + allocation;
+}
+
+std::string Executor::LogPath(const std::string& allocation, const std::string& stream) const {
+  if (!ValidAllocationId(allocation) || (stream != "stdout" && stream != "stderr")) return "";
+  return TaskDir(allocation) + "/" + stream;
+}
+
+void Executor::Record(Proc& p) const {
+  nlohmann::json j = {{"allocation", p.st.allocation},
+                      {"job", p.st.job},
+                      {"task", p.st.task},
+                      {"pgid", p.st.pid},
+                      {"startTicks", p.start_ticks},
+                      {"startedAt", p.st.started_at},
+                      {"graceSeconds", p.grace_seconds},
+                      {"cgroup", p.cgroup}};
+  nlohmann::json devs = nlohmann::json::array();
+  for (const auto& d : p.st.devices)
+    devs.push_back({{"device", d.device}, {"milli", d.milli}, {"migInstance", d.mig_instance}});
+  j["devices"] = devs;
+  (void)WriteFileAtomic(TaskDir(p.st.allocation) + "/task.json", j.dump() + "\n");
+}
+
+Status Executor::Start(const TaskSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ValidAllocationId(spec.allocation))
+    return InvalidArgument("allocation: \"" + spec.allocation +
+                           "\" is not a valid id (letters, digits, '-', '_', '.')");
+  if (procs_.count(spec.allocation))
+    return AlreadyExists("allocation " + spec.allocation + ": already known");
+  auto* p = new Proc();
+  procs_[spec.allocation] = p;
+  p->st.allocation = spec.allocation;
+  p->st.job = spec.job;
+  p->st.task = spec.task;
+  p->st.devices = spec.devices;
+  p->st.started_at = opt_.wall_clock();
+  p->grace_seconds = spec.grace_period_seconds;
+  const std::string dir = TaskDir(spec.allocation);
+  ::mkdir(dir.c_str(), 0755);
+
+  auto fail = [&](const std::string& msg) {
+    p->st.state = TaskState::kFailed;
+    p->st.exit_code = 127;
+    p->st.finished_at = p->st.started_at;
+    p->st.message = msg;
+    WriteFile(dir + "/stderr", "tessera: " + msg + "\n");
+    WriteFile(dir + "/exit", "error " + msg + "\n");
+    Record(*p);
+    return Status::Ok();
+  };
+  if (spec.command.empty()) return fail("command: empty");
+  auto denv = DeviceEnvironment(opt_.node, spec.devices);
+  if (!denv.ok()) return fail(denv.status().message());
+  const std::string workdir = spec.working_dir.empty() ? dir : spec.working_dir;
+  if (!IsDir(workdir)) return fail("workingDir: " + workdir + " is not a directory");
+  const std::string exe = ResolveExecutable(spec.command[0], spec.env);
+  if (exe.empty()) return fail("command[0]: " + spec.command[0] + " not found in PATH");
+
+  // Environment: the agent's, then the allocation's, then what the agent alone knows.
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : spec.env) env[k] = v;
+  for (const auto& [k, v] : *denv) env[k] = v;
+  env["TESSERA_ALLOCATION"] = spec.allocation;
+  env["TESSERA_JOB"] = spec.job;
+  env["TESSERA_TASK"] = std::to_string(spec.task);
+  env["TESSERA_ATTEMPT"] = std::to_string(spec.attempt);
+  env["TESSERA_NODE"] = opt_.node.name;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = spec.command;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string exit_path = dir + "/exit";
+  const std::string exit_tmp = dir + "/exit.tmp";
+  ::unlink(exit_path.c_str());
+
+  // cgroup for this task (created before fork; the monitor joins it before the task starts).
+  if (!cgroup_root_.empty() && (spec.cpu_milli > 0 || spec.memory_bytes > 0)) {
+    std::string cg = cgroup_root_ + "/" + spec.allocation;
+    if (::mkdir(cg.c_str(), 0755) == 0 || errno == EEXIST) {
+      bool ok = true;
+      if (spec.cpu_milli > 0)  // quota per 100 ms period
+        ok = ok && WriteFile(cg + "/cpu.max", std::to_string(spec.cpu_milli * 100) + " 100000");
+      if (spec.memory_bytes > 0)
+        ok = ok && WriteFile(cg + "/memory.max", std::to_string(spec.memory_bytes));
+      if (ok) p->cgroup = cg;
+    }
+  }
+
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int out = ::open((dir + "/stdout").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int err = ::open((dir + "/stderr").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int gate[2] = {-1, -1};
+  if (devnull < 0 || out < 0 || err < 0 || ::pipe2(gate, O_CLOEXEC) != 0) {
+    std::string why = std::strerror(errno);
+    for (int fd : {devnull, out, err, gate[0], gate[1]})
+      if (fd >= 0) ::close(fd);
+    return fail("cannot open log files in " + dir + ": " + why);
+  }
+  long max_fd = ::sysconf(_SC_OPEN_MAX);
+  if (max_fd <= 0 || max_fd > 65536) max_fd = 65536;
+  const char* wd = workdir.c_str();
+  const char* exe_c = exe.c_str();
+
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // The monitor. Only async-signal-safe calls from here on: we forked a threaded process.
+    ::setpgid(0, 0);
+    ::dup2(devnull, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::dup2(gate[0], 3);
+    CloseFrom(4, static_cast<int>(max_fd));
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGTERM, &ign, nullptr);  // the group's SIGTERM is for the task
+    ::sigaction(SIGINT, &ign, nullptr);
+    ::sigaction(SIGHUP, &ign, nullptr);
+    char go = 0;
+    while (::read(3, &go, 1) < 0 && errno == EINTR) {
+    }
+    ::close(3);
+    pid_t child = ::fork();
+    if (child == 0) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGQUIT, SIGCHLD})
+        ::sigaction(sig, &dfl, nullptr);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      if (::chdir(wd) != 0) {
+        WriteStr(2, "tessera: cannot enter working directory\n");
+        ::_exit(126);
+      }
+      ::execve(exe_c, argv.data(), envp.data());
+      WriteStr(2, "tessera: exec failed: ");
+      WriteStr(2, exe_c);
+      WriteStr(2, "\n");
+      ::_exit(127);
+    }
+    int status = 0;
+    long code = 127;
+    const char* kind = "exit ";
+    if (child < 0) {
+      WriteStr(2, "tessera: fork failed\n");
+    } else {
+      while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+      if (WIFSIGNALED(status)) {
+        kind = "signal ";
+        code = WTERMSIG(status);
+      } else {
+        code = WEXITSTATUS(status);
+      }
+    }
+    int fd = ::open(exit_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      char buf[48];
+      size_t n = 0;
+      for (const char* k = kind; *k; ++k) buf[n++] = *k;
+      n += FormatInt(buf + n, code);
+      buf[n++] = '\n';
+      WriteAll(fd, buf, n);
+      ::close(fd);
+      ::rename(exit_tmp.c_str(), exit_path.c_str());
+    }
+    ::_exit(kind[0] == 's' ? static_cast<int>(128 + code) : static_cast<int>(code));
+  }
+  ::close(gate[0]);
+  for (int fd : {devnull, out, err}) ::close(fd);
+  if (pid < 0) {
+    ::close(gate[1]);
+    return fail(std::string("fork: ") + std::strerror(errno));
+  }
+  ::setpgid(pid, pid);  // also here: no window where a stop would miss the group
+  p->st.pid = pid;
+  // The monitor is blocked on the gate; its start time is settled.
+  p->start_ticks = ProcStat(pid).first;
+  if (!p->cgroup.empty() && !WriteFile(p->cgroup + "/cgroup.procs", std::to_string(pid))) {
+    ::rmdir(p->cgroup.c_str());
+    p->cgroup.clear();
+  }
+  Record(*p);  // before the task runs: a crashed agent's successor can find it
+  char go = 1;
+  (void)::write(gate[1], &go, 1);
+  ::close(gate[1]);
+  return Status::Ok();
+}
+
+void Executor::Stop(const std::string& allocation, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = procs_.find(allocation);
+  if (it == procs_.end()) return;
+  Proc& p = *it->second;
+  if (p.st.state != TaskState::kRunning || p.st.stopping) return;
+  p.st.stopping = true;
+  p.stop_reason = reason;
+  p.kill_at = SteadyClock::now() + std::chrono::seconds(std::max<int64_t>(0, p.grace_seconds));
+  ::kill(-static_cast<pid_t>(p.st.pid), p.grace_seconds > 0 ? SIGTERM : SIGKILL);
+  if (p.grace_seconds <= 0) p.sigkill_sent = true;
+}
+
+void Executor::StopAll(const std::string& reason) {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, p] : procs_) ids.push_back(id);
+  }
+  for (const auto& id : ids) Stop(id, reason);
+}
+
+void Executor::Finish(Proc& p, int wait_status, bool have_status) {
+  const std::string dir = TaskDir(p.st.allocation);
+  std::string rec = ReadFile(dir + "/exit");
+  int32_t code = -1;
+  std::string how;
+  if (rec.rfind("exit ", 0) == 0) {
+    code = std::atoi(rec.c_str() + 5);
+    how = "exited with code " + std::to_string(code);
+  } else if (rec.rfind("signal ", 0) == 0) {
+    int sig = std::atoi(rec.c_str() + 7);
+    code = 128 + sig;
+    how = std::string("killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  } else if (have_status && WIFSIGNALED(wait_status)) {
+    // The monitor itself was killed (SIGKILL to the group): so was the task.
+    int sig = WTERMSIG(wait_status);
+    code = 128 + sig;
+    how = std::string("killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  } else if (have_status) {
+    code = WEXITSTATUS(wait_status);
+    how = "exited with code " + std::to_string(code);
+  }
+  p.st.finished_at = opt_.wall_clock();
+  if (p.st.stopping) {
+    p.st.state = TaskState::kKilled;
+    p.st.exit_code = code < 0 ? 137 : code;
+    p.st.message = p.stop_reason + (how.empty() ? "" : ": " + how);
+  } else if (code < 0) {
+    p.st.state = TaskState::kFailed;
+    p.st.exit_code = -1;
+    p.st.message = "lost: the task ended while no agent watched it and left no exit status";
+  } else {
+    p.st.state = code == 0 ? TaskState::kSucceeded : TaskState::kFailed;
+    p.st.exit_code = code;
+    p.st.message = how;
+  }
+  if (!p.cgroup.empty()) ::rmdir(p.cgroup.c_str());
+}
+
+void Executor::Poll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = SteadyClock::now();
+  for (auto& [id, pp] : procs_) {
+    Proc& p = *pp;
+    if (p.st.state != TaskState::kRunning) continue;
+    if (p.st.stopping && !p.sigkill_sent && now >= p.kill_at) {
+      ::kill(-static_cast<pid_t>(p.st.pid), SIGKILL);
+      if (!p.cgroup.empty()) WriteFile(p.cgroup + "/cgroup.kill", "1");
+      p.sigkill_sent = true;
+    }
+    if (!p.adopted) {
+      int status = 0;
+      pid_t r = ::waitpid(static_cast<pid_t>(p.st.pid), &status, WNOHANG);
+      if (r == static_cast<pid_t>(p.st.pid)) {
+        Finish(p, status, true);
+      } else if (r < 0 && errno == ECHILD) {
+        Finish(p, 0, false);
+      }
+    } else if (!ProcessAlive(p.st.pid, p.start_ticks)) {
+      Finish(p, 0, false);
+    }
+  }
+}
+
+bool Executor::WaitAll(int64_t timeout_ms) {
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    Poll();
+    bool running = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, p] : procs_) running = running || p->st.state == TaskState::kRunning;
+    }
+    if (!running) return true;
+    if (SteadyClock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<TaskStatus> Executor::Statuses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TaskStatus> out;
+  for (const auto& [id, p] : procs_) out.push_back(p->st);
+  return out;
+}
+
+int64_t Executor::MaxGraceSeconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t g = 0;
+  for (const auto& [id, p] : procs_) {
+    if (p->st.state == TaskState::kRunning) g = std::max(g, p->grace_seconds);
+  }
+  return g;
+}
+
+bool Executor::Has(const std::string& allocation) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return procs_.count(allocation) > 0;
+}
+
+void Executor::Forget(const std::string& allocation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = procs_.find(allocation);
+  if (it == procs_.end() || it->second->st.state == TaskState::kRunning) return;
+  // Reported and no longer wanted: a later Recover() must not report it again.
+  const std::string dir = TaskDir(allocation);
+  ::rename((dir + "/task.json").c_str(), (dir + "/task.done.json").c_str());
+  delete it->second;
+  procs_.erase(it);
+}
+
+Status Executor::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string root = opt_.work_dir + "/tasks";
+  DIR* d = ::opendir(root.c_str());
+  if (d == nullptr) return Status::Ok();
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (ValidAllocationId(n)) names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const auto& id : names) {
+    if (procs_.count(id)) continue;
+    std::string text = ReadFile(root + "/" + id + "/task.json");
+    if (text.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    auto* p = new Proc();
+    p->st.allocation = id;
+    p->st.job = j.value("job", "");
+    p->st.task = j.value("task", 0);
+    p->st.pid = j.value("pgid", int64_t{0});
+    p->st.started_at = j.value("startedAt", int64_t{0});
+    p->start_ticks = j.value("startTicks", uint64_t{0});
+    p->grace_seconds = j.value("graceSeconds", int64_t{30});
+    p->cgroup = j.value("cgroup", "");
+    if (j.contains("devices") && j["devices"].is_array()) {
+      for (const auto& dj : j["devices"]) {
+        DeviceAssignment a;
+        a.device = dj.value("device", 0);
+        a.milli = dj.value("milli", 1000);
+        a.mig_instance = dj.value("migInstance", -1);
+        p->st.devices.push_back(a);
+      }
+    }
+    p->adopted = true;
+    procs_[id] = p;
+    std::string rec = ReadFile(root + "/" + id + "/exit");
+    if (rec.rfind("error ", 0) == 0) {  // never started
+      p->st.state = TaskState::kFailed;
+      p->st.exit_code = 127;
+      p->st.finished_at = p->st.started_at;
+      p->st.message = rec.substr(6, rec.find('\n') - 6);
+    } else if (p->st.pid <= 0 || !ProcessAlive(p->st.pid, p->start_ticks)) {
+      Finish(*p, 0, false);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,260 @@
+#include "agent/executor.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Alive and not a zombie (gVisor's init reaps orphans late).
+bool Running(pid_t pid) {
+  std::string s = Slurp("/proc/" + std::to_string(pid) + "/stat");
+  auto rp = s.rfind(')');
+  return rp != std::string::npos && s.size() > rp + 2 && s[rp + 2] != 'Z' && s[rp + 2] != 'X';
+}
+
+template <typename F>
+bool WaitFor(F cond, int seconds = 20) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return cond();
+}
+
+Node TestNode() {
+  Node n;
+  n.name = "n1";
+  for (int i = 0; i < 2; ++i) {
+    Device d;
+    d.index = i;
+    d.model = "A100-80GB";
+    d.uuid = "GPU-" + std::to_string(i);
+    d.memory_bytes = int64_t{80} << 30;
+    n.devices.push_back(d);
+  }
+  n.devices[1].mig = {{"3g.40gb", 0, "MIG-aaa"}, {"3g.40gb", 4, "MIG-bbb"}};
+  return n;
+}
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessera-executor-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  ExecutorOptions Options() {
+    ExecutorOptions o;
+    o.work_dir = dir_.string();
+    o.node = TestNode();
+    o.wall_clock = [] { return int64_t{1733150000}; };
+    return o;
+  }
+  static TaskSpec Shell(const std::string& id, const std::string& script) {
+    TaskSpec s;
+    s.allocation = id;
+    s.job = "job-" + id;
+    s.command = {"/bin/sh", "-c", script};
+    s.grace_period_seconds = 5;
+    return s;
+  }
+  static TaskStatus StatusOf(const Executor& ex, const std::string& id) {
+    for (const auto& t : ex.Statuses()) {
+      if (t.allocation == id) return t;
+    }
+    ADD_FAILURE() << "no status for " << id;
+    return {};
+  }
+  fs::path dir_;
+};
+
+TEST(DeviceEnvironmentTest, ListsIndicesOrMigUuids) {
+  struct Case {
+    std::vector<DeviceAssignment> devices;
+    std::string cuda, nvidia;
+  };
+  const Case cases[] = {
+      {{}, "", "void"},
+      {{{0, 1000, 0, -1}}, "0", "0"},
+      {{{1, 1000, 0, -1}, {0, 1000, 0, -1}}, "1,0", "1,0"},  // the plan's order
+      {{{1, 428, 0, 1}}, "MIG-bbb", "MIG-bbb"},
+      {{{0, 250, 1 << 30, -1}, {0, 250, 1 << 30, -1}}, "0", "0"},  // two fractions of one GPU
+  };
+  for (const auto& c : cases) {
+    auto env = DeviceEnvironment(TestNode(), c.devices);
+    ASSERT_TRUE(env.ok()) << env.status().ToString();
+    EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), c.cuda);
+    EXPECT_EQ(env->at("NVIDIA_VISIBLE_DEVICES"), c.nvidia);
+    EXPECT_EQ(env->at("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+    EXPECT_EQ(env->count("TESSERA_VIRTUAL_GPUS"), 0u);
+  }
+}
+
+TEST(DeviceEnvironmentTest, RejectsDevicesTheNodeLacksAndMarksVirtual) {
+  auto bad = DeviceEnvironment(TestNode(), {{0, 1000, 0, -1}, {7, 1000, 0, -1}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("devices[1].device: node n1 has no GPU 7"),
+            std::string::npos)
+      << bad.status().ToString();
+  auto badmig = DeviceEnvironment(TestNode(), {{0, 428, 0, 0}});
+  ASSERT_FALSE(badmig.ok());
+  EXPECT_NE(badmig.status().message().find("devices[0].migInstance"), std::string::npos);
+  Node v = TestNode();
+  v.devices[0].is_virtual = true;
+  auto env = DeviceEnvironment(v, {{0, 1000, 0, -1}});
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->at("TESSERA_VIRTUAL_GPUS"), "1");
+}
+
+TEST_F(ExecutorTest, CapturesOutputAndReportsExitCode) {
+  Executor ex(Options());
+  ASSERT_TRUE(ex.Start(Shell("a-1", "echo out; echo err >&2; exit 3")).ok());
+  ASSERT_TRUE(ex.Start(Shell("a-2", "exit 0")).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  TaskStatus t1 = StatusOf(ex, "a-1");
+  EXPECT_EQ(t1.state, TaskState::kFailed);
+  EXPECT_EQ(t1.exit_code, 3);
+  EXPECT_EQ(t1.message, "exited with code 3");
+  EXPECT_EQ(t1.started_at, 1733150000);
+  EXPECT_GT(t1.pid, 0);
+  EXPECT_EQ(Slurp(ex.LogPath("a-1", "stdout")), "out\n");
+  EXPECT_EQ(Slurp(ex.LogPath("a-1", "stderr")), "err\n");
+  EXPECT_EQ(StatusOf(ex, "a-2").state, TaskState::kSucceeded);
+  EXPECT_EQ(ex.Start(Shell("a-1", "true")).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(ex.Start(Shell("../x", "true")).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ExecutorTest, SetsDeviceGangAndTaskEnvironmentAndWorkingDir) {
+  Executor ex(Options());
+  TaskSpec s =
+      Shell("a-env",
+            "echo \"$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|$MASTER_ADDR|$MASTER_PORT|"
+            "$RANK|$WORLD_SIZE|$LOCAL_RANK|$TESSERA_ALLOCATION|$TESSERA_TASK\"; pwd");
+  s.task = 2;
+  s.devices = {{1, 428, 0, 0}, {0, 1000, 0, -1}};
+  s.env = {
+      {"MASTER_ADDR", "gpu-node-1"}, {"MASTER_PORT", "29500"}, {"RANK", "2"},
+      {"WORLD_SIZE", "4"},           {"LOCAL_RANK", "0"},      {"CUDA_VISIBLE_DEVICES", "ignored"}};
+  s.working_dir = dir_.string();
+  ASSERT_TRUE(ex.Start(s).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  EXPECT_EQ(StatusOf(ex, "a-env").state, TaskState::kSucceeded) << StatusOf(ex, "a-env").message;
+  EXPECT_EQ(Slurp(ex.LogPath("a-env", "stdout")),
+            "MIG-aaa,0|MIG-aaa,0|gpu-node-1|29500|2|4|0|a-env|2\n" + dir_.string() + "\n");
+}
+
+TEST_F(ExecutorTest, TasksThatCannotStartFailWithAMessage) {
+  Executor ex(Options());
+  TaskSpec wd = Shell("a-wd", "true");
+  wd.working_dir = "/nonexistent/dir";
+  TaskSpec cmd = Shell("a-cmd", "");
+  cmd.command = {"no-such-program-tessera"};
+  TaskSpec dev = Shell("a-dev", "true");
+  dev.devices = {{5, 1000, 0, -1}};
+  for (const auto& s : {wd, cmd, dev}) ASSERT_TRUE(ex.Start(s).ok());
+  ASSERT_TRUE(ex.WaitAll(5000));
+  EXPECT_EQ(StatusOf(ex, "a-wd").state, TaskState::kFailed);
+  EXPECT_EQ(StatusOf(ex, "a-wd").message, "workingDir: /nonexistent/dir is not a directory");
+  EXPECT_EQ(StatusOf(ex, "a-cmd").message, "command[0]: no-such-program-tessera not found in PATH");
+  EXPECT_NE(StatusOf(ex, "a-dev").message.find("has no GPU 5"), std::string::npos);
+  EXPECT_NE(Slurp(ex.LogPath("a-wd", "stderr")).find("workingDir"), std::string::npos);
+}
+
+TEST_F(ExecutorTest, StopSendsTermThenKillsTheWholeGroupAfterGrace) {
+  Executor ex(Options());
+  // Ends on SIGTERM.
+  ASSERT_TRUE(ex.Start(Shell("a-term", "echo $$ > pid; exec sleep 60")).ok());
+  // Ignores SIGTERM and has a child in its group: needs SIGKILL after the 1 s grace.
+  TaskSpec stubborn =
+      Shell("a-kill", "trap '' TERM; sleep 60 & echo $! > child; echo $$ > pid; wait");
+  stubborn.grace_period_seconds = 1;
+  ASSERT_TRUE(ex.Start(stubborn).ok());
+  const std::string d = dir_.string() + "/tasks/";
+  ASSERT_TRUE(WaitFor([&] {
+    return fs::exists(d + "a-term/pid") && fs::exists(d + "a-kill/child") &&
+           fs::exists(d + "a-kill/pid");
+  }));
+  const pid_t child = std::atoi(Slurp(d + "a-kill/child").c_str());
+  ASSERT_TRUE(Running(child));
+  ex.Stop("a-term", "preempted by infer-1");
+  ex.Stop("a-kill", "cancelled");
+  ASSERT_TRUE(ex.WaitAll(20000));
+  TaskStatus term = StatusOf(ex, "a-term");
+  EXPECT_EQ(term.state, TaskState::kKilled);
+  EXPECT_EQ(term.exit_code, 128 + SIGTERM);
+  EXPECT_EQ(term.message, "preempted by infer-1: killed by signal 15 (Terminated)");
+  TaskStatus kill = StatusOf(ex, "a-kill");
+  EXPECT_EQ(kill.state, TaskState::kKilled);
+  EXPECT_EQ(kill.exit_code, 128 + SIGKILL);
+  EXPECT_TRUE(WaitFor([&] { return !Running(child); }))
+      << "the task's child survived the group kill";
+}
+
+TEST_F(ExecutorTest, ANewExecutorAdoptsRunningTasksAndLearnsHowOthersEnded) {
+  const std::string d = dir_.string() + "/tasks/";
+  {
+    Executor first(Options());
+    ASSERT_TRUE(first.Start(Shell("a-long", "echo $$ > pid; exec sleep 60")).ok());
+    ASSERT_TRUE(first.Start(Shell("a-ends", "sleep 0.5; exit 5")).ok());
+    ASSERT_TRUE(first.Start(Shell("a-done", "exit 0")).ok());
+    ASSERT_TRUE(WaitFor([&] {
+      first.Poll();
+      return StatusOf(first, "a-done").state == TaskState::kSucceeded &&
+             fs::exists(d + "a-long/pid");
+    }));
+    first.Forget("a-done");  // reported: must not come back
+  }                          // the "agent crash": the executor goes, its tasks stay
+  const pid_t long_pid = std::atoi(Slurp(d + "a-long/pid").c_str());
+  ASSERT_TRUE(Running(long_pid));
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-ends/exit"); }));
+
+  Executor second(Options());
+  ASSERT_TRUE(second.Recover().ok());
+  auto st = second.Statuses();
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[0].allocation, "a-ends");
+  EXPECT_EQ(st[0].state, TaskState::kFailed);
+  EXPECT_EQ(st[0].exit_code, 5);
+  EXPECT_EQ(st[1].allocation, "a-long");
+  EXPECT_EQ(st[1].state, TaskState::kRunning);
+  EXPECT_EQ(st[1].job, "job-a-long");
+  second.Stop("a-long", "fenced");
+  ASSERT_TRUE(second.WaitAll(20000));
+  EXPECT_EQ(StatusOf(second, "a-long").state, TaskState::kKilled);
+  EXPECT_TRUE(WaitFor([&] { return !Running(long_pid); }));
+}
+
+TEST_F(ExecutorTest, CgroupStatusIsExplained) {
+  Executor ex(Options());
+  // Whatever this machine allows, the executor says what it did and why.
+  EXPECT_FALSE(ex.cgroup_status().empty());
+  ExecutorOptions off = Options();
+  off.cgroup_parent = "-";
+  Executor none(off);
+  EXPECT_EQ(none.cgroup_status(), "disabled by configuration");
+}
+
+}  // namespace
+}  // namespace tessera::agent
