@@ -1,6 +1,312 @@
-// Placeholder: the sim commands are registered here when that component lands.
+// `tessera sim fgd` and `tessera sim replay`: the simulator's commands (docs/simulator.md).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
 #include "cli/command.h"
+#include "sim/cluster.h"
+#include "sim/fgd.h"
+#include "sim/replay.h"
+#include "sim/report.h"
+#include "sim/traces.h"
 
 namespace tessera::cli {
-void AddSimCommands(CLI::App& app) {}
+namespace {
+
+namespace fs = std::filesystem;
+using namespace tessera::sim;
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t c = s.find(',', start);
+    std::string item = s.substr(start, c == std::string::npos ? std::string::npos : c - start);
+    if (!item.empty()) out.push_back(item);
+    if (c == std::string::npos) break;
+    start = c + 1;
+  }
+  return out;
+}
+
+StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& s) {
+  std::vector<uint64_t> out;
+  for (const std::string& part : SplitList(s)) {
+    size_t dash = part.find('-');
+    try {
+      if (dash == std::string::npos) {
+        out.push_back(std::stoull(part));
+      } else {
+        uint64_t a = std::stoull(part.substr(0, dash)), b = std::stoull(part.substr(dash + 1));
+        if (b < a || b - a > 10000) return InvalidArgument("--seeds: bad range \"" + part + "\"");
+        for (uint64_t x = a; x <= b; ++x) out.push_back(x);
+      }
+    } catch (...) {
+      return InvalidArgument("--seeds: expected N, N-M or a comma list, got \"" + s + "\"");
+    }
+  }
+  if (out.empty()) return InvalidArgument("--seeds: no seeds in \"" + s + "\"");
+  return out;
+}
+
+Status WriteOut(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::cout << text;
+    return Status::Ok();
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return Unavailable("cannot write " + path);
+  out << text;
+  return out ? Status::Ok() : Unavailable("cannot write " + path);
+}
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "tessera sim: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+struct FgdArgs {
+  std::string nodes, pods, arrival_order, node_order, json, csv, html;
+  std::string policies = "random,dotprod,gpuclustering,gpupacking,bestfit,fgd,tessera";
+  std::string seeds = "42";
+  std::vector<std::string> configs;
+  int64_t load = 130;
+  bool quiet = false;
+};
+
+int RunFgdCommand(const FgdArgs& a) {
+  std::string traces = FindTracesDir();
+  std::string nodes_path = a.nodes, pods_path = a.pods;
+  if (nodes_path.empty())
+    nodes_path = traces.empty() ? "" : traces + "/openb/openb_node_list_gpu_node.csv";
+  if (pods_path.empty())
+    pods_path = traces.empty() ? "" : traces + "/openb/openb_pod_list_default.csv";
+  if (nodes_path.empty() || pods_path.empty())
+    return Fail(InvalidArgument(
+        "--nodes/--pods: not given and ../shared/traces not found (set TESSERA_TRACES)"));
+  auto nodes = LoadOpenbNodes(nodes_path);
+  if (!nodes.ok()) return Fail(nodes.status());
+  auto pods = LoadOpenbPods(pods_path);
+  if (!pods.ok()) return Fail(pods.status());
+  auto seeds = ParseSeeds(a.seeds);
+  if (!seeds.ok()) return Fail(seeds.status());
+  if (a.load < 1 || a.load > 1000)
+    return Fail(InvalidArgument("--load: must be 1..1000 (% of GPU capacity)"));
+  FgdWorkloadOptions wo;
+  wo.load_percent = a.load;
+  if (!a.arrival_order.empty()) {
+    auto o = LoadArrivalOrder(a.arrival_order);
+    if (!o.ok()) return Fail(o.status());
+    wo.arrival_order = *o;
+  }
+  if (!a.node_order.empty()) {
+    auto o = LoadNodePrefix(a.node_order);
+    if (!o.ok()) return Fail(o.status());
+    wo.node_order = *o;
+  }
+  if (wo.arrival_order && seeds->size() > 1)
+    return Fail(InvalidArgument("--arrival-order fixes one workload; give one seed"));
+
+  FgdReport report;
+  report.nodes_file = fs::path(nodes_path).filename().string();
+  report.pods_file = fs::path(pods_path).filename().string();
+  report.load_percent = a.load;
+  report.exact_order = wo.arrival_order.has_value();
+  std::vector<std::string> names = SplitList(a.policies);
+  for (const auto& c : a.configs) names.push_back(c);
+  for (const std::string& name : names) {
+    FgdPolicyResult pr;
+    pr.policy = fs::exists(name) ? fs::path(name).stem().string() : name;
+    for (uint64_t seed : *seeds) {
+      wo.seed = seed;
+      auto w = BuildFgdWorkload(*nodes, *pods, wo);
+      if (!w.ok()) return Fail(w.status());
+      report.total_gpus = w->total_gpus;
+      StatusOr<EngineConfig> config = InvalidArgument("");
+      if (fs::exists(name)) {
+        config = LoadEngineConfig(name);
+        if (config.ok()) AddTypicalRequests(*w, *config);
+      } else {
+        config = FgdPolicyConfig(name, *w);
+      }
+      if (!config.ok()) return Fail(config.status());
+      auto t0 = std::chrono::steady_clock::now();
+      auto placer = EnginePlacer::Create(*w, *config, seed);
+      if (!placer.ok()) return Fail(placer.status());
+      auto run = RunFgd(*w, **placer);
+      if (!run.ok()) return Fail(run.status());
+      double secs = Since(t0);
+      if (!a.quiet) {
+        auto u = run->curve.UnallocatedAt(100);
+        std::fprintf(stderr,
+                     "%-14s seed %-4llu unallocated GPU %% at 100%% load: %6s  (%lld pods, %lld "
+                     "failed, %.2f s)\n",
+                     pr.policy.c_str(), static_cast<unsigned long long>(seed),
+                     u ? Fixed(*u, 2).c_str() : "-", static_cast<long long>(run->arrived),
+                     static_cast<long long>(run->failed), secs);
+      }
+      pr.seeds.push_back({seed, std::move(*run)});
+    }
+    pr.median = MedianCurve(pr.seeds);
+    report.policies.push_back(std::move(pr));
+  }
+  // Summary table on stdout unless JSON goes there.
+  if (a.json != "-") {
+    std::printf("%-14s %s\n", "policy",
+                "unallocated GPU % at 100% arrived load (median over seeds)");
+    Json j = FgdReportToJson(report);
+    for (const auto& p : j["policies"])
+      std::printf("%-14s %s\n", p["policy"].get<std::string>().c_str(),
+                  p["medianUnallocatedAt100"].is_null()
+                      ? "-"
+                      : Fixed(p["medianUnallocatedAt100"].get<double>(), 2).c_str());
+  }
+  if (!a.json.empty()) {
+    Status s = WriteOut(a.json, FgdReportToJson(report).dump(2) + "\n");
+    if (!s.ok()) return Fail(s);
+  }
+  if (!a.csv.empty()) {
+    Status s = WriteOut(a.csv, FgdReportCsv(report));
+    if (!s.ok()) return Fail(s);
+  }
+  if (!a.html.empty()) {
+    Status s = WriteOut(a.html, FgdReportHtml(report));
+    if (!s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
+struct ReplayArgs {
+  std::string trace, format = "auto", cluster, out, json;
+  std::string policies = "fifo,sjf,las,tessera";
+  ReplayOptions options;
+  bool quiet = false;
+};
+
+int RunReplayCommand(const ReplayArgs& a) {
+  auto jobs = LoadTraceJobs(a.trace, a.format);
+  if (!jobs.ok()) return Fail(jobs.status());
+  auto cluster = LoadCluster(a.cluster);
+  if (!cluster.ok()) return Fail(cluster.status());
+  ReplayReport report;
+  report.trace_file = fs::path(a.trace).filename().string();
+  report.cluster_file = fs::path(a.cluster).filename().string();
+  report.jobs = a.options.max_jobs > 0
+                    ? std::min<int64_t>(a.options.max_jobs, static_cast<int64_t>(jobs->size()))
+                    : static_cast<int64_t>(jobs->size());
+  for (const std::string& name : SplitList(a.policies)) {
+    ReplayOptions o = a.options;
+    StatusOr<EngineConfig> config = InvalidArgument("");
+    std::string label = name;
+    if (fs::exists(name)) {
+      config = LoadEngineConfig(name);
+      label = fs::path(name).stem().string();
+    } else {
+      config = ReplayBaselineConfig(name);
+      if (BaselineUsesOracle(name)) o.oracle_runtimes = true;
+    }
+    if (!config.ok()) return Fail(config.status());
+    auto t0 = std::chrono::steady_clock::now();
+    auto result = RunReplay(*cluster, *jobs, *config, o);
+    if (!result.ok()) return Fail(result.status().WithContext(label));
+    double secs = Since(t0);
+    ReplayRun run{label, std::move(*result), {}};
+    run.summary = Summarise(run.result);
+    if (!a.quiet)
+      std::fprintf(stderr, "%-10s avg JCT %10.0f s  p99 wait %9lld s  %lld cycles  %.2f s\n",
+                   label.c_str(), run.summary.avg_jct, static_cast<long long>(run.summary.p99_wait),
+                   static_cast<long long>(run.result.cycles), secs);
+    report.runs.push_back(std::move(run));
+  }
+  if (a.json != "-") std::cout << ReplaySummaryCsv(report);
+  if (!a.json.empty()) {
+    Status s = WriteOut(a.json, ReplayReportToJson(report).dump(2) + "\n");
+    if (!s.ok()) return Fail(s);
+  }
+  if (!a.out.empty()) {
+    std::error_code ec;
+    fs::create_directories(a.out, ec);
+    if (ec) return Fail(Unavailable("cannot create " + a.out + ": " + ec.message()));
+    Status s = WriteOut(a.out + "/replay.json", ReplayReportToJson(report).dump(2) + "\n");
+    if (s.ok()) s = WriteOut(a.out + "/summary.csv", ReplaySummaryCsv(report));
+    if (s.ok()) s = WriteOut(a.out + "/report.html", ReplayReportHtml(report));
+    for (const ReplayRun& run : report.runs)
+      if (s.ok()) s = WriteOut(a.out + "/jobs-" + run.policy + ".csv", ReplayJobsCsv(run));
+    if (!s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddSimCommands(CLI::App& app) {
+  CLI::App* sim =
+      app.add_subcommand("sim", "simulate: the real engine on public traces, on a virtual clock");
+  sim->require_subcommand(1);
+
+  auto fa = std::make_shared<FgdArgs>();
+  CLI::App* fgd = sim->add_subcommand(
+      "fgd", "the FGD paper's packing protocol on openb traces (unallocated GPU %)");
+  fgd->add_option("--nodes", fa->nodes,
+                  "openb node CSV (default: traces/openb/openb_node_list_gpu_node.csv)");
+  fgd->add_option("--pods", fa->pods,
+                  "openb pod CSV (default: traces/openb/openb_pod_list_default.csv)");
+  fgd->add_option("--policy", fa->policies,
+                  "comma list: random, dotprod, gpuclustering, gpupacking, bestfit, fgd, tessera, "
+                  "or a config file")
+      ->capture_default_str();
+  fgd->add_option("--config", fa->configs, "an engine configuration file to compare (repeatable)");
+  fgd->add_option("--seeds", fa->seeds,
+                  "seeds: N, N-M or a comma list; the report gives the median")
+      ->capture_default_str();
+  fgd->add_option("--load", fa->load, "inflate the workload to this % of GPU capacity")
+      ->capture_default_str();
+  fgd->add_option("--arrival-order", fa->arrival_order,
+                  "the paper's arrival order file (fgd-seed42/)");
+  fgd->add_option("--node-order", fa->node_order, "the paper's node tie-break names (fgd-seed42/)");
+  fgd->add_option("--json", fa->json, "write the JSON report here ('-' = stdout)");
+  fgd->add_option("--csv", fa->csv, "write the curves as CSV here");
+  fgd->add_option("--html", fa->html, "write an HTML report with plots here");
+  fgd->add_flag("--quiet", fa->quiet, "no per-run lines on stderr");
+  fgd->callback([fa] { SetExitCode(RunFgdCommand(*fa)); });
+
+  auto ra = std::make_shared<ReplayArgs>();
+  CLI::App* rp =
+      sim->add_subcommand("replay", "replay arrivals and completions through the engine");
+  rp->add_option("--trace", ra->trace, "philly.csv, openb pod CSV, Tiresias CSV, or SWF (.gz)")
+      ->required();
+  rp->add_option("--format", ra->format, "auto, philly, openb, tiresias, swf")
+      ->capture_default_str();
+  rp->add_option("--cluster", ra->cluster, "cluster YAML (examples/clusters/)")->required();
+  rp->add_option("--policy", ra->policies,
+                 "comma list of baselines (fifo, sjf, las, tessera) or config files")
+      ->capture_default_str();
+  rp->add_option("--cycle-interval", ra->options.cycle_interval,
+                 "seconds between cycles while work waits")
+      ->capture_default_str();
+  rp->add_option("--seed", ra->options.seed, "the engine's random seed")->capture_default_str();
+  rp->add_flag("--oracle-runtimes", ra->options.oracle_runtimes,
+               "give every job its true runtime as estimate");
+  rp->add_flag("--single-queue", ra->options.single_queue, "put every job in queue 'default'");
+  rp->add_option("--cpu-per-gpu", ra->options.cpu_milli_per_gpu,
+                 "milli-CPU per GPU when the trace has none")
+      ->capture_default_str();
+  rp->add_option("--memory-mib-per-gpu", ra->options.memory_mib_per_gpu,
+                 "MiB per GPU when the trace has none")
+      ->capture_default_str();
+  rp->add_option("--max-jobs", ra->options.max_jobs, "replay only the first N jobs (0 = all)")
+      ->capture_default_str();
+  rp->add_option("--out", ra->out,
+                 "write replay.json, summary.csv, jobs-<policy>.csv and report.html here");
+  rp->add_option("--json", ra->json, "write the JSON report here ('-' = stdout)");
+  rp->add_flag("--quiet", ra->quiet, "no per-run lines on stderr");
+  rp->callback([ra] { SetExitCode(RunReplayCommand(*ra)); });
+}
+
 }  // namespace tessera::cli

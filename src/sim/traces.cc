@@ -157,6 +157,17 @@ bool ParseTimestamp(std::string_view s, int64_t& out) {
   return true;
 }
 
+// `gpus` whole GPUs as the fewest equal tasks of at most 8 GPUs (one machine each):
+// 12 -> 2 x 6, 24 -> 3 x 8, 20 -> 4 x 5; a prime above 8 becomes that many 1-GPU tasks.
+void SplitGang(int64_t gpus, TraceJob& j) {
+  for (int64_t k = (gpus + 7) / 8; k <= gpus; ++k)
+    if (gpus % k == 0 && gpus / k <= 8) {
+      j.tasks = static_cast<int32_t>(k);
+      j.gpus_per_task = static_cast<int32_t>(gpus / k);
+      return;
+    }
+}
+
 void SortBySubmit(std::vector<TraceJob>& jobs) {
   // Stable: equal submit times keep the file's row order (ids carry the row number).
   std::stable_sort(jobs.begin(), jobs.end(),
@@ -275,17 +286,8 @@ StatusOr<std::vector<TraceJob>> LoadPhilly(const std::string& path) {
     if (gpus < 1)
       return InvalidArgument(csv->Where(i, "num_gpus") + ": must be >= 1, got " +
                              std::to_string(gpus));
-    // Whole GPUs; a job larger than one 8-GPU machine becomes a gang of 8-GPU tasks.
-    if (gpus <= 8) {
-      j.tasks = 1;
-      j.gpus_per_task = static_cast<int32_t>(gpus);
-    } else {
-      if (gpus % 8 != 0)
-        return InvalidArgument(csv->Where(i, "num_gpus") + ": " + std::to_string(gpus) +
-                               " is not a multiple of 8");
-      j.tasks = static_cast<int32_t>(gpus / 8);
-      j.gpus_per_task = 8;
-    }
+    // Whole GPUs; a job larger than one 8-GPU machine becomes a gang of equal tasks.
+    SplitGang(gpus, j);
     j.queue = "vc-" + std::string(csv->Cell(i, "cluster"));
     out.push_back(std::move(j));
   }
@@ -307,8 +309,7 @@ StatusOr<std::vector<TraceJob>> LoadTiresias(const std::string& path) {
     if (gpus < 1)
       return InvalidArgument(csv->Where(i, "num_gpu") + ": must be >= 1, got " +
                              std::to_string(gpus));
-    j.tasks = gpus <= 8 ? 1 : static_cast<int32_t>((gpus + 7) / 8);
-    j.gpus_per_task = gpus <= 8 ? static_cast<int32_t>(gpus) : 8;
+    SplitGang(gpus, j);
     out.push_back(std::move(j));
   }
   SortBySubmit(out);

@@ -62,7 +62,7 @@ TEST(Traces, PhillySortedBySubmitWithQueuesAndGangs) {
                         "timestamp,duration,num_gpus,gpu_time,cluster\n"
                         "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"
                         "2017-10-09 06:13:03,2951.5,16,2951.0,6214e9\n"
-                        "2017-10-09 06:13:03,10.0,4,40.0,6214e9\n");
+                        "2017-10-09 06:13:03,10.0,12,40.0,6214e9\n");
   auto jobs = LoadPhilly(path);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   ASSERT_EQ(jobs->size(), 3u);
@@ -74,6 +74,8 @@ TEST(Traces, PhillySortedBySubmitWithQueuesAndGangs) {
   EXPECT_EQ((*jobs)[0].gpus_per_task, 8);
   EXPECT_EQ((*jobs)[0].duration, 2952);  // fractions round up
   EXPECT_EQ((*jobs)[0].queue, "vc-6214e9");
+  EXPECT_EQ((*jobs)[1].tasks, 2);  // 12 GPUs = two 6-GPU tasks
+  EXPECT_EQ((*jobs)[1].gpus_per_task, 6);
 }
 
 TEST(Traces, TiresiasAndSwf) {

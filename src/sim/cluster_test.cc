@@ -1,0 +1,64 @@
+#include "sim/cluster.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::sim {
+namespace {
+
+TEST(Cluster, NodeGroupsExpandWithPaddedNames) {
+  auto doc = ParseYaml(R"(
+nodeGroups:
+  - {namePrefix: gpu-, count: 12, node: {cpu: 48, memory: 256Gi, gpus: {model: P100, count: 8}}}
+nodes:
+  - {name: cpu-0, cpu: 16, memory: 64Gi}
+queues:
+  - {name: a, weight: 2, guarantee: {nvidia.com/gpu: 8}}
+)");
+  ASSERT_TRUE(doc.ok());
+  auto c = ClusterFromJson(*doc);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->nodes.size(), 13u);
+  EXPECT_EQ(c->nodes[0].name, "cpu-0");
+  EXPECT_EQ(c->nodes[1].name, "gpu-00");
+  EXPECT_EQ(c->nodes[12].name, "gpu-11");
+  EXPECT_EQ(c->nodes[12].devices.size(), 8u);
+  ASSERT_EQ(c->queues.size(), 1u);
+  EXPECT_EQ(c->queues[0].guarantee.gpu_milli, 8000);
+}
+
+TEST(Cluster, ErrorsNameThePath) {
+  struct Case {
+    const char* yaml;
+    const char* want;
+  } cases[] = {
+      {"nodeGroups: [{namePrefix: g, count: 0, node: {cpu: 1, memory: 1Gi}}]",
+       "nodeGroups[0].count"},
+      {"nodeGroups: [{namePrefix: g, count: 2, node: {cpu: 1}}]", "nodeGroups[0].node"},
+      {"nodeGroups: [{namePrefix: g, count: 2, node: {name: x, cpu: 1, memory: 1Gi}}]",
+       "nodeGroups[0].node.name"},
+      {"nodeGroups: [{namePrefix: g, count: 2, node: {cpu: 1, memory: 1Gi}, extra: 1}]",
+       "nodeGroups[0].extra"},
+      {"nodz: []", "nodz"},
+      {"queues: [{name: a}]", "no nodes"},
+  };
+  for (const Case& c : cases) {
+    auto doc = ParseYaml(c.yaml);
+    ASSERT_TRUE(doc.ok()) << c.yaml;
+    auto s = ClusterFromJson(*doc);
+    ASSERT_FALSE(s.ok()) << c.yaml;
+    EXPECT_NE(s.status().message().find(c.want), std::string::npos) << s.status().message();
+  }
+}
+
+TEST(Cluster, ShippedExamplesLoad) {
+  const char* src = std::getenv("TESSERA_SOURCE_DIR");
+  std::string root = src ? src : ".";
+  for (const char* f : {"philly.yaml", "small-8gpu.yaml", "openb.yaml"}) {
+    auto c = LoadCluster(root + "/examples/clusters/" + f);
+    ASSERT_TRUE(c.ok()) << f << ": " << c.status().ToString();
+    EXPECT_FALSE(c->nodes.empty());
+  }
+}
+
+}  // namespace
+}  // namespace tessera::sim
