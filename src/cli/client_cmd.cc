@@ -1,6 +1,761 @@
-// Placeholder: the client commands are registered here when that component lands.
+// The CLI client: submit, get, describe, cancel, events, logs, apply, token, bench-submit.
+// kubectl/squeue-like tables; -o json|yaml|wide. Exit codes (docs/cli.md): 0 ok, 1 the
+// server refused or failed the request, 2 usage error, 3 the server could not be reached.
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
 #include "cli/command.h"
+#include "model/codec.h"
+#include "server/api.h"
 
 namespace tessera::cli {
-void AddClientCommands(CLI::App& app) {}
+namespace {
+
+struct ClientFlags {
+  std::string server;
+  std::string token;
+  std::string output;  // "", json, yaml, wide
+};
+
+// Percent-encodes a query or path component.
+std::string Esc(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::stringstream ss;
+  if (path == "-") {
+    ss << std::cin.rdbuf();
+  } else {
+    std::ifstream in(path);
+    if (!in) return {};
+    ss << in.rdbuf();
+  }
+  return ss.str();
+}
+
+std::string ServerUrl(const ClientFlags& f) {
+  if (!f.server.empty()) return f.server;
+  if (const char* e = std::getenv("TESSERA_SERVER")) return e;
+  return "http://127.0.0.1:8080";
+}
+
+std::string Token(const ClientFlags& f) {
+  if (!f.token.empty()) return f.token;
+  if (const char* e = std::getenv("TESSERA_TOKEN")) return e;
+  if (const char* e = std::getenv("TESSERA_TOKEN_FILE")) return Trim(ReadAll(e));
+  if (std::filesystem::exists("data/admin.token")) return Trim(ReadAll("data/admin.token"));
+  return "";
+}
+
+struct Response {
+  bool reached = false;
+  int status = 0;
+  Json body;
+  std::string raw;
+};
+
+Response Call(const ClientFlags& f, const std::string& method, const std::string& path,
+              const std::string& body = "", const std::string& content_type = "application/yaml") {
+  httplib::Client c(ServerUrl(f));
+  c.set_connection_timeout(5, 0);
+  c.set_read_timeout(60, 0);
+  httplib::Headers h;
+  std::string tok = Token(f);
+  if (!tok.empty()) h.emplace("Authorization", "Bearer " + tok);
+  httplib::Result r = method == "GET"      ? c.Get(path.c_str(), h)
+                      : method == "DELETE" ? c.Delete(path.c_str(), h)
+                                           : c.Post(path.c_str(), h, body, content_type.c_str());
+  Response out;
+  if (!r) return out;
+  out.reached = true;
+  out.status = r->status;
+  out.raw = r->body;
+  try {
+    out.body = Json::parse(r->body);
+  } catch (...) {
+  }
+  return out;
+}
+
+// Prints the error and sets the exit code; returns true when the call succeeded.
+bool Check(const ClientFlags& f, const Response& r) {
+  if (!r.reached) {
+    std::fprintf(stderr, "error: cannot reach the server at %s (is `tessera server` running?)\n",
+                 ServerUrl(f).c_str());
+    SetExitCode(3);
+    return false;
+  }
+  if (r.status >= 200 && r.status < 300) return true;
+  std::string code = "HTTP " + std::to_string(r.status), msg = r.raw;
+  if (r.body.is_object() && r.body.contains("error")) {
+    code = r.body["error"].value("code", code);
+    msg = r.body["error"].value("message", msg);
+  }
+  std::fprintf(stderr, "Error from server (%s): %s\n", code.c_str(), msg.c_str());
+  SetExitCode(1);
+  return false;
+}
+
+// ---- output ----
+
+std::string YamlScalar(const Json& v) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    bool plain = !s.empty() && s.find_first_of(":#{}[],&*!|>'\"%@`\n") == std::string::npos &&
+                 s.front() != ' ' && s.back() != ' ' && s != "true" && s != "false" &&
+                 s != "null" && s != "~" &&
+                 s.find_first_not_of("0123456789.-+") != std::string::npos && s.front() != '-';
+    return plain ? s : v.dump();
+  }
+  return v.dump();
+}
+
+void Yaml(const Json& v, int indent, std::ostream& out) {
+  std::string pad(indent, ' ');
+  if (v.is_object()) {
+    if (v.empty()) {
+      out << pad << "{}\n";
+      return;
+    }
+    for (const auto& [k, x] : v.items()) {
+      out << pad << YamlScalar(Json(k)) << ":";
+      if ((x.is_object() || x.is_array()) && !x.empty()) {
+        out << "\n";
+        Yaml(x, indent + 2, out);
+      } else {
+        out << " " << (x.is_object() ? "{}" : x.is_array() ? "[]" : YamlScalar(x)) << "\n";
+      }
+    }
+  } else if (v.is_array()) {
+    for (const auto& x : v) {
+      if ((x.is_object() || x.is_array()) && !x.empty()) {
+        std::ostringstream inner;
+        Yaml(x, indent + 2, inner);
+        std::string s = inner.str();
+        out << pad << "- " << s.substr(indent + 2);
+      } else {
+        out << pad << "- " << (x.is_object() ? "{}" : x.is_array() ? "[]" : YamlScalar(x)) << "\n";
+      }
+    }
+  } else {
+    out << pad << YamlScalar(v) << "\n";
+  }
+}
+
+bool PrintStructured(const ClientFlags& f, const Json& v) {
+  if (f.output == "json") {
+    std::cout << v.dump(2) << "\n";
+    return true;
+  }
+  if (f.output == "yaml") {
+    Yaml(v, 0, std::cout);
+    return true;
+  }
+  return false;
+}
+
+void Table(const std::vector<std::string>& header,
+           const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w(header.size());
+  for (size_t i = 0; i < header.size(); ++i) w[i] = header[i].size();
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string s;
+    for (size_t i = 0; i < r.size(); ++i) {
+      s += r[i];
+      if (i + 1 < r.size()) s += std::string(w[i] - r[i].size() + 3, ' ');
+    }
+    std::cout << s << "\n";
+  };
+  line(header);
+  for (const auto& r : rows) line(r);
+}
+
+std::string Age(int64_t t) {
+  if (t <= 0) return "<none>";
+  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  int64_t d = std::max<int64_t>(0, now - t);
+  if (d < 120) return std::to_string(d) + "s";
+  if (d < 7200) return std::to_string(d / 60) + "m";
+  if (d < 172800) return std::to_string(d / 3600) + "h";
+  return std::to_string(d / 86400) + "d";
+}
+
+std::string S(const Json& o, const char* k, const std::string& def = "") {
+  if (!o.contains(k) || o[k].is_null()) return def;
+  if (o[k].is_string()) return o[k].get<std::string>();
+  return o[k].dump();
+}
+
+std::string JoinList(const Json& a) {
+  std::string s;
+  if (!a.is_array()) return s;
+  for (const auto& x : a)
+    s += (s.empty() ? "" : ",") + (x.is_string() ? x.get<std::string>() : x.dump());
+  return s;
+}
+
+bool ValidOutput(const ClientFlags& f) {
+  if (f.output.empty() || f.output == "json" || f.output == "yaml" || f.output == "wide")
+    return true;
+  std::fprintf(stderr, "error: -o must be json, yaml or wide, got \"%s\"\n", f.output.c_str());
+  SetExitCode(2);
+  return false;
+}
+
+void PrintJobs(const ClientFlags& f, const Json& items) {
+  std::vector<std::vector<std::string>> rows;
+  bool wide = f.output == "wide";
+  for (const auto& j : items) {
+    std::vector<std::string> r = {S(j, "name"),
+                                  S(j, "queue"),
+                                  S(j, "state"),
+                                  S(j, "priorityClass", "<none>"),
+                                  S(j, "runningTasks") + "/" + S(j, "tasks"),
+                                  S(j, "gpus"),
+                                  Age(j.value("createdAt", int64_t{0}))};
+    std::string reason =
+        j.contains("pendingReason") ? j["pendingReason"].value("code", "") : S(j, "message");
+    if (wide) {
+      r.push_back(S(j, "attempt"));
+      r.push_back(S(j, "user"));
+      std::string nodes = JoinList(j["nodes"]);
+      r.push_back(nodes.empty() ? "<none>" : nodes);
+      r.push_back(reason.empty() ? "<none>" : reason);
+    }
+    rows.push_back(r);
+  }
+  std::vector<std::string> h = {"NAME", "QUEUE", "STATE", "PRIORITY", "TASKS", "GPUS", "AGE"};
+  if (wide) h.insert(h.end(), {"ATTEMPT", "USER", "NODES", "REASON"});
+  Table(h, rows);
+}
+
+void PrintEvents(const Json& items) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& e : items)
+    rows.push_back({Age(e.value("time", int64_t{0})), S(e, "type"), S(e, "reason"), S(e, "object"),
+                    S(e, "message")});
+  Table({"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"}, rows);
+}
+
+// Fetches every page of a list endpoint.
+bool ListAll(const ClientFlags& f, const std::string& path, Json& items, size_t max_items = 0) {
+  items = Json::array();
+  std::string cont;
+  for (;;) {
+    std::string p = path + (path.find('?') == std::string::npos ? "?" : "&") + "limit=1000" +
+                    (cont.empty() ? "" : "&continue=" + Esc(cont));
+    auto r = Call(f, "GET", p);
+    if (!Check(f, r)) return false;
+    for (auto& x : r.body["items"]) items.push_back(x);
+    if (!r.body.contains("continue") || (max_items && items.size() >= max_items)) return true;
+    cont = r.body["continue"].get<std::string>();
+  }
+}
+
+void AddCommon(CLI::App* c, ClientFlags& f, bool output = true) {
+  c->add_option("--server", f.server, "API URL (default $TESSERA_SERVER or http://127.0.0.1:8080)");
+  c->add_option(
+      "--token", f.token,
+      "bearer token (default $TESSERA_TOKEN, $TESSERA_TOKEN_FILE, or ./data/admin.token)");
+  if (output) c->add_option("-o,--output", f.output, "json | yaml | wide");
+}
+
+// ---- bench-submit ----
+
+struct BenchFlags {
+  int clients = 16;
+  int jobs = 20000;
+  bool json = false;
+  bool yaml_body = false;
+  bool no_fsync = false;
+  std::string data_dir;
+};
+
+void RunBench(const ClientFlags& f, const BenchFlags& b) {
+  std::unique_ptr<server::ControlPlane> cp;
+  std::unique_ptr<server::ApiServer> api;
+  std::string url = f.server, token = Token(f), dir;
+  if (url.empty()) {
+    // In-process server on a fresh data dir: the same code as `tessera server`.
+    dir = b.data_dir.empty() ? (std::filesystem::temp_directory_path() /
+                                ("tessera-bench-" + std::to_string(::getpid())))
+                                   .string()
+                             : b.data_dir;
+    std::filesystem::remove_all(dir);
+    store::SqliteOptions so;
+    so.synchronous_full = !b.no_fsync;
+    auto st = store::OpenSqliteStore(dir, so);
+    auto engine = Engine::Create(DefaultEngineConfig());
+    if (!st.ok() || !engine.ok()) {
+      std::fprintf(stderr, "bench: cannot open store or engine\n");
+      SetExitCode(1);
+      return;
+    }
+    auto c = server::ControlPlane::Open(std::move(*st), std::move(*engine), {});
+    if (!c.ok()) {
+      std::fprintf(stderr, "bench: %s\n", c.status().ToString().c_str());
+      SetExitCode(1);
+      return;
+    }
+    cp = std::move(*c);
+    token = server::NewToken();
+    server::TokenEntry e{{"bench", server::Role::kAdmin, {"*"}}, server::Sha256Hex(token), "bench"};
+    cp->tokens().Add(e);
+    server::Principal admin{"bench", server::Role::kAdmin, {"*"}};
+    (void)cp->Apply(
+        admin,
+        "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: default}\n");
+    server::ApiOptions ao;
+    ao.port = 0;
+    api = std::make_unique<server::ApiServer>(*cp, ao);
+    if (!api->Start().ok()) {
+      SetExitCode(1);
+      return;
+    }
+    url = api->url();
+  }
+  std::vector<std::vector<double>> lat(b.clients);
+  std::atomic<int> errors{0};
+  std::string first_error;
+  std::mutex err_mu;
+  std::string run = std::to_string(::getpid());
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < b.clients; ++c) {
+    threads.emplace_back([&, c] {
+      httplib::Client cli(url);
+      cli.set_keep_alive(true);
+      cli.set_read_timeout(60, 0);
+      httplib::Headers h = {{"Authorization", "Bearer " + token}};
+      int n = b.jobs / b.clients + (c < b.jobs % b.clients ? 1 : 0);
+      for (int i = 0; i < n; ++i) {
+        std::string name = "bench-" + run + "-c" + std::to_string(c) + "-" + std::to_string(i);
+        std::string body =
+            b.yaml_body
+                ? "apiVersion: tessera.io/v1\nkind: Job\nmetadata:\n  name: " + name +
+                      "\nspec:\n  queue: default\n  tasks:\n    - replicas: 1\n      resources: "
+                      "{cpu: 1, memory: 1Gi, "
+                      "nvidia.com/gpu: 1}\n      command: [\"true\"]\n"
+                : R"({"apiVersion":"tessera.io/v1","kind":"Job","metadata":{"name":")" + name +
+                      R"("},"spec":{"queue":"default","tasks":[{"replicas":1,"resources":{"cpu":1,"memory":"1Gi","nvidia.com/gpu":1},"command":["true"]}]}})";
+        auto s = std::chrono::steady_clock::now();
+        auto r =
+            cli.Post("/v1/jobs", h, body, b.yaml_body ? "application/yaml" : "application/json");
+        auto e = std::chrono::steady_clock::now();
+        if (!r || r->status != 201) {
+          if (errors++ == 0) {
+            std::lock_guard<std::mutex> l(err_mu);
+            first_error = r ? std::to_string(r->status) + " " + r->body : "no response";
+          }
+          continue;
+        }
+        lat[c].push_back(std::chrono::duration<double, std::milli>(e - s).count());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double p) {
+    return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * all.size()))];
+  };
+  Json out = {{"clients", b.clients},
+              {"jobs", static_cast<int64_t>(all.size())},
+              {"errors", errors.load()},
+              {"seconds", secs},
+              {"submissionsPerSecond", all.size() / secs},
+              {"latencyMs",
+               {{"p50", pct(0.50)},
+                {"p90", pct(0.90)},
+                {"p99", pct(0.99)},
+                {"max", all.empty() ? 0.0 : all.back()}}},
+              {"body", b.yaml_body ? "yaml" : "json"},
+              {"fsync", !b.no_fsync}};
+  if (cp) {
+    auto stats = cp->store().GetStats();
+    out["storeTransactions"] = stats.transactions;
+    out["storeCommits"] = stats.commits;
+  }
+  if (!first_error.empty()) out["firstError"] = first_error;
+  if (b.json) {
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::printf(
+        "%d clients, %zu durable submissions in %.2f s: %.0f/s; latency p50 %.2f ms, p99 %.2f ms, "
+        "max %.2f ms; "
+        "%d errors\n",
+        b.clients, all.size(), secs, all.size() / secs, pct(0.5), pct(0.99),
+        all.empty() ? 0.0 : all.back(), errors.load());
+    if (cp)
+      std::printf("store: %lld transactions in %lld fsync'd commits\n",
+                  static_cast<long long>(out["storeTransactions"].get<int64_t>()),
+                  static_cast<long long>(out["storeCommits"].get<int64_t>()));
+  }
+  if (api) api->Stop();
+  api.reset();
+  cp.reset();
+  if (!dir.empty() && b.data_dir.empty()) std::filesystem::remove_all(dir);
+  if (errors > 0) SetExitCode(1);
+}
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app) {
+  auto f = std::make_shared<ClientFlags>();
+
+  // submit
+  {
+    auto files = std::make_shared<std::vector<std::string>>();
+    CLI::App* c =
+        app.add_subcommand("submit", "submit jobs from YAML/JSON documents or #SBATCH scripts");
+    c->add_option("-f,--filename", *files, "file to submit ('-' = stdin); repeatable")->required();
+    AddCommon(c, *f);
+    c->callback([f, files] {
+      if (!ValidOutput(*f)) return;
+      Json all = Json::array();
+      for (const auto& file : *files) {
+        if (file != "-" && !std::filesystem::is_regular_file(file)) {
+          std::fprintf(stderr, "error: %s: no such file\n", file.c_str());
+          SetExitCode(2);
+          return;
+        }
+        auto r = Call(*f, "POST", "/v1/jobs", ReadAll(file));
+        if (!Check(*f, r)) return;
+        for (auto& j : r.body["items"]) all.push_back(j);
+      }
+      if (PrintStructured(*f, Json{{"items", all}})) return;
+      for (const auto& j : all)
+        std::printf("job/%s submitted (queue %s, %s)\n", S(j, "name").c_str(),
+                    S(j, "queue").c_str(), S(j, "state").c_str());
+    });
+  }
+
+  // apply (queues, priority classes)
+  {
+    auto files = std::make_shared<std::vector<std::string>>();
+    CLI::App* c =
+        app.add_subcommand("apply", "create or replace queues and priority classes (admin)");
+    c->add_option("-f,--filename", *files, "file ('-' = stdin); repeatable")->required();
+    AddCommon(c, *f);
+    c->callback([f, files] {
+      for (const auto& file : *files) {
+        std::string text = ReadAll(file);
+        bool pcs = text.find("kind: PriorityClass") != std::string::npos;
+        auto r = Call(*f, "POST", pcs ? "/v1/priorityclasses" : "/v1/queues", text);
+        if (!Check(*f, r)) return;
+        for (const auto& x : r.body["items"])
+          std::printf("%s/%s configured\n", S(x, "kind").c_str(), S(x, "name").c_str());
+      }
+    });
+  }
+
+  // get
+  {
+    auto what = std::make_shared<std::string>();
+    auto name = std::make_shared<std::string>();
+    auto queue = std::make_shared<std::string>();
+    auto state = std::make_shared<std::string>();
+    auto limit = std::make_shared<int>(0);
+    CLI::App* c =
+        app.add_subcommand("get", "list jobs, nodes, queues, priorityclasses, pools or events");
+    c->add_option("kind", *what, "jobs | nodes | queues | priorityclasses | pools | events")
+        ->required()
+        ->check(CLI::IsMember({"jobs", "job", "nodes", "node", "queues", "queue", "priorityclasses",
+                               "pc", "pools", "events"}));
+    c->add_option("name", *name, "one object by name");
+    c->add_option("--queue", *queue, "jobs: only this queue");
+    c->add_option("--state", *state, "jobs: only this state (Pending, Running, ...)");
+    c->add_option("--limit", *limit, "jobs: at most this many");
+    AddCommon(c, *f);
+    c->callback([f, what, name, queue, state, limit] {
+      if (!ValidOutput(*f)) return;
+      std::string k = *what;
+      if (k == "jobs" || k == "job") {
+        Json items;
+        if (!name->empty()) {
+          auto r = Call(*f, "GET", "/v1/jobs/" + Esc(*name));
+          if (!Check(*f, r)) return;
+          items = Json::array();
+          items.push_back(r.body);
+        } else {
+          std::string p = "/v1/jobs?queue=" + Esc(*queue) + "&state=" + Esc(*state);
+          if (!ListAll(*f, p, items, *limit > 0 ? *limit : 0)) return;
+          if (*limit > 0 && items.size() > static_cast<size_t>(*limit))
+            items.erase(items.begin() + *limit, items.end());
+        }
+        if (PrintStructured(*f, Json{{"items", items}})) return;
+        if (items.empty()) {
+          std::fprintf(stderr, "No jobs found.\n");
+          return;
+        }
+        PrintJobs(*f, items);
+      } else if (k == "nodes" || k == "node") {
+        auto r = Call(*f, "GET", "/v1/nodes");
+        if (!Check(*f, r)) return;
+        Json items = Json::array();
+        for (auto& n : r.body["items"])
+          if (name->empty() || S(n, "name") == *name) items.push_back(n);
+        if (PrintStructured(*f, Json{{"items", items}})) return;
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& n : items) {
+          std::string model = n["devices"].empty() ? "<none>" : S(n["devices"][0], "model");
+          int64_t gpus = n.value("gpus", int64_t{0});
+          std::vector<std::string> r2 = {
+              S(n, "name"),
+              n.value("ready", false) ? "Ready" : "NotReady",
+              S(n, "pool"),
+              std::to_string(gpus) + "x" + model + (n.value("virtual", false) ? " (virtual)" : ""),
+              FormatMilli(n.value("gpuMilliInUse", int64_t{0})) + "/" + std::to_string(gpus),
+              Age(n.value("lastHeartbeat", int64_t{0}))};
+          if (f->output == "wide") {
+            r2.push_back(S(n, "cpu"));
+            r2.push_back(S(n, "memory"));
+            r2.push_back(S(n, "epoch"));
+          }
+          rows.push_back(r2);
+        }
+        std::vector<std::string> h = {"NAME", "STATUS",        "POOL",
+                                      "GPUS", "GPU-ALLOCATED", "HEARTBEAT"};
+        if (f->output == "wide") h.insert(h.end(), {"CPU", "MEMORY", "EPOCH"});
+        Table(h, rows);
+      } else if (k == "queues" || k == "queue") {
+        auto r = Call(*f, "GET", "/v1/queues");
+        if (!Check(*f, r)) return;
+        if (PrintStructured(*f, r.body)) return;
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& q : r.body["items"]) {
+          if (!name->empty() && S(q, "name") != *name) continue;
+          std::string limit = q.contains("limit") ? S(q["limit"], "nvidia.com/gpu") : "<none>";
+          rows.push_back({S(q, "name"), S(q, "weight"), S(q["guarantee"], "nvidia.com/gpu"), limit,
+                          FormatMilli(q.value("gpuMilliInUse", int64_t{0})), S(q, "pendingJobs"),
+                          S(q, "runningJobs")});
+        }
+        Table({"NAME", "WEIGHT", "GUARANTEE-GPU", "LIMIT-GPU", "GPU-IN-USE", "PENDING", "RUNNING"},
+              rows);
+      } else if (k == "priorityclasses" || k == "pc") {
+        auto r = Call(*f, "GET", "/v1/priorityclasses");
+        if (!Check(*f, r)) return;
+        if (PrintStructured(*f, r.body)) return;
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& p : r.body["items"])
+          rows.push_back({S(p, "name"), S(p, "value"),
+                          p.value("globalDefault", false) ? "true" : "false",
+                          S(p, "preemptionPolicy")});
+        Table({"NAME", "VALUE", "GLOBAL-DEFAULT", "PREEMPTION"}, rows);
+      } else if (k == "pools") {
+        auto r = Call(*f, "GET", "/v1/pools");
+        if (!Check(*f, r)) return;
+        if (PrintStructured(*f, r.body)) return;
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& p : r.body["items"])
+          rows.push_back({S(p, "name"), S(p, "backend"), S(p, "readyNodes") + "/" + S(p, "nodes"),
+                          S(p, "gpus")});
+        Table({"NAME", "BACKEND", "READY", "GPUS"}, rows);
+      } else {
+        auto r = Call(*f, "GET", "/v1/events?limit=10000");
+        if (!Check(*f, r)) return;
+        if (PrintStructured(*f, r.body)) return;
+        PrintEvents(r.body["items"]);
+      }
+    });
+  }
+
+  // describe
+  {
+    auto kind = std::make_shared<std::string>();
+    auto name = std::make_shared<std::string>();
+    CLI::App* c = app.add_subcommand("describe",
+                                     "a job in detail: spec, pending reason, allocations, events");
+    c->add_option("kind", *kind, "job")->required()->check(CLI::IsMember({"job", "jobs"}));
+    c->add_option("name", *name, "job name")->required();
+    AddCommon(c, *f);
+    c->callback([f, kind, name] {
+      if (!ValidOutput(*f)) return;
+      auto r = Call(*f, "GET", "/v1/jobs/" + Esc(*name) + "/describe");
+      if (!Check(*f, r)) return;
+      if (PrintStructured(*f, r.body)) return;
+      const Json& j = r.body;
+      std::printf("Name:           %s\n", S(j, "name").c_str());
+      std::printf("Queue:          %s\n", S(j, "queue").c_str());
+      std::printf("Priority:       %s (%s)\n", S(j, "priorityClass", "<none>").c_str(),
+                  S(j, "priority").c_str());
+      std::printf("Source:         %s\n", S(j, "source").c_str());
+      std::printf("User:           %s\n", S(j, "user").c_str());
+      std::printf("State:          %s\n", S(j, "state").c_str());
+      std::printf("Attempt:        %s\n", S(j, "attempt").c_str());
+      std::printf("Tasks:          %s (gang minimum %s), GPUs %s\n", S(j, "tasks").c_str(),
+                  S(j, "minAvailable").c_str(), S(j, "gpus").c_str());
+      std::printf("Restart policy: onFailure=%s onEviction=%s maxRetries=%s\n",
+                  S(j["restartPolicy"], "onFailure").c_str(),
+                  S(j["restartPolicy"], "onEviction").c_str(),
+                  S(j["restartPolicy"], "maxRetries").c_str());
+      std::printf("Created:        %s ago\n", Age(j.value("createdAt", int64_t{0})).c_str());
+      if (j.contains("pendingReason"))
+        std::printf("Pending reason: %s: %s\n", S(j["pendingReason"], "code").c_str(),
+                    S(j["pendingReason"], "message").c_str());
+      if (j.contains("message")) std::printf("Message:        %s\n", S(j, "message").c_str());
+      std::printf("Allocations:\n");
+      if (j["allocations"].empty()) std::printf("  <none>\n");
+      std::vector<std::vector<std::string>> rows;
+      for (const auto& a : j["allocations"]) {
+        std::string devs;
+        for (const auto& d : a["placement"]["devices"])
+          devs += (devs.empty() ? "" : ",") + S(d, "device");
+        rows.push_back({"  " + S(a, "id"), S(a, "task"), S(a, "attempt"), S(a["placement"], "node"),
+                        devs.empty() ? "-" : devs, S(a, "state"), S(a, "message")});
+      }
+      if (!rows.empty())
+        Table({"  ID", "TASK", "ATTEMPT", "NODE", "GPUS", "STATE", "MESSAGE"}, rows);
+      std::printf("Events:\n");
+      if (j["events"].empty())
+        std::printf("  <none>\n");
+      else
+        PrintEvents(j["events"]);
+    });
+  }
+
+  // cancel
+  {
+    auto names = std::make_shared<std::vector<std::string>>();
+    CLI::App* c = app.add_subcommand("cancel", "cancel jobs (SIGTERM, grace period, SIGKILL)");
+    c->add_option("names", *names, "job names")->required();
+    AddCommon(c, *f, false);
+    c->callback([f, names] {
+      for (const auto& n : *names) {
+        auto r = Call(*f, "POST", "/v1/jobs/" + Esc(n) + "/cancel");
+        if (!Check(*f, r)) continue;
+        std::printf("job/%s %s\n", n.c_str(),
+                    S(r.body, "state") == "Cancelled" ? "cancelled" : "cancelling");
+      }
+    });
+  }
+
+  // events
+  {
+    auto job = std::make_shared<std::string>();
+    auto after = std::make_shared<int64_t>(0);
+    auto limit = std::make_shared<int>(500);
+    CLI::App* c = app.add_subcommand("events", "events, oldest first (like kubectl get events)");
+    c->add_option("--job", *job, "only this job's events");
+    c->add_option("--after", *after, "only events after this sequence number");
+    c->add_option("--limit", *limit, "at most this many")->capture_default_str();
+    AddCommon(c, *f);
+    c->callback([f, job, after, limit] {
+      if (!ValidOutput(*f)) return;
+      auto r = Call(*f, "GET",
+                    "/v1/events?job=" + Esc(*job) + "&after=" + std::to_string(*after) +
+                        "&limit=" + std::to_string(*limit));
+      if (!Check(*f, r)) return;
+      if (PrintStructured(*f, r.body)) return;
+      if (r.body["items"].empty()) {
+        std::fprintf(stderr, "No events found.\n");
+        return;
+      }
+      PrintEvents(r.body["items"]);
+    });
+  }
+
+  // token create
+  {
+    auto name = std::make_shared<std::string>();
+    auto role = std::make_shared<std::string>("member");
+    auto queues = std::make_shared<std::vector<std::string>>();
+    CLI::App* t = app.add_subcommand("token", "manage API tokens (admin)");
+    CLI::App* c =
+        t->add_subcommand("create", "create a token; it is printed once and stored hashed");
+    t->require_subcommand(1);
+    c->add_option("--name", *name, "who the token is for")->required();
+    c->add_option("--role", *role, "admin | member | agent")->capture_default_str();
+    c->add_option("--queues", *queues, "member: queues it may use")->delimiter(',');
+    AddCommon(c, *f);
+    c->callback([f, name, role, queues] {
+      Json body = {{"name", *name}, {"role", *role}, {"queues", *queues}};
+      auto r = Call(*f, "POST", "/v1/tokens", body.dump(), "application/json");
+      if (!Check(*f, r)) return;
+      if (PrintStructured(*f, r.body)) return;
+      std::printf("%s\n", S(r.body, "token").c_str());
+    });
+  }
+
+  // logs: registered here unless the agent's command file already did.
+  bool has_logs = true;
+  try {
+    app.get_subcommand("logs");
+  } catch (const CLI::OptionNotFound&) {
+    has_logs = false;
+  }
+  if (!has_logs) {
+    auto job = std::make_shared<std::string>();
+    auto task = std::make_shared<int>(0);
+    auto stream = std::make_shared<std::string>("stdout");
+    CLI::App* c = app.add_subcommand("logs", "a task's output (proxied from its node agent)");
+    c->add_option("job", *job, "job name")->required();
+    c->add_option("--task", *task, "task index")->capture_default_str();
+    c->add_option("--stream", *stream, "stdout | stderr")->capture_default_str();
+    AddCommon(c, *f, false);
+    c->callback([f, job, task, stream] {
+      auto r = Call(
+          *f, "GET",
+          "/v1/jobs/" + Esc(*job) + "/logs?task=" + std::to_string(*task) + "&stream=" + *stream);
+      if (!Check(*f, r)) return;
+      std::cout << r.raw;
+    });
+  }
+
+  // bench-submit
+  {
+    auto b = std::make_shared<BenchFlags>();
+    CLI::App* c = app.add_subcommand(
+        "bench-submit",
+        "benchmark durable submissions/s and latency (in-process server unless --server is given)");
+    c->add_option("--clients", b->clients, "concurrent clients")->capture_default_str();
+    c->add_option("--jobs", b->jobs, "jobs in total")->capture_default_str();
+    c->add_flag("--json", b->json, "print JSON");
+    c->add_flag("--yaml", b->yaml_body, "send YAML bodies instead of JSON");
+    c->add_flag("--no-fsync", b->no_fsync, "in-process server with synchronous=NORMAL");
+    c->add_option("--data-dir", b->data_dir, "in-process server's data dir (kept afterwards)");
+    AddCommon(c, *f, false);
+    c->callback([f, b] {
+      if (b->clients < 1 || b->jobs < 1) {
+        std::fprintf(stderr, "error: --clients and --jobs must be >= 1\n");
+        SetExitCode(2);
+        return;
+      }
+      RunBench(*f, *b);
+    });
+  }
+}
+
 }  // namespace tessera::cli

@@ -760,6 +760,19 @@ StatusOr<std::vector<Document>> ParseDocuments(const std::string& text) {
     out.push_back(std::move(d));
     return out;
   }
+  if (text[first] == '{') {
+    // JSON fast path (one document): nlohmann's parser is several times faster than YAML's.
+    Json json;
+    try {
+      json = Json::parse(text);
+    } catch (const std::exception& e) {
+      return InvalidArgument(std::string("malformed JSON: ") + e.what());
+    }
+    auto d = ParseDocument(json);
+    if (!d.ok()) return d.status();
+    out.push_back(std::move(*d));
+    return out;
+  }
   // Split on `---` lines (YAML document markers).
   std::vector<std::string> parts;
   std::string cur;

@@ -113,18 +113,22 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
-  StatusOr<TxnResult> Txn(std::vector<Compare> compares, std::vector<Op> ops) override {
+  std::future<StatusOr<TxnResult>> TxnAsync(std::vector<Compare> compares,
+                                            std::vector<Op> ops) override {
     auto p = std::make_unique<Pending>();
     p->compares = std::move(compares);
     p->ops = std::move(ops);
     auto fut = p->done.get_future();
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (stopping_) return Unavailable("store is closing");
+      if (stopping_) {
+        p->done.set_value(Unavailable("store is closing"));
+        return fut;
+      }
       queue_.push_back(std::move(p));
     }
     cv_.notify_one();
-    return fut.get();
+    return fut;
   }
 
   StatusOr<std::optional<KeyValue>> Get(const std::string& key) override {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,8 +55,14 @@ class Store {
 
   // Applies every op if every compare holds, durably; FailedPrecondition (naming the key)
   // when a compare fails, in which case nothing is written.
-  virtual StatusOr<TxnResult> Txn(std::vector<Compare> compares, std::vector<Op> ops) = 0;
+  StatusOr<TxnResult> Txn(std::vector<Compare> compares, std::vector<Op> ops) {
+    return TxnAsync(std::move(compares), std::move(ops)).get();
+  }
   StatusOr<TxnResult> Write(std::vector<Op> ops) { return Txn({}, std::move(ops)); }
+  // Queues the transaction and returns at once; the future completes when it is durable
+  // (or failed). Transactions queued by one thread commit in the order they were queued.
+  virtual std::future<StatusOr<TxnResult>> TxnAsync(std::vector<Compare> compares,
+                                                    std::vector<Op> ops) = 0;
 
   virtual StatusOr<std::optional<KeyValue>> Get(const std::string& key) = 0;
   // Keys with the prefix, in byte order, strictly after `start_after` ("" = from the first),

@@ -1,0 +1,271 @@
+#include "server/api.h"
+
+#include <httplib.h>
+
+#include <cstdio>
+
+namespace tessera::server {
+namespace {
+
+void Reply(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+void Fail(httplib::Response& res, const Status& s) { Reply(res, HttpStatusFor(s), ErrorJson(s)); }
+
+StatusOr<Principal> Auth(ControlPlane& cp, const httplib::Request& req) {
+  return cp.tokens().Authenticate(req.get_header_value("Authorization"));
+}
+
+StatusOr<int64_t> IntParam(const httplib::Request& req, const char* name, int64_t def, int64_t min,
+                           int64_t max) {
+  if (!req.has_param(name)) return def;
+  std::string v = req.get_param_value(name);
+  try {
+    size_t used = 0;
+    int64_t x = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument("trailing");
+    if (x < min || x > max)
+      return InvalidArgument(std::string(name) + ": must be " + std::to_string(min) + ".." +
+                             std::to_string(max));
+    return x;
+  } catch (...) {
+    return InvalidArgument(std::string(name) + ": expected an integer, got \"" + v + "\"");
+  }
+}
+
+// Runs a handler that needs a principal; every exception becomes a 500 (never a crash).
+template <typename F>
+httplib::Server::Handler Authed(ControlPlane& cp, F f) {
+  return [&cp, f](const httplib::Request& req, httplib::Response& res) {
+    auto p = Auth(cp, req);
+    if (!p.ok()) return Fail(res, p.status());
+    f(*p, req, res);
+  };
+}
+
+}  // namespace
+
+ApiServer::ApiServer(ControlPlane& cp, ApiOptions options)
+    : cp_(cp), options_(std::move(options)) {}
+
+ApiServer::~ApiServer() { Stop(); }
+
+Status ApiServer::Start() {
+  http_ = std::make_unique<httplib::Server>();
+  int threads = options_.threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  http_->set_keep_alive_max_count(1000000);
+  http_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        Reply(res, 500, ErrorJson(Internal("unexpected error: " + what)));
+      });
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    Status s = res.status == 413   ? ResourceExhausted("request body too large")
+               : res.status == 404 ? NotFound("no such path: " + req.path + " (see /openapi.json)")
+               : res.status == 400
+                   ? InvalidArgument("malformed HTTP request")
+                   : Status(StatusCode::kInternal, "HTTP " + std::to_string(res.status));
+    res.set_content(ErrorJson(s).dump(), "application/json");
+  });
+  Routes();
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host.c_str());
+    if (port_ <= 0) return Unavailable("cannot bind " + options_.host);
+  } else {
+    if (!http_->bind_to_port(options_.host.c_str(), options_.port))
+      return Unavailable("cannot bind " + options_.host + ":" + std::to_string(options_.port));
+    port_ = options_.port;
+  }
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return Status::Ok();
+}
+
+void ApiServer::Stop() {
+  if (http_) http_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ApiServer::Routes() {
+  ControlPlane& cp = cp_;
+  httplib::Server& s = *http_;
+  s.Get("/openapi.json", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(OpenApiJson(), "application/json");
+  });
+  s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+
+  s.Post("/v1/jobs",
+         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+           auto r = cp.Submit(p, req.body);
+           if (!r.ok()) return Fail(res, r.status());
+           Reply(res, 201, Json{{"items", *r}});
+         }));
+  s.Get("/v1/jobs",
+        Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+          ListOptions o;
+          o.queue = req.get_param_value("queue");
+          o.state = req.get_param_value("state");
+          o.user = req.get_param_value("user");
+          o.start_after = req.get_param_value("continue");
+          auto limit = IntParam(req, "limit", 500, 1, 10000);
+          if (!limit.ok()) return Fail(res, limit.status());
+          o.limit = static_cast<size_t>(*limit);
+          auto r = cp.ListJobs(p, o);
+          if (!r.ok()) return Fail(res, r.status());
+          Reply(res, 200, *r);
+        }));
+  s.Get(R"(/v1/jobs/([^/]+))",
+        Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+          auto r = cp.GetJob(p, req.matches[1], req.get_param_value("describe") == "true");
+          if (!r.ok()) return Fail(res, r.status());
+          Reply(res, 200, *r);
+        }));
+  s.Get(R"(/v1/jobs/([^/]+)/describe)",
+        Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+          auto r = cp.GetJob(p, req.matches[1], true);
+          if (!r.ok()) return Fail(res, r.status());
+          Reply(res, 200, *r);
+        }));
+  auto cancel =
+      Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+        auto r = cp.Cancel(p, req.matches[1]);
+        if (!r.ok()) return Fail(res, r.status());
+        Reply(res, 200, *r);
+      });
+  s.Post(R"(/v1/jobs/([^/]+)/cancel)", cancel);
+  s.Delete(R"(/v1/jobs/([^/]+))", cancel);
+  s.Get(R"(/v1/jobs/([^/]+)/logs)",
+        Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+          auto task = IntParam(req, "task", 0, 0, 1000000);
+          if (!task.ok()) return Fail(res, task.status());
+          auto where = cp.LogsLocation(p, req.matches[1], static_cast<int32_t>(*task));
+          if (!where.ok()) return Fail(res, where.status());
+          httplib::Client c(where->first);
+          c.set_connection_timeout(5, 0);
+          c.set_read_timeout(30, 0);
+          std::string path =
+              "/v1/logs/" + where->second + "?stream=" +
+              (req.has_param("stream") ? req.get_param_value("stream") : std::string("stdout")) +
+              "&offset=" +
+              (req.has_param("offset") ? req.get_param_value("offset") : std::string("0"));
+          auto r = c.Get(path.c_str());
+          if (!r)
+            return Fail(res, Unavailable("node agent at " + where->first + " did not answer"));
+          res.status = r->status;
+          res.set_content(r->body, r->get_header_value("Content-Type").empty()
+                                       ? "text/plain"
+                                       : r->get_header_value("Content-Type").c_str());
+          if (r->has_header("X-Next-Offset"))
+            res.set_header("X-Next-Offset", r->get_header_value("X-Next-Offset"));
+        }));
+  s.Get("/v1/events",
+        Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+          auto after = IntParam(req, "after", 0, 0, INT64_MAX);
+          auto limit = IntParam(req, "limit", 500, 1, 10000);
+          if (!after.ok()) return Fail(res, after.status());
+          if (!limit.ok()) return Fail(res, limit.status());
+          auto r =
+              cp.ListEvents(p, req.get_param_value("job"), *after, static_cast<size_t>(*limit));
+          if (!r.ok()) return Fail(res, r.status());
+          Reply(res, 200, *r);
+        }));
+  s.Get("/v1/queues",
+        Authed(cp, [&cp](const Principal& p, const httplib::Request&, httplib::Response& res) {
+          Reply(res, 200, cp.ListQueues(p));
+        }));
+  auto apply =
+      Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+        auto r = cp.Apply(p, req.body);
+        if (!r.ok()) return Fail(res, r.status());
+        Reply(res, 201, Json{{"items", *r}});
+      });
+  s.Post("/v1/queues", apply);
+  s.Post("/v1/priorityclasses", apply);
+  s.Get("/v1/priorityclasses",
+        Authed(cp, [&cp](const Principal&, const httplib::Request&, httplib::Response& res) {
+          Reply(res, 200, cp.ListPriorityClasses());
+        }));
+  s.Get("/v1/nodes",
+        Authed(cp, [&cp](const Principal&, const httplib::Request& req, httplib::Response& res) {
+          Reply(res, 200, cp.ListNodes(req.get_param_value("allocations") == "true"));
+        }));
+  s.Get("/v1/pools",
+        Authed(cp, [&cp](const Principal&, const httplib::Request&, httplib::Response& res) {
+          Reply(res, 200, cp.ListPools());
+        }));
+  s.Get("/v1/audit",
+        Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+          auto after = IntParam(req, "after", 0, 0, INT64_MAX);
+          auto limit = IntParam(req, "limit", 500, 1, 10000);
+          if (!after.ok()) return Fail(res, after.status());
+          if (!limit.ok()) return Fail(res, limit.status());
+          auto r = cp.ListAudit(p, *after, static_cast<size_t>(*limit));
+          if (!r.ok()) return Fail(res, r.status());
+          Reply(res, 200, *r);
+        }));
+  s.Post("/v1/tokens",
+         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+           auto body = ParseYaml(req.body);
+           if (!body.ok()) return Fail(res, body.status());
+           Json b = *body;
+           if (!b.is_object())
+             return Fail(res, InvalidArgument("body: expected an object {name, role, queues}"));
+           std::string token = NewToken();
+           if (b.contains("token") || b.contains("sha256"))
+             return Fail(res,
+                         InvalidArgument("token: the server generates tokens; do not send one"));
+           b["token"] = token;
+           auto e = TokenRegistry::FromJson(b, "");
+           if (!e.ok()) return Fail(res, e.status());
+           e->origin = "api";
+           Status st = cp.AddToken(p, *e);
+           if (!st.ok()) return Fail(res, st);
+           Json out = TokenRegistry::ToJson(*e);
+           out["token"] = token;  // shown once; only the hash is stored
+           Reply(res, 201, out);
+         }));
+  s.Post("/v1/agents/register",
+         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+           Status text = spec::CheckText(req.body);
+           if (!text.ok()) return Fail(res, text);
+           Json body;
+           try {
+             body = Json::parse(req.body);
+           } catch (const std::exception& e) {
+             return Fail(res, InvalidArgument(std::string("body: malformed JSON: ") + e.what()));
+           }
+           auto r = cp.RegisterAgent(p, body);
+           if (!r.ok()) return Fail(res, r.status());
+           Reply(res, 200, *r);
+         }));
+  s.Post(R"(/v1/agents/([^/]+)/heartbeat)",
+         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+           Status text = spec::CheckText(req.body);
+           if (!text.ok()) return Fail(res, text);
+           Json body;
+           try {
+             body = Json::parse(req.body);
+           } catch (const std::exception& e) {
+             return Fail(res, InvalidArgument(std::string("body: malformed JSON: ") + e.what()));
+           }
+           auto r = cp.Heartbeat(p, req.matches[1], body);
+           if (!r.ok()) return Fail(res, r.status());
+           Reply(res, 200, *r);
+         }));
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,49 @@
+// ApiServer: the REST/JSON API over a ControlPlane (docs/api.md; OpenAPI at /openapi.json).
+//
+// Loopback by default. Every /v1 route needs `Authorization: Bearer <token>`; errors are
+// JSON {"error": {"code", "message", "retryable"}} with 4xx/5xx statuses; bodies over
+// max_body_bytes get 413 before they are read. Start() binds (port 0 = any free port) and
+// serves on its own threads until Stop(). Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "server/control_plane.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tessera::server {
+
+struct ApiOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port
+  size_t max_body_bytes = 4 << 20;
+  int threads = 64;
+};
+
+class ApiServer {
+ public:
+  ApiServer(ControlPlane& cp, ApiOptions options);
+  ~ApiServer();
+  Status Start();  // binds and starts serving
+  void Stop();
+  int port() const { return port_; }
+  std::string url() const { return "http://" + options_.host + ":" + std::to_string(port_); }
+
+ private:
+  void Routes();
+  ControlPlane& cp_;
+  ApiOptions options_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// The OpenAPI 3 document served at /openapi.json.
+const std::string& OpenApiJson();
+
+}  // namespace tessera::server

@@ -1,0 +1,42 @@
+// Backend: how a plan's allocations reach a real system, one per pool kind.
+//
+// The control plane persists an allocation first, then tells the backend of its pool. Own
+// agents are pull-based (docs/agent-protocol.md): the heartbeat answer IS the dispatch, so
+// AgentBackend only wakes nothing and records nothing. Slurm, Kubernetes and cloud backends
+// implement Launch/Stop by calling their systems and report task states back through
+// ControlPlane::ReportTask. Implementations must be thread-safe and must not block for long
+// (they are called with the control plane's lock held).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/job.h"
+
+namespace tessera::server {
+
+struct Dispatch {
+  std::string allocation;  // "a-000000000123": never reused
+  std::string job;
+  int32_t task = 0;
+  int32_t attempt = 1;
+  TaskAllocation placement;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string Kind() const = 0;  // "agent", "slurm", ...
+  virtual void Launch(const Dispatch& d) = 0;
+  virtual void Stop(const std::string& allocation, int64_t grace_period_seconds) = 0;
+};
+
+// Own node agents: they poll for their desired state, so there is nothing to push.
+class AgentBackend final : public Backend {
+ public:
+  std::string Kind() const override { return "agent"; }
+  void Launch(const Dispatch&) override {}
+  void Stop(const std::string&, int64_t) override {}
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,1481 @@
+#include "server/control_plane.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tessera::server {
+namespace {
+
+std::string Pad(int64_t n, int width) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%0*lld", width, static_cast<long long>(n));
+  return buf;
+}
+std::string AllocId(int64_t n) { return "a-" + Pad(n, 12); }
+
+int64_t WallSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Json EventToJson(const Event& e) {
+  return {{"seq", e.seq},       {"time", e.time},     {"type", e.type},
+          {"reason", e.reason}, {"object", e.object}, {"message", e.message}};
+}
+Event EventFromJson(const Json& j) {
+  Event e;
+  e.seq = j.value("seq", int64_t{0});
+  e.time = j.value("time", int64_t{0});
+  e.type = j.value("type", "");
+  e.reason = j.value("reason", "");
+  e.object = j.value("object", "");
+  e.message = j.value("message", "");
+  return e;
+}
+
+const char* kJobStates[] = {"Pending",   "Scheduled", "Running",  "Terminating",
+                            "Succeeded", "Failed",    "Cancelled"};
+const char* kAllocStates[] = {"Assigned",  "Running", "Stopping", "Lost",
+                              "Succeeded", "Failed",  "Killed"};
+
+std::string Join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+}  // namespace
+
+const char* JobStateName(JobState s) { return kJobStates[static_cast<int>(s)]; }
+std::optional<JobState> ParseJobState(const std::string& s) {
+  for (int i = 0; i < 7; ++i)
+    if (s == kJobStates[i]) return static_cast<JobState>(i);
+  return std::nullopt;
+}
+bool IsTerminal(JobState s) {
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+}
+const char* AllocStateName(AllocState s) { return kAllocStates[static_cast<int>(s)]; }
+static std::optional<AllocState> ParseAllocState(const std::string& s) {
+  for (int i = 0; i < 7; ++i)
+    if (s == kAllocStates[i]) return static_cast<AllocState>(i);
+  return std::nullopt;
+}
+
+int HttpStatusFor(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 413;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
+Json ErrorJson(const Status& s) {
+  return {{"error",
+           {{"code", StatusCodeName(s.code())},
+            {"message", s.message()},
+            {"retryable", s.retryable()}}}};
+}
+
+// ---- construction and loading ----
+
+ControlPlane::ControlPlane(std::unique_ptr<store::Store> store, std::unique_ptr<Engine> engine,
+                           ControlPlaneOptions options)
+    : store_(std::move(store)), engine_(std::move(engine)), options_(std::move(options)) {
+  if (!options_.clock) options_.clock = WallSeconds;
+  default_backend_ = std::make_shared<AgentBackend>();
+}
+
+ControlPlane::~ControlPlane() {
+  {
+    std::lock_guard<std::mutex> l(loop_mu_);
+    stopping_ = true;
+  }
+  loop_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Open(std::unique_ptr<store::Store> store,
+                                                           std::unique_ptr<Engine> engine,
+                                                           ControlPlaneOptions options) {
+  std::unique_ptr<ControlPlane> cp(
+      new ControlPlane(std::move(store), std::move(engine), std::move(options)));
+  TESSERA_RETURN_IF_ERROR(cp->Load());
+  if (cp->options_.run_scheduler) cp->loop_ = std::thread([p = cp.get()] { p->Loop(); });
+  return cp;
+}
+
+Status ControlPlane::Load() {
+  std::lock_guard<std::mutex> l(mu_);
+  auto each = [&](const std::string& prefix, auto fn) -> Status {
+    auto kvs = store_->Range(prefix);
+    if (!kvs.ok()) return kvs.status();
+    for (const auto& kv : *kvs) {
+      Json j;
+      try {
+        j = Json::parse(kv.value);
+      } catch (const std::exception& e) {
+        return Internal("store key " + kv.key + ": corrupt JSON: " + e.what());
+      }
+      Status st = fn(kv.key, j);
+      if (!st.ok()) return st.WithContext("store key " + kv.key);
+    }
+    return Status::Ok();
+  };
+  TESSERA_RETURN_IF_ERROR(each("pcs/", [&](const std::string&, const Json& j) -> Status {
+    auto pc = PriorityClassFromJson(j, "");
+    if (!pc.ok()) return pc.status();
+    priority_classes_[pc->name] = *pc;
+    return Status::Ok();
+  }));
+  TESSERA_RETURN_IF_ERROR(each("queues/", [&](const std::string&, const Json& j) -> Status {
+    auto q = QueueFromJson(j, "");
+    if (!q.ok()) return q.status();
+    queues_[q->name] = *q;
+    return Status::Ok();
+  }));
+  TESSERA_RETURN_IF_ERROR(each("tokens/", [&](const std::string&, const Json& j) -> Status {
+    auto e = TokenRegistry::FromJson(j, "");
+    if (!e.ok()) return e.status();
+    if (!tokens_.HasName(e->principal.name)) tokens_.Add(*e);
+    return Status::Ok();
+  }));
+  int64_t now = Now();
+  TESSERA_RETURN_IF_ERROR(each("nodes/", [&](const std::string&, const Json& j) -> Status {
+    NodeRecord n;
+    auto node = NodeFromJson(j.at("node"), "node");
+    if (!node.ok()) return node.status();
+    n.node = *node;
+    n.epoch = j.value("epoch", int64_t{0});
+    n.boot_id = j.value("bootId", "");
+    n.logs_url = j.value("logsUrl", "");
+    n.agent_version = j.value("agentVersion", "");
+    n.last_heartbeat = now;  // agents get a full grace period after a server restart
+    nodes_[n.node.name] = n;
+    return Status::Ok();
+  }));
+  TESSERA_RETURN_IF_ERROR(each("jobs/", [&](const std::string&, const Json& j) -> Status {
+    JobRecord r;
+    auto spec = spec::JobSpecFromJson(j.at("spec"), "spec");
+    if (!spec.ok()) return spec.status();
+    r.spec = std::move(*spec);
+    auto st = ParseJobState(j.value("state", "Pending"));
+    if (!st) return Internal("bad job state");
+    r.state = *st;
+    r.after_termination =
+        ParseJobState(j.value("afterTermination", "Pending")).value_or(JobState::kPending);
+    r.attempt = j.value("attempt", 1);
+    r.user = j.value("user", "");
+    r.seq = j.value("seq", int64_t{0});
+    r.created_at = j.value("createdAt", int64_t{0});
+    r.started_at = j.value("startedAt", int64_t{-1});
+    r.finished_at = j.value("finishedAt", int64_t{-1});
+    r.message = j.value("message", "");
+    next_job_seq_ = std::max(next_job_seq_, r.seq + 1);
+    std::string id = r.id();
+    jobs_.emplace(id, std::move(r));
+    return Status::Ok();
+  }));
+  TESSERA_RETURN_IF_ERROR(each("allocs/", [&](const std::string& key, const Json& j) -> Status {
+    Allocation a;
+    a.id = key.substr(7);
+    a.job = j.at("job").get<std::string>();
+    a.task = j.at("task").get<int32_t>();
+    a.attempt = j.value("attempt", 1);
+    Json place = j.at("placement");
+    place["task"] = a.task;
+    // The model codec reads placements inside a job; reuse it through a one-task job.
+    Json fake = {{"id", "x"},
+                 {"tasks", Json::array({{{"replicas", a.task + 1}}})},
+                 {"running", Json::array({place})}};
+    auto fj = JobFromJson(fake, "placement");
+    if (!fj.ok()) return fj.status();
+    a.placement = *fj->allocations[a.task];
+    auto st = ParseAllocState(j.value("state", "Assigned"));
+    if (!st) return Internal("bad allocation state");
+    a.state = *st;
+    a.grace_period_seconds = j.value("gracePeriodSeconds", int64_t{30});
+    a.created_at = j.value("createdAt", int64_t{0});
+    a.finished_at = j.value("finishedAt", int64_t{0});
+    a.exit_code = j.value("exitCode", 0);
+    a.message = j.value("message", "");
+    a.command = j.value("command", std::vector<std::string>{});
+    a.env = j.value("env", std::map<std::string, std::string>{});
+    a.working_dir = j.value("workingDir", "");
+    auto it = jobs_.find(a.job);
+    if (it != jobs_.end()) it->second.allocations.push_back(a.id);
+    int64_t n = std::strtoll(a.id.c_str() + 2, nullptr, 10);
+    next_alloc_ = std::max(next_alloc_, n + 1);
+    allocations_[a.id] = std::move(a);
+    return Status::Ok();
+  }));
+  TESSERA_RETURN_IF_ERROR(each("events/", [&](const std::string&, const Json& j) -> Status {
+    Event e = EventFromJson(j);
+    next_event_seq_ = std::max(next_event_seq_, e.seq + 1);
+    if (e.object.rfind("job/", 0) == 0) {
+      auto it = jobs_.find(e.object.substr(4));
+      if (it != jobs_.end()) it->second.events.push_back(e.seq);
+    }
+    events_[e.seq] = std::move(e);
+    return Status::Ok();
+  }));
+  TESSERA_RETURN_IF_ERROR(each("audit/", [&](const std::string&, const Json& j) -> Status {
+    AuditRecord a;
+    a.seq = j.value("seq", int64_t{0});
+    a.time = j.value("time", int64_t{0});
+    a.principal = j.value("principal", "");
+    a.action = j.value("action", "");
+    a.object = j.value("object", "");
+    a.result = j.value("result", "");
+    next_audit_seq_ = std::max(next_audit_seq_, a.seq + 1);
+    audit_[a.seq] = a;
+    return Status::Ok();
+  }));
+  return Status::Ok();
+}
+
+// ---- records -> store ----
+
+store::Op ControlPlane::JobOp(const JobRecord& j) const {
+  Json o = Json::object();
+  o["spec"] = spec::JobSpecToJson(j.spec);
+  o["state"] = JobStateName(j.state);
+  if (j.state == JobState::kTerminating) o["afterTermination"] = JobStateName(j.after_termination);
+  o["attempt"] = j.attempt;
+  o["user"] = j.user;
+  o["seq"] = j.seq;
+  o["createdAt"] = j.created_at;
+  o["startedAt"] = j.started_at;
+  o["finishedAt"] = j.finished_at;
+  if (!j.message.empty()) o["message"] = j.message;
+  return store::Op::Put("jobs/" + j.id(), o.dump());
+}
+
+Json ControlPlane::AllocView(const Allocation& a) const {
+  Json placement = JobToJson([&] {
+    Job tmp;
+    tmp.id = "x";
+    tmp.groups.push_back(TaskGroup{"", a.task + 1, {}});
+    tmp.allocations.assign(a.task + 1, std::nullopt);
+    tmp.allocations[a.task] = a.placement;
+    return tmp;
+  }())["running"][0];
+  placement.erase("task");
+  Json o = Json::object();
+  o["id"] = a.id;
+  o["job"] = a.job;
+  o["task"] = a.task;
+  o["attempt"] = a.attempt;
+  o["state"] = AllocStateName(a.state);
+  o["placement"] = placement;
+  o["gracePeriodSeconds"] = a.grace_period_seconds;
+  o["createdAt"] = a.created_at;
+  if (a.finished_at) o["finishedAt"] = a.finished_at;
+  if (a.exit_code) o["exitCode"] = a.exit_code;
+  if (!a.message.empty()) o["message"] = a.message;
+  o["command"] = a.command;
+  o["env"] = a.env;
+  if (!a.working_dir.empty()) o["workingDir"] = a.working_dir;
+  return o;
+}
+
+store::Op ControlPlane::AllocOp(const Allocation& a) const {
+  return store::Op::Put("allocs/" + a.id, AllocView(a).dump());
+}
+
+store::Op ControlPlane::NodeOp(const NodeRecord& n) const {
+  Json o = {{"node", NodeToJson(n.node)},
+            {"epoch", n.epoch},
+            {"bootId", n.boot_id},
+            {"logsUrl", n.logs_url},
+            {"agentVersion", n.agent_version}};
+  return store::Op::Put("nodes/" + n.node.name, o.dump());
+}
+
+Event& ControlPlane::AddEvent(std::vector<store::Op>& ops, const std::string& type,
+                              const std::string& reason, const std::string& object,
+                              const std::string& message) {
+  Event e{next_event_seq_++, Now(), type, reason, object, message};
+  ops.push_back(store::Op::Put("events/" + Pad(e.seq, 16), EventToJson(e).dump()));
+  if (object.rfind("job/", 0) == 0) {
+    auto it = jobs_.find(object.substr(4));
+    if (it != jobs_.end()) it->second.events.push_back(e.seq);
+  }
+  return events_[e.seq] = std::move(e);
+}
+
+void ControlPlane::AddAudit(std::vector<store::Op>& ops, const Principal& p,
+                            const std::string& action, const std::string& object,
+                            const std::string& result) {
+  AuditRecord a{next_audit_seq_++, Now(), p.name, action, object, result};
+  Json j = {{"seq", a.seq},       {"time", a.time},     {"principal", a.principal},
+            {"action", a.action}, {"object", a.object}, {"result", a.result}};
+  ops.push_back(store::Op::Put("audit/" + Pad(a.seq, 16), j.dump()));
+  audit_[a.seq] = std::move(a);
+}
+
+Status ControlPlane::Commit(std::vector<store::Op> ops) {
+  if (ops.empty()) return Status::Ok();
+  auto r = store_->Write(std::move(ops));
+  if (!r.ok()) {
+    // Memory already holds the change; the store does not. Fail-stop: a restart reloads the
+    // durable truth, and nothing of this change was acknowledged or dispatched.
+    std::fprintf(stderr, "tessera server: FATAL: store write failed: %s\n",
+                 r.status().ToString().c_str());
+    std::abort();
+  }
+  return Status::Ok();
+}
+
+Status ControlPlane::AddToken(const Principal& by, TokenEntry e) {
+  if (!by.IsAdmin()) return PermissionDenied("only an admin may create tokens");
+  std::lock_guard<std::mutex> l(mu_);
+  if (tokens_.HasName(e.principal.name))
+    return AlreadyExists("token \"" + e.principal.name + "\" already exists");
+  for (const auto& q : e.principal.queues)
+    if (q != "*" && queues_.count(q) == 0)
+      return InvalidArgument("queues: unknown queue \"" + q + "\"");
+  std::vector<store::Op> ops;
+  ops.push_back(store::Op::Put("tokens/" + e.principal.name, TokenRegistry::ToJson(e).dump()));
+  AddAudit(ops, by, "create-token", "token/" + e.principal.name, "ok");
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  tokens_.Add(std::move(e));
+  return Status::Ok();
+}
+
+// ---- views ----
+
+bool ControlPlane::Visible(const Principal& p, const JobRecord& j) const {
+  return p.MayUseQueue(j.spec.job.queue);
+}
+
+std::string ControlPlane::DefaultPriorityClass() const {
+  for (const auto& [name, pc] : priority_classes_)
+    if (pc.global_default) return name;
+  return "";
+}
+
+int32_t ControlPlane::PriorityOf(const JobRecord& j) const {
+  std::string pc =
+      j.spec.job.priority_class.empty() ? DefaultPriorityClass() : j.spec.job.priority_class;
+  auto it = priority_classes_.find(pc);
+  return it == priority_classes_.end() ? 0 : it->second.value;
+}
+
+Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
+  const Job& job = j.spec.job;
+  Json o = Json::object();
+  o["name"] = j.id();
+  o["queue"] = job.queue;
+  o["priorityClass"] = job.priority_class.empty() ? DefaultPriorityClass() : job.priority_class;
+  o["priority"] = PriorityOf(j);
+  o["state"] = JobStateName(j.state);
+  if (j.state == JobState::kTerminating) o["afterTermination"] = JobStateName(j.after_termination);
+  o["attempt"] = j.attempt;
+  o["user"] = j.user;
+  o["source"] = j.spec.source;
+  o["service"] = j.spec.service;
+  o["createdAt"] = j.created_at;
+  o["startedAt"] = j.started_at;
+  o["finishedAt"] = j.finished_at;
+  o["tasks"] = job.TaskCount();
+  o["minAvailable"] = job.GangMinimum();
+  std::string gpus;
+  int64_t whole = 0;
+  for (const auto& g : job.groups) {
+    const GpuRequest& r = g.request.gpu;
+    if (r.kind == GpuRequestKind::kWhole)
+      whole += int64_t{r.count} * g.replicas;
+    else if (r.kind == GpuRequestKind::kMig)
+      gpus +=
+          (gpus.empty() ? "" : "+") + std::to_string(r.count * g.replicas) + "x" + r.mig_profile;
+    else if (r.kind == GpuRequestKind::kFraction)
+      gpus += (gpus.empty() ? "" : "+") + std::to_string(g.replicas) + "x" +
+              std::to_string(r.milli) + "m";
+  }
+  if (whole > 0 || gpus.empty()) gpus = std::to_string(whole) + (gpus.empty() ? "" : "+" + gpus);
+  o["gpus"] = gpus;
+  std::set<std::string> nodes;
+  int32_t running = 0;
+  for (const auto& id : j.allocations) {
+    const Allocation& a = allocations_.at(id);
+    if (a.attempt != j.attempt || !a.Live()) continue;
+    nodes.insert(a.placement.node);
+    if (a.state == AllocState::kRunning) ++running;
+  }
+  o["runningTasks"] = running;
+  o["nodes"] = std::vector<std::string>(nodes.begin(), nodes.end());
+  if (!j.message.empty()) o["message"] = j.message;
+  if (j.state == JobState::kPending && !j.pending.code.empty()) {
+    Json pr = {{"code", j.pending.code}, {"message", j.pending.message}};
+    if (!j.pending.resource.empty()) pr["resource"] = j.pending.resource;
+    if (!j.pending.rejected_nodes.empty()) pr["rejectedNodes"] = j.pending.rejected_nodes;
+    o["pendingReason"] = pr;
+  }
+  if (describe) {
+    o["labels"] = j.spec.labels;
+    o["restartPolicy"] = spec::RestartPolicyToJson(j.spec.restart);
+    o["spec"] = spec::JobSpecToJson(j.spec);
+    Json allocs = Json::array();
+    for (const auto& id : j.allocations) allocs.push_back(AllocView(allocations_.at(id)));
+    o["allocations"] = allocs;
+    Json ev = Json::array();
+    for (int64_t s : j.events) {
+      auto it = events_.find(s);
+      if (it != events_.end()) ev.push_back(EventToJson(it->second));
+    }
+    o["events"] = ev;
+  }
+  return o;
+}
+
+// ---- user API ----
+
+StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::string& body) {
+  if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not submit jobs");
+  auto docs = spec::ParseDocuments(body);
+  if (!docs.ok()) return docs.status();
+  for (size_t i = 0; i < docs->size(); ++i)
+    if ((*docs)[i].kind != spec::Document::Kind::kJob) {
+      std::string ctx = docs->size() > 1 ? "document[" + std::to_string(i) + "]: " : "";
+      return InvalidArgument(
+          ctx + "kind: queues and priority classes go to POST /v1/queues or /v1/priorityclasses");
+    }
+  std::vector<JobRecord> records;
+  std::vector<Event> events;
+  std::vector<store::Op> ops;
+  std::future<StatusOr<store::TxnResult>> done;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::set<std::string> seen;
+    for (size_t i = 0; i < docs->size(); ++i) {
+      std::string ctx = docs->size() > 1 ? "document[" + std::to_string(i) + "]: " : "";
+      spec::JobSpec& s = (*docs)[i].job;
+      auto q = queues_.find(s.job.queue);
+      if (q == queues_.end()) {
+        std::vector<std::string> known;
+        for (const auto& [name, qq] : queues_) known.push_back(name);
+        return InvalidArgument(ctx + "spec.queue: unknown queue \"" + s.job.queue +
+                               "\" (known: " + Join(known, ", ") + ")");
+      }
+      if (!q->second.open)
+        return FailedPrecondition(ctx + "spec.queue: queue \"" + s.job.queue + "\" is closed");
+      if (!p.MayUseQueue(s.job.queue)) {
+        std::vector<store::Op> audit;
+        AddAudit(audit, p, "submit", "queue/" + s.job.queue, "denied");
+        TESSERA_RETURN_IF_ERROR(Commit(std::move(audit)));
+        return PermissionDenied(ctx + "token \"" + p.name + "\" may not submit to queue \"" +
+                                s.job.queue + "\"");
+      }
+      if (!s.job.priority_class.empty() && priority_classes_.count(s.job.priority_class) == 0)
+        return InvalidArgument(ctx + "priorityClassName: unknown priority class \"" +
+                               s.job.priority_class + "\"");
+      JobRecord r;
+      r.seq = next_job_seq_++;
+      if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);
+      if (jobs_.count(s.job.id) || reserved_ids_.count(s.job.id) || seen.count(s.job.id))
+        return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists");
+      seen.insert(s.job.id);
+      r.created_at = Now();
+      s.job.submit_time = r.created_at;
+      r.user = p.name;
+      r.spec = std::move(s);
+      ops.push_back(JobOp(r));
+      Event e{next_event_seq_++,
+              r.created_at,
+              "Normal",
+              "Submitted",
+              "job/" + r.id(),
+              "accepted " + r.spec.source + " into queue " + r.spec.job.queue + " by " + p.name};
+      ops.push_back(store::Op::Put("events/" + Pad(e.seq, 16), EventToJson(e).dump()));
+      r.events.push_back(e.seq);
+      events.push_back(std::move(e));
+      AddAudit(ops, p, "submit", "job/" + r.id(), "ok");
+      records.push_back(std::move(r));
+    }
+    for (const auto& r : records) reserved_ids_.insert(r.id());
+    // Queued under the lock: commit order = id/sequence order.
+    done = store_->TxnAsync({}, std::move(ops));
+  }
+  auto result = done.get();
+  std::vector<Json> out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& r : records) reserved_ids_.erase(r.id());
+    if (!result.ok()) return Unavailable("not stored, try again: " + result.status().message());
+    for (auto& e : events) events_[e.seq] = std::move(e);
+    for (auto& r : records) {
+      std::string id = r.id();
+      auto& stored = jobs_.emplace(id, std::move(r)).first->second;
+      out.push_back(JobView(stored, false));
+    }
+  }
+  Kick();
+  return out;
+}
+
+StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& id, bool describe) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
+  return JobView(it->second, describe);
+}
+
+StatusOr<Json> ControlPlane::ListJobs(const Principal& p, const ListOptions& o) {
+  std::optional<JobState> want;
+  if (!o.state.empty()) {
+    want = ParseJobState(o.state);
+    if (!want)
+      return InvalidArgument(
+          "state: unknown \"" + o.state +
+          "\" (Pending, Scheduled, Running, Terminating, Succeeded, Failed, Cancelled)");
+  }
+  if (o.limit == 0 || o.limit > 10000) return InvalidArgument("limit: must be 1..10000");
+  std::lock_guard<std::mutex> l(mu_);
+  Json items = Json::array();
+  std::string last;
+  bool more = false;
+  for (auto it = o.start_after.empty() ? jobs_.begin() : jobs_.upper_bound(o.start_after);
+       it != jobs_.end(); ++it) {
+    const JobRecord& j = it->second;
+    if (!Visible(p, j)) continue;
+    if (!o.queue.empty() && j.spec.job.queue != o.queue) continue;
+    if (want && j.state != *want) continue;
+    if (!o.user.empty() && j.user != o.user) continue;
+    if (items.size() == o.limit) {
+      more = true;
+      break;
+    }
+    items.push_back(JobView(j, false));
+    last = it->first;
+  }
+  Json out = {{"items", items}};
+  if (more) out["continue"] = last;
+  return out;
+}
+
+StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& id) {
+  if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not cancel jobs");
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
+  JobRecord& j = it->second;
+  if (IsTerminal(j.state))
+    return FailedPrecondition("job \"" + id + "\" already finished (" +
+                              std::string(JobStateName(j.state)) + ")");
+  std::vector<store::Op> ops;
+  if (j.state == JobState::kTerminating) {
+    j.after_termination = JobState::kCancelled;
+    ops.push_back(JobOp(j));
+  } else {
+    Terminate(ops, j, JobState::kCancelled, "Cancelling", "cancelled by " + p.name);
+  }
+  AddAudit(ops, p, "cancel", "job/" + id, "ok");
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  Json v = JobView(j, false);
+  Kick();
+  return v;
+}
+
+StatusOr<Json> ControlPlane::ListEvents(const Principal& p, const std::string& job, int64_t after,
+                                        size_t limit) {
+  if (limit == 0 || limit > 10000) return InvalidArgument("limit: must be 1..10000");
+  std::lock_guard<std::mutex> l(mu_);
+  Json items = Json::array();
+  auto visible = [&](const Event& e) {
+    if (e.object.rfind("job/", 0) != 0) return true;
+    auto it = jobs_.find(e.object.substr(4));
+    return it != jobs_.end() && Visible(p, it->second);
+  };
+  if (!job.empty()) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end() || !Visible(p, it->second))
+      return NotFound("job \"" + job + "\" not found");
+    for (int64_t s : it->second.events)
+      if (s > after && items.size() < limit) items.push_back(EventToJson(events_.at(s)));
+  } else {
+    for (auto it = events_.upper_bound(after); it != events_.end() && items.size() < limit; ++it)
+      if (visible(it->second)) items.push_back(EventToJson(it->second));
+  }
+  int64_t next = items.empty() ? after : items.back()["seq"].get<int64_t>();
+  return Json{{"items", items}, {"next", next}};
+}
+
+Json ControlPlane::ListQueues(const Principal& p) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<std::string, std::array<int64_t, 4>>
+      stats;  // pending, running, gpu milli in use, jobs total
+  for (const auto& [id, j] : jobs_) {
+    auto& s = stats[j.spec.job.queue];
+    if (j.state == JobState::kPending) s[0]++;
+    if (j.state == JobState::kRunning || j.state == JobState::kScheduled) s[1]++;
+    s[3]++;
+  }
+  for (const auto& [id, a] : allocations_) {
+    if (!a.HoldsDevices()) continue;
+    auto j = jobs_.find(a.job);
+    if (j == jobs_.end()) continue;
+    for (const auto& d : a.placement.devices) stats[j->second.spec.job.queue][2] += d.milli;
+  }
+  Json items = Json::array();
+  for (const auto& [name, q] : queues_) {
+    Json o = QueueToJson(q);
+    auto s = stats[name];
+    o["pendingJobs"] = s[0];
+    o["runningJobs"] = s[1];
+    o["gpuMilliInUse"] = s[2];
+    o["jobs"] = s[3];
+    o["member"] = p.MayUseQueue(name);
+    items.push_back(o);
+  }
+  return {{"items", items}};
+}
+
+Json ControlPlane::ListPriorityClasses() {
+  std::lock_guard<std::mutex> l(mu_);
+  Json items = Json::array();
+  for (const auto& [name, pc] : priority_classes_)
+    items.push_back({{"name", name},
+                     {"value", pc.value},
+                     {"preemptionPolicy", pc.preempt_lower ? "PreemptLowerPriority" : "Never"},
+                     {"globalDefault", pc.global_default}});
+  return {{"items", items}};
+}
+
+Json ControlPlane::ListNodes(bool with_allocations) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<std::string, std::vector<const Allocation*>> by_node;
+  for (const auto& [id, a] : allocations_)
+    if (a.HoldsDevices()) by_node[a.placement.node].push_back(&a);
+  Json items = Json::array();
+  for (const auto& [name, n] : nodes_) {
+    Json o = NodeToJson(n.node);
+    o["ready"] = n.node.ready;
+    o["epoch"] = n.epoch;
+    o["lastHeartbeat"] = n.last_heartbeat;
+    o["agentVersion"] = n.agent_version;
+    int64_t used = 0;
+    Json allocs = Json::array();
+    for (const Allocation* a : by_node[name]) {
+      for (const auto& d : a->placement.devices) used += d.milli;
+      if (with_allocations) allocs.push_back(AllocView(*a));
+    }
+    o["gpus"] = static_cast<int64_t>(n.node.devices.size());
+    o["gpuMilliInUse"] = used;
+    o["virtual"] = std::any_of(n.node.devices.begin(), n.node.devices.end(),
+                               [](const Device& d) { return d.is_virtual; });
+    if (with_allocations) o["allocations"] = allocs;
+    items.push_back(o);
+  }
+  return {{"items", items}};
+}
+
+Json ControlPlane::ListPools() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<std::string, std::array<int64_t, 3>> pools;  // nodes, ready, gpus
+  for (const auto& [name, n] : nodes_) {
+    auto& p = pools[n.node.pool];
+    p[0]++;
+    if (n.node.ready) p[1]++;
+    p[2] += static_cast<int64_t>(n.node.devices.size());
+  }
+  Json items = Json::array();
+  for (const auto& [name, p] : pools) {
+    auto b = backends_.find(name);
+    items.push_back({{"name", name},
+                     {"backend", (b == backends_.end() ? default_backend_ : b->second)->Kind()},
+                     {"nodes", p[0]},
+                     {"readyNodes", p[1]},
+                     {"gpus", p[2]}});
+  }
+  return {{"items", items}};
+}
+
+StatusOr<Json> ControlPlane::ListAudit(const Principal& p, int64_t after, size_t limit) {
+  if (!p.IsAdmin()) return PermissionDenied("only an admin may read the audit log");
+  if (limit == 0 || limit > 10000) return InvalidArgument("limit: must be 1..10000");
+  std::lock_guard<std::mutex> l(mu_);
+  Json items = Json::array();
+  for (auto it = audit_.upper_bound(after); it != audit_.end() && items.size() < limit; ++it) {
+    const AuditRecord& a = it->second;
+    items.push_back({{"seq", a.seq},
+                     {"time", a.time},
+                     {"principal", a.principal},
+                     {"action", a.action},
+                     {"object", a.object},
+                     {"result", a.result}});
+  }
+  return Json{{"items", items}};
+}
+
+StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::string& body,
+                                                bool bootstrap) {
+  if (!p.IsAdmin()) return PermissionDenied("only an admin may create queues and priority classes");
+  auto docs = spec::ParseDocuments(body);
+  if (!docs.ok()) return docs.status();
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<store::Op> ops;
+  std::vector<Json> out;
+  std::map<std::string, Queue> queues = queues_;
+  for (const auto& d : *docs) {
+    if (d.kind == spec::Document::Kind::kQueue) {
+      const Queue& q = d.queue;
+      auto old = queues.find(q.name);
+      if (old != queues.end() && QueueToJson(old->second).dump() == QueueToJson(q).dump()) continue;
+      queues[q.name] = q;
+      ops.push_back(store::Op::Put("queues/" + q.name, QueueToJson(q).dump()));
+      AddAudit(ops, p, "apply", "queue/" + q.name, "ok");
+      out.push_back({{"kind", "Queue"}, {"name", q.name}});
+    } else if (d.kind == spec::Document::Kind::kPriorityClass) {
+      const PriorityClass& pc = d.priority_class;
+      Json j = {{"name", pc.name},
+                {"value", pc.value},
+                {"preemptionPolicy", pc.preempt_lower ? "PreemptLowerPriority" : "Never"},
+                {"globalDefault", pc.global_default}};
+      auto old = priority_classes_.find(pc.name);
+      if (old != priority_classes_.end() && old->second.value == pc.value &&
+          old->second.preempt_lower == pc.preempt_lower &&
+          old->second.global_default == pc.global_default)
+        continue;
+      ops.push_back(store::Op::Put("pcs/" + pc.name, j.dump()));
+      AddAudit(ops, p, "apply", "priorityclass/" + pc.name, "ok");
+      out.push_back({{"kind", "PriorityClass"}, {"name", pc.name}});
+    } else if (!bootstrap) {
+      return InvalidArgument("kind: jobs go to POST /v1/jobs");
+    }
+  }
+  for (const auto& [name, q] : queues)
+    if (!q.parent.empty() && queues.count(q.parent) == 0)
+      return InvalidArgument("queue " + name + ": spec.parent: unknown queue \"" + q.parent + "\"");
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  queues_ = std::move(queues);
+  for (const auto& d : *docs)
+    if (d.kind == spec::Document::Kind::kPriorityClass)
+      priority_classes_[d.priority_class.name] = d.priority_class;
+  return out;
+}
+
+StatusOr<std::pair<std::string, std::string>> ControlPlane::LogsLocation(const Principal& p,
+                                                                         const std::string& id,
+                                                                         int32_t task) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
+  const Allocation* latest = nullptr;
+  for (const auto& aid : it->second.allocations) {
+    const Allocation& a = allocations_.at(aid);
+    if (a.task == task) latest = &a;
+  }
+  if (latest == nullptr)
+    return NotFound("job \"" + id + "\" task " + std::to_string(task) + " has not been placed yet");
+  auto n = nodes_.find(latest->placement.node);
+  if (n == nodes_.end() || n->second.logs_url.empty())
+    return Unavailable("node " + latest->placement.node + " serves no logs");
+  return std::make_pair(n->second.logs_url, latest->id);
+}
+
+// ---- lifecycle ----
+
+void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState next,
+                             const std::string& reason, const std::string& message) {
+  bool any = false;
+  for (const auto& id : j.allocations) {
+    Allocation& a = allocations_.at(id);
+    if (a.state == AllocState::kAssigned || a.state == AllocState::kRunning) {
+      a.state = AllocState::kStopping;
+      ops.push_back(AllocOp(a));
+      auto b = backends_.find(nodes_.count(a.placement.node) ? nodes_.at(a.placement.node).node.pool
+                                                             : "");
+      (b == backends_.end() ? default_backend_ : b->second)->Stop(a.id, a.grace_period_seconds);
+    }
+    if (a.Live()) any = true;
+  }
+  j.state = JobState::kTerminating;
+  j.after_termination = next;
+  j.message = message;
+  AddEvent(ops, next == JobState::kCancelled || next == JobState::kFailed ? "Warning" : "Normal",
+           reason, "job/" + j.id(), message);
+  if (!any)
+    MaybeFinishTermination(ops, j);
+  else
+    ops.push_back(JobOp(j));
+}
+
+void ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j) {
+  if (j.state != JobState::kTerminating) return;
+  for (const auto& id : j.allocations)
+    if (allocations_.at(id).Live()) return;
+  JobState next = j.after_termination;
+  if (next == JobState::kPending) {
+    j.attempt += 1;
+    j.state = JobState::kPending;
+    j.pending = {};
+    j.last_failed_scheduling.clear();
+    AddEvent(ops, "Normal", "Requeued", "job/" + j.id(),
+             "attempt " + std::to_string(j.attempt) + " is pending");
+  } else {
+    j.state = next;
+    j.finished_at = Now();
+    const char* reason = next == JobState::kSucceeded ? "Completed"
+                         : next == JobState::kFailed  ? "Failed"
+                                                      : "Cancelled";
+    AddEvent(ops, next == JobState::kSucceeded ? "Normal" : "Warning", reason, "job/" + j.id(),
+             j.message);
+  }
+  ops.push_back(JobOp(j));
+}
+
+void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,
+                              const std::string& reason, const std::string& message) {
+  if (j.state == JobState::kTerminating) {
+    MaybeFinishTermination(ops, j);
+    return;
+  }
+  if (IsTerminal(j.state) || j.state == JobState::kPending) return;
+  spec::FailureAction action = eviction ? j.spec.restart.on_eviction : j.spec.restart.on_failure;
+  int32_t max = j.spec.restart.max_retries;
+  bool retries_left = eviction || max < 0 || j.attempt - 1 < max;
+  if (action == spec::FailureAction::kRestartJob && retries_left) {
+    Terminate(ops, j, JobState::kPending, reason,
+              message + "; restarting the job (attempt " + std::to_string(j.attempt + 1) + ")");
+  } else {
+    std::string why = action == spec::FailureAction::kRestartJob
+                          ? message + "; retry limit " + std::to_string(max) + " reached"
+                          : message;
+    Terminate(ops, j, JobState::kFailed, reason, why);
+  }
+}
+
+void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j) {
+  if (j.state == JobState::kTerminating) {
+    MaybeFinishTermination(ops, j);
+    return;
+  }
+  if (IsTerminal(j.state)) return;
+  if (j.spec.service) {
+    OnTaskLoss(ops, j, false, "TaskFailed", "a service replica exited");
+    return;
+  }
+  std::set<int32_t> succeeded;
+  bool live = false;
+  for (const auto& id : j.allocations) {
+    const Allocation& a = allocations_.at(id);
+    if (a.attempt != j.attempt) continue;
+    if (a.state == AllocState::kSucceeded) succeeded.insert(a.task);
+    if (a.Live()) live = true;
+  }
+  if (j.spec.restart.complete_on_task_completed && live) {
+    Terminate(ops, j, JobState::kSucceeded, "Completing", "a task completed (CompleteJob policy)");
+    return;
+  }
+  if (static_cast<int32_t>(succeeded.size()) == j.spec.job.TaskCount() ||
+      (!live && !succeeded.empty())) {
+    j.state = JobState::kSucceeded;
+    j.finished_at = Now();
+    j.message = std::to_string(succeeded.size()) + " task(s) succeeded";
+    AddEvent(ops, "Normal", "Completed", "job/" + j.id(), j.message);
+    ops.push_back(JobOp(j));
+  }
+}
+
+// ---- agents ----
+
+StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body) {
+  if (p.role != Role::kAgent && !p.IsAdmin())
+    return PermissionDenied("only agent or admin tokens may register nodes");
+  ObjectReader r(body, "");
+  const Json* nj = r.Get("node");
+  if (nj == nullptr) return InvalidArgument("node: required");
+  auto node = NodeFromJson(*nj, "node");
+  if (!node.ok()) return node.status();
+  std::string version, boot;
+  TESSERA_RETURN_IF_ERROR(r.String("agentVersion", version));
+  TESSERA_RETURN_IF_ERROR(r.String("bootId", boot, true));
+  std::string logs_url;
+  TESSERA_RETURN_IF_ERROR(r.String("logsUrl", logs_url));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  if (node->name.empty() || node->name.find('/') != std::string::npos)
+    return InvalidArgument("node.name: must be non-empty without '/'");
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<store::Op> ops;
+  auto it = nodes_.find(node->name);
+  bool fresh = it == nodes_.end();
+  NodeRecord& n = nodes_[node->name];
+  bool new_boot = fresh || n.boot_id != boot;
+  bool was_ready = !fresh && n.node.ready;
+  n.node = *node;
+  n.node.ready = true;
+  n.agent_version = version;
+  if (!logs_url.empty()) n.logs_url = logs_url;
+  n.last_heartbeat = Now();
+  if (new_boot) {
+    n.epoch += 1;
+    n.boot_id = boot;
+    // Processes of the previous agent are gone with it.
+    std::set<std::string> affected;
+    for (auto& [id, a] : allocations_) {
+      if (a.placement.node != n.node.name || !a.HoldsDevices() || a.state == AllocState::kAssigned)
+        continue;
+      bool was_running = a.state == AllocState::kRunning;
+      a.state = AllocState::kKilled;
+      a.finished_at = Now();
+      a.message = "agent restarted (new boot id)";
+      ops.push_back(AllocOp(a));
+      if (was_running || jobs_.count(a.job)) affected.insert(a.job);
+    }
+    for (const auto& jid : affected) {
+      auto j = jobs_.find(jid);
+      if (j != jobs_.end())
+        OnTaskLoss(ops, j->second, true, "NodeRestarted",
+                   "node " + n.node.name + " restarted its agent");
+    }
+  }
+  ops.push_back(NodeOp(n));
+  if (fresh || new_boot || !was_ready)
+    AddEvent(ops, "Normal", "NodeRegistered", "node/" + n.node.name,
+             "epoch " + std::to_string(n.epoch) + ", " + std::to_string(n.node.devices.size()) +
+                 " GPU(s)" +
+                 (std::any_of(n.node.devices.begin(), n.node.devices.end(),
+                              [](const Device& d) { return d.is_virtual; })
+                      ? " (virtual)"
+                      : ""));
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  Kick();
+  return Json{
+      {"node", n.node.name}, {"epoch", n.epoch}, {"heartbeatSeconds", options_.heartbeat_seconds}};
+}
+
+StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& node_name,
+                                       const Json& body) {
+  if (p.role != Role::kAgent && !p.IsAdmin())
+    return PermissionDenied("only agent or admin tokens may heartbeat");
+  if (!body.is_object()) return InvalidArgument("body: expected an object");
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = nodes_.find(node_name);
+  if (it == nodes_.end()) return NotFound("node \"" + node_name + "\" is not registered");
+  NodeRecord& n = it->second;
+  int64_t epoch = body.value("epoch", int64_t{-1});
+  if (epoch != n.epoch)
+    return FailedPrecondition("stale epoch " + std::to_string(epoch) + " (current " +
+                              std::to_string(n.epoch) + "): register again");
+  std::vector<store::Op> ops;
+  n.last_heartbeat = Now();
+  if (!n.node.ready) {
+    n.node.ready = true;
+    ops.push_back(NodeOp(n));
+    AddEvent(ops, "Normal", "NodeReady", "node/" + n.node.name, "heartbeats resumed");
+    Kick();
+  }
+  if (body.contains("logsUrl") && body["logsUrl"].is_string() && body["logsUrl"] != n.logs_url) {
+    n.logs_url = body["logsUrl"].get<std::string>();
+    ops.push_back(NodeOp(n));
+  }
+  if (body.contains("devices") && body["devices"].is_array()) {
+    for (const auto& d : body["devices"]) {
+      if (!d.is_object()) continue;
+      int32_t idx = d.value("index", -1);
+      if (idx < 0 || idx >= static_cast<int32_t>(n.node.devices.size())) continue;
+      Device& dev = n.node.devices[idx];
+      dev.util_percent = d.value("utilPercent", dev.util_percent);
+      if (d.contains("memoryUsed") && d["memoryUsed"].is_number_integer())
+        dev.memory_used_bytes = d["memoryUsed"];
+      dev.power_milliwatts = d.value("powerMilliwatts", dev.power_milliwatts);
+      bool healthy = d.value("healthy", dev.healthy);
+      if (healthy != dev.healthy) {
+        dev.healthy = healthy;
+        ops.push_back(NodeOp(n));
+        AddEvent(ops, healthy ? "Normal" : "Warning", healthy ? "DeviceHealthy" : "DeviceUnhealthy",
+                 "node/" + n.node.name,
+                 "GPU " + std::to_string(idx) + (healthy ? " recovered" : " reported unhealthy"));
+      }
+    }
+  }
+  std::set<std::string> reported;
+  if (body.contains("tasks") && body["tasks"].is_array()) {
+    for (const auto& t : body["tasks"]) {
+      if (!t.is_object() || !t.contains("allocation") || !t["allocation"].is_string()) continue;
+      std::string aid = t["allocation"].get<std::string>();
+      std::string state = t.value("state", "");
+      auto ai = allocations_.find(aid);
+      if (ai == allocations_.end() || ai->second.placement.node != node_name) continue;
+      Allocation& a = ai->second;
+      if (state == "running") reported.insert(aid);
+      auto ji = jobs_.find(a.job);
+      if (state == "running") {
+        if (a.state == AllocState::kAssigned) {
+          a.state = AllocState::kRunning;
+          ops.push_back(AllocOp(a));
+          if (ji != jobs_.end() && ji->second.state == JobState::kScheduled &&
+              ji->second.attempt == a.attempt) {
+            JobRecord& j = ji->second;
+            j.state = JobState::kRunning;
+            if (j.started_at < 0) j.started_at = Now();
+            ops.push_back(JobOp(j));
+            AddEvent(ops, "Normal", "Started", "job/" + j.id(),
+                     "task " + std::to_string(a.task) + " running on " + node_name);
+          }
+        }
+        continue;
+      }
+      if (state != "succeeded" && state != "failed" && state != "killed") continue;
+      if (!a.HoldsDevices()) continue;  // already final
+      bool expected_stop = a.state == AllocState::kStopping || a.state == AllocState::kLost;
+      a.exit_code = t.value("exitCode", 0);
+      a.finished_at = Now();
+      a.message = t.value("message", "");
+      a.state = state == "succeeded" ? AllocState::kSucceeded
+                : state == "failed"  ? AllocState::kFailed
+                                     : AllocState::kKilled;
+      ops.push_back(AllocOp(a));
+      if (ji == jobs_.end()) continue;
+      JobRecord& j = ji->second;
+      if (a.attempt != j.attempt) continue;
+      if (expected_stop) {
+        MaybeFinishTermination(ops, j);
+      } else if (a.state == AllocState::kSucceeded) {
+        AddEvent(ops, "Normal", "TaskSucceeded", "job/" + j.id(),
+                 "task " + std::to_string(a.task) + " exited 0");
+        OnTaskSucceeded(ops, j);
+      } else {
+        OnTaskLoss(ops, j, false, "TaskFailed",
+                   "task " + std::to_string(a.task) + " on " + node_name + " " + state +
+                       " with exit code " + std::to_string(a.exit_code) +
+                       (a.message.empty() ? "" : ": " + a.message));
+      }
+    }
+  }
+  // Allocations being stopped that the agent no longer runs are gone.
+  for (auto& [id, a] : allocations_) {
+    if (a.placement.node != node_name || reported.count(id)) continue;
+    if (a.state != AllocState::kStopping && a.state != AllocState::kLost) continue;
+    a.state = AllocState::kKilled;
+    a.finished_at = Now();
+    if (a.message.empty()) a.message = "stopped";
+    ops.push_back(AllocOp(a));
+    auto ji = jobs_.find(a.job);
+    if (ji != jobs_.end()) MaybeFinishTermination(ops, ji->second);
+  }
+  bool changed = !ops.empty();
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  if (changed) Kick();
+  Json allocs = Json::array();
+  for (const auto& [id, a] : allocations_) {
+    if (a.placement.node != node_name) continue;
+    if (a.state != AllocState::kAssigned && a.state != AllocState::kRunning) continue;
+    Json devs = Json::array();
+    for (const auto& d : a.placement.devices)
+      devs.push_back({{"device", d.device},
+                      {"milli", d.milli},
+                      {"memory", std::to_string(d.memory_bytes)},
+                      {"migInstance", d.mig_instance}});
+    allocs.push_back({{"allocation", a.id},
+                      {"job", a.job},
+                      {"task", a.task},
+                      {"attempt", a.attempt},
+                      {"command", a.command},
+                      {"workingDir", a.working_dir.empty() ? "/tmp" : a.working_dir},
+                      {"env", a.env},
+                      {"devices", devs},
+                      {"gracePeriodSeconds", a.grace_period_seconds}});
+  }
+  return Json{{"allocations", allocs}, {"heartbeatSeconds", options_.heartbeat_seconds}};
+}
+
+void ControlPlane::CheckNodes() {
+  std::lock_guard<std::mutex> l(mu_);
+  int64_t now = Now();
+  std::vector<store::Op> ops;
+  for (auto& [name, n] : nodes_) {
+    if (!n.node.ready ||
+        now - n.last_heartbeat <= options_.heartbeat_seconds * options_.missed_heartbeats)
+      continue;
+    n.node.ready = false;
+    ops.push_back(NodeOp(n));
+    AddEvent(ops, "Warning", "NodeNotReady", "node/" + name,
+             "no heartbeat for " + std::to_string(now - n.last_heartbeat) + "s");
+    std::set<std::string> affected;
+    for (auto& [id, a] : allocations_) {
+      if (a.placement.node != name || !a.Live()) continue;
+      a.state = AllocState::kLost;
+      a.message = "node " + name + " not ready";
+      ops.push_back(AllocOp(a));
+      affected.insert(a.job);
+    }
+    for (const auto& jid : affected) {
+      auto j = jobs_.find(jid);
+      if (j != jobs_.end())
+        OnTaskLoss(ops, j->second, true, "NodeLost", "node " + name + " stopped heartbeating");
+    }
+  }
+  (void)Commit(std::move(ops));
+}
+
+// ---- scheduling ----
+
+void ControlPlane::RegisterBackend(const std::string& pool, std::shared_ptr<Backend> b) {
+  std::lock_guard<std::mutex> l(mu_);
+  backends_[pool] = std::move(b);
+}
+
+void ControlPlane::Kick() {
+  {
+    std::lock_guard<std::mutex> l(loop_mu_);
+    kicked_ = true;
+  }
+  loop_cv_.notify_one();
+}
+
+int64_t ControlPlane::cycles() const {
+  std::lock_guard<std::mutex> l(const_cast<std::mutex&>(loop_mu_));
+  return cycles_;
+}
+
+ControlPlane::Counts ControlPlane::counts() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return {jobs_.size(), events_.size(), allocations_.size(), nodes_.size()};
+}
+
+void ControlPlane::Loop() {
+  auto last = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(loop_mu_);
+      loop_cv_.wait_for(l, std::chrono::milliseconds(options_.cycle_period_ms),
+                        [&] { return kicked_ || stopping_; });
+      if (stopping_) return;
+      kicked_ = false;
+    }
+    // Debounce: let a burst of submissions land in one cycle.
+    auto since = std::chrono::steady_clock::now() - last;
+    auto min = std::chrono::milliseconds(options_.cycle_min_interval_ms);
+    if (since < min) std::this_thread::sleep_for(min - since);
+    last = std::chrono::steady_clock::now();
+    CheckNodes();
+    Status st = RunCycle();
+    if (!st.ok()) std::fprintf(stderr, "tessera server: cycle: %s\n", st.ToString().c_str());
+  }
+}
+
+Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) const {
+  Snapshot s;
+  for (const auto& [name, n] : nodes_) s.nodes.push_back(n.node);
+  for (const auto& [name, q] : queues_) s.queues.push_back(q);
+  for (const auto& [name, pc] : priority_classes_) s.priority_classes.push_back(pc);
+  std::map<std::string, std::vector<const Allocation*>>
+      holding;  // job -> allocations holding devices
+  for (const auto& [id, a] : allocations_)
+    if (a.HoldsDevices()) holding[a.job].push_back(&a);
+  for (const auto& [id, j] : jobs_) {
+    if (IsTerminal(j.state) && holding.count(id) == 0) continue;
+    Job job = j.spec.job;
+    job.priority = PriorityOf(j);
+    if (job.priority_class.empty()) job.priority_class = DefaultPriorityClass();
+    job.allocations.assign(job.TaskCount(), std::nullopt);
+    job.start_time = j.started_at;
+    if (j.state == JobState::kPending && holding.count(id) == 0) {
+      s.jobs.push_back(std::move(job));
+      continue;
+    }
+    // A job exactly as the engine models it: each live task of the current attempt placed once.
+    bool exact = j.state == JobState::kScheduled || j.state == JobState::kRunning;
+    std::vector<const Allocation*> hold =
+        holding.count(id) ? holding.at(id) : std::vector<const Allocation*>{};
+    for (const Allocation* a : hold) {
+      if (a->attempt != j.attempt || !a->Live() || job.allocations[a->task])
+        exact = false;
+      else
+        job.allocations[a->task] = a->placement;
+    }
+    for (const auto& aid : j.allocations) {
+      const Allocation& a = allocations_.at(aid);
+      if (a.attempt == j.attempt && a.state == AllocState::kSucceeded) exact = false;
+    }
+    if (exact) {
+      if (job.start_time < 0) job.start_time = j.created_at;
+      s.jobs.push_back(std::move(job));
+      continue;
+    }
+    // Otherwise every allocation still holding devices becomes a one-task placeholder that
+    // the engine accounts for (and may evict) but never places.
+    for (const Allocation* a : hold) {
+      Job ph;
+      ph.id = id + "#" + a->id;
+      ph.queue = job.queue;
+      ph.priority_class = job.priority_class;
+      ph.priority = job.priority;
+      ph.submit_time = job.submit_time;
+      TaskGroup g = job.GroupOfTask(a->task);
+      g.replicas = 1;
+      ph.groups.push_back(g);
+      ph.min_available = 1;
+      ph.preemptible =
+          job.preemptible && a->state != AllocState::kStopping && a->state != AllocState::kLost;
+      ph.grace_period_seconds = job.grace_period_seconds;
+      ph.allocations = {a->placement};
+      ph.start_time = j.started_at >= 0 ? j.started_at : j.created_at;
+      owner[ph.id] = id;
+      s.jobs.push_back(std::move(ph));
+    }
+  }
+  s.Canonicalize();
+  return s;
+}
+
+Status ControlPlane::RunCycle() {
+  std::map<std::string, std::string> owner;
+  Snapshot snap;
+  int64_t now;
+  int64_t cycle;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    snap = BuildSnapshot(owner);
+    now = Now();
+  }
+  {
+    std::lock_guard<std::mutex> l(loop_mu_);
+    cycle = ++cycles_;
+  }
+  Rng rng(options_.seed ^ (static_cast<uint64_t>(cycle) * 0x9E3779B97F4A7C15ULL));
+  Plan plan = engine_->Cycle(snap, now, rng);
+  std::lock_guard<std::mutex> l(mu_);
+  return ApplyPlan(plan, owner);
+}
+
+std::map<std::string, std::string> ControlPlane::TaskEnv(
+    const JobRecord& j, int32_t task, const TaskAllocation& a,
+    const std::map<std::string, TaskAllocation>& others) const {
+  std::map<std::string, std::string> env;
+  int32_t g = 0;
+  for (int32_t t = 0, i = 0; i < static_cast<int32_t>(j.spec.job.groups.size()); ++i) {
+    t += j.spec.job.groups[i].replicas;
+    if (task < t) {
+      g = i;
+      break;
+    }
+  }
+  if (g < static_cast<int32_t>(j.spec.templates.size())) env = j.spec.templates[g].env;
+  std::vector<std::string> visible;
+  auto n = nodes_.find(a.node);
+  for (const auto& d : a.devices) {
+    if (d.mig_instance >= 0) {
+      std::string uuid;
+      if (n != nodes_.end() && d.device < static_cast<int32_t>(n->second.node.devices.size())) {
+        const Device& dev = n->second.node.devices[d.device];
+        if (d.mig_instance < static_cast<int32_t>(dev.mig.size()))
+          uuid = dev.mig[d.mig_instance].uuid;
+      }
+      if (uuid.empty())
+        uuid =
+            "MIG-" + a.node + "-" + std::to_string(d.device) + "-" + std::to_string(d.mig_instance);
+      visible.push_back(uuid);
+    } else {
+      visible.push_back(std::to_string(d.device));
+    }
+  }
+  env["CUDA_VISIBLE_DEVICES"] = Join(visible, ",");
+  env["NVIDIA_VISIBLE_DEVICES"] = visible.empty() ? "void" : Join(visible, ",");
+  // torchrun-style rendezvous: rank 0 is the lowest-numbered placed task of the gang.
+  std::string master = a.node;
+  int32_t master_task = task, local_rank = 0;
+  for (const auto& [key, other] : others) {
+    int32_t t = std::stoi(key);
+    if (t < master_task) {
+      master_task = t;
+      master = other.node;
+    }
+    if (t < task && other.node == a.node) ++local_rank;
+  }
+  env["MASTER_ADDR"] = master;
+  env["MASTER_PORT"] = std::to_string(29500 + j.seq % 1000);
+  env["RANK"] = std::to_string(task);
+  env["WORLD_SIZE"] = std::to_string(j.spec.job.TaskCount());
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["TESSERA_JOB"] = j.id();
+  env["TESSERA_TASK"] = std::to_string(task);
+  env["TESSERA_ATTEMPT"] = std::to_string(j.attempt);
+  return env;
+}
+
+Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& owner) {
+  std::vector<store::Op> ops;
+  // Device occupancy as it is NOW (state may have moved since the snapshot): the last line
+  // of defence against giving one device to two tasks.
+  std::map<std::pair<std::string, int32_t>, int64_t> milli_used;
+  std::set<std::tuple<std::string, int32_t, int32_t>> mig_used;
+  for (const auto& [id, a] : allocations_) {
+    if (!a.HoldsDevices()) continue;
+    for (const auto& d : a.placement.devices) {
+      milli_used[{a.placement.node, d.device}] += d.milli;
+      if (d.mig_instance >= 0) mig_used.insert({a.placement.node, d.device, d.mig_instance});
+    }
+  }
+  std::map<std::string, std::vector<const Binding*>> by_job;
+  for (const auto& b : plan.bindings) by_job[b.job].push_back(&b);
+  for (const auto& [jid, binds] : by_job) {
+    auto ji = jobs_.find(jid);
+    if (ji == jobs_.end()) continue;
+    JobRecord& j = ji->second;
+    bool pending = j.state == JobState::kPending;
+    if (!pending && j.state != JobState::kScheduled && j.state != JobState::kRunning) continue;
+    std::set<int32_t> taken;
+    for (const auto& aid : j.allocations) {
+      const Allocation& a = allocations_.at(aid);
+      if (a.attempt == j.attempt && (a.Live() || a.state == AllocState::kSucceeded))
+        taken.insert(a.task);
+    }
+    // Validate every binding of the job against current occupancy; all or nothing.
+    auto milli = milli_used;
+    auto mig = mig_used;
+    bool ok = true;
+    std::string why;
+    for (const Binding* b : binds) {
+      auto n = nodes_.find(b->allocation.node);
+      if (b->task < 0 || b->task >= j.spec.job.TaskCount() || taken.count(b->task)) {
+        ok = false;
+        why = "task " + std::to_string(b->task) + " is not waiting";
+      } else if (n == nodes_.end() || !n->second.node.ready) {
+        ok = false;
+        why = "node " + b->allocation.node + " is not ready";
+      }
+      for (const auto& d : b->allocation.devices) {
+        if (!ok) break;
+        if (n != nodes_.end() &&
+            (d.device < 0 || d.device >= static_cast<int32_t>(n->second.node.devices.size()))) {
+          ok = false;
+          why = "no device " + std::to_string(d.device) + " on " + b->allocation.node;
+        } else if ((milli[{b->allocation.node, d.device}] += d.milli) > 1000) {
+          ok = false;
+          why = "device " + b->allocation.node + "/" + std::to_string(d.device) +
+                " is already allocated";
+        } else if (d.mig_instance >= 0 &&
+                   !mig.insert({b->allocation.node, d.device, d.mig_instance}).second) {
+          ok = false;
+          why = "MIG instance already allocated";
+        }
+      }
+      taken.insert(b->task);
+    }
+    if (ok && pending && static_cast<int32_t>(binds.size()) < j.spec.job.GangMinimum()) {
+      ok = false;
+      why = "plan binds " + std::to_string(binds.size()) + " of the gang's " +
+            std::to_string(j.spec.job.GangMinimum());
+    }
+    if (!ok) {
+      std::fprintf(stderr, "tessera server: dropped bindings of %s: %s\n", jid.c_str(),
+                   why.c_str());
+      continue;
+    }
+    milli_used = std::move(milli);
+    mig_used = std::move(mig);
+    std::map<std::string, TaskAllocation> placed;
+    for (const auto& aid : j.allocations) {
+      const Allocation& a = allocations_.at(aid);
+      if (a.attempt == j.attempt && a.Live()) placed[std::to_string(a.task)] = a.placement;
+    }
+    for (const Binding* b : binds) placed[std::to_string(b->task)] = b->allocation;
+    std::set<std::string> node_names;
+    for (const Binding* b : binds) {
+      Allocation a;
+      a.id = AllocId(next_alloc_++);
+      a.job = jid;
+      a.task = b->task;
+      a.attempt = j.attempt;
+      a.placement = b->allocation;
+      a.grace_period_seconds = j.spec.job.grace_period_seconds;
+      a.created_at = plan.now;
+      const auto& groups = j.spec.job.groups;
+      int32_t g = 0;
+      for (int32_t t = 0, i = 0; i < static_cast<int32_t>(groups.size()); ++i) {
+        t += groups[i].replicas;
+        if (b->task < t) {
+          g = i;
+          break;
+        }
+      }
+      if (g < static_cast<int32_t>(j.spec.templates.size())) {
+        a.command = j.spec.templates[g].command;
+        a.working_dir = j.spec.templates[g].working_dir;
+      }
+      a.env = TaskEnv(j, b->task, b->allocation, placed);
+      a.env["TESSERA_ALLOCATION"] = a.id;
+      node_names.insert(a.placement.node);
+      ops.push_back(AllocOp(a));
+      j.allocations.push_back(a.id);
+      auto pool = nodes_.at(a.placement.node).node.pool;
+      auto be = backends_.find(pool);
+      (be == backends_.end() ? default_backend_ : be->second)
+          ->Launch(Dispatch{a.id, a.job, a.task, a.attempt, a.placement});
+      allocations_[a.id] = std::move(a);
+    }
+    if (pending) {
+      j.state = JobState::kScheduled;
+      j.pending = {};
+      j.last_failed_scheduling.clear();
+      ops.push_back(JobOp(j));
+    }
+    AddEvent(ops, "Normal", "Scheduled", "job/" + jid,
+             "assigned " + std::to_string(binds.size()) + " task(s) to " +
+                 Join(std::vector<std::string>(node_names.begin(), node_names.end()), ", ") +
+                 " (attempt " + std::to_string(j.attempt) + ")");
+  }
+  // Evictions: the victim stops (grace period) and follows its restart policy.
+  std::map<std::string, const Eviction*> victims;
+  for (const auto& e : plan.evictions) {
+    auto o = owner.find(e.job);
+    std::string jid = o == owner.end() ? e.job : o->second;
+    victims.emplace(jid, &e);
+  }
+  for (const auto& [jid, e] : victims) {
+    auto ji = jobs_.find(jid);
+    if (ji == jobs_.end()) continue;
+    JobRecord& j = ji->second;
+    if (j.state != JobState::kScheduled && j.state != JobState::kRunning) continue;
+    std::string msg =
+        e->reason + " by " + e->preemptor + (e->message.empty() ? "" : ": " + e->message);
+    for (const auto& aid : j.allocations) {
+      Allocation& a = allocations_.at(aid);
+      if (a.Live()) a.grace_period_seconds = e->grace_period_seconds;
+    }
+    OnTaskLoss(ops, j, true, e->reason.empty() ? "Preempted" : e->reason, msg);
+  }
+  // Decisions: pending reasons, and FailedScheduling events when the reason changes.
+  for (const auto& d : plan.decisions) {
+    auto ji = jobs_.find(d.job);
+    if (ji == jobs_.end() || ji->second.state != JobState::kPending ||
+        d.outcome == Outcome::kPlaced)
+      continue;
+    JobRecord& j = ji->second;
+    j.pending = d.reason;
+    std::string key =
+        std::string(OutcomeName(d.outcome)) + "/" + d.reason.code + "/" + d.reason.message;
+    if (key != j.last_failed_scheduling) {
+      j.last_failed_scheduling = key;
+      AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(),
+               std::string(OutcomeName(d.outcome)) + ": " + d.reason.code +
+                   (d.reason.message.empty() ? "" : ": " + d.reason.message));
+    }
+  }
+  return Commit(std::move(ops));
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,257 @@
+// ControlPlane: the server's truth. Jobs, queues, priority classes, nodes, allocations,
+// events and audit records live in memory and in the Store; every mutation is durable
+// before it is acknowledged or visible.
+//
+// Concurrency: one mutex guards the in-memory state. Submissions assign ids under the lock,
+// enqueue their write, release the lock while the group commit runs, then publish the job;
+// every other mutation (cancel, scheduling, agent reports) holds the lock across its commit
+// so that nothing undurable is ever handed to an agent (allocation ids are never reused,
+// even across a kill -9). Thread-safe.
+//
+// Job lifecycle (docs/lifecycle.md):
+//   Pending -> Scheduled (gang bound, dispatched) -> Running (a task reported running)
+//   -> Succeeded | Failed ; any live state -> Terminating -> Cancelled | Failed | Succeeded
+//   | Pending again (preempted / restarted: attempt + 1, "Requeued").
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/rng.h"
+#include "engine/engine.h"
+#include "server/auth.h"
+#include "server/backend.h"
+#include "spec/spec.h"
+#include "store/store.h"
+
+namespace tessera::server {
+
+enum class JobState {
+  kPending,
+  kScheduled,
+  kRunning,
+  kTerminating,
+  kSucceeded,
+  kFailed,
+  kCancelled
+};
+const char* JobStateName(JobState s);
+std::optional<JobState> ParseJobState(const std::string& s);
+bool IsTerminal(JobState s);
+
+enum class AllocState { kAssigned, kRunning, kStopping, kLost, kSucceeded, kFailed, kKilled };
+const char* AllocStateName(AllocState s);
+
+struct Allocation {
+  std::string id;
+  std::string job;
+  int32_t task = 0;
+  int32_t attempt = 1;
+  TaskAllocation placement;
+  AllocState state = AllocState::kAssigned;
+  int64_t grace_period_seconds = 30;
+  int64_t created_at = 0, finished_at = 0;
+  int32_t exit_code = 0;
+  std::string message;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::string working_dir;
+
+  // Still occupies its devices (until an agent confirms the process is gone).
+  bool HoldsDevices() const {
+    return state == AllocState::kAssigned || state == AllocState::kRunning ||
+           state == AllocState::kStopping || state == AllocState::kLost;
+  }
+  // Still part of its job's current attempt (lost ones are written off).
+  bool Live() const {
+    return state == AllocState::kAssigned || state == AllocState::kRunning ||
+           state == AllocState::kStopping;
+  }
+};
+
+struct Event {
+  int64_t seq = 0;
+  int64_t time = 0;
+  std::string type;    // Normal | Warning
+  std::string reason;  // Submitted, Scheduled, FailedScheduling, Preempted, ...
+  std::string object;  // job/<id>, node/<name>, queue/<name>
+  std::string message;
+};
+
+struct JobRecord {
+  spec::JobSpec spec;
+  JobState state = JobState::kPending;
+  JobState after_termination = JobState::kPending;  // where a Terminating job goes
+  int32_t attempt = 1;
+  std::string user;
+  int64_t seq = 0;
+  int64_t created_at = 0, started_at = -1, finished_at = -1;
+  std::string message;
+  std::vector<std::string> allocations;  // every allocation of every attempt, in order
+  // Not persisted: the engine's latest verdict while pending.
+  PendingReason pending;
+  std::string last_failed_scheduling;  // dedupes FailedScheduling events
+  std::vector<int64_t> events;
+
+  const std::string& id() const { return spec.job.id; }
+};
+
+struct NodeRecord {
+  Node node;
+  int64_t epoch = 0;
+  std::string boot_id;
+  std::string logs_url;
+  std::string agent_version;
+  int64_t last_heartbeat = 0;
+};
+
+struct AuditRecord {
+  int64_t seq = 0;
+  int64_t time = 0;
+  std::string principal;
+  std::string action;
+  std::string object;
+  std::string result;
+};
+
+struct ControlPlaneOptions {
+  std::function<int64_t()> clock;  // seconds; default: wall clock
+  uint64_t seed = 1;               // scheduling randomness (common/rng.h), per cycle
+  int64_t heartbeat_seconds = 2;
+  int32_t missed_heartbeats = 3;       // then NotReady
+  int64_t cycle_period_ms = 1000;      // scheduling cycles at least this often
+  int64_t cycle_min_interval_ms = 50;  // and at most this often when events trigger them
+  bool run_scheduler = true;           // false: cycles only through RunCycle() (tests)
+};
+
+struct ListOptions {
+  std::string queue, state, user;
+  std::string start_after;
+  size_t limit = 500;
+};
+
+class ControlPlane {
+ public:
+  // Loads every record from the store; starts the scheduling loop unless disabled.
+  static StatusOr<std::unique_ptr<ControlPlane>> Open(std::unique_ptr<store::Store> store,
+                                                      std::unique_ptr<Engine> engine,
+                                                      ControlPlaneOptions options);
+  ~ControlPlane();
+
+  TokenRegistry& tokens() { return tokens_; }
+  store::Store& store() { return *store_; }
+  // Persists a token entry (API-created or bootstrap) and registers it.
+  Status AddToken(const Principal& by, TokenEntry e);
+
+  // ---- user API; every call checks the principal ----
+  StatusOr<std::vector<Json>> Submit(const Principal& p, const std::string& body);
+  StatusOr<Json> GetJob(const Principal& p, const std::string& id, bool describe);
+  StatusOr<Json> ListJobs(const Principal& p, const ListOptions& o);
+  StatusOr<Json> Cancel(const Principal& p, const std::string& id);
+  StatusOr<Json> ListEvents(const Principal& p, const std::string& job, int64_t after,
+                            size_t limit);
+  Json ListQueues(const Principal& p);
+  Json ListPriorityClasses();
+  Json ListNodes(bool with_allocations);
+  Json ListPools();
+  StatusOr<Json> ListAudit(const Principal& p, int64_t after, size_t limit);
+  // Queue / PriorityClass documents (admin): create or replace.
+  StatusOr<std::vector<Json>> Apply(const Principal& p, const std::string& body,
+                                    bool bootstrap = false);
+  // Where task `task` of job `id` logs: {logsUrl, allocation}.
+  StatusOr<std::pair<std::string, std::string>> LogsLocation(const Principal& p,
+                                                             const std::string& id, int32_t task);
+
+  // ---- agent protocol (docs/agent-protocol.md) ----
+  StatusOr<Json> RegisterAgent(const Principal& p, const Json& body);
+  StatusOr<Json> Heartbeat(const Principal& p, const std::string& node, const Json& body);
+
+  // ---- scheduling ----
+  void Kick();        // ask for a cycle soon
+  Status RunCycle();  // one cycle now (tests, and the loop)
+  void CheckNodes();  // NotReady transitions (the loop calls it)
+  int64_t cycles() const;
+
+  void RegisterBackend(const std::string& pool, std::shared_ptr<Backend> b);
+
+  struct Counts {
+    size_t jobs = 0, events = 0, allocations = 0, nodes = 0;
+  };
+  Counts counts() const;
+
+ private:
+  ControlPlane(std::unique_ptr<store::Store> store, std::unique_ptr<Engine> engine,
+               ControlPlaneOptions options);
+  Status Load();
+  void Loop();
+  int64_t Now() const { return options_.clock(); }
+
+  // Helpers below run with mu_ held.
+  Event& AddEvent(std::vector<store::Op>& ops, const std::string& type, const std::string& reason,
+                  const std::string& object, const std::string& message);
+  void AddAudit(std::vector<store::Op>& ops, const Principal& p, const std::string& action,
+                const std::string& object, const std::string& result);
+  store::Op JobOp(const JobRecord& j) const;
+  store::Op AllocOp(const Allocation& a) const;
+  store::Op NodeOp(const NodeRecord& n) const;
+  bool Visible(const Principal& p, const JobRecord& j) const;
+  Json JobView(const JobRecord& j, bool describe) const;
+  Json AllocView(const Allocation& a) const;
+  // Starts stopping a job's live allocations; the job becomes Terminating (or goes
+  // straight to `next` when nothing is live).
+  void Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState next,
+                 const std::string& reason, const std::string& message);
+  // A Terminating job whose live allocations are all gone moves on.
+  void MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j);
+  // Applies the job's restart policy after losing tasks (failure or eviction).
+  void OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,
+                  const std::string& reason, const std::string& message);
+  void OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j);
+  Status Commit(std::vector<store::Op> ops);
+  Snapshot BuildSnapshot(std::map<std::string, std::string>& placeholder_owner) const;
+  Status ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& placeholder_owner);
+  std::map<std::string, std::string> TaskEnv(
+      const JobRecord& j, int32_t task, const TaskAllocation& a,
+      const std::map<std::string, TaskAllocation>& others) const;
+  int32_t PriorityOf(const JobRecord& j) const;
+  std::string DefaultPriorityClass() const;
+
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Engine> engine_;
+  ControlPlaneOptions options_;
+  TokenRegistry tokens_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, JobRecord> jobs_;
+  std::set<std::string> reserved_ids_;  // submissions in flight (not yet durable)
+  std::map<std::string, Queue> queues_;
+  std::map<std::string, PriorityClass> priority_classes_;
+  std::map<std::string, NodeRecord> nodes_;
+  std::map<std::string, Allocation> allocations_;
+  std::map<int64_t, Event> events_;
+  std::map<int64_t, AuditRecord> audit_;
+  std::map<std::string, std::shared_ptr<Backend>> backends_;
+  std::shared_ptr<Backend> default_backend_;
+  int64_t next_job_seq_ = 1, next_event_seq_ = 1, next_alloc_ = 1, next_audit_seq_ = 1;
+
+  // The scheduling loop.
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  bool kicked_ = false, stopping_ = false;
+  int64_t cycles_ = 0;
+  std::thread loop_;
+};
+
+// Status -> HTTP status code (400, 401, 403, 404, 409, 413, 503, 500).
+int HttpStatusFor(const Status& s);
+Json ErrorJson(const Status& s);
+
+}  // namespace tessera::server

@@ -1,0 +1,337 @@
+#include "server/control_plane.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "server/test_util.h"
+
+namespace tessera::server {
+namespace {
+
+using testing::FakeClock;
+using testing::ScriptedEngine;
+
+const Principal kAdmin{"admin", Role::kAdmin, {"*"}};
+
+const char* kSetup = R"(apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: default}
+---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: training}
+spec: {weight: 2}
+)";
+
+std::string JobDoc(const std::string& name, int replicas, int gpus, const std::string& extra = "",
+                   const std::string& queue = "default") {
+  return "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: " + name +
+         "}\nspec:\n  queue: " + queue + "\n" + extra +
+         "  tasks:\n    - name: w\n      replicas: " + std::to_string(replicas) +
+         "\n      resources: {cpu: 1, memory: 1Gi, nvidia.com/gpu: " + std::to_string(gpus) +
+         "}\n      command: [python3, train.py]\n      env: {FOO: bar}\n";
+}
+
+Json NodeDoc(const std::string& name, int gpus) {
+  return Json{{"node",
+               {{"name", name},
+                {"cpu", 64},
+                {"memory", "512Gi"},
+                {"gpus", {{"model", "A100-80GB"}, {"count", gpus}, {"virtual", true}}}}},
+              {"agentVersion", "test"},
+              {"bootId", "boot-" + name}};
+}
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir(
+        "cp_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    Reopen();
+    ASSERT_TRUE(cp_->Apply(kAdmin, kSetup).ok());
+  }
+  void TearDown() override {
+    cp_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Reopen(ScriptedEngine::Fn fn = nullptr) {
+    cp_.reset();
+    auto st = store::OpenSqliteStore(dir_);
+    ASSERT_TRUE(st.ok());
+    ControlPlaneOptions o;
+    o.clock = clock_.fn();
+    o.run_scheduler = false;
+    auto cp = ControlPlane::Open(std::move(*st), std::make_unique<ScriptedEngine>(fn), o);
+    ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+    cp_ = std::move(*cp);
+  }
+  Json Job(const std::string& id) {
+    auto j = cp_->GetJob(kAdmin, id, true);
+    EXPECT_TRUE(j.ok()) << j.status().ToString();
+    return j.ok() ? *j : Json();
+  }
+  std::string State(const std::string& id) { return Job(id)["state"]; }
+  std::vector<std::string> Reasons(const std::string& id) {
+    std::vector<std::string> out;
+    for (const auto& e : Job(id)["events"]) out.push_back(e["reason"]);
+    return out;
+  }
+  int64_t Epoch(const std::string& node) {
+    auto r = cp_->RegisterAgent(kAdmin, NodeDoc(node, 8));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return (*r)["epoch"];
+  }
+  Json Beat(const std::string& node, int64_t epoch, Json tasks = Json::array()) {
+    auto r = cp_->Heartbeat(kAdmin, node, Json{{"epoch", epoch}, {"tasks", tasks}});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Json();
+  }
+  static Json Task(const std::string& alloc, const std::string& state, int exit_code = 0) {
+    return {{"allocation", alloc}, {"state", state}, {"exitCode", exit_code}};
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  std::unique_ptr<ControlPlane> cp_;
+};
+
+TEST_F(ControlPlaneTest, SubmitIsDurableAndNamedErrorsAreReturned) {
+  auto r = cp_->Submit(kAdmin, JobDoc("j1", 2, 1));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0]["state"], "Pending");
+  auto dup = cp_->Submit(kAdmin, JobDoc("j1", 1, 1));
+  EXPECT_EQ(dup.status().code(), StatusCode::kAlreadyExists);
+  auto unknown = cp_->Submit(kAdmin, JobDoc("j2", 1, 1, "", "nope"));
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("unknown queue \"nope\""), std::string::npos);
+  auto pc = cp_->Submit(kAdmin, JobDoc("j3", 1, 1, "  priorityClass: ultra\n"));
+  EXPECT_NE(pc.status().message().find("unknown priority class"), std::string::npos);
+  Reopen();
+  EXPECT_EQ(State("j1"), "Pending");
+  EXPECT_EQ(Reasons("j1"), std::vector<std::string>{"Submitted"});
+  EXPECT_EQ(Job("j1")["spec"]["templates"][0]["command"][0], "python3");
+  // Generated names continue after a restart instead of colliding.
+  auto gen =
+      cp_->Submit(kAdmin, "apiVersion: tessera.io/v1\nkind: Job\nspec: {tasks: [{replicas: 1}]}\n");
+  ASSERT_TRUE(gen.ok()) << gen.status().ToString();
+  EXPECT_EQ((*gen)[0]["name"], "job-000002");
+}
+
+TEST_F(ControlPlaneTest, LifecycleScheduledRunningSucceededWithTorchrunEnv) {
+  int64_t epoch = Epoch("node-a");
+  Epoch("node-b");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("train", 2, 4, "  minAvailable: 2\n")).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json j = Job("train");
+  EXPECT_EQ(j["state"], "Scheduled");
+  ASSERT_EQ(j["allocations"].size(), 2u);
+  Json a0 = j["allocations"][0], a1 = j["allocations"][1];
+  EXPECT_EQ(a0["env"]["CUDA_VISIBLE_DEVICES"], "0,1,2,3");
+  EXPECT_EQ(a1["env"]["CUDA_VISIBLE_DEVICES"], "4,5,6,7");  // first fit: same node, next devices
+  EXPECT_EQ(a0["env"]["RANK"], "0");
+  EXPECT_EQ(a1["env"]["RANK"], "1");
+  EXPECT_EQ(a1["env"]["LOCAL_RANK"], "1");
+  EXPECT_EQ(a1["env"]["WORLD_SIZE"], "2");
+  EXPECT_EQ(a1["env"]["MASTER_ADDR"], "node-a");
+  EXPECT_EQ(a1["env"]["FOO"], "bar");
+  // The heartbeat answer is the node's desired state.
+  Json desired = Beat("node-a", epoch);
+  ASSERT_EQ(desired["allocations"].size(), 2u);
+  std::string id0 = desired["allocations"][0]["allocation"],
+              id1 = desired["allocations"][1]["allocation"];
+  EXPECT_EQ(desired["allocations"][0]["command"][1], "train.py");
+  Beat("node-a", epoch, {Task(id0, "running"), Task(id1, "running")});
+  EXPECT_EQ(State("train"), "Running");
+  Beat("node-a", epoch, {Task(id0, "succeeded"), Task(id1, "running")});
+  EXPECT_EQ(State("train"), "Running");
+  Beat("node-a", epoch, {Task(id1, "succeeded")});
+  EXPECT_EQ(State("train"), "Succeeded");
+  EXPECT_TRUE(Beat("node-a", epoch)["allocations"].empty());
+  Reopen();
+  EXPECT_EQ(State("train"), "Succeeded");
+  EXPECT_EQ(Reasons("train"),
+            (std::vector<std::string>{"Submitted", "Scheduled", "Started", "TaskSucceeded",
+                                      "TaskSucceeded", "Completed"}));
+}
+
+TEST_F(ControlPlaneTest, FailuresFollowTheRestartPolicyAndRetryLimit) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(
+      cp_->Submit(kAdmin, JobDoc("flaky", 1, 1,
+                                 "  restartPolicy: {onFailure: RestartJob, maxRetries: 1}\n"))
+          .ok());
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    Json d = Beat("node-a", epoch);
+    ASSERT_EQ(d["allocations"].size(), 1u) << attempt;
+    EXPECT_EQ(d["allocations"][0]["attempt"], attempt);
+    std::string id = d["allocations"][0]["allocation"];
+    Beat("node-a", epoch, {Task(id, "failed", 3)});
+  }
+  Json j = Job("flaky");
+  EXPECT_EQ(j["state"], "Failed");
+  EXPECT_EQ(j["attempt"], 2);
+  EXPECT_NE(j["message"].get<std::string>().find("retry limit 1 reached"), std::string::npos);
+  auto r = Reasons("flaky");
+  EXPECT_NE(std::find(r.begin(), r.end(), "Requeued"), r.end());
+  // Allocation ids are never reused.
+  EXPECT_NE(j["allocations"][0]["id"], j["allocations"][1]["id"]);
+}
+
+TEST_F(ControlPlaneTest, CancelStopsTasksWithGraceThenCancels) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("c1", 1, 2)).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("c2", 1, 200)).ok());  // never fits: cancel while pending
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  std::string id = d["allocations"][0]["allocation"];
+  Beat("node-a", epoch, {Task(id, "running")});
+  auto c = cp_->Cancel(kAdmin, "c1");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)["state"], "Terminating");
+  // Not listed any more: the agent stops it; while it still runs the job stays Terminating.
+  EXPECT_TRUE(Beat("node-a", epoch, {Task(id, "running")})["allocations"].empty());
+  EXPECT_EQ(State("c1"), "Terminating");
+  Beat("node-a", epoch, {Task(id, "killed", -15)});
+  EXPECT_EQ(State("c1"), "Cancelled");
+  EXPECT_EQ(State("c2"), "Pending");
+  EXPECT_EQ(Job("c2")["pendingReason"]["code"], "Insufficient");
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "c2").ok());
+  EXPECT_EQ(State("c2"), "Cancelled");
+  EXPECT_EQ(cp_->Cancel(kAdmin, "c2").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cp_->Cancel(kAdmin, "nope").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ControlPlaneTest, PreemptionEvictsRequeuesAndNamesThePreemptor) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("victim", 1, 8, "  priorityClass: low\n")).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
+  Beat("node-a", epoch, {Task(id, "running")});
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("vip", 1, 8, "  priorityClass: high\n")).ok());
+  Reopen([](const Snapshot& s, int64_t now) {
+    Plan p = ScriptedEngine::FirstFit(s, now);
+    for (const auto& j : s.jobs)
+      if (j.id == "victim" && j.RunningTasks() > 0)
+        p.evictions.push_back({"victim", 0, "node-a", "Preempted", "vip", "priority 1000 > 10", 5});
+    return p;
+  });
+  epoch = (*cp_->RegisterAgent(kAdmin, NodeDoc("node-a", 8)))["epoch"];  // same boot id: same epoch
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json v = Job("victim");
+  EXPECT_EQ(v["state"], "Terminating");
+  EXPECT_EQ(v["allocations"][0]["gracePeriodSeconds"], 5);
+  bool named = false;
+  for (const auto& e : v["events"])
+    if (e["reason"] == "Preempted" &&
+        e["message"].get<std::string>().find("by vip") != std::string::npos)
+      named = true;
+  EXPECT_TRUE(named);
+  EXPECT_EQ(State("vip"), "Pending");  // its devices are still held by the stopping victim
+  Beat("node-a", epoch, {});           // the agent stopped it
+  EXPECT_EQ(State("victim"), "Pending");
+  EXPECT_EQ(Job("victim")["attempt"], 2);
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("vip"), "Scheduled");
+}
+
+TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
+  int64_t ea = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("gang", 1, 8)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::string id = Beat("node-a", ea)["allocations"][0]["allocation"];
+  Beat("node-a", ea, {Task(id, "running")});
+  int64_t eb = Epoch("node-b");
+  clock_.now += 7;  // > 3 heartbeats of 2 s
+  Beat("node-b", eb);
+  cp_->CheckNodes();
+  Json nodes = cp_->ListNodes(false);
+  EXPECT_FALSE(nodes["items"][0]["ready"].get<bool>());
+  EXPECT_TRUE(nodes["items"][1]["ready"].get<bool>());
+  EXPECT_EQ(State("gang"), "Pending");  // RestartJob on eviction: requeued at once
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json j = Job("gang");
+  EXPECT_EQ(j["state"], "Scheduled");
+  EXPECT_EQ(j["nodes"][0], "node-b");
+  // node-a comes back with the same boot: its stale task is not desired (the agent kills it).
+  EXPECT_TRUE(Beat("node-a", ea, {Task(id, "running")})["allocations"].empty());
+  Beat("node-a", ea, {});
+  EXPECT_EQ(Job("gang")["allocations"][0]["state"], "Killed");
+  // A stale epoch is refused.
+  EXPECT_EQ(cp_->Heartbeat(kAdmin, "node-a", Json{{"epoch", ea + 5}}).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ControlPlaneTest, ConflictingBindingsNeverDoubleAllocateADevice) {
+  Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("x", 1, 1)).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("y", 1, 1)).ok());
+  Reopen([](const Snapshot& s, int64_t now) {
+    Plan p;
+    p.now = now;
+    for (const auto& j : s.jobs)
+      if (j.RunningTasks() == 0)
+        p.bindings.push_back({j.id, 0, {"node-a", 1000, 0, {{3, 1000, 0, -1}}}});
+    return p;
+  });
+  Epoch("node-a");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());  // y again: device 3 is still x's
+  EXPECT_EQ(State("x"), "Scheduled");
+  EXPECT_EQ(State("y"), "Pending");
+}
+
+TEST_F(ControlPlaneTest, HundredThousandJobsRestartQuickly) {
+  constexpr int kJobs = 100000, kPerBody = 1000;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int b = t; b < kJobs / kPerBody; b += 4) {
+        std::string body;
+        for (int i = 0; i < kPerBody; ++i) {
+          int n = b * kPerBody + i;
+          body += "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: j" + std::to_string(n) +
+                  "}\nspec: {queue: training, tasks: [{replicas: 1, resources: {cpu: 1, "
+                  "nvidia.com/gpu: 1}, command: "
+                  "[\"true\"]}]}\n---\n";
+        }
+        if (!cp_->Submit(kAdmin, body).ok()) failures++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failures.load(), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  Reopen();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("restart with %d jobs (+%d events): loaded in %.0f ms\n", kJobs, kJobs, ms);
+  EXPECT_EQ(cp_->counts().jobs, static_cast<size_t>(kJobs));
+  EXPECT_EQ(cp_->counts().events, static_cast<size_t>(kJobs));
+  Json j = Job("j99999");
+  EXPECT_EQ(j["queue"], "training");
+  EXPECT_EQ(j["state"], "Pending");
+  ListOptions o;
+  o.limit = 10000;
+  o.state = "Pending";
+  auto page = cp_->ListJobs(kAdmin, o);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ((*page)["items"].size(), 10000u);
+  EXPECT_TRUE((*page).contains("continue"));
+}
+
+}  // namespace
+}  // namespace tessera::server

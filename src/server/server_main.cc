@@ -1,0 +1,193 @@
+#include "server/server_main.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "server/api.h"
+#include "server/hooks.h"
+
+namespace tessera::server {
+namespace {
+
+Status WriteSecret(const std::string& path, const std::string& value) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return Unavailable("cannot write " + tmp);
+    out << value << "\n";
+  }
+  ::chmod(tmp.c_str(), 0600);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Unavailable("cannot write " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Makes sure a token of `role` exists; a generated one is written to <data_dir>/<file>.
+Status EnsureToken(ControlPlane& cp, const std::string& data_dir, Role role,
+                   const std::string& name, const std::string& file, std::string& token_out) {
+  std::string path = data_dir + "/" + file;
+  std::string existing = ReadFile(path);
+  while (!existing.empty() && (existing.back() == '\n' || existing.back() == '\r'))
+    existing.pop_back();
+  if (!existing.empty()) {
+    auto p = cp.tokens().Authenticate("Bearer " + existing);
+    if (p.ok() && p->role == role) {
+      token_out = existing;
+      return Status::Ok();
+    }
+  }
+  if (cp.tokens().HasRole(role) && role == Role::kAdmin)
+    return Status::Ok();  // configured elsewhere
+  std::string token = NewToken();
+  TokenEntry e;
+  e.principal.name = name;
+  e.principal.role = role;
+  e.principal.queues = {"*"};
+  e.sha256_hex = Sha256Hex(token);
+  e.origin = "bootstrap";
+  Principal system{"system:bootstrap", Role::kAdmin, {"*"}};
+  if (cp.tokens().HasName(name)) e.principal.name = name + "-" + token.substr(4, 8);
+  TESSERA_RETURN_IF_ERROR(cp.AddToken(system, e));
+  TESSERA_RETURN_IF_ERROR(WriteSecret(path, token));
+  token_out = token;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunServer(const ServerFlags& flags) {
+  // Signals are taken synchronously by this thread; every thread started below inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto host_port = flags.listen;
+  auto colon = host_port.rfind(':');
+  if (colon == std::string::npos)
+    return InvalidArgument("--listen: expected HOST:PORT, got \"" + host_port + "\"");
+  ApiOptions api;
+  api.host = host_port.substr(0, colon);
+  try {
+    api.port = std::stoi(host_port.substr(colon + 1));
+  } catch (...) {
+    return InvalidArgument("--listen: bad port in \"" + host_port + "\"");
+  }
+  if (api.port < 0 || api.port > 65535)
+    return InvalidArgument("--listen: bad port in \"" + host_port + "\"");
+
+  auto t0 = std::chrono::steady_clock::now();
+  store::SqliteOptions so;
+  so.synchronous_full = flags.synchronous_full;
+  auto st = store::OpenSqliteStore(flags.data_dir, so);
+  if (!st.ok()) return st.status();
+  EngineConfig ec = DefaultEngineConfig();
+  if (!flags.engine_config.empty()) {
+    auto c = LoadEngineConfig(flags.engine_config);
+    if (!c.ok()) return c.status().WithContext("--config");
+    ec = *c;
+  }
+  auto engine = Engine::Create(ec);
+  if (!engine.ok()) return engine.status();
+  ControlPlaneOptions cpo;
+  cpo.seed = flags.seed;
+  auto cp = ControlPlane::Open(std::move(*st), std::move(*engine), cpo);
+  if (!cp.ok()) return cp.status();
+  auto loaded =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+
+  if (!flags.auth_config.empty()) {
+    auto doc = LoadYamlFile(flags.auth_config);
+    if (!doc.ok()) return doc.status().WithContext("--auth-config");
+    auto entries = TokenRegistry::ParseConfig(*doc);
+    if (!entries.ok()) return entries.status().WithContext(flags.auth_config);
+    for (auto& e : *entries) (*cp)->tokens().Add(e);
+  }
+  std::string admin_token, agent_token;
+  TESSERA_RETURN_IF_ERROR(
+      EnsureToken(**cp, flags.data_dir, Role::kAdmin, "admin", "admin.token", admin_token));
+  TESSERA_RETURN_IF_ERROR(
+      EnsureToken(**cp, flags.data_dir, Role::kAgent, "local-agent", "agent.token", agent_token));
+
+  std::string boot = flags.bootstrap_dir;
+  if (boot.empty() && std::filesystem::is_directory("examples/seed")) boot = "examples/seed";
+  Principal system{"system:bootstrap", Role::kAdmin, {"*"}};
+  if (!boot.empty()) {
+    std::vector<std::string> files;
+    std::error_code err;
+    for (const auto& f : std::filesystem::directory_iterator(boot, err)) {
+      auto ext = f.path().extension().string();
+      if (ext == ".yaml" || ext == ".yml" || ext == ".json") files.push_back(f.path().string());
+    }
+    if (err) return NotFound("--bootstrap: cannot read " + boot + ": " + err.message());
+    std::sort(files.begin(), files.end());
+    // Priority classes first, then queues; job documents in the folder are ignored.
+    for (int pass = 0; pass < 2; ++pass)
+      for (const auto& f : files) {
+        std::string text = ReadFile(f);
+        bool has_queue = text.find("kind: Queue") != std::string::npos;
+        if ((pass == 0) == has_queue) continue;
+        auto r = (*cp)->Apply(system, text, true);
+        if (!r.ok()) return r.status().WithContext("--bootstrap " + f);
+      }
+  }
+  if ((*cp)->ListQueues(system)["items"].empty()) {
+    auto r = (*cp)->Apply(
+        system,
+        "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: default}\n");
+    if (!r.ok()) return r.status();
+  }
+
+  ApiServer server(**cp, api);
+  TESSERA_RETURN_IF_ERROR(server.Start());
+  TESSERA_RETURN_IF_ERROR(WriteSecret(flags.data_dir + "/server.url", server.url()));
+  auto counts = (*cp)->counts();
+  std::fprintf(stderr,
+               "tessera server: listening on %s (data %s: %zu jobs, %zu events, %zu allocations, "
+               "%zu nodes loaded in "
+               "%lld ms)\n",
+               server.url().c_str(), flags.data_dir.c_str(), counts.jobs, counts.events,
+               counts.allocations, counts.nodes, static_cast<long long>(loaded));
+  if (!admin_token.empty())
+    std::fprintf(stderr,
+                 "tessera server: admin token in %s/admin.token (the CLI reads it from there)\n",
+                 flags.data_dir.c_str());
+  StopFn stop_agents;
+  if (flags.local_agent) {
+    if (LocalAgentHook()) {
+      stop_agents = LocalAgentHook()(server.url(), agent_token);
+    } else {
+      std::fprintf(stderr,
+                   "tessera server: --local-agent: no in-process agent is linked into this build; "
+                   "run `tessera agent "
+                   "--server %s --token $(cat %s/agent.token)`\n",
+                   server.url().c_str(), flags.data_dir.c_str());
+    }
+  }
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::fprintf(stderr, "tessera server: signal %d, shutting down\n", sig);
+  if (stop_agents) stop_agents();
+  server.Stop();
+  return Status::Ok();
+}
+
+}  // namespace tessera::server
