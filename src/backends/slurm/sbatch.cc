@@ -1,0 +1,323 @@
+#include "backends/slurm/sbatch.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+#include "backends/slurm/command_runner.h"
+
+namespace tessera::slurm {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr const char* kTagPrefix = "tessera:";
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Ids end up in a Slurm comment and job name: keep them to characters that survive both.
+Status CheckId(const std::string& id, const char* field) {
+  if (id.empty()) return InvalidArgument(std::string("dispatch.") + field + ": empty");
+  for (char c : id) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return InvalidArgument(std::string("dispatch.") + field + ": \"" + id +
+                             "\" may use only letters, digits, '-', '_' and '.'");
+    }
+  }
+  return Status::Ok();
+}
+
+struct Shape {
+  int32_t tasks = 0;
+  int64_t cpus_per_task = 0;
+  int64_t memory_mib = 0;
+  std::map<std::string, int64_t> gpus;  // type -> count
+  auto Key() const { return std::tie(tasks, cpus_per_task, memory_mib, gpus); }
+};
+
+// Long option names (without "--") and short letters whose #SBATCH lines Tessera owns.
+const std::set<std::string>& OwnedLong() {
+  static const std::set<std::string> s = {"nodes",
+                                          "ntasks",
+                                          "ntasks-per-node",
+                                          "ntasks-per-socket",
+                                          "ntasks-per-core",
+                                          "ntasks-per-gpu",
+                                          "cpus-per-task",
+                                          "cpus-per-gpu",
+                                          "mincpus",
+                                          "mem",
+                                          "mem-per-cpu",
+                                          "mem-per-gpu",
+                                          "gpus",
+                                          "gpus-per-node",
+                                          "gpus-per-task",
+                                          "gpus-per-socket",
+                                          "gres",
+                                          "nodelist",
+                                          "nodefile",
+                                          "exclude",
+                                          "partition",
+                                          "time",
+                                          "time-min",
+                                          "job-name",
+                                          "comment",
+                                          "array",
+                                          "exclusive",
+                                          "constraint",
+                                          "sockets-per-node",
+                                          "cores-per-socket",
+                                          "threads-per-core",
+                                          "extra-node-info",
+                                          "requeue",
+                                          "no-requeue",
+                                          "hold",
+                                          "begin",
+                                          "dependency",
+                                          "clusters",
+                                          "het-group"};
+  return s;
+}
+const std::string& OwnedShort() {
+  static const std::string s = "NncGwFxptJaCHdBM";
+  return s;
+}
+
+bool IsOwnedDirective(const std::string& args) {
+  // args: what follows "#SBATCH", e.g. " --gpus=4", " -n 2", " hetjob".
+  size_t p = args.find_first_not_of(" \t");
+  if (p == std::string::npos) return false;
+  std::string opt = args.substr(p);
+  if (opt.rfind("hetjob", 0) == 0 || opt.rfind("packjob", 0) == 0) return true;
+  if (opt.rfind("--", 0) == 0) {
+    std::string name = opt.substr(2, opt.find_first_of("= \t") - 2);
+    return OwnedLong().contains(name);
+  }
+  if (opt.size() >= 2 && opt[0] == '-') return OwnedShort().find(opt[1]) != std::string::npos;
+  return false;
+}
+
+}  // namespace
+
+std::string SlurmJobName(const std::string& job) { return "tessera-" + job; }
+
+std::string SlurmComment(const std::string& job, const std::string& allocation) {
+  return kTagPrefix + job + ":" + allocation;
+}
+
+std::optional<Tag> ParseTag(const std::string& comment) {
+  if (comment.rfind(kTagPrefix, 0) != 0) return std::nullopt;
+  std::string rest = comment.substr(std::string(kTagPrefix).size());
+  size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) return std::nullopt;
+  return Tag{rest.substr(0, colon), rest.substr(colon + 1)};
+}
+
+std::string SlurmDuration(int64_t seconds) {
+  int64_t d = seconds / 86400, h = seconds / 3600 % 24, m = seconds / 60 % 60, s = seconds % 60;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%lld-%02lld:%02lld:%02lld", static_cast<long long>(d),
+                static_cast<long long>(h), static_cast<long long>(m), static_cast<long long>(s));
+  return buf;
+}
+
+std::string NeutralizePlacementDirectives(const std::string& script) {
+  std::string out;
+  size_t pos = 0;
+  bool header = true;  // Slurm stops reading #SBATCH at the first command line
+  while (pos < script.size()) {
+    size_t end = script.find('\n', pos);
+    size_t next = end == std::string::npos ? script.size() : end + 1;
+    std::string line = script.substr(pos, next - pos);
+    std::string body = line.substr(0, line.find_last_not_of("\r\n") + 1);
+    if (header) {
+      size_t first = body.find_first_not_of(" \t");
+      if (first != std::string::npos && body[first] != '#') header = false;
+    }
+    if (header && body.rfind("#SBATCH", 0) == 0 && IsOwnedDirective(body.substr(7))) {
+      out += "# [tessera] " + line;
+    } else {
+      out += line;
+    }
+    pos = next;
+  }
+  return out;
+}
+
+StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
+                                    const std::map<std::string, SlurmNode>& inventory,
+                                    const SbatchOptions& options) {
+  TESSERA_RETURN_IF_ERROR(CheckId(req.job, "job"));
+  TESSERA_RETURN_IF_ERROR(CheckId(req.allocation, "allocation"));
+  if (req.bindings.empty()) return InvalidArgument("dispatch.bindings: empty");
+  if (req.script.empty() && req.command.empty()) {
+    return InvalidArgument("dispatch: neither script nor command given");
+  }
+
+  // Per-node totals, nodes in name order.
+  struct Totals {
+    int32_t tasks = 0;
+    int64_t cpu_milli = 0;
+    int64_t memory_bytes = 0;
+    std::map<std::string, int64_t> gpus;
+  };
+  std::map<std::string, Totals> per_node;
+  std::set<int32_t> seen_tasks;
+  for (size_t i = 0; i < req.bindings.size(); ++i) {
+    const Binding& b = req.bindings[i];
+    std::string path = "dispatch.bindings[" + std::to_string(i) + "]";
+    if (b.job != req.job) {
+      return InvalidArgument(path + ".job: \"" + b.job + "\" is not the dispatched job \"" +
+                             req.job + "\"");
+    }
+    if (!seen_tasks.insert(b.task).second) {
+      return InvalidArgument(path + ".task: " + std::to_string(b.task) + " bound twice");
+    }
+    const TaskAllocation& a = b.allocation;
+    auto inv = inventory.find(a.node);
+    if (inv == inventory.end()) {
+      return FailedPrecondition(path + ".node: \"" + a.node + "\" is not a known Slurm node");
+    }
+    std::vector<std::string> types = GpuTypes(inv->second);
+    Totals& t = per_node[a.node];
+    t.tasks += 1;
+    t.cpu_milli += a.cpu_milli;
+    t.memory_bytes += a.memory_bytes;
+    for (const DeviceAssignment& d : a.devices) {
+      if (d.milli != 1000 || d.mig_instance >= 0) {
+        return InvalidArgument(path +
+                               ".devices: fractional and MIG GPUs cannot be placed on "
+                               "the Slurm pool (Slurm gives whole GPUs only)");
+      }
+      if (d.device < 0 || d.device >= static_cast<int32_t>(types.size())) {
+        return FailedPrecondition(path + ".devices: GPU " + std::to_string(d.device) +
+                                  " does not exist on Slurm node " + a.node);
+      }
+      t.gpus[types[d.device]] += 1;
+    }
+  }
+
+  // The partition: the request's, or the first (by name) that every chosen node is in.
+  std::string partition = req.partition;
+  {
+    std::set<std::string> common;
+    bool first = true;
+    for (const auto& [node, t] : per_node) {
+      const std::vector<std::string>& ps = inventory.at(node).partitions;
+      std::set<std::string> mine(ps.begin(), ps.end());
+      if (first) {
+        common = mine;
+        first = false;
+      } else {
+        std::set<std::string> both;
+        std::set_intersection(common.begin(), common.end(), mine.begin(), mine.end(),
+                              std::inserter(both, both.end()));
+        common = std::move(both);
+      }
+    }
+    if (partition.empty()) {
+      if (common.empty()) {
+        return FailedPrecondition("dispatch.bindings: the chosen Slurm nodes share no partition");
+      }
+      partition = *common.begin();
+    } else if (!common.contains(partition)) {
+      return FailedPrecondition("dispatch.partition: not every chosen node is in partition \"" +
+                                partition + "\"");
+    }
+  }
+
+  // Group nodes of equal shape into components.
+  SbatchCommand cmd;
+  std::vector<std::pair<Shape, std::vector<std::string>>> components;
+  for (const auto& [node, t] : per_node) {
+    Shape s;
+    s.tasks = t.tasks;
+    int64_t cpus = std::max<int64_t>(1, CeilDiv(t.cpu_milli, 1000));
+    s.cpus_per_task = CeilDiv(cpus, t.tasks);
+    s.memory_mib = std::max<int64_t>(1, CeilDiv(t.memory_bytes, kMiB));
+    s.gpus = t.gpus;
+    NodeUsage u;
+    u.cpus = s.cpus_per_task * s.tasks;
+    u.memory_mib = s.memory_mib;
+    for (const auto& [type, n] : s.gpus) u.gpus += n;
+    cmd.usage[node] = u;
+    auto it = std::find_if(components.begin(), components.end(),
+                           [&](const auto& c) { return c.first.Key() == s.Key(); });
+    if (it == components.end()) {
+      components.push_back({s, {node}});
+    } else {
+      it->second.push_back(node);
+    }
+  }
+  cmd.components = static_cast<int32_t>(components.size());
+
+  std::vector<std::string>& argv = cmd.argv;
+  argv = {"sbatch",      "--parsable",
+          "-J",          SlurmJobName(req.job),
+          "--comment",   SlurmComment(req.job, req.allocation),
+          "--no-requeue"};
+  for (const std::string& a : options.extra_args) argv.push_back(a);
+  if (req.time_limit_seconds) {
+    if (*req.time_limit_seconds <= 0) {
+      return InvalidArgument("dispatch.time_limit_seconds: must be > 0, got " +
+                             std::to_string(*req.time_limit_seconds));
+    }
+    argv.push_back("--time=" + SlurmDuration(*req.time_limit_seconds));
+  }
+  if (!req.working_dir.empty()) argv.push_back("--chdir=" + req.working_dir);
+  if (!req.stdout_path.empty()) argv.push_back("--output=" + req.stdout_path);
+  if (!req.stderr_path.empty()) argv.push_back("--error=" + req.stderr_path);
+  if (!req.env.empty()) {
+    std::string exp = "--export=ALL";
+    for (const auto& [k, v] : req.env) {
+      if (k.empty() || k.find_first_of("=, ") != std::string::npos ||
+          v.find(',') != std::string::npos) {
+        return InvalidArgument("dispatch.env." + k +
+                               ": Slurm's --export cannot carry names with '=', ',' or ' ' "
+                               "or values with ','");
+      }
+      exp += "," + k + "=" + v;
+    }
+    argv.push_back(exp);
+  }
+  int32_t total_tasks = 0;
+  for (size_t c = 0; c < components.size(); ++c) {
+    const auto& [s, nodes] = components[c];
+    if (c > 0) argv.push_back(":");
+    int64_t n = static_cast<int64_t>(nodes.size());
+    argv.push_back("--partition=" + partition);
+    argv.push_back("--nodes=" + std::to_string(n));
+    argv.push_back("--nodelist=" + JoinHostlist(nodes));
+    argv.push_back("--ntasks=" + std::to_string(n * s.tasks));
+    argv.push_back("--ntasks-per-node=" + std::to_string(s.tasks));
+    argv.push_back("--cpus-per-task=" + std::to_string(s.cpus_per_task));
+    argv.push_back("--mem=" + std::to_string(s.memory_mib));
+    if (!s.gpus.empty()) {
+      std::string g;
+      for (const auto& [type, count] : s.gpus) {
+        g += (g.empty() ? "" : ",") + std::string("gpu:") + (type.empty() ? "" : type + ":") +
+             std::to_string(count);
+      }
+      argv.push_back("--gres=" + g);
+    }
+    total_tasks += static_cast<int32_t>(n) * s.tasks;
+  }
+
+  if (!req.script.empty()) {
+    cmd.script = NeutralizePlacementDirectives(req.script);
+  } else {
+    std::string run = QuoteArgv(req.command);
+    std::string launcher;
+    if (total_tasks > 1) {
+      launcher = "srun --kill-on-bad-exit=1";
+      if (components.size() > 1) {
+        launcher += " --het-group=0-" + std::to_string(components.size() - 1);
+      }
+      launcher += " ";
+    }
+    cmd.script = "#!/bin/sh\n# Tessera job " + req.job + ", allocation " + req.allocation +
+                 "\nexec " + launcher + run + "\n";
+  }
+  return cmd;
+}
+
+}  // namespace tessera::slurm

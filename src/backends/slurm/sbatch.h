@@ -1,0 +1,69 @@
+// Sbatch: one Tessera allocation (a job's bindings on Slurm nodes) as one sbatch call that
+// makes Slurm run exactly what the engine decided.
+//
+// Per chosen node the bindings give a shape: tasks, CPUs (the sum of the tasks' milli-CPU,
+// rounded up to whole CPUs, spread evenly over the tasks: --cpus-per-task), memory
+// (--mem, MiB, rounded up) and GPUs by GRES type (--gres=gpu:TYPE:N). Nodes of equal shape
+// form one component: -p PART -N n -w LIST --ntasks-per-node=k --ntasks=n*k. One
+// component is a plain batch job; several become one heterogeneous job (components
+// joined by ":"), which Slurm starts all together.
+// Every submission also carries --parsable, -J tessera-<job>, --comment
+// tessera:<job>:<allocation> (the reconciliation tag), --no-requeue (restarts are
+// Tessera's decision), and --time / --chdir / -o / -e / --export when the request has them.
+//
+// The batch script: the user's own (with its #SBATCH lines) or, for a command, a generated
+// one that runs it once per task through srun. In a user script the #SBATCH lines that
+// decide placement or identity (nodes, tasks, CPUs, memory, GPUs, partition, nodelist,
+// time, job name, comment, array, ...) are turned into comments: Tessera already read them
+// into the job, and some would conflict with the command line instead of yielding to it
+// ("--gpus=4" in the script plus "--gres=gpu:a100:2" is an error). Everything else (output
+// files, mail, the script body) is passed unchanged. Stateless; thread-safe.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/slurm/discovery.h"
+#include "backends/slurm/slurm_json.h"
+
+namespace tessera::slurm {
+
+struct SbatchOptions {
+  std::vector<std::string> extra_args;  // e.g. {"--account=ml", "--qos=high"}, before placement
+};
+
+struct SbatchCommand {
+  std::vector<std::string> argv;  // "sbatch", "--parsable", ...
+  std::string script;             // given on stdin
+  // What Slurm will hold per node while it runs (for Discovery's foreign-usage sums).
+  std::map<std::string, NodeUsage> usage;
+  int32_t components = 1;  // > 1: heterogeneous job
+};
+
+// `inventory`: the pool's nodes by name (from sinfo), for partitions and GPU types.
+StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& request,
+                                    const std::map<std::string, SlurmNode>& inventory,
+                                    const SbatchOptions& options = {});
+
+// The script with Tessera-decided #SBATCH directives turned into "# [tessera] #SBATCH ..."
+// comments. Only the leading comment block counts, as in Slurm.
+std::string NeutralizePlacementDirectives(const std::string& script);
+
+// The tag: -J tessera-<job>, --comment tessera:<job>:<allocation>.
+std::string SlurmJobName(const std::string& job);
+std::string SlurmComment(const std::string& job, const std::string& allocation);
+struct Tag {
+  std::string job;
+  std::string allocation;
+  friend bool operator==(const Tag&, const Tag&) = default;
+};
+// From a Slurm job's comment ("tessera:<job>:<allocation>"); nullopt for others' jobs.
+std::optional<Tag> ParseTag(const std::string& comment);
+
+// Seconds as Slurm's D-HH:MM:SS (Slurm rounds up to whole minutes).
+std::string SlurmDuration(int64_t seconds);
+
+}  // namespace tessera::slurm

@@ -1,0 +1,212 @@
+#include "backends/slurm/sbatch.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::slurm {
+namespace {
+
+std::map<std::string, SlurmNode> Inventory() {
+  std::map<std::string, SlurmNode> inv;
+  for (int i = 1; i <= 4; ++i) {
+    SlurmNode n;
+    n.name = "node" + std::to_string(i);
+    n.state = "idle";
+    n.partitions = {"debug", "gpu"};
+    n.cpus = 32;
+    n.real_memory_mib = 256000;
+    n.gres = {{"gpu", "a100", 8}};
+    inv[n.name] = n;
+  }
+  inv["node4"].partitions = {"gpu"};
+  inv["node4"].gres = {{"gpu", "a100", 2}, {"gpu", "v100", 2}};
+  return inv;
+}
+
+Binding Bind(int32_t task, std::string node, int64_t cpu_milli, int64_t mem_mib,
+             std::vector<int32_t> gpus) {
+  Binding b;
+  b.job = "train-1";
+  b.task = task;
+  b.allocation.node = std::move(node);
+  b.allocation.cpu_milli = cpu_milli;
+  b.allocation.memory_bytes = mem_mib << 20;
+  for (int32_t g : gpus) b.allocation.devices.push_back({g, 1000, 0, -1});
+  return b;
+}
+
+DispatchRequest Request(std::vector<Binding> bindings) {
+  DispatchRequest r;
+  r.job = "train-1";
+  r.allocation = "a-000123";
+  r.bindings = std::move(bindings);
+  r.command = {"python3", "train.py", "--lr", "0.1 x"};
+  return r;
+}
+
+std::vector<std::string> Common() {
+  return {"sbatch",          "--parsable", "-J",
+          "tessera-train-1", "--comment",  "tessera:train-1:a-000123",
+          "--no-requeue"};
+}
+
+std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(BuildSbatch, UniformGangIsOneJob) {
+  // 4 tasks, 2 per node on node1/node2, each 1.5 CPU, 1000 MiB, 2 GPUs:
+  // per node 3 CPUs -> 2 per task (rounded up), 2000 MiB, 4 GPUs.
+  auto cmd = BuildSbatch(
+      Request({Bind(0, "node1", 1500, 1000, {0, 1}), Bind(1, "node1", 1500, 1000, {2, 3}),
+               Bind(2, "node2", 1500, 1000, {0, 1}), Bind(3, "node2", 1500, 1000, {4, 5})}),
+      Inventory());
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_EQ(cmd->argv, Cat(Common(), {"--partition=debug", "--nodes=2", "--nodelist=node1,node2",
+                                      "--ntasks=4", "--ntasks-per-node=2", "--cpus-per-task=2",
+                                      "--mem=2000", "--gres=gpu:a100:4"}));
+  EXPECT_EQ(cmd->components, 1);
+  EXPECT_EQ(cmd->usage.at("node1"), (NodeUsage{4, 2000, 4}));
+  EXPECT_EQ(cmd->script,
+            "#!/bin/sh\n# Tessera job train-1, allocation a-000123\n"
+            "exec srun --kill-on-bad-exit=1 python3 train.py --lr '0.1 x'\n");
+}
+
+TEST(BuildSbatch, UnevenPlacementIsAHeterogeneousJob) {
+  // 3 tasks on node1 (1 GPU each), 1 task on node4 (a v100): two shapes, two components.
+  auto cmd =
+      BuildSbatch(Request({Bind(0, "node1", 1000, 100, {0}), Bind(1, "node1", 1000, 100, {1}),
+                           Bind(2, "node1", 1000, 100, {2}), Bind(3, "node4", 4000, 512, {3})}),
+                  Inventory());
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_EQ(cmd->components, 2);
+  // node4 is only in "gpu": the common partition.
+  EXPECT_EQ(cmd->argv,
+            Cat(Common(),
+                {"--partition=gpu", "--nodes=1", "--nodelist=node1", "--ntasks=3",
+                 "--ntasks-per-node=3", "--cpus-per-task=1", "--mem=300", "--gres=gpu:a100:3", ":",
+                 "--partition=gpu", "--nodes=1", "--nodelist=node4", "--ntasks=1",
+                 "--ntasks-per-node=1", "--cpus-per-task=4", "--mem=512", "--gres=gpu:v100:1"}));
+  EXPECT_NE(cmd->script.find("srun --kill-on-bad-exit=1 --het-group=0-1 python3"),
+            std::string::npos);
+}
+
+TEST(BuildSbatch, SingleCpuTaskWithOptions) {
+  DispatchRequest r = Request({Bind(0, "node3", 250, 0, {})});
+  r.command = {"/bin/true"};
+  r.time_limit_seconds = 90061;  // 1 day 1 h 1 min 1 s
+  r.working_dir = "/tmp/w";
+  r.stdout_path = "/tmp/w/%j.out";
+  r.env = {{"B", "2"}, {"A", "1"}};
+  auto cmd = BuildSbatch(r, Inventory());
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_EQ(
+      cmd->argv,
+      Cat(Common(), {"--time=1-01:01:01", "--chdir=/tmp/w", "--output=/tmp/w/%j.out",
+                     "--export=ALL,A=1,B=2", "--partition=debug", "--nodes=1", "--nodelist=node3",
+                     "--ntasks=1", "--ntasks-per-node=1", "--cpus-per-task=1", "--mem=1"}));
+  EXPECT_EQ(cmd->script.substr(cmd->script.rfind("exec")), "exec /bin/true\n");
+}
+
+TEST(BuildSbatch, Rejections) {
+  struct Case {
+    std::string name;
+    DispatchRequest req;
+    StatusCode code;
+    std::string words;
+  };
+  auto frac = Request({Bind(0, "node1", 1000, 100, {0})});
+  frac.bindings[0].allocation.devices[0].milli = 500;
+  auto mig = Request({Bind(0, "node1", 1000, 100, {0})});
+  mig.bindings[0].allocation.devices[0].mig_instance = 0;
+  auto bad_id = Request({Bind(0, "node1", 1000, 100, {})});
+  bad_id.allocation = "a 1";
+  auto other_job = Request({Bind(0, "node1", 1000, 100, {})});
+  other_job.bindings[0].job = "x";
+  auto nothing = Request({Bind(0, "node1", 1000, 100, {})});
+  nothing.command.clear();
+  auto comma_env = Request({Bind(0, "node1", 1000, 100, {})});
+  comma_env.env = {{"HOSTS", "a,b"}};
+  auto wrong_part = Request({Bind(0, "node1", 1000, 100, {})});
+  wrong_part.partition = "nope";
+  Case cases[] = {
+      {"fraction", frac, StatusCode::kInvalidArgument, "fractional and MIG"},
+      {"mig", mig, StatusCode::kInvalidArgument, "fractional and MIG"},
+      {"unknown node", Request({Bind(0, "node9", 1000, 1, {})}), StatusCode::kFailedPrecondition,
+       "\"node9\" is not a known Slurm node"},
+      {"no such gpu", Request({Bind(0, "node1", 1000, 1, {8})}), StatusCode::kFailedPrecondition,
+       "GPU 8 does not exist"},
+      {"common partition found",
+       Request({Bind(0, "node4", 1000, 1, {}), Bind(1, "node1", 1000, 1, {})}), StatusCode::kOk,
+       ""},
+      {"bad id", bad_id, StatusCode::kInvalidArgument, "dispatch.allocation"},
+      {"other job", other_job, StatusCode::kInvalidArgument, "bindings[0].job"},
+      {"task twice", Request({Bind(0, "node1", 1, 1, {}), Bind(0, "node2", 1, 1, {})}),
+       StatusCode::kInvalidArgument, "bound twice"},
+      {"nothing to run", nothing, StatusCode::kInvalidArgument, "neither script nor command"},
+      {"comma in env", comma_env, StatusCode::kInvalidArgument, "dispatch.env.HOSTS"},
+      {"partition", wrong_part, StatusCode::kFailedPrecondition, "partition \"nope\""},
+      {"empty", Request({}), StatusCode::kInvalidArgument, "bindings: empty"},
+  };
+  for (const Case& c : cases) {
+    auto got = BuildSbatch(c.req, Inventory());
+    EXPECT_EQ(got.status().code(), c.code) << c.name << ": " << got.status().ToString();
+    EXPECT_NE(got.status().message().find(c.words), std::string::npos)
+        << c.name << ": " << got.status().message();
+  }
+}
+
+TEST(NeutralizePlacementDirectives, Table) {
+  struct Case {
+    std::string in, out;
+  } cases[] = {
+      {"#!/bin/bash\n#SBATCH --gpus=4\necho hi\n",
+       "#!/bin/bash\n# [tessera] #SBATCH --gpus=4\necho hi\n"},
+      {"#SBATCH -n 2\n#SBATCH -N2\n#SBATCH --ntasks-per-node=2\n",
+       "# [tessera] #SBATCH -n 2\n# [tessera] #SBATCH -N2\n# [tessera] #SBATCH "
+       "--ntasks-per-node=2\n"},
+      // Kept: output, mail, error files.
+      {"#SBATCH -o out.txt\n#SBATCH --mail-type=END\n#SBATCH --error=e\n",
+       "#SBATCH -o out.txt\n#SBATCH --mail-type=END\n#SBATCH --error=e\n"},
+      // Identity and placement: name, partition, time, nodelist, array, hetjob separator.
+      {"#SBATCH -J x\n#SBATCH -p big\n#SBATCH -t 10\n#SBATCH -w n1\n#SBATCH --array=1-3\n#SBATCH "
+       "hetjob\n",
+       "# [tessera] #SBATCH -J x\n# [tessera] #SBATCH -p big\n# [tessera] #SBATCH -t 10\n"
+       "# [tessera] #SBATCH -w n1\n# [tessera] #SBATCH --array=1-3\n# [tessera] #SBATCH hetjob\n"},
+      // Slurm stops reading directives at the first command: so do we.
+      {"#!/bin/sh\n\n# comment\n#SBATCH --mem=1G\nhostname\n#SBATCH --mem=2G\n",
+       "#!/bin/sh\n\n# comment\n# [tessera] #SBATCH --mem=1G\nhostname\n#SBATCH --mem=2G\n"},
+      // No trailing newline, CRLF.
+      {"#SBATCH --gres=gpu:2", "# [tessera] #SBATCH --gres=gpu:2"},
+      {"#SBATCH --cpus-per-task=4\r\n", "# [tessera] #SBATCH --cpus-per-task=4\r\n"},
+      // Not a directive (no option) and prefix-alike option names are kept.
+      {"#SBATCH\n#SBATCH --gpu-bind=closest\n", "#SBATCH\n#SBATCH --gpu-bind=closest\n"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(NeutralizePlacementDirectives(c.in), c.out) << c.in;
+}
+
+TEST(BuildSbatch, UserScriptKeepsItsBody) {
+  DispatchRequest r = Request({Bind(0, "node1", 2000, 100, {0, 1})});
+  r.command.clear();
+  r.script = "#!/bin/bash\n#SBATCH --gpus=4\n#SBATCH -o %x.out\nsrun hostname\n";
+  auto cmd = BuildSbatch(r, Inventory());
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_EQ(cmd->script,
+            "#!/bin/bash\n# [tessera] #SBATCH --gpus=4\n#SBATCH -o %x.out\nsrun hostname\n");
+  EXPECT_EQ(cmd->argv.back(), "--gres=gpu:a100:2");
+}
+
+TEST(Tag, RoundTrip) {
+  EXPECT_EQ(SlurmComment("j1", "a-1"), "tessera:j1:a-1");
+  EXPECT_EQ(ParseTag("tessera:j1:a-1"), (Tag{"j1", "a-1"}));
+  EXPECT_EQ(ParseTag("tessera:ns:j1:a-1"), (Tag{"ns:j1", "a-1"}));
+  EXPECT_FALSE(ParseTag("").has_value());
+  EXPECT_FALSE(ParseTag("user comment").has_value());
+  EXPECT_FALSE(ParseTag("tessera:j1").has_value());
+  EXPECT_FALSE(ParseTag("tessera:j1:").has_value());
+  EXPECT_EQ(SlurmDuration(59), "0-00:00:59");
+  EXPECT_EQ(SlurmDuration(3600), "0-01:00:00");
+}
+
+}  // namespace
+}  // namespace tessera::slurm

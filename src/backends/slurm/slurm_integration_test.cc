@@ -1,0 +1,328 @@
+// Against a REAL Slurm 22.05: munge, slurmctld and 4 emulated slurmd nodes (32 CPUs,
+// 8 fake a100 GPUs each) on loopback, from scripts/slurm/up.sh. Under ctest the cluster is
+// a fixture (slurm_cluster_up / slurm_cluster_down, the latter runs even when tests fail);
+// run directly, this binary starts and stops it itself. Skips, saying why, where Slurm
+// cannot run (not root, packages missing).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "backends/slurm/slurm_pool.h"
+
+namespace tessera::slurm {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The environment overrides what the build compiled in.
+std::string SourceDir() {
+  const char* s = std::getenv("TESSERA_SOURCE_DIR");
+  return s ? s : TESSERA_SOURCE_DIR_DEFAULT;
+}
+std::string ClusterDir() {
+  const char* d = std::getenv("TESSERA_SLURM_DIR");
+  return d ? d : TESSERA_SLURM_DIR_DEFAULT;
+}
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+int Shell(const std::string& cmd) {
+  std::string full = "TESSERA_SLURM_DIR='" + ClusterDir() + "' " + cmd;
+  return std::system(full.c_str());
+}
+
+// Starts the cluster unless ctest's fixture did (TESSERA_SLURM_EXTERNAL=1).
+class ClusterEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (std::getenv("TESSERA_SLURM_EXTERNAL")) return;
+    owned_ = true;
+    if (Shell(SourceDir() + "/scripts/slurm/up.sh 4 32 8") != 0) {
+      std::ofstream(ClusterDir() + "/skip") << "scripts/slurm/up.sh failed (see its output)";
+    }
+  }
+  void TearDown() override {
+    if (owned_) (void)Shell(SourceDir() + "/scripts/slurm/down.sh");
+  }
+
+ private:
+  bool owned_ = false;
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
+
+class SlurmIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string skip = ReadFile(ClusterDir() + "/skip");
+    if (!skip.empty()) GTEST_SKIP() << "Slurm cannot run here: " << skip;
+    if (!fs::exists(ClusterDir() + "/slurm.conf")) {
+      GTEST_SKIP() << "no cluster at " << ClusterDir() << " (scripts/slurm/up.sh not run)";
+    }
+    runner_ = std::make_shared<SubprocessRunner>(
+        std::map<std::string, std::string>{{"SLURM_CONF", ClusterDir() + "/slurm.conf"}});
+    pool_ = std::make_unique<SlurmPool>(runner_, SlurmPoolOptions{});
+    work_ =
+        ClusterDir() + "/work/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(work_);
+    fs::create_directories(work_);
+  }
+
+  // Fresh allocation ids per test: the cluster lives across tests.
+  std::string Alloc(const std::string& name) {
+    return std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "-" +
+           name;
+  }
+
+  static Binding Bind(const std::string& job, int32_t task, const std::string& node,
+                      int64_t cpu_milli, std::vector<int32_t> gpus) {
+    Binding b;
+    b.job = job;
+    b.task = task;
+    b.allocation.node = node;
+    b.allocation.cpu_milli = cpu_milli;
+    b.allocation.memory_bytes = int64_t{256} << 20;
+    for (int32_t g : gpus) b.allocation.devices.push_back({g, 1000, 0, -1});
+    return b;
+  }
+
+  DispatchRequest Request(const std::string& job, std::vector<Binding> bindings,
+                          std::vector<std::string> command) {
+    DispatchRequest r;
+    r.job = job;
+    r.allocation = Alloc(job);
+    r.bindings = std::move(bindings);
+    r.command = std::move(command);
+    r.working_dir = work_;
+    r.stdout_path = work_ + "/" + job + ".out";
+    return r;
+  }
+
+  // Polls until the allocation reaches `until` (or any terminal phase); <= 60 s.
+  AllocationStatus WaitFor(const std::string& allocation,
+                           std::function<bool(const AllocationStatus&)> until) {
+    AllocationStatus last;
+    for (int i = 0; i < 300; ++i) {
+      auto st = pool_->Poll();
+      if (st.ok()) {
+        for (const AllocationStatus& s : *st) {
+          if (s.allocation == allocation) last = s;
+        }
+        if (last.allocation == allocation && until(last)) return last;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ADD_FAILURE() << allocation << " did not get there; last phase "
+                  << AllocationPhaseName(last.phase) << ": " << last.message;
+    return last;
+  }
+  AllocationStatus WaitTerminal(const std::string& allocation) {
+    return WaitFor(allocation, [](const AllocationStatus& s) { return IsTerminal(s.phase); });
+  }
+
+  // Slurm jobs carrying a given allocation tag, finished ones included.
+  int TaggedCount(const std::string& allocation) {
+    SlurmCli cli(*runner_);
+    auto jobs = cli.Jobs();
+    EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
+    int n = 0;
+    for (const SlurmJob& j : *jobs) {
+      auto tag = ParseTag(j.comment);
+      n += tag && tag->allocation == allocation && j.het_job_offset == 0;
+    }
+    return n;
+  }
+
+  std::shared_ptr<SubprocessRunner> runner_;
+  std::unique_ptr<SlurmPool> pool_;
+  std::string work_;
+};
+
+TEST_F(SlurmIntegrationTest, DiscoversNodesGpusAndDrain) {
+  auto nodes = pool_->Discover();
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 4u);
+  for (const Node& n : *nodes) {
+    EXPECT_EQ(n.pool, "slurm");
+    EXPECT_EQ(n.cpu_milli, 32000) << n.name;
+    EXPECT_EQ(n.memory_bytes, int64_t{256000} << 20) << n.name;
+    ASSERT_EQ(n.devices.size(), 8u) << n.name;
+    EXPECT_EQ(n.devices[0].model, "a100");
+    EXPECT_EQ(n.labels.at("slurm.partition"), "debug");
+    EXPECT_TRUE(n.ready);
+    EXPECT_FALSE(n.unschedulable);
+  }
+  ASSERT_EQ(Shell("SLURM_CONF=" + ClusterDir() +
+                  "/slurm.conf scontrol update nodename=node4 state=drain reason=maintenance"),
+            0);
+  auto drained = pool_->Discover();
+  ASSERT_TRUE(drained.ok());
+  EXPECT_TRUE((*drained)[3].unschedulable);
+  EXPECT_EQ((*drained)[3].labels.at("slurm.reason"), "maintenance");
+  ASSERT_EQ(Shell("SLURM_CONF=" + ClusterDir() +
+                  "/slurm.conf scontrol update nodename=node4 state=resume"),
+            0);
+  // Slurm pings a resumed node first (NOT_RESPONDING for a moment): not ready until then.
+  bool back = false;
+  for (int i = 0; i < 100 && !back; ++i) {
+    auto nodes = pool_->Discover();
+    ASSERT_TRUE(nodes.ok());
+    back = (*nodes)[3].ready && !(*nodes)[3].unschedulable;
+    if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(back) << "node4 did not come back after resume";
+}
+
+TEST_F(SlurmIntegrationTest, GangRunsExactlyWhereTesseraPlacedIt) {
+  // 4 tasks: 2 on node2, 2 on node3, 2 GPUs each; every task records where it ran.
+  std::string rec = work_ + "/task-$SLURM_PROCID";
+  DispatchRequest r =
+      Request("gang",
+              {Bind("gang", 0, "node2", 1000, {0, 1}), Bind("gang", 1, "node2", 1000, {2, 3}),
+               Bind("gang", 2, "node3", 1000, {0, 1}), Bind("gang", 3, "node3", 1000, {2, 3})},
+              {"sh", "-c", "echo $SLURMD_NODENAME $SLURM_NTASKS $SLURM_JOB_NAME > " + rec});
+  auto id = pool_->Dispatch(r);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  AllocationStatus st = WaitTerminal(r.allocation);
+  EXPECT_EQ(st.phase, AllocationPhase::kSucceeded) << st.message << "\n" << ReadFile(r.stdout_path);
+  EXPECT_EQ(st.external_id, *id);
+  EXPECT_EQ(st.nodes, (std::vector<std::string>{"node2", "node3"}));
+  std::vector<std::string> where;
+  for (int t = 0; t < 4; ++t) where.push_back(ReadFile(work_ + "/task-" + std::to_string(t)));
+  EXPECT_EQ(where, (std::vector<std::string>{"node2 4 tessera-gang\n", "node2 4 tessera-gang\n",
+                                             "node3 4 tessera-gang\n", "node3 4 tessera-gang\n"}));
+}
+
+TEST_F(SlurmIntegrationTest, UnevenPlacementRunsAsOneHeterogeneousJob) {
+  // 2 tasks on node1 with 1 GPU each, 1 task on node4 with 3 GPUs: two components.
+  DispatchRequest r = Request(
+      "het",
+      {Bind("het", 0, "node1", 1000, {0}), Bind("het", 1, "node1", 1000, {1}),
+       Bind("het", 2, "node4", 2000, {0, 1, 2})},
+      {"sh", "-c", "echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES > " + work_ + "/t-$SLURM_PROCID"});
+  ASSERT_TRUE(pool_->Dispatch(r).ok());
+  AllocationStatus st = WaitTerminal(r.allocation);
+  EXPECT_EQ(st.phase, AllocationPhase::kSucceeded) << st.message << "\n" << ReadFile(r.stdout_path);
+  EXPECT_EQ(st.nodes, (std::vector<std::string>{"node1", "node4"}));
+  // Slurm numbers tasks across het components in order: 0-1 on node1, 2 on node4.
+  EXPECT_EQ(ReadFile(work_ + "/t-0").substr(0, 6), "node1 ");
+  EXPECT_EQ(ReadFile(work_ + "/t-2"), "node4 0,1,2\n");
+}
+
+TEST_F(SlurmIntegrationTest, SbatchScriptRunsUnchanged) {
+  // A user's script with its own (conflicting) placement lines and an output path.
+  std::string out = work_ + "/user-%j.log";
+  DispatchRequest r = Request("script", {Bind("script", 0, "node3", 2000, {0, 1})}, {});
+  r.stdout_path.clear();
+  r.script = "#!/bin/bash\n#SBATCH --gpus=4\n#SBATCH --ntasks=8\n#SBATCH -J mine\n#SBATCH -o " +
+             out +
+             "\n#SBATCH --time=5\nset -e\necho \"nodes=$SLURM_JOB_NODELIST "
+             "gpus=$CUDA_VISIBLE_DEVICES tasks=$SLURM_NTASKS cpus=$SLURM_CPUS_ON_NODE\"\n";
+  auto id = pool_->Dispatch(r);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  AllocationStatus st = WaitTerminal(r.allocation);
+  EXPECT_EQ(st.phase, AllocationPhase::kSucceeded) << st.message;
+  std::string log = ReadFile(work_ + "/user-" + id->substr(6) + ".log");  // the #SBATCH -o
+  EXPECT_EQ(log, "nodes=node3 gpus=0,1 tasks=1 cpus=2\n");
+}
+
+TEST_F(SlurmIntegrationTest, ExitCodesAndCancel) {
+  DispatchRequest fail =
+      Request("fail", {Bind("fail", 0, "node1", 1000, {})}, {"sh", "-c", "exit 3"});
+  DispatchRequest slow = Request("slow", {Bind("slow", 0, "node2", 1000, {0})}, {"sleep", "300"});
+  ASSERT_TRUE(pool_->Dispatch(fail).ok());
+  ASSERT_TRUE(pool_->Dispatch(slow).ok());
+  AllocationStatus f = WaitTerminal(fail.allocation);
+  EXPECT_EQ(f.phase, AllocationPhase::kFailed);
+  EXPECT_EQ(f.exit_code, 3);
+  EXPECT_GT(f.finished_at, 0);
+  AllocationStatus running = WaitFor(slow.allocation, [](const AllocationStatus& s) {
+    return s.phase != AllocationPhase::kPending;
+  });
+  EXPECT_EQ(running.phase, AllocationPhase::kRunning);
+  EXPECT_GT(running.started_at, 0);
+  ASSERT_TRUE(pool_->Cancel(slow.allocation).ok());
+  AllocationStatus k = WaitTerminal(slow.allocation);
+  EXPECT_EQ(k.phase, AllocationPhase::kKilled) << k.message;
+  ASSERT_TRUE(pool_->Cancel(slow.allocation).ok());  // idempotent
+}
+
+TEST_F(SlurmIntegrationTest, PendingOnDrainedNodeThenRuns) {
+  std::string conf = "SLURM_CONF=" + ClusterDir() + "/slurm.conf ";
+  ASSERT_EQ(Shell(conf + "scontrol update nodename=node2 state=drain reason=test"), 0);
+  DispatchRequest r = Request("drained", {Bind("drained", 0, "node2", 1000, {})}, {"true"});
+  ASSERT_TRUE(pool_->Dispatch(r).ok());
+  AllocationStatus p = WaitFor(r.allocation, [](const AllocationStatus& s) {
+    return s.phase == AllocationPhase::kPending && s.reason == "ReqNodeNotAvail";
+  });
+  EXPECT_EQ(p.phase, AllocationPhase::kPending);
+  ASSERT_EQ(Shell(conf + "scontrol update nodename=node2 state=resume"), 0);
+  EXPECT_EQ(WaitTerminal(r.allocation).phase, AllocationPhase::kSucceeded);
+}
+
+TEST_F(SlurmIntegrationTest, TesseraRestartAdoptsCancelsStaleAndNeverDuplicates) {
+  DispatchRequest keep = Request("keep", {Bind("keep", 0, "node1", 1000, {0})}, {"sleep", "300"});
+  DispatchRequest stale =
+      Request("stale", {Bind("stale", 0, "node1", 1000, {1})}, {"sleep", "300"});
+  ASSERT_TRUE(pool_->Dispatch(keep).ok());
+  auto stale_id = pool_->Dispatch(stale);
+  ASSERT_TRUE(stale_id.ok());
+  // The server restarts: a new backend instance, knowing only what the server persisted.
+  // It still wants `keep` (but never learned its Slurm id), and no longer wants `stale`.
+  pool_ = std::make_unique<SlurmPool>(runner_, SlurmPoolOptions{});
+  auto rep = pool_->Reconcile(
+      {{"keep", keep.allocation, "", keep.bindings}, {"fresh", Alloc("fresh"), "", {}}});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_EQ(rep->adopted.size(), 1u);
+  EXPECT_EQ(rep->adopted[0].allocation, keep.allocation);
+  EXPECT_EQ(rep->cancelled_stale, std::vector<std::string>{*stale_id});
+  ASSERT_EQ(rep->missing.size(), 1u);
+  EXPECT_EQ(rep->missing[0].allocation, Alloc("fresh"));
+  // Dispatching `keep` again submits nothing.
+  auto again = pool_->Dispatch(keep);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, rep->adopted[0].external_id);
+  EXPECT_EQ(TaggedCount(keep.allocation), 1);
+  EXPECT_EQ(WaitTerminal(stale.allocation).phase, AllocationPhase::kKilled);
+  ASSERT_TRUE(pool_->Cancel(keep.allocation).ok());
+  EXPECT_EQ(WaitTerminal(keep.allocation).phase, AllocationPhase::kKilled);
+}
+
+TEST_F(SlurmIntegrationTest, SurvivesSlurmctldRestart) {
+  DispatchRequest r =
+      Request("ctld", {Bind("ctld", 0, "node3", 1000, {0})}, {"sh", "-c", "sleep 3; echo done"});
+  auto id = pool_->Dispatch(r);
+  ASSERT_TRUE(id.ok());
+  WaitFor(r.allocation,
+          [](const AllocationStatus& s) { return s.phase == AllocationPhase::kRunning; });
+  // slurmctld goes away (the job finishes meanwhile) and comes back on its saved state.
+  ASSERT_EQ(Shell(SourceDir() + "/scripts/slurm/ctld.sh stop >/dev/null"), 0);
+  auto down = pool_->Poll();
+  EXPECT_EQ(down.status().code(), StatusCode::kUnavailable) << down.status().ToString();
+  // A dispatch while it is down fails retryably; retried later it is submitted once.
+  DispatchRequest during = Request("during", {Bind("during", 0, "node4", 1000, {})}, {"true"});
+  auto d = pool_->Dispatch(during);
+  EXPECT_EQ(d.status().code(), StatusCode::kUnavailable) << d.status().ToString();
+  ASSERT_EQ(Shell(SourceDir() + "/scripts/slurm/ctld.sh start >/dev/null"), 0);
+  ASSERT_TRUE(pool_->Dispatch(during).ok());
+  AllocationStatus st = WaitTerminal(r.allocation);
+  EXPECT_EQ(st.phase, AllocationPhase::kSucceeded) << st.message;
+  EXPECT_EQ(st.external_id, *id);
+  EXPECT_EQ(ReadFile(r.stdout_path), "done\n");
+  EXPECT_EQ(WaitTerminal(during.allocation).phase, AllocationPhase::kSucceeded);
+  EXPECT_EQ(TaggedCount(r.allocation), 1);
+  EXPECT_EQ(TaggedCount(during.allocation), 1);
+}
+
+}  // namespace
+}  // namespace tessera::slurm

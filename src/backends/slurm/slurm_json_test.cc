@@ -1,0 +1,155 @@
+#include "backends/slurm/slurm_json.h"
+
+#include <gtest/gtest.h>
+
+#include "backends/slurm/test_support.h"
+
+namespace tessera::slurm {
+namespace {
+
+using testing::Testdata;
+
+TEST(ParseGres, Table) {
+  struct Case {
+    std::string text;
+    std::vector<GresEntry> want;
+  } cases[] = {
+      {"", {}},
+      {"(null)", {}},
+      {"N/A", {}},
+      {"gpu:a100:8", {{"gpu", "a100", 8}}},
+      {"gpu:8", {{"gpu", "", 8}}},
+      {"gpu", {{"gpu", "", 1}}},
+      {"gpu:a100:8(S:0-1)", {{"gpu", "a100", 8}}},
+      {"gpu:a100:3(IDX:0-2)", {{"gpu", "a100", 3}}},
+      {"gpu:a100:0(IDX:N/A)", {{"gpu", "a100", 0}}},
+      // A comma inside the index list does not split entries.
+      {"gpu:a100:2(IDX:0,3),gpu:v100:1(IDX:5)", {{"gpu", "a100", 2}, {"gpu", "v100", 1}}},
+      {"gpu:a100:4,shard:8", {{"gpu", "a100", 4}, {"shard", "", 8}}},
+  };
+  for (const Case& c : cases) {
+    auto got = ParseGres(c.text);
+    ASSERT_TRUE(got.ok()) << c.text << ": " << got.status().ToString();
+    EXPECT_EQ(*got, c.want) << c.text;
+  }
+  EXPECT_FALSE(ParseGres("gpu:a100:x").ok());
+  EXPECT_FALSE(ParseGres("gpu:a:b:c").ok());
+}
+
+TEST(ParseSinfoJson, IdleSample) {
+  auto nodes = ParseSinfoJson(Testdata("sinfo_idle.json"));
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 1u);
+  const SlurmNode& n = (*nodes)[0];
+  EXPECT_EQ(n.name, "node1");
+  EXPECT_EQ(n.state, "idle");
+  EXPECT_EQ(n.cpus, 2);
+  EXPECT_EQ(n.real_memory_mib, 20000);
+  EXPECT_EQ(n.partitions, std::vector<std::string>{"debug"});
+  EXPECT_EQ(n.gres, (std::vector<GresEntry>{{"gpu", "a100", 8}}));
+  EXPECT_EQ(n.gres_used, (std::vector<GresEntry>{{"gpu", "a100", 0}}));
+}
+
+TEST(ParseSinfoJson, DrainAndForeignUse) {
+  // Captured from scripts/slurm/up.sh 4 32 8: node1 runs a foreign 3-GPU job, node4 drained.
+  auto nodes = ParseSinfoJson(Testdata("sinfo_drain_foreign.json"));
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 4u);
+  EXPECT_EQ((*nodes)[0].alloc_cpus, 1);
+  EXPECT_EQ((*nodes)[0].alloc_memory_mib, 100);
+  EXPECT_EQ((*nodes)[0].gres_used, (std::vector<GresEntry>{{"gpu", "a100", 3}}));
+  EXPECT_EQ((*nodes)[3].state_flags, std::vector<std::string>{"DRAIN"});
+  EXPECT_EQ((*nodes)[3].cpus, 32);
+}
+
+TEST(ParseSinfoJson, ErrorsNameTheField) {
+  auto bad = ParseSinfoJson(R"({"errors":[],"nodes":[{"name":"n1","state":"idle","cpus":"x"}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("sinfo.nodes[0].cpus"), std::string::npos)
+      << bad.status().message();
+  EXPECT_FALSE(ParseSinfoJson("not json").ok());
+  EXPECT_FALSE(ParseSinfoJson(R"({"errors":[]})").ok());
+  auto slurm_err = ParseSinfoJson(R"({"errors":[{"error":"x"}],"nodes":[]})");
+  EXPECT_EQ(slurm_err.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(ParseSqueueJson, MixedStatesSample) {
+  auto jobs = ParseSqueueJson(Testdata("squeue_mixed_states.json"));
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 11u);
+  const SlurmJob& bad = (*jobs)[2];
+  EXPECT_EQ(bad.job_id, 3);
+  EXPECT_EQ(bad.state, "FAILED");
+  EXPECT_EQ(bad.state_reason, "BadConstraints");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_FALSE(bad.time_limit_minutes.has_value());  // null = UNLIMITED
+  // Array task: job_id 9 belongs to array 7.
+  EXPECT_EQ((*jobs)[6].job_id, 9);
+  EXPECT_EQ((*jobs)[6].array_job_id, 7);
+}
+
+TEST(ParseSqueueJson, TaggedHetAndExitCodes) {
+  auto jobs = ParseSqueueJson(Testdata("squeue_tagged.json"));
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 7u);
+  EXPECT_EQ((*jobs)[0].het_job_id, 1);
+  EXPECT_EQ((*jobs)[1].het_job_id, 1);
+  EXPECT_EQ((*jobs)[1].het_job_offset, 1);
+  EXPECT_EQ((*jobs)[0].comment, "tessera:j2:a-2");
+  EXPECT_EQ((*jobs)[3].exit_code, 768);  // exit 3
+  EXPECT_EQ((*jobs)[4].state, "CANCELLED");
+  EXPECT_EQ((*jobs)[4].exit_code, 15);  // SIGTERM
+  EXPECT_EQ((*jobs)[5].state_reason, "ReqNodeNotAvail");
+}
+
+TEST(ParseScontrol, OneLinerAndHet) {
+  auto kv = ParseScontrolLine(Testdata("scontrol_failed_job.txt"));
+  EXPECT_EQ(kv["JobId"], "4");
+  EXPECT_EQ(kv["JobState"], "FAILED");
+  EXPECT_EQ(kv["Comment"], "tessera:fail:a-10");
+  auto job = SlurmJobFromScontrol(kv);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->exit_code, 768);  // ExitCode=3:0 as a wait status
+  EXPECT_EQ(job->nodes, "node1");
+
+  std::string het = Testdata("scontrol_het_job.txt");
+  auto lead = SlurmJobFromScontrol(ParseScontrolLine(het.substr(0, het.find('\n'))));
+  ASSERT_TRUE(lead.ok());
+  EXPECT_EQ(lead->het_job_id, 1);
+  EXPECT_EQ(lead->het_job_offset, 0);
+
+  // Values with spaces run to the next key.
+  auto spaced =
+      ParseScontrolLine("JobId=3 JobName=a b c JobState=CANCELLED Comment=x y  ExitCode=0:9\n");
+  EXPECT_EQ(spaced["JobName"], "a b c");
+  EXPECT_EQ(spaced["Comment"], "x y");
+  auto killed = SlurmJobFromScontrol(spaced);
+  ASSERT_TRUE(killed.ok());
+  EXPECT_EQ(killed->exit_code, 9);  // signal 9
+  EXPECT_FALSE(SlurmJobFromScontrol(ParseScontrolLine("JobId=x JobState=RUNNING")).ok());
+}
+
+TEST(Hostlist, ExpandAndJoin) {
+  struct Case {
+    std::string expr;
+    std::vector<std::string> want;
+  } cases[] = {
+      {"", {}},
+      {"node1", {"node1"}},
+      {"node[1-3]", {"node1", "node2", "node3"}},
+      {"node[1-2,5],gpu7", {"node1", "node2", "node5", "gpu7"}},
+      {"n[08-10]", {"n08", "n09", "n10"}},
+      {"a[1-2]-ib", {"a1-ib", "a2-ib"}},
+  };
+  for (const Case& c : cases) {
+    auto got = ExpandHostlist(c.expr);
+    ASSERT_TRUE(got.ok()) << c.expr;
+    EXPECT_EQ(*got, c.want) << c.expr;
+  }
+  EXPECT_FALSE(ExpandHostlist("node[1-").ok());
+  EXPECT_FALSE(ExpandHostlist("node[3-1]").ok());
+  EXPECT_EQ(JoinHostlist({"node1", "node3"}), "node1,node3");
+}
+
+}  // namespace
+}  // namespace tessera::slurm
