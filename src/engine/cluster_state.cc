@@ -135,6 +135,10 @@ void ClusterState::Impl::Reclassify(int32_t i) {
   }
   nc.members.insert(i);
   node_class[i] = cls;
+  if (tracking) {
+    if (old >= 0) touched.push_back(old);
+    touched.push_back(cls);
+  }
 }
 
 void ClusterState::Impl::RebuildNodeIndexes() {

@@ -45,6 +45,23 @@ StatusOr<std::unique_ptr<Engine>> EngineImpl::Build(const EngineConfig& config) 
       }
     }
   }
+  // Guard the Normalize/Normalizes contract: the indexed placement path skips Normalize.
+  {
+    Job job;
+    job.groups.emplace_back();
+    std::vector<int32_t> none;
+    std::vector<TypicalRequest> typical;
+    CycleContext ctx;
+    ctx.typical = &typical;
+    TaskContext t{&job, 0, &job.groups[0].request, &ctx, &none, nullptr, -1};
+    for (const auto& sc : e->scores) {
+      if (sc.plugin->Normalizes()) continue;
+      std::vector<int64_t> probe = {10, 20, 35};
+      sc.plugin->Normalize(t, probe);
+      if (probe != std::vector<int64_t>{10, 20, 35})
+        return InvalidArgument("plugin " + sc.name + ": overrides Normalize but not Normalizes() (see engine/plugin.h)");
+    }
+  }
   for (size_t i = 0; i < e->scores.size(); ++i) e->device_choosers.push_back(i);
   std::stable_sort(e->device_choosers.begin(), e->device_choosers.end(),
                    [&](size_t a, size_t b) { return e->scores[a].weight > e->scores[b].weight; });

@@ -82,7 +82,10 @@ class ScorePlugin {
   virtual int64_t Score(const TaskContext& task, const NodeState& node) const = 0;
   // Optional: rescale the raw scores of all feasible candidates (e.g. min-max to 0..100).
   // Candidates are distinct node states, so min and max are those over the nodes.
+  // A plugin that overrides Normalize must also override Normalizes() to return true (the
+  // engine checks this at Create with a probe and rejects the configuration otherwise).
   virtual void Normalize(const TaskContext& task, std::vector<int64_t>& scores) const {}
+  virtual bool Normalizes() const { return false; }
   // Optional: choose the devices on the chosen node (e.g. FGD picks the GPU that maximises
   // its score). Return false to leave the choice to the engine's default (whole GPUs: one
   // interconnect domain, lowest indices; fractions: best fit; MIG: lowest free instance).

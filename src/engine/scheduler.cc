@@ -8,6 +8,7 @@
 #include <climits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "engine/engine_impl.h"
 #include "engine/state_impl.h"
@@ -19,14 +20,6 @@ constexpr int64_t kUnknown = INT64_MIN;
 
 enum class JState { kAdmitted, kPlaced, kFailed, kWaiting, kError, kInfeasible };
 
-struct PendingJob {
-  JobRec* rec = nullptr;
-  JState state = JState::kAdmitted;
-  bool tried = false;
-  JobDecision decision;
-  std::vector<int32_t> group_shape;  // shape id per task group
-};
-
 // Why a placement failed, gathered for the pending reason.
 struct Failure {
   std::string code;
@@ -34,7 +27,27 @@ struct Failure {
   std::string resource;
   std::map<std::string, int32_t> rejected;
   bool infeasible = false;
+  // Node counts are gathered once per (shape, fenced) at the end of the cycle, against the
+  // cluster as the plan leaves it: counting at every failure would cost a pass over all
+  // node classes per unplaced job.
+  bool deferred = false;
+  int32_t task = -1;
+  int32_t shape = -1;
+  bool fenced = false;
+  bool gang = false;  // a gang that only partly fit
+  int32_t gang_fit = 0;
 };
+
+struct PendingJob {
+  JobRec* rec = nullptr;
+  JState state = JState::kAdmitted;
+  bool tried = false;
+  JobDecision decision;
+  std::vector<int32_t> group_shape;  // shape id per task group
+  Failure failure;
+  std::string suffix;  // appended to the reason message (the reservation note)
+};
+
 
 int64_t Ppm(int64_t used, int64_t total) {
   if (total <= 0) return used > 0 ? 1000000 : 0;
@@ -140,6 +153,9 @@ class CycleRun {
   bool TryPlaceJob(PendingJob& pj, Failure* why);
   bool QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const;
   bool Infeasible(PendingJob& pj, int32_t task);
+  Failure CountRejections(PendingJob& pj, int32_t task);
+  void Finalize();
+  std::map<int32_t, bool> infeasible_;  // per shape
   void FillFailure(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
                    Failure* why);
 
@@ -170,6 +186,22 @@ class CycleRun {
   std::string fence_owner_;
   std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
   std::vector<int64_t> scratch_;
+  // Per-shape index of feasible classes ordered by (-total score, lowest member): the best
+  // node for a task is its first entry. Kept current from ClusterState's touched classes.
+  struct ShapeIndex {
+    bool built = false;
+    const Job* job = nullptr;  // a job with this shape (for filters), and its group
+    int32_t group = 0;
+    std::set<std::tuple<int64_t, int32_t, int32_t>> best;
+    std::vector<std::pair<int64_t, int32_t>>
+        entry;  // per class: (-total, first member) or first -1
+  };
+  std::vector<ShapeIndex> index_;
+  std::vector<int32_t> built_;  // shapes with a built index
+  bool normalizes_ = false;
+  bool ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total);
+  void UpdateIndex(int32_t shape, int32_t cls);
+  void DrainTouched();
   std::vector<std::unique_ptr<Node>> capacity_nodes_;  // per signature, ready and uncordoned
 };
 
@@ -227,6 +259,10 @@ int32_t CycleRun::ShapeId(const Job& j, const TaskRequest& r) {
   if (inserted) {
     pass_cache_.emplace_back();
     score_cache_.emplace_back();
+    index_.emplace_back();
+    index_.back().job = &j;
+    for (size_t g = 0; g < j.groups.size(); ++g)
+      if (&j.groups[g].request == &r) index_.back().group = static_cast<int32_t>(g);
   }
   return it->second;
 }
@@ -267,6 +303,55 @@ bool CycleRun::QueueAdmits(const JobRec& j, const ResourceVector& extra, std::st
   return true;
 }
 
+bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total) {
+  const size_t P = e_.scores.size();
+  auto& pass = pass_cache_[shape];
+  auto& cache = score_cache_[shape];
+  if (pass.size() <= static_cast<size_t>(cls)) pass.resize(m_.classes.size() + 64, 0);
+  if (cache.size() < (static_cast<size_t>(cls) + 1) * P)
+    cache.resize((m_.classes.size() + 64) * P, kUnknown);
+  const NodeState& rep = m_.nodes[*m_.classes[cls].members.begin()];
+  int8_t& p = pass[cls];
+  if (p == 0) p = Passes(t, rep) ? 1 : 2;
+  if (p != 1) return false;
+  int64_t sum = 0;
+  for (size_t k = 0; k < P; ++k) {
+    int64_t& slot = cache[cls * P + k];
+    if (slot == kUnknown) slot = e_.scores[k].plugin->Score(t, rep);
+    sum += e_.scores[k].weight * slot;
+  }
+  *total = sum;
+  return true;
+}
+
+void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
+  ShapeIndex& ix = index_[shape];
+  if (ix.entry.size() <= static_cast<size_t>(cls)) ix.entry.resize(m_.classes.size() + 64, {0, -1});
+  auto& e = ix.entry[cls];
+  if (e.second >= 0) {
+    ix.best.erase({e.first, e.second, cls});
+    e.second = -1;
+  }
+  const auto& members = m_.classes[cls].members;
+  if (members.empty()) return;
+  const Job& job = *ix.job;
+  std::vector<int32_t> none;
+  TaskContext t{&job, 0, &job.groups[ix.group].request, &ctx_, &none, &m_.nodes, shape};
+  int64_t total;
+  if (!ClassTotal(shape, cls, t, &total)) return;
+  e = {-total, *members.begin()};
+  ix.best.insert({e.first, e.second, cls});
+}
+
+void CycleRun::DrainTouched() {
+  if (m_.touched.empty()) return;
+  std::sort(m_.touched.begin(), m_.touched.end());
+  m_.touched.erase(std::unique(m_.touched.begin(), m_.touched.end()), m_.touched.end());
+  for (int32_t shape : built_)
+    for (int32_t cls : m_.touched) UpdateIndex(shape, cls);
+  m_.touched.clear();
+}
+
 int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
                             Failure* why) {
   const Job& job = pj.rec->job;
@@ -280,62 +365,78 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   for (const auto& s : e_.scores) node_specific |= s.plugin->NodeSpecific(t);
   const size_t P = e_.scores.size();
 
-  auto& pass = pass_cache_[shape];
-  auto& cache = score_cache_[shape];
-  if (pass.size() < m_.classes.size()) pass.resize(m_.classes.size() + 64, 0);
-  if (!node_specific && cache.size() < m_.classes.size() * P)
-    cache.resize((m_.classes.size() + 64) * P, kUnknown);
-
-  // Candidates: (node index) of feasible classes' representatives, or every member when
-  // scores are node-specific.
-  std::vector<int32_t> cand;
-  std::vector<int32_t> cand_cls;
-  for (int32_t cls : m_.live_classes) {
-    int8_t& p = pass[cls];
-    if (p == 0) p = Passes(t, m_.nodes[*m_.classes[cls].members.begin()]) ? 1 : 2;
-    if (p != 1) continue;
-    if (node_specific) {
-      for (int32_t i : m_.classes[cls].members)
-        if (fenced_.empty() || !fenced_[i]) {
-          cand.push_back(i);
-          cand_cls.push_back(cls);
-        }
-    } else {
-      int32_t rep = RepOf(cls);
-      if (rep < 0) continue;
-      cand.push_back(rep);
-      cand_cls.push_back(cls);
-    }
-  }
-  if (cand.empty()) {
-    if (why) FillFailure(pj, task, gang_nodes, why);
-    return -1;
-  }
   int32_t best = -1;
-  if (P == 0) {
-    best = *std::min_element(cand.begin(), cand.end());
-  } else {
-    const size_t C = cand.size();
-    std::vector<int64_t> total(C, 0);
-    std::vector<int64_t> raw(C);
-    for (size_t p = 0; p < P; ++p) {
-      const ScorePlugin& sp = *e_.scores[p].plugin;
-      for (size_t c = 0; c < C; ++c) {
-        if (node_specific) {
-          raw[c] = sp.Score(t, m_.nodes[cand[c]]);
-        } else {
-          int64_t& slot = cache[cand_cls[c] * P + p];
-          if (slot == kUnknown) slot = sp.Score(t, m_.nodes[cand[c]]);
-          raw[c] = slot;
-        }
-      }
-      sp.Normalize(t, raw);
-      for (size_t c = 0; c < C; ++c) total[c] += e_.scores[p].weight * raw[c];
+  const bool indexed = !node_specific && fenced_.empty() && !normalizes_ && P > 0;
+  if (indexed) {
+    ShapeIndex& ix = index_[shape];
+    DrainTouched();
+    if (!ix.built) {
+      ix.built = true;
+      built_.push_back(shape);
+      for (int32_t cls : m_.live_classes) UpdateIndex(shape, cls);
     }
-    for (size_t c = 0; c < C; ++c)
-      if (best < 0 || total[c] > total[best] || (total[c] == total[best] && cand[c] < cand[best]))
-        best = static_cast<int32_t>(c);
-    best = cand[best];
+    if (ix.best.empty()) {
+      if (why) FillFailure(pj, task, gang_nodes, why);
+      return -1;
+    }
+    best = std::get<1>(*ix.best.begin());
+  } else {
+    auto& pass = pass_cache_[shape];
+    auto& cache = score_cache_[shape];
+    if (pass.size() < m_.classes.size()) pass.resize(m_.classes.size() + 64, 0);
+    if (!node_specific && cache.size() < m_.classes.size() * P)
+      cache.resize((m_.classes.size() + 64) * P, kUnknown);
+
+    // Candidates: (node index) of feasible classes' representatives, or every member when
+    // scores are node-specific.
+    std::vector<int32_t> cand;
+    std::vector<int32_t> cand_cls;
+    for (int32_t cls : m_.live_classes) {
+      int8_t& p = pass[cls];
+      if (p == 0) p = Passes(t, m_.nodes[*m_.classes[cls].members.begin()]) ? 1 : 2;
+      if (p != 1) continue;
+      if (node_specific) {
+        for (int32_t i : m_.classes[cls].members)
+          if (fenced_.empty() || !fenced_[i]) {
+            cand.push_back(i);
+            cand_cls.push_back(cls);
+          }
+      } else {
+        int32_t rep = RepOf(cls);
+        if (rep < 0) continue;
+        cand.push_back(rep);
+        cand_cls.push_back(cls);
+      }
+    }
+    if (cand.empty()) {
+      if (why) FillFailure(pj, task, gang_nodes, why);
+      return -1;
+    }
+    if (P == 0) {
+      best = *std::min_element(cand.begin(), cand.end());
+    } else {
+      const size_t C = cand.size();
+      std::vector<int64_t> total(C, 0);
+      std::vector<int64_t> raw(C);
+      for (size_t p = 0; p < P; ++p) {
+        const ScorePlugin& sp = *e_.scores[p].plugin;
+        for (size_t c = 0; c < C; ++c) {
+          if (node_specific) {
+            raw[c] = sp.Score(t, m_.nodes[cand[c]]);
+          } else {
+            int64_t& slot = cache[cand_cls[c] * P + p];
+            if (slot == kUnknown) slot = sp.Score(t, m_.nodes[cand[c]]);
+            raw[c] = slot;
+          }
+        }
+        sp.Normalize(t, raw);
+        for (size_t c = 0; c < C; ++c) total[c] += e_.scores[p].weight * raw[c];
+      }
+      for (size_t c = 0; c < C; ++c)
+        if (best < 0 || total[c] > total[best] || (total[c] == total[best] && cand[c] < cand[best]))
+          best = static_cast<int32_t>(c);
+      best = cand[best];
+    }
   }
   NodeState& node = m_.nodes[best];
   TaskAllocation a;
@@ -369,36 +470,80 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
 void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
                            Failure* why) {
   const Job& job = pj.rec->job;
+  int32_t group = 0;
+  for (int32_t t = task; t >= job.groups[group].replicas; t -= job.groups[group].replicas) ++group;
+  why->deferred = true;
+  why->code = "Unschedulable";
+  why->task = task;
+  why->shape = pj.group_shape[group];
+  why->fenced = !fenced_.empty();
+  auto it = infeasible_.find(why->shape);
+  if (it == infeasible_.end()) it = infeasible_.emplace(why->shape, Infeasible(pj, task)).first;
+  why->infeasible = it->second;
+}
+
+Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
+  const Job& job = pj.rec->job;
   const TaskRequest& req = job.GroupOfTask(task).request;
-  TaskContext t{&job, task, &req, &ctx_, &gang_nodes, &m_.nodes, -1};
-  why->rejected.clear();
+  std::vector<int32_t> none;
+  TaskContext t{&job, task, &req, &ctx_, &none, &m_.nodes, -1};
+  Failure f;
   std::map<std::string, int32_t> by_resource;
   bool any_resource = false;
   for (int32_t cls : m_.live_classes) {
     const auto& members = m_.classes[cls].members;
     FilterVerdict v = Verdict(t, m_.nodes[*members.begin()]);
     if (v.ok()) {
-      // Passes, so every member was fenced off by the reservation.
-      why->rejected["node(s) were reserved for job " + fence_owner_] +=
-          static_cast<int32_t>(members.size());
+      int32_t fenced = 0;
+      for (int32_t i : members) fenced += !fenced_.empty() && fenced_[i];
+      if (fenced > 0) f.rejected["node(s) were reserved for job " + fence_owner_] += fenced;
       continue;
     }
-    why->rejected[v.reason] += static_cast<int32_t>(members.size());
+    f.rejected[v.reason] += static_cast<int32_t>(members.size());
     if (!v.resource.empty()) {
       by_resource[v.resource] += static_cast<int32_t>(members.size());
       any_resource = true;
     }
   }
-  why->message = KubeMessage(static_cast<int32_t>(m_.nodes.size()), why->rejected);
-  why->code = any_resource ? "Insufficient" : "NoMatchingNode";
-  why->resource.clear();
+  f.message = KubeMessage(static_cast<int32_t>(m_.nodes.size()), f.rejected);
+  f.code = any_resource ? "Insufficient" : "NoMatchingNode";
   int32_t most = 0;
   for (const auto& [res, n] : by_resource)
     if (n > most) {
       most = n;
-      why->resource = res;
+      f.resource = res;
     }
-  why->infeasible = Infeasible(pj, task);
+  return f;
+}
+
+void CycleRun::Finalize() {
+  std::map<std::pair<int32_t, bool>, Failure> cache;
+  std::vector<bool> saved;
+  for (auto& pj : jobs_) {
+    Failure& f = pj.failure;
+    if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
+      auto key = std::make_pair(f.shape, f.fenced);
+      auto it = cache.find(key);
+      if (it == cache.end()) {
+        if (!f.fenced) saved.swap(fenced_);
+        it = cache.emplace(key, CountRejections(pj, f.task)).first;
+        if (!f.fenced) saved.swap(fenced_);
+      }
+      const Failure& c = it->second;
+      const Job& job = pj.rec->job;
+      std::string msg = c.message;
+      if (job.TaskCount() > 1) msg = "task " + std::to_string(f.task) + ": " + msg;
+      std::string code = c.code;
+      if (f.gang && !f.infeasible) {
+        code = "GangUnsatisfied";
+        msg = "gang minimum " + std::to_string(job.GangMinimum()) + " of " + std::to_string(job.TaskCount()) +
+              " tasks: only " + std::to_string(f.gang_fit) + " fit together; " + msg;
+      }
+      if (f.infeasible) msg = "can never fit on this cluster as it is: " + msg;
+      pj.decision.reason = {code, msg, c.resource, c.rejected};
+    }
+    if (!pj.suffix.empty()) pj.decision.reason.message += pj.suffix;
+  }
 }
 
 bool CycleRun::Infeasible(PendingJob& pj, int32_t task) {
@@ -448,12 +593,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     }
     int32_t node = PlaceTask(pj, t, gang_nodes, failed || why == nullptr ? nullptr : &first);
     if (node < 0) {
-      if (!failed) {
-        failed = true;
-        if (why != nullptr && n > 1 &&
-            first.message.find("nodes are available") != std::string::npos)
-          first.message = "task " + std::to_string(t) + ": " + first.message;
-      }
+      failed = true;
       if (placed < required) break;
       continue;
     }
@@ -464,11 +604,9 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     m_.Rollback(mark);
     if (why != nullptr) {
       *why = first;
-      if (required > 1 && placed > 0 && !first.infeasible && first.code != "QueueOverLimit") {
-        why->code = "GangUnsatisfied";
-        why->message = "gang minimum " + std::to_string(job.GangMinimum()) + " of " +
-                       std::to_string(n) + " tasks: only " + std::to_string(placed + j.running) +
-                       " fit together; " + first.message;
+      if (required > 1 && placed > 0 && first.code != "QueueOverLimit") {
+        why->gang = true;
+        why->gang_fit = placed + j.running;
       }
     }
     return false;
@@ -499,7 +637,6 @@ void CycleRun::Attempt(PendingJob& pj) {
   } else if (why.infeasible) {
     pj.state = JState::kInfeasible;
     pj.decision.outcome = Outcome::kInfeasible;
-    why.message = "can never fit on this cluster as it is: " + why.message;
   } else if (why.code == "Error") {
     pj.state = JState::kError;
     pj.decision.outcome = Outcome::kError;
@@ -508,6 +645,7 @@ void CycleRun::Attempt(PendingJob& pj) {
     pj.decision.outcome = Outcome::kUnschedulable;
   }
   pj.decision.reason = {why.code, why.message, why.resource, why.rejected};
+  pj.failure = std::move(why);
 }
 
 // ---- enqueue: admission against queue limits ----
@@ -776,7 +914,7 @@ void CycleRun::Backfill() {
       for (int32_t i : reserved) r.nodes.push_back(m_.nodes[i].name());
       r.earliest_start = earliest;
       plan_.reservations.push_back(r);
-      head->decision.reason.message +=
+      head->suffix =
           " Reserved " + std::to_string(reserved.size()) + " node(s) for this job" +
           (earliest >= 0 ? "; earliest start at t=" + std::to_string(earliest) + "."
                          : "; start time unknown.");
@@ -830,7 +968,10 @@ Plan CycleRun::Run() {
                    [this](const PendingJob* a, const PendingJob* b) { return JobLess(a, b); });
   strict_ = std::find(e_.actions.begin(), e_.actions.end(), Action::kBackfill) != e_.actions.end();
 
+  for (const auto& sc : e_.scores) normalizes_ |= sc.plugin->Normalizes();
   m_.logging = true;
+  m_.tracking = true;
+  m_.touched.clear();
   for (Action a : e_.actions) {
     switch (a) {
       case Action::kEnqueue:
@@ -850,9 +991,12 @@ Plan CycleRun::Run() {
         break;
     }
   }
+  Finalize();
   m_.Rollback(0);
   m_.undo.clear();
   m_.logging = false;
+  m_.tracking = false;
+  m_.touched.clear();
 
   for (auto& pj : jobs_) {
     if (!pj.tried && pj.state == JState::kAdmitted) {

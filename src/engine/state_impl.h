@@ -83,6 +83,9 @@ struct ClusterState::Impl {
   ResourceVector capacity;  // of schedulable nodes
   std::vector<UndoOp> undo;
   bool logging = false;  // record undo ops (during a cycle)
+  // Classes whose membership changed, for the cycle's per-shape indexes (drained by it).
+  std::vector<int32_t> touched;
+  bool tracking = false;
 
   // ---- mutation primitives (keep every index consistent) ----
   Status BindTask(JobRec& j, int32_t task, const TaskAllocation& a, int64_t now);
