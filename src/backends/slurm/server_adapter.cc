@@ -1,0 +1,197 @@
+#include "backends/slurm/server_adapter.h"
+
+namespace tessera::slurm {
+
+SlurmServerBackend::SlurmServerBackend(std::shared_ptr<PoolBackend> pool, Lookup lookup, Sink sink,
+                                       ServerAdapterOptions options)
+    : pool_(std::move(pool)),
+      lookup_(std::move(lookup)),
+      sink_(std::move(sink)),
+      options_(options) {
+  if (options_.poll.count() > 0) worker_ = std::thread([this] { Loop(); });
+}
+
+SlurmServerBackend::~SlurmServerBackend() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void SlurmServerBackend::Launch(const server::Dispatch& d) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string key = d.job + "#" + std::to_string(d.attempt);
+    Gang& g = gangs_[key];
+    g.job = d.job;
+    g.attempt = d.attempt;
+    g.tasks[d.task] = d;
+    g.last_launch = std::chrono::steady_clock::now();
+    gang_of_[d.allocation] = key;
+  }
+  cv_.notify_all();
+}
+
+void SlurmServerBackend::Stop(const std::string& allocation, int64_t) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = gang_of_.find(allocation);
+    if (it == gang_of_.end()) return;
+    gangs_[it->second].stop_requested = true;
+  }
+  cv_.notify_all();
+}
+
+void SlurmServerBackend::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    Step(std::chrono::steady_clock::now());
+    lock.lock();
+    // Wake early for new launches/stops; otherwise poll at the configured rate.
+    cv_.wait_for(lock, std::min(options_.poll, options_.gather));
+  }
+}
+
+void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
+  // Decide under the lock, call Slurm without it (Launch/Stop must never wait on Slurm).
+  struct Work {
+    std::string key;
+    DispatchRequest request;
+    std::string cancel;                       // slurm allocation to cancel
+    std::vector<server::Dispatch> never_run;  // stopped before it was dispatched
+  };
+  std::vector<Work> work;
+  bool any_dispatched = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, g] : gangs_) {
+      if (now < g.not_before) continue;
+      if (!g.slurm_allocation.empty()) {
+        any_dispatched = true;
+        if (g.stop_requested && !g.cancelled) work.push_back({key, {}, g.slurm_allocation, {}});
+        continue;
+      }
+      if (g.stop_requested) {  // never reached Slurm: nothing to cancel
+        Work w{key, {}, "", {}};
+        for (const auto& [t, d] : g.tasks) w.never_run.push_back(d);
+        work.push_back(std::move(w));
+        continue;
+      }
+      work.push_back({key, {}, "", {}});  // a candidate for dispatch; checked below
+    }
+  }
+
+  for (Work& w : work) {
+    if (!w.never_run.empty()) {
+      for (const server::Dispatch& d : w.never_run) {
+        sink_({d.allocation, d.job, d.task, AllocationPhase::kKilled, 0,
+               "stopped before it reached Slurm", ""});
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const server::Dispatch& d : w.never_run) gang_of_.erase(d.allocation);
+      gangs_.erase(w.key);
+      continue;
+    }
+    if (!w.cancel.empty()) {
+      Status s = pool_->Cancel(w.cancel);
+      std::lock_guard<std::mutex> lock(mu_);
+      Gang& g = gangs_[w.key];
+      if (s.ok()) {
+        g.cancelled = true;
+      } else {
+        g.not_before = now + options_.retry;
+      }
+      continue;
+    }
+    // Dispatch once the gang is complete, or `gather` after its last task arrived.
+    std::vector<server::Dispatch> tasks;
+    std::chrono::steady_clock::time_point last;
+    std::string job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Gang& g = gangs_[w.key];
+      for (const auto& [t, d] : g.tasks) tasks.push_back(d);
+      last = g.last_launch;
+      job = g.job;
+    }
+    std::optional<JobInfo> info = lookup_(job);
+    if (!info) {
+      for (const server::Dispatch& d : tasks) {
+        sink_({d.allocation, d.job, d.task, AllocationPhase::kFailed, 0,
+               "job " + job + " unknown to the server", ""});
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const server::Dispatch& d : tasks) gang_of_.erase(d.allocation);
+      gangs_.erase(w.key);
+      continue;
+    }
+    bool complete = static_cast<int32_t>(tasks.size()) >= info->tasks;
+    if (!complete && now - last < options_.gather) continue;
+    DispatchRequest r;
+    r.job = job;
+    r.allocation = tasks.front().allocation;  // never reused: a fine tag for the gang
+    for (const server::Dispatch& d : tasks) r.bindings.push_back({d.job, d.task, d.placement});
+    r.script = info->script;
+    r.command = info->command;
+    r.working_dir = info->working_dir;
+    r.env = info->env;
+    r.time_limit_seconds = info->time_limit_seconds;
+    auto id = pool_->Dispatch(r);
+    if (!id.ok() && id.status().retryable()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      gangs_[w.key].not_before = now + options_.retry;
+      continue;
+    }
+    if (!id.ok()) {  // Slurm refused it: every task fails with Slurm's words
+      for (const server::Dispatch& d : tasks) {
+        sink_(
+            {d.allocation, d.job, d.task, AllocationPhase::kFailed, 0, id.status().message(), ""});
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const server::Dispatch& d : tasks) gang_of_.erase(d.allocation);
+      gangs_.erase(w.key);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    gangs_[w.key].slurm_allocation = r.allocation;
+    any_dispatched = true;
+  }
+  if (!any_dispatched) return;
+
+  auto statuses = pool_->Poll();
+  if (!statuses.ok()) return;  // controller away: try again next round
+  std::map<std::string, const AllocationStatus*> by_alloc;
+  for (const AllocationStatus& s : *statuses) by_alloc[s.allocation] = &s;
+  std::vector<TaskReport> reports;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = gangs_.begin(); it != gangs_.end();) {
+      Gang& g = it->second;
+      auto s = by_alloc.find(g.slurm_allocation);
+      if (g.slurm_allocation.empty() || s == by_alloc.end()) {
+        ++it;
+        continue;
+      }
+      const AllocationStatus& st = *s->second;
+      for (const auto& [t, d] : g.tasks) {
+        auto prev = g.reported.find(d.allocation);
+        if (prev != g.reported.end() && prev->second == st.phase) continue;  // nothing new
+        g.reported[d.allocation] = st.phase;
+        reports.push_back(
+            {d.allocation, d.job, d.task, st.phase, st.exit_code, st.message, st.external_id});
+      }
+      if (IsTerminal(st.phase)) {
+        for (const auto& [t, d] : g.tasks) gang_of_.erase(d.allocation);
+        it = gangs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const TaskReport& r : reports) sink_(r);
+}
+
+}  // namespace tessera::slurm

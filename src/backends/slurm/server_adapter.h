@@ -1,0 +1,104 @@
+// SlurmServerBackend: the server's Backend (src/server/backend.h) over a SlurmPool.
+//
+// The server launches tasks one by one (one allocation id per task, with its lock held);
+// Slurm must get a job's whole gang as ONE sbatch. So Launch() only records the task and
+// returns; a worker thread gathers a job attempt's tasks (until JobInfo::tasks have
+// arrived, or `gather` has passed since the last one), dispatches them as one Slurm job
+// tagged with the first task's allocation id, polls Slurm, and reports every task's state
+// through the sink. Stop() cancels the whole Slurm job (a gang lives and dies together).
+// Nothing here blocks the caller of Launch/Stop. Thread-safe.
+//
+// What the server must provide (it has no such calls yet): `lookup` (a job's task count
+// and what to run: the original sbatch script, or a command) and `sink` (a task's state,
+// e.g. ControlPlane::ReportTask). Slurm nodes reach the server through SlurmPool::Discover.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "server/backend.h"
+
+namespace tessera::slurm {
+
+class SlurmPool;
+
+// What the adapter needs to know about a job to run it on Slurm.
+struct JobInfo {
+  int32_t tasks = 0;                 // the gang: how many Launch calls to wait for
+  std::string script;                // the original #SBATCH script, if the job came as one
+  std::vector<std::string> command;  // otherwise: run once per task
+  std::string working_dir;
+  std::map<std::string, std::string> env;
+  std::optional<int64_t> time_limit_seconds;
+};
+
+struct TaskReport {
+  std::string allocation;  // the server's per-task allocation id
+  std::string job;
+  int32_t task = 0;
+  AllocationPhase phase = AllocationPhase::kPending;
+  int32_t exit_code = 0;
+  std::string message;
+  std::string external_id;  // "slurm:42"
+};
+
+struct ServerAdapterOptions {
+  std::chrono::milliseconds gather{200};  // wait this long for the rest of a gang
+  std::chrono::milliseconds poll{1000};   // squeue this often while jobs are live
+  std::chrono::milliseconds retry{2000};  // after a retryable dispatch/cancel failure
+};
+
+class SlurmServerBackend : public server::Backend {
+ public:
+  using Lookup = std::function<std::optional<JobInfo>(const std::string& job)>;
+  using Sink = std::function<void(const TaskReport&)>;
+
+  SlurmServerBackend(std::shared_ptr<PoolBackend> pool, Lookup lookup, Sink sink,
+                     ServerAdapterOptions options = {});
+  ~SlurmServerBackend() override;  // stops the worker; Slurm jobs keep running
+
+  std::string Kind() const override { return "slurm"; }
+  void Launch(const server::Dispatch& d) override;
+  void Stop(const std::string& allocation, int64_t grace_period_seconds) override;
+
+  // Runs one round of the worker's work now (tests drive the adapter with it instead of
+  // the thread, which they do not start: options.poll == 0).
+  void Step(std::chrono::steady_clock::time_point now);
+
+ private:
+  struct Gang {
+    std::string job;
+    int32_t attempt = 1;
+    std::map<int32_t, server::Dispatch> tasks;  // by task index
+    std::chrono::steady_clock::time_point last_launch;
+    std::chrono::steady_clock::time_point not_before;  // retry back-off
+    std::string slurm_allocation;  // set once dispatched: the tag's allocation id
+    bool stop_requested = false;
+    bool cancelled = false;
+    std::map<std::string, AllocationPhase> reported;  // per task allocation
+  };
+  void Loop();
+
+  std::shared_ptr<PoolBackend> pool_;
+  Lookup lookup_;
+  Sink sink_;
+  ServerAdapterOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Gang> gangs_;           // by "<job>#<attempt>"
+  std::map<std::string, std::string> gang_of_;  // task allocation -> gang key
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace tessera::slurm

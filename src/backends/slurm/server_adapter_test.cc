@@ -1,0 +1,154 @@
+#include "backends/slurm/server_adapter.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/slurm/slurm_pool.h"
+#include "backends/slurm/test_support.h"
+
+namespace tessera::slurm {
+namespace {
+
+using testing::FakeCommandRunner;
+using Clock = std::chrono::steady_clock;
+
+CommandResult Sinfo() {
+  nlohmann::json doc = {{"errors", nlohmann::json::array()}, {"nodes", nlohmann::json::array()}};
+  for (int i = 1; i <= 2; ++i) {
+    doc["nodes"].push_back({{"name", "node" + std::to_string(i)},
+                            {"state", "idle"},
+                            {"partitions", {"debug"}},
+                            {"cpus", 32},
+                            {"real_memory", 1000},
+                            {"alloc_cpus", 0},
+                            {"alloc_memory", 0},
+                            {"gres", "gpu:a100:8"},
+                            {"gres_used", ""}});
+  }
+  return {0, doc.dump(), ""};
+}
+
+CommandResult Squeue(const std::string& comment, const std::string& state, int64_t exit = 0) {
+  nlohmann::json j = {
+      {"job_id", 42},      {"het_job_id", 0},      {"het_job_offset", 0}, {"array_job_id", 0},
+      {"name", "x"},       {"comment", comment},   {"job_state", state},  {"state_reason", "None"},
+      {"exit_code", exit}, {"nodes", "node[1-2]"}, {"submit_time", 1},    {"start_time", 2},
+      {"end_time", 3},     {"tasks", 2},           {"node_count", 2}};
+  nlohmann::json doc = {{"errors", nlohmann::json::array()}, {"jobs", {j}}};
+  return {0, doc.dump(), ""};
+}
+
+server::Dispatch Task(int32_t task, const std::string& node) {
+  server::Dispatch d;
+  d.allocation = "a-00" + std::to_string(task + 1);
+  d.job = "train";
+  d.task = task;
+  d.placement.node = node;
+  d.placement.cpu_milli = 1000;
+  d.placement.devices = {{0, 1000, 0, -1}};
+  return d;
+}
+
+class AdapterTest : public ::testing::Test {
+ protected:
+  AdapterTest()
+      : runner(std::make_shared<FakeCommandRunner>()),
+        adapter(
+            std::make_shared<SlurmPool>(runner, SlurmPoolOptions{}),
+            [this](const std::string& job) -> std::optional<JobInfo> {
+              if (job != "train") return std::nullopt;
+              JobInfo info;
+              info.tasks = tasks;
+              info.command = {"python3", "train.py"};
+              return info;
+            },
+            [this](const TaskReport& r) { reports.push_back(r); },
+            ServerAdapterOptions{std::chrono::milliseconds(200), std::chrono::milliseconds(0),
+                                 std::chrono::milliseconds(1000)}) {
+    runner->Reply("sinfo", Sinfo());
+  }
+  int32_t tasks = 2;
+  std::shared_ptr<FakeCommandRunner> runner;
+  std::vector<TaskReport> reports;
+  SlurmServerBackend adapter;
+};
+
+TEST_F(AdapterTest, AGangIsOneSbatchAndEveryTaskHearsItsState) {
+  runner->Reply("sbatch", {0, "42", ""});
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "RUNNING"));
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "COMPLETED"));
+  adapter.Launch(Task(0, "node1"));
+  adapter.Launch(Task(1, "node2"));
+  auto now = Clock::now();
+  adapter.Step(now);
+  ASSERT_EQ(runner->Count("sbatch"), 1);
+  const auto& argv = runner->calls[1].argv;  // [0] is sinfo
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--nodelist=node1,node2"), argv.end());
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "tessera:train:a-001"), argv.end());
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].allocation, "a-001");
+  EXPECT_EQ(reports[1].allocation, "a-002");
+  EXPECT_EQ(reports[1].phase, AllocationPhase::kRunning);
+  EXPECT_EQ(reports[1].external_id, "slurm:42");
+  adapter.Step(now);
+  ASSERT_EQ(reports.size(), 4u);
+  EXPECT_EQ(reports[3].phase, AllocationPhase::kSucceeded);
+  adapter.Step(now);  // finished gangs are forgotten: nothing more
+  EXPECT_EQ(reports.size(), 4u);
+  EXPECT_EQ(runner->Count("sbatch"), 1);
+}
+
+TEST_F(AdapterTest, AnIncompleteGangWaitsForGather) {
+  tasks = 3;
+  runner->Reply("sbatch", {0, "42", ""});
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "PENDING"));
+  adapter.Launch(Task(0, "node1"));
+  adapter.Launch(Task(1, "node2"));
+  auto now = Clock::now();
+  adapter.Step(now);
+  EXPECT_EQ(runner->Count("sbatch"), 0);
+  adapter.Step(now + std::chrono::milliseconds(500));
+  EXPECT_EQ(runner->Count("sbatch"), 1);
+}
+
+TEST_F(AdapterTest, StopBeforeAndAfterDispatch) {
+  adapter.Launch(Task(0, "node1"));
+  adapter.Launch(Task(1, "node2"));
+  adapter.Stop("a-002", 30);
+  adapter.Step(Clock::now());
+  EXPECT_EQ(runner->Count("sbatch"), 0);  // never reached Slurm
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].phase, AllocationPhase::kKilled);
+
+  reports.clear();
+  runner->Reply("sbatch", {0, "42", ""});
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "RUNNING"));
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "CANCELLED", 15));
+  runner->Reply("scancel", {0, "", ""});
+  server::Dispatch t0 = Task(0, "node1"), t1 = Task(1, "node2");
+  t0.attempt = t1.attempt = 2;
+  adapter.Launch(t0);
+  adapter.Launch(t1);
+  adapter.Step(Clock::now());
+  adapter.Stop("a-001", 30);
+  adapter.Step(Clock::now());
+  EXPECT_EQ(runner->calls.back().argv.at(0), "squeue");
+  EXPECT_EQ(runner->Count("scancel"), 1);
+  EXPECT_EQ(reports.back().phase, AllocationPhase::kKilled);
+}
+
+TEST_F(AdapterTest, RefusedSubmissionFailsEveryTask) {
+  runner->Reply("sbatch", {1, "",
+                           "sbatch: error: Batch job submission failed: Requested node "
+                           "configuration is not available\n"});
+  adapter.Launch(Task(0, "node1"));
+  adapter.Launch(Task(1, "node2"));
+  adapter.Step(Clock::now());
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].phase, AllocationPhase::kFailed);
+  EXPECT_NE(reports[0].message.find("Requested node configuration"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::slurm
