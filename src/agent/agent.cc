@@ -211,7 +211,7 @@ void Agent::Stop(bool stop_tasks) {
 
 Status Agent::StartLogsServer() {
   logs_server_ = std::make_unique<httplib::Server>();
-  const std::string token = opt_.token;
+  const std::string token = opt_.logs_token;
   Executor* ex = executor_.get();
   auto authorised = [token](const httplib::Request& req, httplib::Response& res) {
     if (token.empty() || req.get_header_value("Authorization") == "Bearer " + token) return true;
@@ -259,6 +259,7 @@ Status Agent::StartLogsServer() {
       if (t.allocation == alloc) state = TaskStateName(t.state);
     }
     res.set_header("X-Tessera-Log-Size", std::to_string(size));
+    res.set_header("X-Next-Offset", std::to_string(offset + static_cast<int64_t>(body.size())));
     res.set_header("X-Tessera-Next-Offset",
                    std::to_string(offset + static_cast<int64_t>(body.size())));
     res.set_header("X-Tessera-Task-State", state);
@@ -284,6 +285,7 @@ Json Agent::RegisterBody() const {
   body["node"] = NodeToJson(opt_.node);
   body["agentVersion"] = kAgentVersion;
   body["bootId"] = opt_.boot_id;
+  body["logsUrl"] = logs_url();
   return body;
 }
 

@@ -48,6 +48,9 @@ struct AgentOptions {
   std::string logs_host = "127.0.0.1";
   int logs_port = 0;                    // 0: any free port
   std::string logs_advertise;           // URL given to the server; "" = http://<logs_host>:<port>
+  // Bearer token the logs endpoint requires; "" = none (the server's proxy sends none today,
+  // so keep the endpoint on loopback or a private network).
+  std::string logs_token;
   int64_t lease_seconds = -1;           // -1: 3 heartbeat intervals; 0: never self-fence
   std::string cgroup_parent;            // see ExecutorOptions
   std::function<int64_t()> wall_clock;  // seconds since the epoch; default: system clock

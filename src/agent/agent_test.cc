@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -46,6 +47,17 @@ bool Running(pid_t pid) {
   std::string s = Slurp("/proc/" + std::to_string(pid) + "/stat");
   auto rp = s.rfind(')');
   return rp != std::string::npos && s.size() > rp + 2 && s[rp + 2] != 'Z' && s[rp + 2] != 'X';
+}
+
+// A failed assertion can leave an agent's tasks running (agents leave them for the next
+// agent): kill every process group recorded under `dir`.
+void KillLeftoverTasks(const fs::path& dir) {
+  if (!fs::exists(dir)) return;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename() != "task.json") continue;
+    Json j = Json::parse(Slurp(e.path().string()), nullptr, false);
+    if (j.is_object() && j.value("pgid", 0) > 0) ::kill(-j.value("pgid", 0), SIGKILL);
+  }
 }
 
 // A server that keeps, per node, an epoch and the desired allocations, and records what
@@ -94,8 +106,16 @@ class FakeServer {
                  res.set_content(Json({{"allocations", allocs}, {"heartbeatSeconds", 1}}).dump(),
                                  "application/json");
                });
-    port_ = port == 0 ? svr_->bind_to_any_port("127.0.0.1")
-                      : (svr_->bind_to_port("127.0.0.1", port) ? port : -1);
+    port_ = -1;
+    for (int attempt = 0; attempt < 100 && port_ < 0; ++attempt) {  // a just-closed port may linger
+      if (port == 0) {
+        port_ = svr_->bind_to_any_port("127.0.0.1");
+      } else if (svr_->bind_to_port("127.0.0.1", port)) {
+        port_ = port;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
     thread_ = std::thread([this] { svr_->listen_after_bind(); });
   }
   void Shutdown() {
@@ -181,7 +201,10 @@ class AgentTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    KillLeftoverTasks(dir_);
+    fs::remove_all(dir_);
+  }
   AgentOptions Options(const std::string& url, const std::string& boot = "boot-1") {
     auto nodes = LoadInventory("seed-minimal");
     AgentOptions o;
@@ -212,6 +235,7 @@ TEST_F(AgentTest, RegistersVirtualInventoryAndHeartbeatsVirtualSamples) {
   Json reg = server.FirstRegister();
   EXPECT_EQ(reg["agentVersion"], kAgentVersion);
   EXPECT_EQ(reg["bootId"], "boot-1");
+  EXPECT_EQ(reg["logsUrl"], agent->logs_url());
   EXPECT_EQ(reg["node"]["name"], "gpu-node-1");
   ASSERT_EQ(reg["node"]["devices"].size(), 8u);
   for (const auto& d : reg["node"]["devices"]) EXPECT_EQ(d["virtual"], true);
@@ -237,7 +261,9 @@ TEST_F(AgentTest, RunsDesiredTasksReportsExitServesLogsAndSamplesUtilisation) {
   FakeServer server;
   server.Want("gpu-node-1", Alloc("a-1", "echo hello from $RANK; exit 7"));
   server.Want("gpu-node-1", Alloc("a-2", "sleep 60"));
-  auto agent = StartAgent(Options(server.url()));
+  AgentOptions o = Options(server.url());
+  o.logs_token = "t0ken";
+  auto agent = StartAgent(o);
   ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-1") == "failed"; }));
   Json st = server.LastStateOf("a-1");
   EXPECT_EQ(st["exitCode"], 7);
@@ -308,14 +334,23 @@ TEST_F(AgentTest, ServerRestartAndStaleEpochMeanRegisterAgainTasksKeepRunning) {
 class ConnectionKiller {
  public:
   explicit ConnectionKiller(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd_, 16) == 0;
+    // The port was just closed; the sandbox may need a moment to release it.
+    for (int attempt = 0; attempt < 100 && !ok_; ++attempt) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+      int one = 1;
+      ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      ::setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);  // as httplib does
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ok_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd_, 16) == 0;
+      if (!ok_) {
+        bind_errno_ = errno;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
     thread_ = std::thread([this] {
       while (true) {
         int c = ::accept(fd_, nullptr, nullptr);
@@ -333,11 +368,13 @@ class ConnectionKiller {
     thread_.join();
   }
   bool ok() const { return ok_; }
+  int bind_errno() const { return bind_errno_; }
   int killed() const { return killed_.load(); }
 
  private:
   int fd_ = -1;
   bool ok_ = false;
+  int bind_errno_ = 0;
   std::atomic<int> killed_{0};
   std::thread thread_;
 };
@@ -355,7 +392,7 @@ TEST_F(AgentTest, KilledConnectionsAreRetriedAndTheAgentReconnects) {
   server.Shutdown();
   {
     ConnectionKiller killer(port);
-    ASSERT_TRUE(killer.ok());
+    ASSERT_TRUE(killer.ok()) << std::strerror(killer.bind_errno());
     ASSERT_TRUE(WaitFor([&] { return killer.killed() >= 3; }));
     EXPECT_FALSE(agent->last_error().empty());
   }

@@ -64,7 +64,19 @@ class ExecutorTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    // Executors leave tasks running when destroyed; a failed assertion must not leak them.
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+      if (e.path().filename() != "task.json") continue;
+      std::string t = Slurp(e.path().string());
+      auto k = t.find("\"pgid\":");
+      if (k != std::string::npos) {
+        pid_t g = std::atoi(t.c_str() + k + 7);
+        if (g > 0) ::kill(-g, SIGKILL);
+      }
+    }
+    fs::remove_all(dir_);
+  }
   ExecutorOptions Options() {
     ExecutorOptions o;
     o.work_dir = dir_.string();

@@ -8,9 +8,14 @@
 
 #include "agent/agent.h"
 #include "agent/inventory.h"
+#include "agent/local_agents.h"
 #include "agent/nvml.h"
 #include "cli/command.h"
 #include "model/codec.h"
+#if __has_include("server/hooks.h")
+#include "server/hooks.h"
+#define TESSERA_HAVE_SERVER_HOOKS 1
+#endif
 
 namespace tessera::cli {
 namespace {
@@ -27,6 +32,7 @@ struct AgentFlags {
   std::string nvml_library;
   std::string logs_listen = "127.0.0.1:0";
   std::string logs_advertise;
+  std::string logs_token;
   int64_t lease_seconds = -1;
   bool discover = false;
   std::string output = "json";
@@ -132,6 +138,7 @@ int RunAgent(const AgentFlags& f) {
   o.logs_host = colon == std::string::npos ? f.logs_listen : f.logs_listen.substr(0, colon);
   o.logs_port = colon == std::string::npos ? 0 : std::atoi(f.logs_listen.c_str() + colon + 1);
   o.logs_advertise = f.logs_advertise;
+  o.logs_token = f.logs_token;
   std::random_device rd;
   Rng rng((static_cast<uint64_t>(rd()) << 32) ^ rd());
   o.boot_id = agent::NewBootId(rng);
@@ -162,6 +169,30 @@ int RunAgent(const AgentFlags& f) {
 }  // namespace
 
 void AddAgentCommands(CLI::App& app) {
+#ifdef TESSERA_HAVE_SERVER_HOOKS
+  // `tessera server --local-agent`: in-process agents for the seed's inventory (2 nodes x 8
+  // virtual A100-80GB), work dirs under $TESSERA_LOCAL_AGENT_DIR (default data/agents).
+  server::LocalAgentHook() = [](const std::string& url,
+                                const std::string& token) -> server::StopFn {
+    agent::LocalAgentsOptions o;
+    o.server_url = url;
+    o.token = token;
+    if (const char* d = std::getenv("TESSERA_LOCAL_AGENT_DIR"); d && *d) o.work_dir = d;
+    if (const char* inv = std::getenv("TESSERA_LOCAL_AGENT_INVENTORY"); inv && *inv)
+      o.inventory = inv;
+    auto la = agent::LocalAgents::Start(o);
+    if (!la.ok()) {
+      std::fprintf(stderr, "tessera server: --local-agent: %s\n", la.status().ToString().c_str());
+      return [] {};
+    }
+    std::shared_ptr<agent::LocalAgents> agents(std::move(*la));
+    std::string names;
+    for (const auto& n : agents->nodes()) names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "tessera server: local agents for %s (virtual GPUs), work dir %s\n",
+                 names.c_str(), o.work_dir.c_str());
+    return [agents] { agents->Stop(true); };
+  };
+#endif
   auto f = std::make_shared<AgentFlags>();
   CLI::App* cmd = app.add_subcommand(
       "agent", "Run the node agent: register this node, heartbeat, run its tasks");
