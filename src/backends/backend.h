@@ -60,6 +60,9 @@ struct DispatchRequest {
   std::string stdout_path;  // "" = the pool's default
   std::string stderr_path;  // "" = with stdout
   std::string partition;    // Slurm: "" = the first partition all chosen nodes share
+  // Processes per task: an sbatch job is one Tessera task per node holding all of that
+  // node's Slurm tasks (spec::ParseSbatchScript), which Slurm must see as N tasks again.
+  int32_t processes_per_task = 1;
 };
 
 struct AllocationStatus {

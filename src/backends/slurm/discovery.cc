@@ -19,6 +19,11 @@ std::string Lower(std::string s) {
   return s;
 }
 
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
 int64_t GpuCount(const std::vector<GresEntry>& gres) {
   int64_t n = 0;
   for (const GresEntry& g : gres) {
@@ -97,7 +102,10 @@ std::vector<Node> NodesFromSlurm(const std::vector<SlurmNode>& nodes,
       d.index = static_cast<int32_t>(i);
       const std::string& type = types[i];
       auto model = options.gpu_models.find(type);
-      d.model = model != options.gpu_models.end() ? model->second : (type.empty() ? "gpu" : type);
+      // Unmapped: the type upper-cased, the convention of the sbatch parser (spec), which
+      // asks for "--gres=gpu:a100:N" as model A100 (or A100-40GB / A100-80GB).
+      d.model =
+          model != options.gpu_models.end() ? model->second : Upper(type.empty() ? "gpu" : type);
       auto mem = options.gpu_memory_bytes.find(type);
       d.memory_bytes = mem != options.gpu_memory_bytes.end() ? mem->second : 0;
       d.uuid = "SLURM-" + sn.name + "-gpu" + std::to_string(i);

@@ -6,9 +6,9 @@
 //     the engine only plans into capacity Slurm will really give;
 //   - one Device per GPU of the node's gpu GRES, in gres order ("gpu:a100:4,gpu:v100:2"
 //     gives devices 0-3 a100, 4-5 v100); model from DiscoveryOptions::gpu_models (the
-//     GRES type itself by default). GPUs held by non-Tessera jobs are marked unhealthy
-//     (highest indices first) so the engine does not count them; Slurm, not Tessera, picks
-//     which physical GPUs a job gets (CUDA_VISIBLE_DEVICES);
+//     GRES type upper-cased by default: "a100" -> "A100", as the sbatch parser expects). GPUs held
+//     by non-Tessera jobs are marked unhealthy (highest indices first) so the engine does not count
+//     them; Slurm, not Tessera, picks which physical GPUs a job gets (CUDA_VISIBLE_DEVICES);
 //   - labels: slurm.partition (comma-separated), slurm.partition.<name>=true,
 //     slurm.feature.<name>=true, slurm.state, slurm.reason (when set);
 //   - ready=false for down/unknown/not-responding nodes; unschedulable=true for those and

@@ -73,7 +73,7 @@ TEST(Discovery, NodeShapeLabelsAndGpus) {
   EXPECT_EQ(got.devices[0].model, "A100-80GB");  // mapped
   EXPECT_EQ(got.devices[0].memory_bytes, int64_t{80} << 30);
   EXPECT_EQ(got.devices[1].index, 1);
-  EXPECT_EQ(got.devices[2].model, "v100");  // unmapped: the GRES type itself
+  EXPECT_EQ(got.devices[2].model, "V100");  // unmapped: the GRES type upper-cased
   EXPECT_EQ(got.devices[2].uuid, "SLURM-node2-gpu2");
   EXPECT_TRUE(got.devices[2].healthy);
 }

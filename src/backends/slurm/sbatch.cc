@@ -149,6 +149,10 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
   TESSERA_RETURN_IF_ERROR(CheckId(req.job, "job"));
   TESSERA_RETURN_IF_ERROR(CheckId(req.allocation, "allocation"));
   if (req.bindings.empty()) return InvalidArgument("dispatch.bindings: empty");
+  if (req.processes_per_task < 1) {
+    return InvalidArgument("dispatch.processes_per_task: must be >= 1, got " +
+                           std::to_string(req.processes_per_task));
+  }
   if (req.script.empty() && req.command.empty()) {
     return InvalidArgument("dispatch: neither script nor command given");
   }
@@ -179,7 +183,7 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
     }
     std::vector<std::string> types = GpuTypes(inv->second);
     Totals& t = per_node[a.node];
-    t.tasks += 1;
+    t.tasks += req.processes_per_task;
     t.cpu_milli += a.cpu_milli;
     t.memory_bytes += a.memory_bytes;
     for (const DeviceAssignment& d : a.devices) {

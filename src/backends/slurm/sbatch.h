@@ -1,8 +1,9 @@
 // Sbatch: one Tessera allocation (a job's bindings on Slurm nodes) as one sbatch call that
 // makes Slurm run exactly what the engine decided.
 //
-// Per chosen node the bindings give a shape: tasks, CPUs (the sum of the tasks' milli-CPU,
-// rounded up to whole CPUs, spread evenly over the tasks: --cpus-per-task), memory
+// Per chosen node the bindings give a shape: tasks (bindings x processes_per_task), CPUs (the sum
+// of the tasks' milli-CPU, rounded up to whole CPUs, spread evenly over the tasks:
+// --cpus-per-task), memory
 // (--mem, MiB, rounded up) and GPUs by GRES type (--gres=gpu:TYPE:N). Nodes of equal shape
 // form one component: -p PART -N n -w LIST --ntasks-per-node=k --ntasks=n*k. One
 // component is a plain batch job; several become one heterogeneous job (components

@@ -91,6 +91,21 @@ TEST(BuildSbatch, UnevenPlacementIsAHeterogeneousJob) {
             std::string::npos);
 }
 
+TEST(BuildSbatch, ProcessesPerTaskForSbatchJobs) {
+  // An sbatch job "-N 2 --ntasks-per-node=4 -c 2" is 2 Tessera tasks of 8 CPUs each; Slurm
+  // must see 8 tasks of 2 CPUs again.
+  DispatchRequest r =
+      Request({Bind(0, "node1", 8000, 1000, {0}), Bind(1, "node2", 8000, 1000, {0})});
+  r.processes_per_task = 4;
+  auto cmd = BuildSbatch(r, Inventory());
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_EQ(cmd->argv, Cat(Common(), {"--partition=debug", "--nodes=2", "--nodelist=node1,node2",
+                                      "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=2",
+                                      "--mem=1000", "--gres=gpu:a100:1"}));
+  r.processes_per_task = 0;
+  EXPECT_EQ(BuildSbatch(r, Inventory()).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(BuildSbatch, SingleCpuTaskWithOptions) {
   DispatchRequest r = Request({Bind(0, "node3", 250, 0, {})});
   r.command = {"/bin/true"};

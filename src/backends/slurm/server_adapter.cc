@@ -1,6 +1,36 @@
 #include "backends/slurm/server_adapter.h"
 
+#include <cstdlib>
+
 namespace tessera::slurm {
+
+JobInfo JobInfoFromSpec(const spec::JobSpec& spec) {
+  JobInfo info;
+  info.tasks = spec.job.TaskCount();
+  if (spec.templates.empty()) return info;
+  const spec::TaskTemplate& t = spec.templates.front();
+  info.working_dir = t.working_dir;
+  info.env = t.env;
+  if (spec.source == "sbatch" && t.command.size() == 3 && t.command[0] == "/bin/bash" &&
+      t.command[1] == "-c") {
+    info.script = t.command[2];
+    info.time_limit_seconds = spec.job.runtime_estimate_seconds;
+    auto get = [&](const char* k) -> int64_t {
+      auto it = t.env.find(k);
+      return it == t.env.end() ? 0 : std::atoll(it->second.c_str());
+    };
+    int64_t ntasks = get("SLURM_NTASKS"), nnodes = get("SLURM_NNODES");
+    if (ntasks > 0 && nnodes > 0 && ntasks % nnodes == 0) {
+      info.processes_per_task = static_cast<int32_t>(ntasks / nnodes);
+    }
+    // Slurm sets these itself, from what it was told.
+    info.env.erase("SLURM_NTASKS");
+    info.env.erase("SLURM_NNODES");
+  } else {
+    info.command = t.command;
+  }
+  return info;
+}
 
 SlurmServerBackend::SlurmServerBackend(std::shared_ptr<PoolBackend> pool, Lookup lookup, Sink sink,
                                        ServerAdapterOptions options)
@@ -139,6 +169,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     r.working_dir = info->working_dir;
     r.env = info->env;
     r.time_limit_seconds = info->time_limit_seconds;
+    r.processes_per_task = info->processes_per_task;
     auto id = pool_->Dispatch(r);
     if (!id.ok() && id.status().retryable()) {
       std::lock_guard<std::mutex> lock(mu_);

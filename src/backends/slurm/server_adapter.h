@@ -27,6 +27,7 @@
 
 #include "backends/backend.h"
 #include "server/backend.h"
+#include "spec/spec.h"
 
 namespace tessera::slurm {
 
@@ -40,7 +41,14 @@ struct JobInfo {
   std::string working_dir;
   std::map<std::string, std::string> env;
   std::optional<int64_t> time_limit_seconds;
+  int32_t processes_per_task = 1;
 };
+
+// What to run for a server job (src/spec): an sbatch job runs its original script once,
+// as Slurm's batch step, with SLURM_NTASKS / SLURM_NNODES processes per Tessera task and
+// its --time as the limit; any other job runs its first task group's command once per
+// task (jobs whose groups run different commands are not supported on Slurm yet).
+JobInfo JobInfoFromSpec(const spec::JobSpec& spec);
 
 struct TaskReport {
   std::string allocation;  // the server's per-task allocation id

@@ -150,5 +150,31 @@ TEST_F(AdapterTest, RefusedSubmissionFailsEveryTask) {
   EXPECT_NE(reports[0].message.find("Requested node configuration"), std::string::npos);
 }
 
+TEST(JobInfoFromSpec, SbatchScriptAndCommand) {
+  std::string script =
+      "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=4\n#SBATCH -c 2\n"
+      "#SBATCH --gres=gpu:a100:2\n#SBATCH -t 10\nsrun hostname\n";
+  auto spec = spec::ParseSbatchScript(script);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  JobInfo info = JobInfoFromSpec(*spec);
+  EXPECT_EQ(info.tasks, 2);  // one Tessera task per node
+  EXPECT_EQ(info.processes_per_task, 4);
+  EXPECT_EQ(info.script, script);  // the original, unchanged
+  EXPECT_TRUE(info.command.empty());
+  EXPECT_EQ(info.time_limit_seconds, std::optional<int64_t>(600));
+  EXPECT_FALSE(info.env.contains("SLURM_NTASKS"));
+
+  spec::JobSpec plain;
+  plain.job.groups.resize(1);
+  plain.job.groups[0].replicas = 3;
+  plain.templates.push_back({{"python3", "train.py"}, {{"A", "1"}}, "/w", ""});
+  JobInfo p = JobInfoFromSpec(plain);
+  EXPECT_EQ(p.tasks, 3);
+  EXPECT_EQ(p.command, (std::vector<std::string>{"python3", "train.py"}));
+  EXPECT_EQ(p.working_dir, "/w");
+  EXPECT_EQ(p.processes_per_task, 1);
+  EXPECT_TRUE(p.script.empty());
+}
+
 }  // namespace
 }  // namespace tessera::slurm

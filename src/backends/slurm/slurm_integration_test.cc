@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/slurm/server_adapter.h"
 #include "backends/slurm/slurm_pool.h"
 
 namespace tessera::slurm {
@@ -157,7 +158,7 @@ TEST_F(SlurmIntegrationTest, DiscoversNodesGpusAndDrain) {
     EXPECT_EQ(n.cpu_milli, 32000) << n.name;
     EXPECT_EQ(n.memory_bytes, int64_t{256000} << 20) << n.name;
     ASSERT_EQ(n.devices.size(), 8u) << n.name;
-    EXPECT_EQ(n.devices[0].model, "a100");
+    EXPECT_EQ(n.devices[0].model, "A100");
     EXPECT_EQ(n.labels.at("slurm.partition"), "debug");
     EXPECT_TRUE(n.ready);
     EXPECT_FALSE(n.unschedulable);
@@ -296,6 +297,66 @@ TEST_F(SlurmIntegrationTest, TesseraRestartAdoptsCancelsStaleAndNeverDuplicates)
   EXPECT_EQ(WaitTerminal(stale.allocation).phase, AllocationPhase::kKilled);
   ASSERT_TRUE(pool_->Cancel(keep.allocation).ok());
   EXPECT_EQ(WaitTerminal(keep.allocation).phase, AllocationPhase::kKilled);
+}
+
+// The whole path of an sbatch script submitted to Tessera: the server's parser (spec) makes
+// it one task per node; the server launches those tasks one by one through its Backend;
+// Slurm runs the ORIGINAL script once, with Slurm's own view of 8 tasks on 2 nodes.
+TEST_F(SlurmIntegrationTest, SbatchScriptThroughTheServerBackend) {
+  std::string script =
+      "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=4\n#SBATCH -c 2\n"
+      "#SBATCH --gres=gpu:a100:2\n#SBATCH -t 5\n#SBATCH -o " +
+      work_ +
+      "/mpi-%j.out\n"
+      "echo \"ntasks=$SLURM_NTASKS nodes=$SLURM_JOB_NODELIST\"\n"
+      "srun bash -c 'echo $SLURMD_NODENAME' | sort | uniq -c | awk '{print $2\"=\"$1}'\n";
+  auto spec = spec::ParseSbatchScript(script);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  spec->job.id = "mpi";
+  std::mutex mu;
+  std::vector<TaskReport> reports;
+  {
+    SlurmServerBackend backend(
+        std::make_shared<SlurmPool>(runner_, SlurmPoolOptions{}),
+        [&](const std::string& job) -> std::optional<JobInfo> {
+          if (job != "mpi") return std::nullopt;
+          return JobInfoFromSpec(*spec);
+        },
+        [&](const TaskReport& r) {
+          std::lock_guard<std::mutex> lock(mu);
+          reports.push_back(r);
+        },
+        ServerAdapterOptions{std::chrono::milliseconds(200), std::chrono::milliseconds(200),
+                             std::chrono::milliseconds(1000)});
+    // What the engine decided: node2 and node4, 8 CPUs and 2 GPUs each.
+    for (int32_t t = 0; t < 2; ++t) {
+      server::Dispatch d;
+      d.allocation = Alloc("t" + std::to_string(t));
+      d.job = "mpi";
+      d.task = t;
+      d.placement.node = t == 0 ? "node2" : "node4";
+      d.placement.cpu_milli = 8000;
+      d.placement.memory_bytes = int64_t{512} << 20;
+      d.placement.devices = {{0, 1000, 0, -1}, {1, 1000, 0, -1}};
+      backend.Launch(d);
+    }
+    for (int i = 0; i < 300; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        int done = 0;
+        for (const TaskReport& r : reports) done += IsTerminal(r.phase);
+        if (done == 2) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().phase, AllocationPhase::kSucceeded) << reports.back().message;
+  std::string id = reports.back().external_id.substr(6);
+  EXPECT_EQ(ReadFile(work_ + "/mpi-" + id + ".out"),
+            "ntasks=8 nodes=node[2,4]\nnode2=4\nnode4=4\n");
+  EXPECT_EQ(TaggedCount(Alloc("t0")), 1);
 }
 
 TEST_F(SlurmIntegrationTest, SurvivesSlurmctldRestart) {
