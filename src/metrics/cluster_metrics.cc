@@ -1,0 +1,369 @@
+#include "metrics/cluster_metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tessera::metrics {
+namespace {
+
+// Registration of the fixed families cannot fail unless a name below is wrong: a bug that
+// every test run would show at once, so it stops the process with the reason.
+template <typename T>
+T* Must(StatusOr<T*> r) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "tessera metrics: %s\n", r.status().ToString().c_str());
+    std::abort();
+  }
+  return *r;
+}
+
+// Seconds: from a second to two days (queue waits are long-tailed).
+std::vector<double> QueueWaitBounds() {
+  return {1, 5, 15, 30, 60, 300, 900, 1800, 3600, 7200, 21600, 43200, 86400, 172800};
+}
+// Seconds: from 100 microseconds to 10 s.
+std::vector<double> CycleBounds() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+}
+
+double Gpus(int64_t milli) { return static_cast<double>(milli) / 1000.0; }
+double Cores(int64_t milli) { return static_cast<double>(milli) / 1000.0; }
+
+struct Usage {
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  int64_t gpu_milli = 0;
+};
+
+}  // namespace
+
+ClusterMetrics::ClusterMetrics() {
+  const std::array<std::string, 7> dev = {"gpu",      "UUID", "device", "modelName",
+                                          "Hostname", "node", "virtual"};
+  Registry& r = registry_;
+  gpu_util_ = Must(r.AddGauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", dev));
+  fb_used_ = Must(r.AddGauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", dev));
+  fb_free_ = Must(r.AddGauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", dev));
+  power_ = Must(r.AddGauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", dev));
+  gpu_allocated_ = Must(r.AddGauge(
+      "tessera_gpu_allocated_ratio",
+      "Share of one device's compute allocated to tasks (1 = whole device, MIG counts slices).",
+      std::array<std::string, 3>{"node", "gpu", "UUID"}));
+  mig_instances_ = Must(r.AddGauge(
+      "tessera_gpu_mig_instances", "MIG instances configured on a device, by profile and use.",
+      std::array<std::string, 4>{"node", "gpu", "profile", "allocated"}));
+
+  const std::array<std::string, 2> np = {"node", "pool"};
+  node_ready_ = Must(
+      r.AddGauge("tessera_node_ready", "1 while the node's agent heartbeats arrive, else 0.", np));
+  node_schedulable_ = Must(r.AddGauge("tessera_node_schedulable",
+                                      "1 unless the node is cordoned or drained, else 0.", np));
+  node_capacity_gpus_ =
+      Must(r.AddGauge("tessera_node_capacity_gpus", "GPU devices on the node.", np));
+  node_allocated_gpus_ = Must(r.AddGauge("tessera_node_allocated_gpus",
+                                         "GPUs allocated on the node (fractions count).", np));
+  node_capacity_cpu_ =
+      Must(r.AddGauge("tessera_node_capacity_cpu_cores", "Allocatable CPU cores.", np));
+  node_allocated_cpu_ =
+      Must(r.AddGauge("tessera_node_allocated_cpu_cores", "CPU cores allocated to tasks.", np));
+  node_capacity_memory_ =
+      Must(r.AddGauge("tessera_node_capacity_memory_bytes", "Allocatable memory.", np));
+  node_allocated_memory_ =
+      Must(r.AddGauge("tessera_node_allocated_memory_bytes", "Memory allocated to tasks.", np));
+  allocated_gpus_ = Must(r.AddGauge("tessera_allocated_gpus", "GPUs allocated, by node and queue.",
+                                    std::array<std::string, 2>{"node", "queue"}));
+
+  const std::array<std::string, 1> q = {"queue"};
+  queue_allocated_gpus_ =
+      Must(r.AddGauge("tessera_queue_allocated_gpus", "GPUs allocated to the queue's jobs.", q));
+  queue_allocated_cpu_ = Must(r.AddGauge("tessera_queue_allocated_cpu_cores",
+                                         "CPU cores allocated to the queue's jobs.", q));
+  queue_allocated_memory_ = Must(r.AddGauge("tessera_queue_allocated_memory_bytes",
+                                            "Memory allocated to the queue's jobs.", q));
+  queue_guarantee_gpus_ =
+      Must(r.AddGauge("tessera_queue_guarantee_gpus", "GPUs guaranteed to the queue.", q));
+  queue_guarantee_cpu_ = Must(
+      r.AddGauge("tessera_queue_guarantee_cpu_cores", "CPU cores guaranteed to the queue.", q));
+  queue_guarantee_memory_ = Must(
+      r.AddGauge("tessera_queue_guarantee_memory_bytes", "Memory guaranteed to the queue.", q));
+  queue_limit_gpus_ =
+      Must(r.AddGauge("tessera_queue_limit_gpus", "The queue's GPU limit (absent: no limit).", q));
+  queue_limit_cpu_ = Must(r.AddGauge("tessera_queue_limit_cpu_cores",
+                                     "The queue's CPU limit in cores (absent: no limit).", q));
+  queue_limit_memory_ = Must(r.AddGauge("tessera_queue_limit_memory_bytes",
+                                        "The queue's memory limit (absent: no limit).", q));
+  queue_weight_ = Must(r.AddGauge("tessera_queue_weight", "The queue's fair-share weight.", q));
+  queue_cost_per_hour_ = Must(r.AddGauge(
+      "tessera_queue_cost_per_hour",
+      "What the queue's current GPU allocations cost per hour (node GPU-hour price x GPUs).", q));
+  queue_cost_total_ = Must(r.AddCounter(
+      "tessera_queue_cost_total",
+      "Cost accrued by the queue's GPU allocations (GPU-hour price x GPU-hours), in the "
+      "currency of the node prices.",
+      q));
+  queue_gpu_seconds_total_ = Must(r.AddCounter("tessera_queue_gpu_seconds_total",
+                                               "GPU-seconds allocated to the queue's jobs.", q));
+
+  jobs_ = Must(r.AddGauge("tessera_jobs", "Jobs by queue and lifecycle state.",
+                          std::array<std::string, 2>{"queue", "state"}));
+  pending_jobs_ =
+      Must(r.AddGauge("tessera_pending_jobs", "Pending jobs by queue and the engine's reason.",
+                      std::array<std::string, 2>{"queue", "reason"}));
+  oldest_pending_ = Must(r.AddGauge("tessera_queue_oldest_pending_job_age_seconds",
+                                    "How long the queue's longest-waiting job has been pending "
+                                    "(0 when none is).",
+                                    q));
+  queue_wait_ =
+      Must(r.AddHistogram("tessera_job_queue_wait_seconds",
+                          "Time from (re)queueing to start, per job start.", q, QueueWaitBounds()));
+
+  cycle_duration_ = Must(r.AddHistogram("tessera_scheduling_cycle_duration_seconds",
+                                        "Wall time of one engine cycle.",
+                                        std::array<std::string, 0>{}, CycleBounds()));
+  bindings_total_ =
+      Must(r.AddCounter("tessera_scheduling_bindings_total", "Task bindings decided by the engine.",
+                        std::array<std::string, 0>{}));
+  evictions_total_ =
+      Must(r.AddCounter("tessera_scheduling_evictions_total",
+                        "Task evictions decided by the engine, by reason (Preempted, Reclaimed).",
+                        std::array<std::string, 1>{"reason"}));
+  build_info_ = Must(r.AddGauge("tessera_build_info", "Always 1; the version is a label.",
+                                std::array<std::string, 1>{"version"}));
+  build_info_->Set({"0.1.0"}, 1);
+}
+
+std::vector<std::string> ClusterMetrics::ExportedNames() {
+  ClusterMetrics m;
+  std::vector<std::string> names;
+  for (const MetricFamily& f : m.registry_.Collect()) names.push_back(f.name);
+  return names;
+}
+
+void ClusterMetrics::ObserveCycle(const Plan& plan, double seconds) {
+  std::lock_guard lock(mu_);
+  cycle_duration_->Observe({}, seconds);
+  bindings_total_->Add({}, static_cast<double>(plan.bindings.size()));
+  for (const Eviction& e : plan.evictions) evictions_total_->Add({e.reason}, 1);
+}
+
+void ClusterMetrics::Update(const ClusterView& view) {
+  std::lock_guard lock(mu_);
+  if (!started_) {
+    started_ = true;
+    baseline_ = view.now;
+    last_now_ = view.now;
+  }
+  // Cost accrues for [last update, now) at the allocation seen at the last update.
+  AccrueCost(view);
+
+  static const Snapshot kEmpty;
+  const Snapshot& s = view.snapshot ? *view.snapshot : kEmpty;
+
+  // Usage by node, by queue, by (node, queue), by (node, device).
+  std::map<std::string, Usage> node_use, queue_use;
+  std::map<LabelValues<2>, int64_t> node_queue_gpu;
+  std::map<std::pair<std::string, int32_t>, int64_t> device_milli;
+  std::map<std::pair<std::string, int32_t>, std::set<int32_t>> mig_taken;
+  std::map<std::string, int64_t> queue_cost_rate;  // micro-currency per hour
+  std::map<std::string, const Node*> node_by_name;
+  for (const Node& n : s.nodes) node_by_name[n.name] = &n;
+  for (const Job& j : s.jobs) {
+    for (const auto& a : j.allocations) {
+      if (!a) continue;
+      int64_t gpu_milli = 0;
+      for (const DeviceAssignment& d : a->devices) {
+        gpu_milli += d.milli;
+        device_milli[{a->node, d.device}] += d.milli;
+        if (d.mig_instance >= 0) mig_taken[{a->node, d.device}].insert(d.mig_instance);
+      }
+      for (Usage* u : {&node_use[a->node], &queue_use[j.queue]}) {
+        u->cpu_milli += a->cpu_milli;
+        u->memory_bytes += a->memory_bytes;
+        u->gpu_milli += gpu_milli;
+      }
+      node_queue_gpu[{a->node, j.queue}] += gpu_milli;
+      auto node = node_by_name.find(a->node);
+      if (node != node_by_name.end()) {
+        queue_cost_rate[j.queue] += gpu_milli * node->second->cost_micros_per_gpu_hour / 1000;
+      }
+    }
+  }
+
+  // Devices and nodes.
+  std::map<LabelValues<7>, double> util, used, free_mib, power;
+  std::map<LabelValues<3>, double> allocated;
+  std::map<LabelValues<4>, double> mig;
+  std::map<LabelValues<2>, double> ready, schedulable, cap_gpu, alloc_gpu, cap_cpu, alloc_cpu,
+      cap_mem, alloc_mem;
+  for (const Node& n : s.nodes) {
+    const LabelValues<2> np = {n.name, n.pool};
+    const Usage& u = node_use[n.name];
+    ready[np] = n.ready ? 1 : 0;
+    schedulable[np] = n.unschedulable ? 0 : 1;
+    cap_gpu[np] = static_cast<double>(n.devices.size());
+    alloc_gpu[np] = Gpus(u.gpu_milli);
+    cap_cpu[np] = Cores(n.cpu_milli);
+    alloc_cpu[np] = Cores(u.cpu_milli);
+    cap_mem[np] = static_cast<double>(n.memory_bytes);
+    alloc_mem[np] = static_cast<double>(u.memory_bytes);
+    for (const Device& d : n.devices) {
+      const std::string gpu = std::to_string(d.index);
+      allocated[{n.name, gpu, d.uuid}] = Gpus(device_milli[{n.name, d.index}]);
+      const std::set<int32_t>& taken = mig_taken[{n.name, d.index}];
+      std::map<std::string, std::pair<int, int>> by_profile;  // profile -> (free, allocated)
+      for (size_t i = 0; i < d.mig.size(); ++i) {
+        auto& c = by_profile[d.mig[i].profile];
+        (taken.count(static_cast<int32_t>(i)) ? c.second : c.first)++;
+      }
+      for (const auto& [profile, c] : by_profile) {
+        mig[{n.name, gpu, profile, "false"}] = c.first;
+        mig[{n.name, gpu, profile, "true"}] = c.second;
+      }
+      // A silent agent's last sample is stale: show no device sample for a NotReady node,
+      // as dcgm-exporter on a dead machine would show none.
+      if (!n.ready) continue;
+      const LabelValues<7> l = {
+          gpu, d.uuid, "nvidia" + gpu, d.model, n.name, n.name, d.is_virtual ? "true" : "false"};
+      util[l] = d.util_percent;
+      used[l] = static_cast<double>(d.memory_used_bytes / (1024 * 1024));
+      free_mib[l] = static_cast<double>(std::max<int64_t>(0, d.memory_bytes - d.memory_used_bytes) /
+                                        (1024 * 1024));
+      power[l] = static_cast<double>(d.power_milliwatts) / 1000.0;
+    }
+  }
+  gpu_util_->Replace(std::move(util));
+  fb_used_->Replace(std::move(used));
+  fb_free_->Replace(std::move(free_mib));
+  power_->Replace(std::move(power));
+  gpu_allocated_->Replace(std::move(allocated));
+  mig_instances_->Replace(std::move(mig));
+  node_ready_->Replace(std::move(ready));
+  node_schedulable_->Replace(std::move(schedulable));
+  node_capacity_gpus_->Replace(std::move(cap_gpu));
+  node_allocated_gpus_->Replace(std::move(alloc_gpu));
+  node_capacity_cpu_->Replace(std::move(cap_cpu));
+  node_allocated_cpu_->Replace(std::move(alloc_cpu));
+  node_capacity_memory_->Replace(std::move(cap_mem));
+  node_allocated_memory_->Replace(std::move(alloc_mem));
+  std::map<LabelValues<2>, double> nq;
+  for (const auto& [k, milli] : node_queue_gpu) nq[k] = Gpus(milli);
+  allocated_gpus_->Replace(std::move(nq));
+
+  // Queues: every configured queue, plus any queue a job names.
+  std::set<std::string> queue_names;
+  for (const Queue& q : s.queues) queue_names.insert(q.name);
+  for (const Job& j : s.jobs) queue_names.insert(j.queue);
+  for (const JobStatus& j : view.jobs) queue_names.insert(j.queue);
+  std::map<LabelValues<1>, double> qa_gpu, qa_cpu, qa_mem, qg_gpu, qg_cpu, qg_mem, ql_gpu, ql_cpu,
+      ql_mem, weight, cost_rate;
+  for (const std::string& name : queue_names) {
+    const Usage& u = queue_use[name];
+    qa_gpu[{name}] = Gpus(u.gpu_milli);
+    qa_cpu[{name}] = Cores(u.cpu_milli);
+    qa_mem[{name}] = static_cast<double>(u.memory_bytes);
+    cost_rate[{name}] = static_cast<double>(queue_cost_rate[name]) / 1e6;
+    gpu_milli_[name] = u.gpu_milli;
+    cost_rate_micros_per_hour_[name] = queue_cost_rate[name];
+    queue_cost_total_->Reach({name}, static_cast<double>(cost_micros_total_[name]) / 1e6);
+    queue_gpu_seconds_total_->Reach({name}, static_cast<double>(gpu_seconds_total_[name]));
+  }
+  for (const Queue& q : s.queues) {
+    qg_gpu[{q.name}] = Gpus(q.guarantee.gpu_milli);
+    qg_cpu[{q.name}] = Cores(q.guarantee.cpu_milli);
+    qg_mem[{q.name}] = static_cast<double>(q.guarantee.memory_bytes);
+    weight[{q.name}] = q.weight;
+    if (q.limit) {
+      ql_gpu[{q.name}] = Gpus(q.limit->gpu_milli);
+      ql_cpu[{q.name}] = Cores(q.limit->cpu_milli);
+      ql_mem[{q.name}] = static_cast<double>(q.limit->memory_bytes);
+    }
+  }
+  queue_allocated_gpus_->Replace(std::move(qa_gpu));
+  queue_allocated_cpu_->Replace(std::move(qa_cpu));
+  queue_allocated_memory_->Replace(std::move(qa_mem));
+  queue_guarantee_gpus_->Replace(std::move(qg_gpu));
+  queue_guarantee_cpu_->Replace(std::move(qg_cpu));
+  queue_guarantee_memory_->Replace(std::move(qg_mem));
+  queue_limit_gpus_->Replace(std::move(ql_gpu));
+  queue_limit_cpu_->Replace(std::move(ql_cpu));
+  queue_limit_memory_->Replace(std::move(ql_mem));
+  queue_weight_->Replace(std::move(weight));
+  queue_cost_per_hour_->Replace(std::move(cost_rate));
+
+  // Jobs: lifecycle states from the server, the rest derived from the snapshot.
+  std::map<std::string, std::string> plan_reason;
+  if (view.plan) {
+    for (const JobDecision& d : view.plan->decisions) {
+      if (d.outcome != Outcome::kPlaced) plan_reason[d.job] = d.reason.code;
+    }
+  }
+  std::vector<JobStatus> jobs = view.jobs;
+  std::set<std::string> known;
+  for (const JobStatus& j : jobs) known.insert(j.id);
+  for (const Job& j : s.jobs) {
+    if (known.count(j.id)) continue;
+    JobStatus st;
+    st.id = j.id;
+    st.queue = j.queue;
+    st.state = j.RunningTasks() > 0 ? "running" : "pending";
+    st.submit_time = j.submit_time;
+    st.start_time = j.start_time;
+    jobs.push_back(std::move(st));
+  }
+  std::map<LabelValues<2>, double> by_state, by_reason;
+  std::map<LabelValues<1>, double> oldest;
+  for (const std::string& name : queue_names) {
+    by_state[{name, "pending"}] = 0;
+    by_state[{name, "running"}] = 0;
+    oldest[{name}] = 0;
+  }
+  std::set<std::pair<std::string, int64_t>> still_seen;
+  for (const JobStatus& j : jobs) {
+    by_state[{j.queue, j.state}] += 1;
+    const int64_t queued_at = j.pending_since >= 0 ? j.pending_since : j.submit_time;
+    if (j.state == "pending") {
+      std::string reason = j.pending_reason;
+      if (reason.empty()) {
+        auto it = plan_reason.find(j.id);
+        reason = it != plan_reason.end() && !it->second.empty() ? it->second : "NotYetScheduled";
+      }
+      by_reason[{j.queue, reason}] += 1;
+      double& age = oldest[{j.queue}];
+      age = std::max(age, static_cast<double>(std::max<int64_t>(0, view.now - queued_at)));
+    }
+    if (j.start_time >= 0) {
+      const std::pair<std::string, int64_t> key{j.id, j.start_time};
+      still_seen.insert(key);
+      if (j.start_time >= baseline_ && !seen_starts_.count(key)) {
+        queue_wait_->Observe({j.queue},
+                             static_cast<double>(std::max<int64_t>(0, j.start_time - queued_at)));
+      }
+    }
+  }
+  seen_starts_ = std::move(still_seen);
+  jobs_->Replace(std::move(by_state));
+  pending_jobs_->Replace(std::move(by_reason));
+  oldest_pending_->Replace(std::move(oldest));
+  last_now_ = view.now;
+}
+
+void ClusterMetrics::AccrueCost(const ClusterView& view) {
+  const int64_t dt = view.now - last_now_;
+  if (dt <= 0) return;
+  // Integer accounting: micro-currency and milli-GPU-seconds, remainders carried forward so
+  // that many short updates sum to the same total as one long one.
+  for (const auto& [queue, rate] : cost_rate_micros_per_hour_) {
+    __int128 numerator = static_cast<__int128>(rate) * dt + cost_carry_[queue];
+    cost_micros_total_[queue] += static_cast<int64_t>(numerator / 3600);
+    cost_carry_[queue] = static_cast<int64_t>(numerator % 3600);
+  }
+  for (const auto& [queue, milli] : gpu_milli_) {
+    __int128 numerator = static_cast<__int128>(milli) * dt + gpu_carry_[queue];
+    gpu_seconds_total_[queue] += static_cast<int64_t>(numerator / 1000);
+    gpu_carry_[queue] = static_cast<int64_t>(numerator % 1000);
+  }
+}
+
+}  // namespace tessera::metrics

@@ -1,0 +1,123 @@
+// ClusterMetrics: turns what the server knows (nodes and devices, queues, jobs, plans) into
+// Prometheus metrics: DCGM-exporter names for devices, tessera_* for the rest.
+//
+// The server (or the simulator) owns one ClusterMetrics and calls
+//   Update(view)             after each cycle and before each scrape: gauges are recomputed
+//                            from the view, job starts feed the queue-wait histogram, and the
+//                            cost counters accrue for the time since the last update;
+//   ObserveCycle(plan, secs) after each engine cycle: cycle latency, bindings, evictions;
+//   RenderText()             for GET /metrics.
+// Time comes in through the view (`now`, seconds); nothing here reads a clock. The library
+// knows nothing of the server: ClusterView is plain data. Every name it can export is
+// listed, with HELP and TYPE, in every scrape. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "metrics/registry.h"
+#include "model/snapshot.h"
+
+namespace tessera::metrics {
+
+// One job as the server's lifecycle sees it (finished jobs too, while the server keeps them).
+struct JobStatus {
+  std::string id;
+  std::string queue;
+  std::string state;           // "pending", "running", "succeeded", "failed", "cancelled", ...
+  std::string pending_reason;  // PendingReason::code while pending ("Insufficient", ...)
+  int64_t submit_time = 0;     // seconds
+  int64_t pending_since = -1;  // when it last became pending (requeue); -1: submit_time
+  int64_t start_time = -1;     // when it last started running; -1: never
+};
+
+struct ClusterView {
+  int64_t now = 0;                     // seconds, the server's clock
+  const Snapshot* snapshot = nullptr;  // nodes with device samples, queues, live jobs
+  const Plan* plan = nullptr;          // the last plan, for pending reasons; may be null
+  // The lifecycle of every job. A job of the snapshot that is missing here is taken as
+  // running when it has running tasks and pending otherwise.
+  std::vector<JobStatus> jobs;
+};
+
+class ClusterMetrics {
+ public:
+  ClusterMetrics();
+  ClusterMetrics(const ClusterMetrics&) = delete;
+  ClusterMetrics& operator=(const ClusterMetrics&) = delete;
+
+  void Update(const ClusterView& view);
+  void ObserveCycle(const Plan& plan, double seconds);
+
+  // The registry, for the server to add its own instruments (e.g. HTTP request counters).
+  Registry& registry() { return registry_; }
+  std::string RenderText() const { return registry_.RenderText(); }
+
+  // Every metric name Tessera exports, sorted (what dashboards and alert rules may use).
+  static std::vector<std::string> ExportedNames();
+
+ private:
+  void AccrueCost(const ClusterView& view);
+
+  Registry registry_;
+  std::mutex mu_;  // serialises Update/ObserveCycle; instruments lock themselves for scrapes
+  bool started_ = false;
+  int64_t baseline_ = 0;  // `now` of the first update: job starts before it are not observed
+  int64_t last_now_ = 0;
+  std::set<std::pair<std::string, int64_t>> seen_starts_;     // (job, start_time) observed
+  std::map<std::string, int64_t> cost_rate_micros_per_hour_;  // per queue, at last update
+  std::map<std::string, int64_t> gpu_milli_;                  // per queue, at last update
+  std::map<std::string, int64_t> cost_micros_total_;          // accrued, per queue
+  std::map<std::string, int64_t> cost_carry_;                 // sub-micro remainders
+  std::map<std::string, int64_t> gpu_seconds_total_;          // accrued, per queue
+  std::map<std::string, int64_t> gpu_carry_;                  // sub-milli-second remainders
+
+  // Devices (DCGM-exporter names and units).
+  GaugeVec<7>* gpu_util_;
+  GaugeVec<7>* fb_used_;
+  GaugeVec<7>* fb_free_;
+  GaugeVec<7>* power_;
+  GaugeVec<3>* gpu_allocated_;
+  GaugeVec<4>* mig_instances_;
+  // Nodes.
+  GaugeVec<2>* node_ready_;
+  GaugeVec<2>* node_schedulable_;
+  GaugeVec<2>* node_capacity_gpus_;
+  GaugeVec<2>* node_allocated_gpus_;
+  GaugeVec<2>* node_capacity_cpu_;
+  GaugeVec<2>* node_allocated_cpu_;
+  GaugeVec<2>* node_capacity_memory_;
+  GaugeVec<2>* node_allocated_memory_;
+  GaugeVec<2>* allocated_gpus_;  // node x queue
+  // Queues.
+  GaugeVec<1>* queue_allocated_gpus_;
+  GaugeVec<1>* queue_allocated_cpu_;
+  GaugeVec<1>* queue_allocated_memory_;
+  GaugeVec<1>* queue_guarantee_gpus_;
+  GaugeVec<1>* queue_guarantee_cpu_;
+  GaugeVec<1>* queue_guarantee_memory_;
+  GaugeVec<1>* queue_limit_gpus_;
+  GaugeVec<1>* queue_limit_cpu_;
+  GaugeVec<1>* queue_limit_memory_;
+  GaugeVec<1>* queue_weight_;
+  GaugeVec<1>* queue_cost_per_hour_;
+  CounterVec<1>* queue_cost_total_;
+  CounterVec<1>* queue_gpu_seconds_total_;
+  // Jobs.
+  GaugeVec<2>* jobs_;
+  GaugeVec<2>* pending_jobs_;
+  GaugeVec<1>* oldest_pending_;
+  HistogramVec<1>* queue_wait_;
+  // Cycles.
+  HistogramVec<0>* cycle_duration_;
+  CounterVec<0>* bindings_total_;
+  CounterVec<1>* evictions_total_;
+  GaugeVec<1>* build_info_;
+};
+
+}  // namespace tessera::metrics

@@ -1,0 +1,271 @@
+#include "metrics/cluster_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include "model/codec.h"
+
+namespace tessera::metrics {
+namespace {
+
+// Two GPU nodes that report samples, one silent node with a virtual device, one MIG node.
+constexpr char kCluster[] = R"(
+nodes:
+  - name: gpu-a
+    pool: own
+    cpu: 64
+    memory: 512Gi
+    costPerGpuHour: 2
+    devices:
+      - {index: 0, uuid: GPU-a0, model: A100-80GB, memory: 80Gi, utilPercent: 95,
+         memoryUsed: 40Gi, powerMilliwatts: 300500}
+      - {index: 1, uuid: GPU-a1, model: A100-80GB, memory: 80Gi}
+  - name: gpu-b
+    pool: own
+    ready: false
+    cpu: 32
+    memory: 256Gi
+    devices:
+      - {index: 0, uuid: GPU-b0, model: H100-80GB, memory: 80Gi, virtual: true, utilPercent: 50}
+  - name: mig-c
+    pool: slurm
+    cpu: 16
+    memory: 128Gi
+    costPerGpuHour: 1
+    devices:
+      - index: 0
+        uuid: GPU-c0
+        model: A100-80GB
+        memory: 80Gi
+        virtual: true
+        mig: [{profile: 3g.40gb}, {profile: 2g.20gb, start: 4}, {profile: 1g.10gb, start: 6},
+              {profile: 1g.10gb, start: 6}]
+queues:
+  - {name: ml, weight: 2, guarantee: {nvidia.com/gpu: 2}, limit: {nvidia.com/gpu: 4, cpu: 32}}
+  - {name: infer}
+jobs:
+  - id: train
+    queue: ml
+    submitTime: 100
+    startTime: 160
+    tasks: [{resources: {cpu: 8, memory: 64Gi, nvidia.com/gpu: 2}}]
+    running: [{task: 0, node: gpu-a, cpu: 8, memory: 64Gi, devices: [{device: 0}, {device: 1}]}]
+  - id: small
+    queue: infer
+    startTime: 10
+    tasks: [{resources: {cpu: 1, memory: 4Gi, nvidia.com/mig-1g.10gb: 1}}]
+    running: [{task: 0, node: mig-c, cpu: 1, memory: 4Gi,
+               devices: [{device: 0, milli: 142, memory: 10Gi, migInstance: 2}]}]
+  - id: waiting
+    queue: ml
+    submitTime: 200
+    tasks: [{resources: {cpu: 8, memory: 64Gi, nvidia.com/gpu: 8}}]
+)";
+
+Snapshot LoadCluster() {
+  auto doc = ParseYaml(kCluster);
+  EXPECT_TRUE(doc.ok()) << doc.status().ToString();
+  auto s = SnapshotFromJson(*doc);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return *s;
+}
+
+// The value printed for one exact series, or "absent".
+std::string Value(const std::string& text, const std::string& series) {
+  const std::string key = "\n" + series + " ";
+  size_t at = text.find(key);
+  if (at == std::string::npos) return "absent";
+  at += key.size();
+  return text.substr(at, text.find('\n', at) - at);
+}
+
+class ClusterMetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    snapshot_ = LoadCluster();
+    view_.snapshot = &snapshot_;
+    view_.now = 1000;
+    view_.jobs = {
+        {"waiting", "ml", "pending", "Insufficient", 200, -1, -1},
+        {"done", "ml", "succeeded", "", 50, -1, 60},
+    };
+  }
+  Snapshot snapshot_;
+  ClusterView view_;
+  ClusterMetrics m_;
+};
+
+TEST_F(ClusterMetricsTest, ExportsDevicesNodesQueuesAndJobs) {
+  m_.Update(view_);
+  const std::string text = "\n" + m_.RenderText();
+  const std::string a0 =
+      "{gpu=\"0\",UUID=\"GPU-a0\",device=\"nvidia0\",modelName=\"A100-80GB\","
+      "Hostname=\"gpu-a\",node=\"gpu-a\",virtual=\"false\"}";
+  const std::string c0 =
+      "{gpu=\"0\",UUID=\"GPU-c0\",device=\"nvidia0\",modelName=\"A100-80GB\","
+      "Hostname=\"mig-c\",node=\"mig-c\",virtual=\"true\"}";
+  struct Case {
+    std::string series;
+    std::string want;
+  };
+  const Case cases[] = {
+      // DCGM names and units: %, MiB (40Gi = 40960 MiB; 80Gi - 40Gi free), W.
+      {"DCGM_FI_DEV_GPU_UTIL" + a0, "95"},
+      {"DCGM_FI_DEV_FB_USED" + a0, "40960"},
+      {"DCGM_FI_DEV_FB_FREE" + a0, "40960"},
+      {"DCGM_FI_DEV_POWER_USAGE" + a0, "300.5"},
+      {"DCGM_FI_DEV_GPU_UTIL" + c0, "0"},  // virtual devices are marked, not hidden
+      // gpu-b is NotReady: its last samples are stale, so none are shown.
+      {"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-b0\",device=\"nvidia0\",modelName=\"H100-80GB\","
+       "Hostname=\"gpu-b\",node=\"gpu-b\",virtual=\"true\"}",
+       "absent"},
+      {"tessera_node_ready{node=\"gpu-b\",pool=\"own\"}", "0"},
+      {"tessera_node_ready{node=\"gpu-a\",pool=\"own\"}", "1"},
+      {"tessera_node_schedulable{node=\"gpu-a\",pool=\"own\"}", "1"},
+      // Allocation: whole devices count 1, a 1g MIG instance 142 milli-GPU (1/7).
+      {"tessera_gpu_allocated_ratio{node=\"gpu-a\",gpu=\"1\",UUID=\"GPU-a1\"}", "1"},
+      {"tessera_gpu_allocated_ratio{node=\"mig-c\",gpu=\"0\",UUID=\"GPU-c0\"}", "0.142"},
+      {"tessera_gpu_mig_instances{node=\"mig-c\",gpu=\"0\",profile=\"1g.10gb\",allocated=\"true\"}",
+       "1"},
+      {"tessera_gpu_mig_instances{node=\"mig-c\",gpu=\"0\",profile=\"1g.10gb\",allocated="
+       "\"false\"}",
+       "1"},
+      {"tessera_gpu_mig_instances{node=\"mig-c\",gpu=\"0\",profile=\"3g.40gb\",allocated="
+       "\"false\"}",
+       "1"},
+      {"tessera_node_capacity_gpus{node=\"gpu-a\",pool=\"own\"}", "2"},
+      {"tessera_node_allocated_gpus{node=\"gpu-a\",pool=\"own\"}", "2"},
+      {"tessera_node_allocated_cpu_cores{node=\"gpu-a\",pool=\"own\"}", "8"},
+      {"tessera_node_capacity_memory_bytes{node=\"gpu-a\",pool=\"own\"}", "549755813888"},
+      {"tessera_node_allocated_memory_bytes{node=\"gpu-a\",pool=\"own\"}", "68719476736"},
+      {"tessera_allocated_gpus{node=\"gpu-a\",queue=\"ml\"}", "2"},
+      {"tessera_allocated_gpus{node=\"mig-c\",queue=\"infer\"}", "0.142"},
+      // Queues: use vs guarantee and limit; no limit series where there is no limit.
+      {"tessera_queue_allocated_gpus{queue=\"ml\"}", "2"},
+      {"tessera_queue_guarantee_gpus{queue=\"ml\"}", "2"},
+      {"tessera_queue_limit_gpus{queue=\"ml\"}", "4"},
+      {"tessera_queue_limit_cpu_cores{queue=\"ml\"}", "32"},
+      {"tessera_queue_limit_gpus{queue=\"infer\"}", "absent"},
+      {"tessera_queue_weight{queue=\"ml\"}", "2"},
+      // Cost rate: 2 GPUs x 2/h = 4/h; 0.142 GPU x 1/h = 0.142/h.
+      {"tessera_queue_cost_per_hour{queue=\"ml\"}", "4"},
+      {"tessera_queue_cost_per_hour{queue=\"infer\"}", "0.142"},
+      {"tessera_queue_cost_total{queue=\"ml\"}", "0"},
+      // Jobs by state (lifecycle from the server, the rest derived), pending by reason.
+      {"tessera_jobs{queue=\"ml\",state=\"running\"}", "1"},
+      {"tessera_jobs{queue=\"ml\",state=\"pending\"}", "1"},
+      {"tessera_jobs{queue=\"ml\",state=\"succeeded\"}", "1"},
+      {"tessera_jobs{queue=\"infer\",state=\"running\"}", "1"},
+      {"tessera_jobs{queue=\"infer\",state=\"pending\"}", "0"},
+      {"tessera_pending_jobs{queue=\"ml\",reason=\"Insufficient\"}", "1"},
+      {"tessera_queue_oldest_pending_job_age_seconds{queue=\"ml\"}", "800"},
+      {"tessera_queue_oldest_pending_job_age_seconds{queue=\"infer\"}", "0"},
+      // Starts before the first update (a restart) are not observed as new waits.
+      {"tessera_job_queue_wait_seconds_count{queue=\"ml\"}", "absent"},
+      {"tessera_build_info{version=\"0.1.0\"}", "1"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(Value(text, c.series), c.want) << c.series;
+  EXPECT_TRUE(Validate(m_.registry().Collect()).ok())
+      << Validate(m_.registry().Collect()).ToString();
+}
+
+TEST_F(ClusterMetricsTest, CostAndGpuSecondsAccrueExactlyInIntegers) {
+  m_.Update(view_);
+  view_.now += 1800;  // half an hour at 4/h and 0.142/h
+  m_.Update(view_);
+  std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_queue_cost_total{queue=\"ml\"}"), "2");
+  EXPECT_EQ(Value(text, "tessera_queue_cost_total{queue=\"infer\"}"), "0.071");
+  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "3600");
+  // 142 milli-GPU x 1800 s = 255.6 GPU-seconds: 255 now, 0.6 carried.
+  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "255");
+  for (int i = 0; i < 3; ++i) {  // 0.6 + 3 x 0.142 = 1.026: one more whole second
+    view_.now += 1;
+    m_.Update(view_);
+  }
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "256");
+}
+
+TEST_F(ClusterMetricsTest, EachJobStartIsObservedOnceWithItsWait) {
+  m_.Update(view_);
+  view_.now = 2600;
+  view_.jobs[0] = {"waiting", "ml", "running", "", 200, -1, 2500};
+  m_.Update(view_);
+  view_.now = 2700;
+  m_.Update(view_);  // still running: not observed again
+  std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_count{queue=\"ml\"}"), "1");
+  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2300");
+  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_bucket{queue=\"ml\",le=\"1800\"}"), "0");
+  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_bucket{queue=\"ml\",le=\"3600\"}"), "1");
+  EXPECT_EQ(Value(text, "tessera_queue_oldest_pending_job_age_seconds{queue=\"ml\"}"), "0");
+  // Requeued after preemption and started again: a new start, waited from pending_since.
+  view_.jobs[0] = {"waiting", "ml", "running", "", 200, 2800, 2830};
+  view_.now = 2900;
+  m_.Update(view_);
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_count{queue=\"ml\"}"), "2");
+  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2330");
+}
+
+TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
+  view_.jobs.clear();  // the snapshot alone: "waiting" is pending, its reason from the plan
+  Plan plan;
+  JobDecision d;
+  d.job = "waiting";
+  d.outcome = Outcome::kWaiting;
+  d.reason.code = "QueueOverLimit";
+  plan.decisions.push_back(d);
+  view_.plan = &plan;
+  m_.Update(view_);
+  std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"QueueOverLimit\"}"), "1");
+  view_.plan = nullptr;
+  m_.Update(view_);
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"QueueOverLimit\"}"), "absent");
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"NotYetScheduled\"}"), "1");
+}
+
+TEST_F(ClusterMetricsTest, ObserveCycleCountsBindingsEvictionsAndLatency) {
+  Plan plan;
+  plan.bindings.resize(3);
+  Eviction e;
+  e.reason = "Preempted";
+  plan.evictions = {e, e};
+  m_.ObserveCycle(plan, 0.003);
+  m_.ObserveCycle(Plan{}, 0.0002);
+  const std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_scheduling_bindings_total"), "3");
+  EXPECT_EQ(Value(text, "tessera_scheduling_evictions_total{reason=\"Preempted\"}"), "2");
+  EXPECT_EQ(Value(text, "tessera_scheduling_cycle_duration_seconds_count"), "2");
+  EXPECT_EQ(Value(text, "tessera_scheduling_cycle_duration_seconds_bucket{le=\"0.00025\"}"), "1");
+  EXPECT_EQ(Value(text, "tessera_scheduling_cycle_duration_seconds_bucket{le=\"0.005\"}"), "2");
+}
+
+TEST_F(ClusterMetricsTest, EqualViewsRenderEqualBytes) {
+  ClusterMetrics other;
+  m_.Update(view_);
+  other.Update(view_);
+  EXPECT_EQ(m_.RenderText(), other.RenderText());
+}
+
+TEST(ExportedNamesTest, ListsEveryFamilyOnceSortedWithHelpInEveryScrape) {
+  const std::vector<std::string> names = ClusterMetrics::ExportedNames();
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
+  for (const char* want :
+       {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "tessera_jobs",
+        "tessera_pending_jobs", "tessera_job_queue_wait_seconds",
+        "tessera_scheduling_cycle_duration_seconds", "tessera_queue_cost_total"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  }
+  ClusterMetrics m;  // an empty cluster still lists every name
+  const std::string text = m.RenderText();
+  for (const std::string& n : names) {
+    EXPECT_NE(text.find("# TYPE " + n + " "), std::string::npos) << n;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::metrics
