@@ -96,10 +96,34 @@ wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 300 || { echo "FAIL: prometheus 
 expect_query 'up{job="tessera"}' 1
 expect_query 'tessera_build_info' 1
 if [[ $MODE == server ]]; then
-  # A job submitted through the API shows up in Prometheus as pending.
-  "$TESSERA_BINARY" submit --server "http://127.0.0.1:$TARGET_PORT" -f "$HERE/job.yaml" >"$D/submit.log" 2>&1 ||
-    { echo "FAIL: submit"; cat "$D/submit.log"; exit 1; }
-  expect_query 'sum(tessera_jobs{queue="default"})' 1
+  # An agent registers a node and reports a busy device; a job that cannot fit is submitted.
+  ADMIN=$(cat "$D/data/admin.token"); AGENT=$(cat "$D/data/agent.token")
+  T=http://127.0.0.1:$TARGET_PORT
+  EPOCH=$(curl -sf -H "Authorization: Bearer $AGENT" -H 'Content-Type: application/json' -d '{"node": {"name": "prom-node", "pool": "own", "cpu": "32", "memory": "256Gi",
+      "devices": [{"index": 0, "uuid": "GPU-p0", "model": "A100-80GB", "memory": "80Gi", "virtual": true}]},
+      "agentVersion": "test", "bootId": "prom-boot"}' "$T/v1/agents/register" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["epoch"])')
+  ( while true; do
+      curl -sf -o /dev/null -H "Authorization: Bearer $AGENT" -H 'Content-Type: application/json' \
+        -d "{\"epoch\": $EPOCH, \"devices\": [{\"index\": 0, \"utilPercent\": 93, \"memoryUsed\": 1073741824, \"powerMilliwatts\": 250000, \"healthy\": true}], \"tasks\": []}" \
+        "$T/v1/agents/prom-node/heartbeat" || true
+      sleep 1
+    done ) &
+  PIDS+=($!)
+  curl -sf -o /dev/null -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/yaml' --data-binary @- "$T/v1/jobs" <<'JOB' ||
+apiVersion: tessera.io/v1
+kind: Job
+metadata: {name: too-big}
+spec:
+  tasks: [{name: main, replicas: 1, resources: {cpu: 1, memory: 1Gi, nvidia.com/gpu: 4}, command: ["true"]}]
+JOB
+    { echo "FAIL: submit"; exit 1; }
+  expect_query 'DCGM_FI_DEV_GPU_UTIL{node="prom-node",gpu="0",virtual="true"}' 93
+  expect_query 'DCGM_FI_DEV_POWER_USAGE{node="prom-node"}' 250
+  expect_query 'tessera_node_ready{node="prom-node"}' 1
+  expect_query 'sum(tessera_jobs{state="pending"})' 1
+  expect_query 'sum(tessera_pending_jobs)' 1
+  expect_query 'tessera_scheduling_cycle_duration_seconds_count > bool 0' 1
 else
   expect_query 'sum(tessera_node_capacity_gpus)' 4
   expect_query 'DCGM_FI_DEV_GPU_UTIL{node="gpu-a",gpu="0"}' 93
@@ -107,6 +131,37 @@ else
   expect_query 'tessera_pending_jobs{queue="training"}' 1
   expect_query 'tessera_queue_cost_per_hour{queue="training"}' 2
 fi
+# Every Grafana query is valid PromQL for this Prometheus (variables filled in), and the
+# panels on devices, queues and jobs return data.
+python3 - "$HERE/../../grafana/tessera-dashboard.json" "http://127.0.0.1:$PROM_PORT" <<'PY'
+import json, sys, urllib.parse, urllib.request
+dash, prom = json.load(open(sys.argv[1])), sys.argv[2]
+def exprs(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "expr" and isinstance(v, str): yield v
+            else: yield from exprs(v)
+    elif isinstance(node, list):
+        for v in node: yield from exprs(v)
+fill = {"$__rate_interval": "1m", "$__range": "5m", "$node": ".*", "$queue": ".*"}
+errors, empty, n = [], [], 0
+for e in exprs(dash["panels"]):
+    q = e
+    for k, v in fill.items(): q = q.replace(k, v)
+    url = prom + "/api/v1/query?" + urllib.parse.urlencode({"query": q})
+    try:
+        r = json.load(urllib.request.urlopen(url))
+    except Exception as ex:
+        errors.append(f"{e}: {ex}"); continue
+    n += 1
+    if r["status"] != "success": errors.append(f"{e}: {r}")
+    elif not r["data"]["result"]: empty.append(e)
+assert not errors, errors
+for must in ["DCGM_FI_DEV_GPU_UTIL", "tessera_queue_allocated_gpus", "tessera_jobs{"]:
+    hits = [e for e in exprs(dash["panels"]) if must in e and e not in empty]
+    assert hits, f"no panel using {must} returned data"
+print(f"ok: {n} Grafana queries are valid PromQL ({len(empty)} empty so far, e.g. rates)")
+PY
 # Tessera's rules are loaded and evaluate without errors.
 curl -sf "http://127.0.0.1:$PROM_PORT/api/v1/rules" | python3 -c '
 import json, sys
