@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,6 +74,13 @@ StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& ar
     return Unavailable(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    // The child starts with default signal handling whatever the server set up.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGPIPE, &dfl, nullptr);
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
@@ -84,6 +92,14 @@ StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& ar
   CloseFd(err[1]);
   fcntl(in[1], F_SETFL, O_NONBLOCK);
   if (input.empty()) CloseFd(in[1]);
+
+  // A child that exits without reading its stdin must not SIGPIPE the server: block the
+  // signal in this thread while writing, and swallow a pending one afterwards.
+  sigset_t pipe_set, old_mask;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask);
+  bool broken_pipe = false;
 
   CommandResult result;
   size_t written = 0;
@@ -109,7 +125,10 @@ StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& ar
       if (fds[i].fd == in[1]) {
         ssize_t w = write(in[1], input.data() + written, input.size() - written);
         if (w > 0) written += static_cast<size_t>(w);
-        if (w < 0 && errno != EAGAIN) written = input.size();  // EPIPE: child stopped reading
+        if (w < 0 && errno != EAGAIN) {  // EPIPE: the child stopped reading
+          broken_pipe = broken_pipe || errno == EPIPE;
+          written = input.size();
+        }
         if (written >= input.size()) CloseFd(in[1]);
         continue;
       }
@@ -126,6 +145,12 @@ StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& ar
     }
   }
   for (int* fd : {&in[1], &out[0], &err[0]}) CloseFd(*fd);
+  if (broken_pipe && !sigismember(&old_mask, SIGPIPE)) {
+    timespec zero{0, 0};
+    while (sigtimedwait(&pipe_set, nullptr, &zero) == SIGPIPE) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (timed_out) kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -140,16 +140,24 @@ StatusOr<std::vector<AllocationStatus>> SlurmPool::Poll() {
   }
   for (const std::string& a : drop) records_.erase(a);
   // Tagged jobs this instance did not submit (a previous server, before Reconcile): report
-  // them too, and track them from now on.
+  // them too; track the live ones from now on, report a finished one once.
+  std::set<std::string> still_listed;
   for (const auto& [alloc, by_id] : subs) {
     if (records_.contains(alloc) || std::find(drop.begin(), drop.end(), alloc) != drop.end()) {
       continue;
     }
     const auto& [id, comps] = *by_id.begin();
     AllocationStatus st = StatusFromSlurm(comps);
+    if (!IsTerminal(st.phase)) {
+      records_[alloc] = Record{st.job, id, {}, st};
+    } else {
+      still_listed.insert(alloc);
+      if (!ended_untracked_.insert(alloc).second) continue;
+    }
     out.push_back(st);
-    if (!IsTerminal(st.phase)) records_[alloc] = Record{st.job, id, {}, st};
   }
+  // Forget what squeue no longer lists (bounded by MinJobAge).
+  std::erase_if(ended_untracked_, [&](const std::string& a) { return !still_listed.contains(a); });
   std::sort(out.begin(), out.end(), [](const AllocationStatus& a, const AllocationStatus& b) {
     return a.allocation < b.allocation;
   });

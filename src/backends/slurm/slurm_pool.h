@@ -68,6 +68,7 @@ class SlurmPool : public PoolBackend {
   std::map<std::string, SlurmNode> inventory_;  // by name, from the last sinfo
   std::map<std::string, Record> records_;       // by allocation
   std::set<std::string> uncertain_;             // allocations whose sbatch answer was lost
+  std::set<std::string> ended_untracked_;       // finished, not ours to track, reported once
 };
 
 }  // namespace tessera::slurm

@@ -201,12 +201,20 @@ TEST_F(SlurmPoolTest, ControllerDownChangesNothing) {
 }
 
 TEST_F(SlurmPoolTest, PollReportsTaggedJobsOfAPreviousInstance) {
-  runner->Reply("squeue", Squeue({{5, "tessera:old:a-9", "RUNNING"}, {6, "", "RUNNING"}}));
+  runner->Reply("squeue", Squeue({{5, "tessera:old:a-9", "RUNNING"},
+                                  {6, "", "RUNNING"},
+                                  {7, "tessera:older:a-8", "COMPLETED"}}));
   auto got = pool.Poll();
   ASSERT_TRUE(got.ok());
-  ASSERT_EQ(got->size(), 1u);  // the untagged job is not ours
-  EXPECT_EQ((*got)[0].job, "old");
-  EXPECT_EQ(pool.tracked(), 1u);
+  ASSERT_EQ(got->size(), 2u);  // the untagged job is not ours
+  EXPECT_EQ((*got)[0].job, "older");
+  EXPECT_EQ((*got)[1].job, "old");
+  EXPECT_EQ(pool.tracked(), 1u);  // the live one
+  // A finished one is reported once, not at every poll while squeue lists it.
+  auto again = pool.Poll();
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->size(), 1u);
+  EXPECT_EQ((*again)[0].job, "old");
 }
 
 TEST_F(SlurmPoolTest, CancelByKnownIdOrByTag) {
