@@ -303,9 +303,11 @@ void ClusterMetrics::Update(const ClusterView& view) {
   std::set<std::string> known;
   for (const JobStatus& j : jobs) known.insert(j.id);
   for (const Job& j : s.jobs) {
-    if (known.count(j.id)) continue;
+    // The server models a job in transition as placeholders "<job>#<allocation>": one job.
+    const std::string id = j.id.substr(0, j.id.find('#'));
+    if (!known.insert(id).second) continue;
     JobStatus st;
-    st.id = j.id;
+    st.id = id;
     st.queue = j.queue;
     st.state = j.RunningTasks() > 0 ? "running" : "pending";
     st.submit_time = j.submit_time;

@@ -208,6 +208,23 @@ TEST_F(ClusterMetricsTest, EachJobStartIsObservedOnceWithItsWait) {
   EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2330");
 }
 
+TEST_F(ClusterMetricsTest, PlaceholdersOfOneJobCountOnce) {
+  // A job in transition appears as one placeholder per allocation: "<job>#<allocation>".
+  auto train = std::find_if(snapshot_.jobs.begin(), snapshot_.jobs.end(),
+                            [](const Job& j) { return j.id == "train"; });
+  ASSERT_NE(train, snapshot_.jobs.end());
+  train->id = "train#a-1";  // running on gpu-a
+  Job ph = *train;
+  ph.id = "train#a-2";
+  ph.allocations[0]->devices = {};
+  ph.allocations[0]->cpu_milli = 1000;
+  snapshot_.jobs.push_back(ph);
+  m_.Update(view_);
+  const std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"running\"}"), "1");
+  EXPECT_EQ(Value(text, "tessera_node_allocated_cpu_cores{node=\"gpu-a\",pool=\"own\"}"), "9");
+}
+
 TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
   view_.jobs.clear();  // the snapshot alone: "waiting" is pending, its reason from the plan
   Plan plan;
