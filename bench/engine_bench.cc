@@ -24,7 +24,8 @@ void RunCycle(benchmark::State& st, const char* score) {
     Plan plan = (*engine)->Cycle(**state, 0, rng);
     placements += static_cast<int64_t>(plan.bindings.size());
   }
-  st.counters["placements_per_second"] = benchmark::Counter(static_cast<double>(placements), benchmark::Counter::kIsRate);
+  st.counters["placements_per_second"] =
+      benchmark::Counter(static_cast<double>(placements), benchmark::Counter::kIsRate);
 }
 
 void BM_CycleBinpack(benchmark::State& st) { RunCycle(st, "binpack"); }

@@ -31,9 +31,12 @@ int64_t PeakRssBytes() {
 
 int RunCycleBench(const BenchOptions& o) {
   using Clock = std::chrono::steady_clock;
-  Json conf = {{"actions", "enqueue, allocate"},
-               {"tiers", Json::array({Json{{"plugins", Json::array({Json{{"name", "priority"}}, Json{{"name", "gang"}}})}},
-                                      Json{{"plugins", Json::array({Json{{"name", "predicates"}}})}}})}};
+  Json conf = {
+      {"actions", "enqueue, allocate"},
+      {"tiers",
+       Json::array(
+           {Json{{"plugins", Json::array({Json{{"name", "priority"}}, Json{{"name", "gang"}}})}},
+            Json{{"plugins", Json::array({Json{{"name", "predicates"}}})}}})}};
   Json& second = conf["tiers"][1]["plugins"];
   if (o.policy == "binpack") {
     second.push_back({{"name", "binpack"}});
@@ -99,11 +102,12 @@ int RunCycleBench(const BenchOptions& o) {
   if (o.json) {
     std::cout << out.dump() << "\n";
   } else {
-    std::printf("%d nodes x %d GPUs, %d jobs, policy %s: %zu placements in %.3f s = %.0f placements/s "
-                "(state build %.3f s, GPU allocated %.1f%%, peak RSS %.0f MiB)\n",
-                o.nodes, o.gpus_per_node, o.jobs, o.policy.c_str(), plan.bindings.size(), cycle_s,
-                out["placements_per_second"].get<double>(), build_s, out["gpu_allocated_percent"].get<double>(),
-                PeakRssBytes() / 1048576.0);
+    std::printf(
+        "%d nodes x %d GPUs, %d jobs, policy %s: %zu placements in %.3f s = %.0f placements/s "
+        "(state build %.3f s, GPU allocated %.1f%%, peak RSS %.0f MiB)\n",
+        o.nodes, o.gpus_per_node, o.jobs, o.policy.c_str(), plan.bindings.size(), cycle_s,
+        out["placements_per_second"].get<double>(), build_s,
+        out["gpu_allocated_percent"].get<double>(), PeakRssBytes() / 1048576.0);
   }
   return 0;
 }
@@ -111,13 +115,17 @@ int RunCycleBench(const BenchOptions& o) {
 }  // namespace
 
 void AddBenchCommands(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "Engine benchmarks (not tests); results in docs/benchmarks.md");
+  CLI::App* bench =
+      app.add_subcommand("bench", "Engine benchmarks (not tests); results in docs/benchmarks.md");
   bench->require_subcommand(1);
   auto opts = std::make_shared<BenchOptions>();
-  CLI::App* cycle = bench->add_subcommand("cycle", "One full scheduling cycle on a synthetic cluster");
+  CLI::App* cycle =
+      bench->add_subcommand("cycle", "One full scheduling cycle on a synthetic cluster");
   cycle->add_option("--nodes", opts->nodes, "nodes")->check(CLI::Range(1, 10000000));
-  cycle->add_option("--gpus-per-node", opts->gpus_per_node, "GPUs per node")->check(CLI::Range(0, 32));
-  cycle->add_option("--jobs", opts->jobs, "pending single-task jobs")->check(CLI::Range(0, 100000000));
+  cycle->add_option("--gpus-per-node", opts->gpus_per_node, "GPUs per node")
+      ->check(CLI::Range(0, 32));
+  cycle->add_option("--jobs", opts->jobs, "pending single-task jobs")
+      ->check(CLI::Range(0, 100000000));
   cycle->add_option("--policy", opts->policy, "binpack | fgd | spread");
   cycle->add_option("--seed", opts->seed, "workload seed");
   cycle->add_flag("--json", opts->json, "print one JSON object");

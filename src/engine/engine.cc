@@ -59,7 +59,8 @@ StatusOr<std::unique_ptr<Engine>> EngineImpl::Build(const EngineConfig& config) 
       std::vector<int64_t> probe = {10, 20, 35};
       sc.plugin->Normalize(t, probe);
       if (probe != std::vector<int64_t>{10, 20, 35})
-        return InvalidArgument("plugin " + sc.name + ": overrides Normalize but not Normalizes() (see engine/plugin.h)");
+        return InvalidArgument("plugin " + sc.name +
+                               ": overrides Normalize but not Normalizes() (see engine/plugin.h)");
     }
   }
   for (size_t i = 0; i < e->scores.size(); ++i) e->device_choosers.push_back(i);

@@ -48,7 +48,6 @@ struct PendingJob {
   std::string suffix;  // appended to the reason message (the reservation note)
 };
 
-
 int64_t Ppm(int64_t used, int64_t total) {
   if (total <= 0) return used > 0 ? 1000000 : 0;
   return static_cast<int64_t>((static_cast<__int128>(used) * 1000000) / total);
@@ -536,8 +535,9 @@ void CycleRun::Finalize() {
       std::string code = c.code;
       if (f.gang && !f.infeasible) {
         code = "GangUnsatisfied";
-        msg = "gang minimum " + std::to_string(job.GangMinimum()) + " of " + std::to_string(job.TaskCount()) +
-              " tasks: only " + std::to_string(f.gang_fit) + " fit together; " + msg;
+        msg = "gang minimum " + std::to_string(job.GangMinimum()) + " of " +
+              std::to_string(job.TaskCount()) + " tasks: only " + std::to_string(f.gang_fit) +
+              " fit together; " + msg;
       }
       if (f.infeasible) msg = "can never fit on this cluster as it is: " + msg;
       pj.decision.reason = {code, msg, c.resource, c.rejected};
@@ -914,10 +914,9 @@ void CycleRun::Backfill() {
       for (int32_t i : reserved) r.nodes.push_back(m_.nodes[i].name());
       r.earliest_start = earliest;
       plan_.reservations.push_back(r);
-      head->suffix =
-          " Reserved " + std::to_string(reserved.size()) + " node(s) for this job" +
-          (earliest >= 0 ? "; earliest start at t=" + std::to_string(earliest) + "."
-                         : "; start time unknown.");
+      head->suffix = " Reserved " + std::to_string(reserved.size()) + " node(s) for this job" +
+                     (earliest >= 0 ? "; earliest start at t=" + std::to_string(earliest) + "."
+                                    : "; start time unknown.");
       fenced_.assign(m_.nodes.size(), false);
       for (int32_t i : reserved) fenced_[i] = true;
       fence_owner_ = head->rec->job.id;

@@ -17,8 +17,9 @@ struct SyntheticSpec {
   // Job mix in percent of jobs (the rest are CPU-only): fractions of one GPU (250m or 500m),
   // 1, 2, 4 and 8 whole GPUs. The default demand is ~93% of an 8-GPU cluster's capacity
   // when jobs = 10 * nodes.
-  int32_t fraction_percent = 40, one_percent = 50, two_percent = 7, four_percent = 2, eight_percent = 1;
-  int32_t gang_percent = 0;  // jobs that are gangs of 2..4 one-GPU tasks (property tests)
+  int32_t fraction_percent = 40, one_percent = 50, two_percent = 7, four_percent = 2,
+          eight_percent = 1;
+  int32_t gang_percent = 0;     // jobs that are gangs of 2..4 one-GPU tasks (property tests)
   int32_t running_percent = 0;  // not used yet: every job starts pending
 };
 

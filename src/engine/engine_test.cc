@@ -1,0 +1,321 @@
+// Table-driven and property tests of the engine: configuration parsing, determinism,
+// the incremental state equals the snapshot path, and capacity is never exceeded.
+#include "engine/engine.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "engine/cluster_state.h"
+#include "engine/plugins/registry.h"
+#include "engine/synthetic.h"
+
+namespace tessera {
+namespace {
+
+std::string SourceDir() {
+  const char* s = std::getenv("TESSERA_SOURCE_DIR");
+  return s ? s : ".";
+}
+
+// ---- configuration ----
+
+struct ConfigCase {
+  const char* name;
+  const char* yaml;
+  const char* error;  // substring of the expected error; nullptr = must parse
+};
+
+class ConfigTest : public ::testing::TestWithParam<ConfigCase> {};
+
+TEST_P(ConfigTest, ParsesOrNamesThePath) {
+  const ConfigCase& c = GetParam();
+  auto doc = ParseYaml(c.yaml);
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  auto cfg = ParseEngineConfig(*doc);
+  if (c.error == nullptr) {
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    auto engine = Engine::Create(*cfg);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  } else {
+    ASSERT_FALSE(cfg.ok());
+    EXPECT_NE(cfg.status().message().find(c.error), std::string::npos) << cfg.status().message();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ConfigTest,
+    ::testing::Values(
+        ConfigCase{"volcano", R"(
+actions: "enqueue, allocate, backfill"
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+    enablePreemptable: false
+  - name: conformance
+- plugins:
+  - name: drf
+  - name: predicates
+  - name: proportion
+  - name: nodeorder
+    arguments:
+      nodeorder.orderPolicyName: most_allocated
+      mostrequested.weight: 2
+)",
+                   nullptr},
+        ConfigCase{"native", R"(
+actions: [enqueue, allocate, preempt, reclaim, backfill]
+order: [priority, fifo]
+filters: [predicates]
+scores:
+  - {name: fragmentation, weight: 2}
+  - {name: topology}
+typicalRequests:
+  - {resources: {nvidia.com/gpu: 1}, weight: 5}
+)",
+                   nullptr},
+        ConfigCase{"unknown_action", "actions: \"enqueue, allocat\"",
+                   "actions[1]: unknown action \"allocat\""},
+        ConfigCase{"unknown_plugin", "tiers: [{plugins: [{name: priority}, {name: nope}]}]",
+                   "tiers[0].plugins[1].name: unknown plugin \"nope\""},
+        ConfigCase{"unknown_argument",
+                   "tiers: [{plugins: [{name: binpack, arguments: {cpuu: 1}}]}]",
+                   "tiers[0].plugins[0].arguments.cpuu: unknown field"},
+        ConfigCase{"unknown_field", "actionz: allocate", "actionz: unknown field"},
+        ConfigCase{"unknown_switch", "tiers: [{plugins: [{name: gang, enableFoo: true}]}]",
+                   "tiers[0].plugins[0].enableFoo: unknown field"},
+        ConfigCase{"bad_policy",
+                   "tiers: [{plugins: [{name: nodeorder, arguments: {orderPolicyName: best}}]}]",
+                   "orderPolicyName: unknown \"best\""}),
+    [](const ::testing::TestParamInfo<ConfigCase>& i) { return std::string(i.param.name); });
+
+TEST(Examples, SchedulerConfigsParse) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(SourceDir()) / "examples" / "scheduler";
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    auto cfg = LoadEngineConfig(e.path().string());
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    EXPECT_TRUE(Engine::Create(*cfg).ok()) << e.path();
+    ++n;
+  }
+  EXPECT_GE(n, 2) << "expected the Volcano and Tessera examples in " << dir;
+}
+
+TEST(Registry, SortedUniqueAndBuildsWithDefaults) {
+  const auto& r = PluginRegistry();
+  for (size_t i = 1; i < r.size(); ++i)
+    EXPECT_LT(std::string(r[i - 1].name), std::string(r[i].name));
+  for (const auto& p : r) EXPECT_TRUE(MakePlugin(p.name, Json::object(), "p").ok()) << p.name;
+}
+
+// ---- properties over random clusters ----
+
+Snapshot RandomCluster(uint64_t seed) {
+  Rng rng(seed);
+  SyntheticSpec spec;
+  spec.nodes = 3 + static_cast<int32_t>(rng.Below(20));
+  spec.gpus_per_node = static_cast<int32_t>(rng.Below(9));
+  spec.jobs = 5 + static_cast<int32_t>(rng.Below(120));
+  spec.seed = seed;
+  spec.gang_percent = static_cast<int32_t>(rng.Below(40));
+  Snapshot s = SyntheticSnapshot(spec);
+  // Some MIG devices, taints and unhealthy devices, and a few tolerating jobs.
+  for (Node& n : s.nodes) {
+    if (rng.Below(5) == 0 && !n.devices.empty()) {
+      for (Device& d : n.devices) {
+        d.model = "A100-40GB";
+        d.memory_bytes = 40LL << 30;
+        d.mig = {{"3g.20gb", 0, ""}, {"2g.10gb", 4, ""}, {"1g.5gb", 6, ""}};
+      }
+    }
+    if (rng.Below(6) == 0) n.taints.push_back({"dedicated", "x", TaintEffect::kNoSchedule});
+    if (rng.Below(8) == 0 && !n.devices.empty()) n.devices[0].healthy = false;
+  }
+  for (Job& j : s.jobs) {
+    if (rng.Below(7) == 0)
+      j.tolerations.push_back({"dedicated", Toleration::Op::kExists, "", std::nullopt});
+    if (rng.Below(10) == 0) {
+      j.groups[0].request = TaskRequest{};
+      j.groups[0].request.cpu_milli = 1000;
+      j.groups[0].request.memory_bytes = 1LL << 30;
+      j.groups[0].request.gpu.kind = GpuRequestKind::kMig;
+      j.groups[0].request.gpu.count = 1;
+      j.groups[0].request.gpu.mig_profile = rng.Below(2) ? "1g.5gb" : "3g.20gb";
+    }
+  }
+  return s;
+}
+
+// Checks that the bindings never over-commit a node, a device or a MIG instance.
+void ExpectWithinCapacity(const Snapshot& s, const Plan& plan) {
+  std::map<std::string, const Node*> nodes;
+  for (const Node& n : s.nodes) nodes[n.name] = &n;
+  std::map<std::string, int64_t> cpu, mem;
+  std::map<std::pair<std::string, int32_t>, int64_t> milli;
+  std::set<std::tuple<std::string, int32_t, int32_t>> mig;
+  std::set<std::pair<std::string, int32_t>> whole;
+  auto take = [&](const TaskAllocation& a) {
+    cpu[a.node] += a.cpu_milli;
+    mem[a.node] += a.memory_bytes;
+    for (const auto& d : a.devices) {
+      milli[{a.node, d.device}] += d.milli;
+      if (d.mig_instance >= 0)
+        EXPECT_TRUE(mig.insert({a.node, d.device, d.mig_instance}).second) << "MIG instance twice";
+    }
+  };
+  for (const Job& j : s.jobs)
+    for (const auto& a : j.allocations)
+      if (a) take(*a);
+  for (const Binding& b : plan.bindings) {
+    ASSERT_TRUE(nodes.count(b.allocation.node));
+    const Node& n = *nodes[b.allocation.node];
+    for (const auto& d : b.allocation.devices) {
+      ASSERT_LT(d.device, static_cast<int32_t>(n.devices.size()));
+      EXPECT_TRUE(n.devices[d.device].healthy) << "bound to an unhealthy device";
+      EXPECT_EQ(d.mig_instance >= 0, n.devices[d.device].mig_enabled());
+    }
+    take(b.allocation);
+  }
+  for (const auto& [name, used] : cpu) EXPECT_LE(used, nodes[name]->cpu_milli) << name;
+  for (const auto& [name, used] : mem) EXPECT_LE(used, nodes[name]->memory_bytes) << name;
+  for (const auto& [key, used] : milli)
+    EXPECT_LE(used, 1000) << key.first << " device " << key.second;
+}
+
+class PropertyTest : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(PropertyTest, CapacityNeverExceededAndPlansAreByteIdentical) {
+  Snapshot s = RandomCluster(GetParam());
+  for (const char* scores : {"binpack", "fragmentation", "spread"}) {
+    Json conf = {{"actions", "enqueue, allocate, preempt, reclaim, backfill"},
+                 {"order", Json::array({"priority"})},
+                 {"filters", Json::array({"predicates"})},
+                 {"scores", Json::array({scores, "topology"})}};
+    auto engine = Engine::Create(*ParseEngineConfig(conf));
+    ASSERT_TRUE(engine.ok());
+    Rng r1(7), r2(7);
+    Plan a = (*engine)->Cycle(s, 100, r1);
+    Plan b = (*engine)->Cycle(s, 100, r2);
+    EXPECT_EQ(PlanToJson(a).dump(), PlanToJson(b).dump()) << scores;
+    ExpectWithinCapacity(s, a);
+    // Every pending job has exactly one decision; every placed job has its gang minimum.
+    std::map<std::string, int32_t> bound;
+    for (const auto& bd : a.bindings) bound[bd.job]++;
+    size_t pending = 0;
+    for (const Job& j : s.jobs) pending += j.RunningTasks() < j.TaskCount();
+    EXPECT_EQ(a.decisions.size(), pending);
+    for (const auto& d : a.decisions) {
+      const Job* job = nullptr;
+      for (const Job& j : s.jobs)
+        if (j.id == d.job) job = &j;
+      ASSERT_NE(job, nullptr);
+      if (d.outcome == Outcome::kPlaced) {
+        EXPECT_GE(bound[d.job] + job->RunningTasks(), job->GangMinimum()) << d.job;
+      } else {
+        EXPECT_EQ(bound[d.job], 0) << d.job << " has bindings but is " << OutcomeName(d.outcome);
+        EXPECT_FALSE(d.reason.code.empty()) << d.job;
+        EXPECT_FALSE(d.reason.message.empty()) << d.job;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, PropertyTest, ::testing::Range<uint64_t>(1, 41));
+
+// ---- incremental host API ----
+
+TEST(ClusterState, CycleOnStateEqualsCycleOnSnapshotAndLeavesStateUnchanged) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    Snapshot s = RandomCluster(seed);
+    auto engine = Engine::Create(DefaultEngineConfig());
+    ASSERT_TRUE(engine.ok());
+    auto state = ClusterState::FromSnapshot(s);
+    ASSERT_TRUE(state.ok()) << state.status().ToString();
+    const std::string before = SnapshotToJson((*state)->ToSnapshot()).dump();
+    Rng r1(3), r2(3);
+    Plan from_snapshot = (*engine)->Cycle(s, 50, r1);
+    Plan from_state = (*engine)->Cycle(**state, 50, r2);
+    EXPECT_EQ(PlanToJson(from_snapshot).dump(), PlanToJson(from_state).dump()) << "seed " << seed;
+    EXPECT_EQ(before, SnapshotToJson((*state)->ToSnapshot()).dump())
+        << "the cycle changed the state";
+  }
+}
+
+TEST(ClusterState, DeltasEqualRebuildingFromSnapshot) {
+  // Run three cycles: apply each plan to the kept state, and also rebuild a snapshot with
+  // the same bindings; the next plans must be equal.
+  Snapshot s = RandomCluster(99);
+  auto engine = Engine::Create(DefaultEngineConfig());
+  ASSERT_TRUE(engine.ok());
+  auto state = ClusterState::FromSnapshot(s);
+  ASSERT_TRUE(state.ok());
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    Rng r1(cycle), r2(cycle);
+    Snapshot rebuilt = (*state)->ToSnapshot();
+    Plan inc = (*engine)->Cycle(**state, 100 * cycle, r1);
+    Plan full = (*engine)->Cycle(rebuilt, 100 * cycle, r2);
+    ASSERT_EQ(PlanToJson(inc).dump(), PlanToJson(full).dump()) << "cycle " << cycle;
+    Status st = (*state)->ApplyPlan(inc);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    // Finish one running job per cycle, as a host would.
+    for (const Job& j : (*state)->ToSnapshot().jobs)
+      if (j.RunningTasks() > 0) {
+        ASSERT_TRUE((*state)->RemoveJob(j.id).ok());
+        break;
+      }
+  }
+}
+
+TEST(ClusterState, RejectsWhatItCannotHold) {
+  auto st = std::make_unique<ClusterState>();
+  Node n;
+  n.name = "a";
+  n.cpu_milli = 1000;
+  n.memory_bytes = 1 << 20;
+  ASSERT_TRUE(st->AddNode(n).ok());
+  EXPECT_EQ(st->AddNode(n).code(), StatusCode::kAlreadyExists);
+  Job j;
+  j.id = "x";
+  j.queue = "nope";
+  j.groups.emplace_back();
+  j.allocations.assign(1, std::nullopt);
+  Status s = st->AddJob(j);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("unknown queue \"nope\""), std::string::npos);
+  j.queue = "default";
+  ASSERT_TRUE(st->AddJob(j).ok());
+  EXPECT_EQ(st->pending_count(), 1u);
+  TaskAllocation a;
+  a.node = "ghost";
+  EXPECT_EQ(st->Bind("x", 0, a, 0).code(), StatusCode::kNotFound);
+  a.node = "a";
+  ASSERT_TRUE(st->Bind("x", 0, a, 5).ok());
+  EXPECT_EQ(st->pending_count(), 0u);
+  EXPECT_EQ(st->FindJob("x")->start_time, 5);
+  ASSERT_TRUE(st->RemoveNode("a").ok());
+  EXPECT_EQ(st->pending_count(), 1u);  // its task lost the node
+}
+
+TEST(Engine, UnknownQueueIsAnErrorDecision) {
+  auto doc = ParseYaml(R"(
+nodes: [{name: a, cpu: 4, memory: 8Gi}]
+jobs: [{id: j, queue: missing, tasks: [{resources: {cpu: 1}}]}]
+)");
+  ASSERT_TRUE(doc.ok());
+  auto s = SnapshotFromJson(*doc);
+  ASSERT_TRUE(s.ok());
+  auto engine = Engine::Create(DefaultEngineConfig());
+  Rng rng(1);
+  Plan p = (*engine)->Cycle(*s, 0, rng);
+  ASSERT_EQ(p.decisions.size(), 1u);
+  EXPECT_EQ(p.decisions[0].outcome, Outcome::kError);
+  EXPECT_EQ(p.decisions[0].reason.code, "UnknownQueue");
+}
+
+}  // namespace
+}  // namespace tessera
