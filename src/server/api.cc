@@ -1,5 +1,7 @@
 #include "server/api.h"
 
+#include "server/observability_routes.h"
+
 #include <httplib.h>
 
 #include <cstdio>
@@ -107,6 +109,7 @@ void ApiServer::Routes() {
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
+  RegisterObservabilityRoutes(s);  // /metrics, /ui/ (observability_routes.h)
 
   s.Post("/v1/jobs",
          Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {

@@ -130,6 +130,9 @@ struct ControlPlaneOptions {
   int64_t cycle_period_ms = 1000;      // scheduling cycles at least this often
   int64_t cycle_min_interval_ms = 50;  // and at most this often when events trigger them
   bool run_scheduler = true;           // false: cycles only through RunCycle() (tests)
+  // Called after each engine cycle with what the engine saw and decided, and its wall time
+  // in seconds (observability: src/server/observability_routes.h). No lock is held.
+  std::function<void(const Snapshot&, const Plan&, int64_t now, double seconds)> on_cycle;
 };
 
 struct ListOptions {

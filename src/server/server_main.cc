@@ -1,5 +1,7 @@
 #include "server/server_main.h"
 
+#include "server/observability_routes.h"
+
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -108,6 +110,7 @@ Status RunServer(const ServerFlags& flags) {
   if (!engine.ok()) return engine.status();
   ControlPlaneOptions cpo;
   cpo.seed = flags.seed;
+  cpo.on_cycle = ObserveCycleForMetrics;  // /metrics (observability_routes.h)
   auto cp = ControlPlane::Open(std::move(*st), std::move(*engine), cpo);
   if (!cp.ok()) return cp.status();
   auto loaded =

@@ -1,0 +1,56 @@
+#include "server/observability_routes.h"
+
+#include <filesystem>
+
+#include <httplib.h>
+
+namespace tessera::server {
+
+metrics::ClusterMetrics& ProcessMetrics() {
+  static metrics::ClusterMetrics* m = new metrics::ClusterMetrics();  // never destroyed: the
+  return *m;  // scheduling thread may still report while static destructors run
+}
+
+void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan, int64_t now,
+                            double seconds) {
+  metrics::ClusterMetrics& m = ProcessMetrics();
+  m.ObserveCycle(plan, seconds);
+  metrics::ClusterView view;
+  view.now = now;
+  view.snapshot = &snapshot;
+  view.plan = &plan;
+  m.Update(view);
+}
+
+std::string DashboardDir() {
+  namespace fs = std::filesystem;
+  std::error_code err;
+  if (const char* env = std::getenv("TESSERA_WEB_DIR")) {
+    return fs::is_directory(env, err) ? env : "";
+  }
+  if (fs::is_regular_file("web/dist/index.html", err)) return fs::absolute("web/dist").string();
+#ifdef TESSERA_SOURCE_ROOT
+  const std::string built = std::string(TESSERA_SOURCE_ROOT) + "/web/dist";
+  if (fs::is_regular_file(built + "/index.html", err)) return built;
+#endif
+  return "";
+}
+
+void RegisterObservabilityRoutes(httplib::Server& http) {
+  http.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(ProcessMetrics().RenderText(), metrics::kTextContentType);
+  });
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_redirect("/ui/"); });
+  const std::string dir = DashboardDir();
+  if (!dir.empty() && http.set_mount_point("/ui", dir)) return;
+  http.Get(R"(/ui(/.*)?)", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 503;
+    res.set_content(
+        "<!doctype html><title>Tessera</title><p>The web dashboard is not built. Run "
+        "<code>make web</code> (npm ci &amp;&amp; npm run build in web/), or point "
+        "TESSERA_WEB_DIR at a built web/dist.</p>",
+        "text/html; charset=utf-8");
+  });
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,29 @@
+// Observability routes of the server: GET /metrics (Prometheus text format 0.0.4, from
+// src/metrics) and the web dashboard's static files under /ui/ (built from web/ into
+// web/dist; / redirects there). Owned by the observability component (docs/observability.md).
+//
+// Metrics are refreshed after every scheduling cycle from the snapshot the engine saw and
+// its plan (ObserveCycleForMetrics, installed as ControlPlaneOptions::on_cycle), so a scrape
+// costs only the rendering. One ClusterMetrics per process. Thread-safe.
+#pragma once
+
+#include <string>
+
+#include "metrics/cluster_metrics.h"
+#include "model/snapshot.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tessera::server {
+
+metrics::ClusterMetrics& ProcessMetrics();
+void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan, int64_t now,
+                            double seconds);
+// The dashboard folder: $TESSERA_WEB_DIR, else web/dist under the working directory, else
+// web/dist beside the source tree the binary was built in; "" when none exists.
+std::string DashboardDir();
+void RegisterObservabilityRoutes(httplib::Server& http);
+
+}  // namespace tessera::server
