@@ -48,6 +48,9 @@ struct PendingJob {
   std::string suffix;  // appended to the reason message (the reservation note)
 };
 
+// Geometric growth for the per-class caches (classes appear throughout a cycle).
+size_t Grow(size_t have, size_t need) { return std::max(need + 64, have * 2); }
+
 int64_t Ppm(int64_t used, int64_t total) {
   if (total <= 0) return used > 0 ? 1000000 : 0;
   return static_cast<int64_t>((static_cast<__int128>(used) * 1000000) / total);
@@ -306,9 +309,9 @@ bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int6
   const size_t P = e_.scores.size();
   auto& pass = pass_cache_[shape];
   auto& cache = score_cache_[shape];
-  if (pass.size() <= static_cast<size_t>(cls)) pass.resize(m_.classes.size() + 64, 0);
+  if (pass.size() <= static_cast<size_t>(cls)) pass.resize(Grow(pass.size(), m_.classes.size()), 0);
   if (cache.size() < (static_cast<size_t>(cls) + 1) * P)
-    cache.resize((m_.classes.size() + 64) * P, kUnknown);
+    cache.resize(Grow(cache.size() / std::max<size_t>(P, 1), m_.classes.size()) * P, kUnknown);
   const NodeState& rep = m_.nodes[*m_.classes[cls].members.begin()];
   int8_t& p = pass[cls];
   if (p == 0) p = Passes(t, rep) ? 1 : 2;
@@ -325,7 +328,8 @@ bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int6
 
 void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
   ShapeIndex& ix = index_[shape];
-  if (ix.entry.size() <= static_cast<size_t>(cls)) ix.entry.resize(m_.classes.size() + 64, {0, -1});
+  if (ix.entry.size() <= static_cast<size_t>(cls))
+    ix.entry.resize(Grow(ix.entry.size(), m_.classes.size()), {0, -1});
   auto& e = ix.entry[cls];
   if (e.second >= 0) {
     ix.best.erase({e.first, e.second, cls});
@@ -382,9 +386,9 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   } else {
     auto& pass = pass_cache_[shape];
     auto& cache = score_cache_[shape];
-    if (pass.size() < m_.classes.size()) pass.resize(m_.classes.size() + 64, 0);
+    if (pass.size() < m_.classes.size()) pass.resize(Grow(pass.size(), m_.classes.size()), 0);
     if (!node_specific && cache.size() < m_.classes.size() * P)
-      cache.resize((m_.classes.size() + 64) * P, kUnknown);
+      cache.resize(Grow(cache.size() / std::max<size_t>(P, 1), m_.classes.size()) * P, kUnknown);
 
     // Candidates: (node index) of feasible classes' representatives, or every member when
     // scores are node-specific.
