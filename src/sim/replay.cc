@@ -185,7 +185,21 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
   auto run_cycle = [&](int64_t t, bool& again) -> Status {
     Plan plan = engine->Cycle(state, t, rng);
     ++res.cycles;
-    TESSERA_RETURN_IF_ERROR(state.ApplyPlan(plan));
+    // ClusterState::ApplyPlan, tolerating a plan that evicts the same task twice (preempt
+    // and reclaim may both pick it): each running task is released once.
+    std::set<std::pair<std::string, int32_t>> released;
+    for (const Eviction& e : plan.evictions) {
+      if (!released.insert({e.job, e.task}).second) continue;
+      const Job* j = state.FindJob(e.job);
+      if (j == nullptr || e.task < 0 || e.task >= static_cast<int32_t>(j->allocations.size()) ||
+          !j->allocations[e.task]) {
+        ++res.stale_evictions;
+        continue;
+      }
+      TESSERA_RETURN_IF_ERROR(state.Release(e.job, e.task));
+    }
+    for (const Binding& b : plan.bindings)
+      TESSERA_RETURN_IF_ERROR(state.Bind(b.job, b.task, b.allocation, t));
     // Evictions: the whole job goes back to pending, keeping its service (checkpointed).
     std::set<std::string> evicted;
     for (const Eviction& e : plan.evictions) evicted.insert(e.job);

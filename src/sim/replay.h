@@ -73,7 +73,9 @@ struct ReplayResult {
   int64_t bindings = 0;
   int64_t first_submit = 0;
   int64_t last_finish = 0;
-  int64_t created_queues = 0;  // trace queues missing from the cluster file, added with weight 1
+  int64_t created_queues = 0;
+  int64_t stale_evictions = 0;  // plan evictions of tasks that were not running (ignored)  // trace
+                                // queues missing from the cluster file, added with weight 1
 };
 
 // Runs the jobs on the cluster (nodes, queues, priority classes of `cluster`; its jobs are

@@ -400,6 +400,7 @@ Json ReplayReportToJson(const ReplayReport& r) {
     x["avgGpuAllocationPercent"] = R2(s.avg_gpu_utilisation_percent);
     x["totalGpus"] = run.result.total_gpu_milli / 1000;
     x["createdQueues"] = run.result.created_queues;
+    x["staleEvictions"] = run.result.stale_evictions;
     Json queues = Json::array();
     const double span =
         static_cast<double>(s.makespan) * static_cast<double>(run.result.total_gpu_milli);

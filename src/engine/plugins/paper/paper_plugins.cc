@@ -127,6 +127,7 @@ class BestFitScore : public PaperScore {
   int64_t Score(const TaskContext& task, const NodeState& node) const override {
     return BestFitRawScore(FreeOf(node), ShapeOf(*task.request));
   }
+  bool Normalizes() const override { return true; }
   void Normalize(const TaskContext& task, std::vector<int64_t>& scores) const override {
     NormalizeMinMax(scores);
   }
