@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 
 #include "cli/command.h"
@@ -27,6 +28,12 @@ int64_t PeakRssBytes() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+double CpuSeconds() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 int RunCycleBench(const BenchOptions& o) {
@@ -72,9 +79,11 @@ int RunCycleBench(const BenchOptions& o) {
     return 1;
   }
   auto t1 = Clock::now();
+  const double cpu0 = CpuSeconds();
   Rng rng(o.seed);
   Plan plan = (*engine)->Cycle(**state, 0, rng);
   auto t2 = Clock::now();
+  const double cpu_s = CpuSeconds() - cpu0;
 
   const double build_s = std::chrono::duration<double>(t1 - t0).count();
   const double cycle_s = std::chrono::duration<double>(t2 - t1).count();
@@ -95,6 +104,8 @@ int RunCycleBench(const BenchOptions& o) {
               {"cycle_seconds", cycle_s},
               {"placements_per_second", cycle_s > 0 ? plan.bindings.size() / cycle_s : 0.0},
               {"decisions_per_second", cycle_s > 0 ? plan.decisions.size() / cycle_s : 0.0},
+              {"cycle_cpu_seconds", cpu_s},
+              {"placements_per_cpu_second", cpu_s > 0 ? plan.bindings.size() / cpu_s : 0.0},
               {"state_build_seconds", build_s},
               {"gpu_allocated_percent", capacity > 0 ? 100.0 * gpu_milli / capacity : 0.0},
               {"peak_rss_bytes", PeakRssBytes()},
