@@ -441,8 +441,24 @@ Status Agent::Reconcile(const Json& ans, const std::vector<TaskStatus>& sent) {
       }
     }
   }
+  // A task still exiting (SIGTERM sent, grace running) holds its job and its GPUs: a new
+  // allocation of the same job or on one of those GPUs waits for it, so that a restarted
+  // gang never overlaps its previous attempt and no GPU is shared by accident.
+  std::set<std::string> exiting_jobs;
+  std::set<int32_t> exiting_devices;
+  for (const auto& t : executor_->Statuses()) {
+    if (t.state != TaskState::kRunning || !t.stopping) continue;
+    exiting_jobs.insert(t.job);
+    for (const auto& d : t.devices) exiting_devices.insert(d.device);
+  }
   for (const auto& [id, spec] : desired) {
     if (executor_->Has(id)) continue;
+    bool wait = exiting_jobs.count(spec.job) > 0;
+    for (const auto& d : spec.devices) wait = wait || exiting_devices.count(d.device) > 0;
+    if (wait) {
+      Log("allocation " + id + " waits for a stopping task of job " + spec.job + " or on its GPUs");
+      continue;
+    }
     Log("starting allocation " + id + " (job " + spec.job + " task " + std::to_string(spec.task) +
         ")");
     Status s = executor_->Start(spec);

@@ -46,14 +46,14 @@ struct AgentOptions {
   std::string boot_id;             // random per agent process start (NewBootId)
   std::shared_ptr<NvmlGpus> nvml;  // null: devices are virtual; samples are derived from tasks
   std::string logs_host = "127.0.0.1";
-  int logs_port = 0;                    // 0: any free port
-  std::string logs_advertise;           // URL given to the server; "" = http://<logs_host>:<port>
+  int logs_port = 0;           // 0: any free port
+  std::string logs_advertise;  // URL given to the server; "" = http://<logs_host>:<port>
   // Bearer token the logs endpoint requires; "" = none (the server's proxy sends none today,
   // so keep the endpoint on loopback or a private network).
   std::string logs_token;
-  int64_t lease_seconds = -1;           // -1: 3 heartbeat intervals; 0: never self-fence
-  std::string cgroup_parent;            // see ExecutorOptions
-  std::function<int64_t()> wall_clock;  // seconds since the epoch; default: system clock
+  int64_t lease_seconds = -1;                   // -1: 3 heartbeat intervals; 0: never self-fence
+  std::string cgroup_parent;                    // see ExecutorOptions
+  std::function<int64_t()> wall_clock;          // seconds since the epoch; default: system clock
   std::function<void(const std::string&)> log;  // default: stderr
 };
 

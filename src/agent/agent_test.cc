@@ -313,6 +313,25 @@ TEST_F(AgentTest, KillsEveryProcessWhoseAllocationIsNotListed) {
   agent->Stop(true);
 }
 
+TEST_F(AgentTest, ANewAttemptWaitsUntilThePreviousOneHasExited) {
+  FakeServer server;
+  const std::string order = dir_.string() + "/order";
+  server.Want("gpu-node-1",
+              Alloc("a-old", "echo old-start >> " + order + "; trap 'sleep 0.5; echo old-end >> " +
+                                 order + "; exit 0' TERM; while :; do sleep 0.1; done"));
+  auto agent = StartAgent(Options(server.url()));
+  ASSERT_TRUE(
+      WaitFor([&] { return server.StateOf("a-old") == "running" && !Slurp(order).empty(); }));
+  Json next = Alloc("a-new", "echo new-start >> " + order + "; exec sleep 60");
+  next["job"] = "job-a-old";  // the same job's next attempt, on the same GPU
+  server.Unwant("gpu-node-1", "a-old");
+  server.Want("gpu-node-1", next);
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-new") == "running"; }));
+  EXPECT_EQ(Slurp(order), "old-start\nold-end\nnew-start\n");
+  EXPECT_EQ(server.StateOf("a-old"), "killed");
+  agent->Stop(true);
+}
+
 TEST_F(AgentTest, ServerRestartAndStaleEpochMeanRegisterAgainTasksKeepRunning) {
   FakeServer server;
   server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));

@@ -13,13 +13,13 @@ const std::string& SeedMinimalInventoryYaml() {
 nodes:
   - name: gpu-node-1
     pool: default
-    labels: {tessera.io/gpu-model: A100-80GB}
+    labels: {nvidia.com/gpu.product: A100-80GB}
     cpu: 128
     memory: 1Ti
     gpus: {model: A100-80GB, count: 8, memory: 80Gi, domain: gpu-node-1-nvswitch}
   - name: gpu-node-2
     pool: default
-    labels: {tessera.io/gpu-model: A100-80GB}
+    labels: {nvidia.com/gpu.product: A100-80GB}
     cpu: 128
     memory: 1Ti
     gpus: {model: A100-80GB, count: 8, memory: 80Gi, domain: gpu-node-2-nvswitch}
@@ -93,7 +93,7 @@ StatusOr<Node> DiscoverHostNode(const std::string& name, NvmlGpus* nvml) {
     auto devs = nvml->Discover();
     if (!devs.ok()) return devs.status();
     n.devices = std::move(*devs);
-    if (!n.devices.empty()) n.labels["tessera.io/gpu-model"] = n.devices[0].model;
+    if (!n.devices.empty()) n.labels["nvidia.com/gpu.product"] = n.devices[0].model;
   }
   return n;
 }

@@ -1,0 +1,242 @@
+// End to end: the real `tessera server` and `tessera agent` binaries ($TESSERA_BINARY) as
+// subprocesses on loopback: a job runs on a virtual node, its logs come through the server,
+// it survives a server restart, and an agent crash never leaves two attempts running at once.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "model/codec.h"
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  return s;
+}
+
+std::string Trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+bool Running(pid_t pid) {
+  std::string s = Slurp("/proc/" + std::to_string(pid) + "/stat");
+  auto rp = s.rfind(')');
+  return rp != std::string::npos && s.size() > rp + 2 && s[rp + 2] != 'Z' && s[rp + 2] != 'X';
+}
+
+template <typename F>
+bool WaitFor(F cond, int seconds = 30) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return cond();
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  pid_t p = ::fork();
+  if (p == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return p;
+}
+
+void Stop(pid_t& pid, int sig) {
+  if (pid <= 0) return;
+  ::kill(pid, sig);
+  ::waitpid(pid, nullptr, 0);
+  pid = -1;
+}
+
+class EndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* bin = std::getenv("TESSERA_BINARY");
+    const char* src = std::getenv("TESSERA_SOURCE_DIR");
+    if (bin == nullptr || src == nullptr || !fs::exists(bin))
+      GTEST_SKIP() << "TESSERA_BINARY / TESSERA_SOURCE_DIR not set (run through ctest)";
+    bin_ = bin;
+    src_ = src;
+    dir_ = fs::temp_directory_path() /
+           ("tessera-e2e-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "data");
+    port_ = FreePort();
+    url_ = "http://127.0.0.1:" + std::to_string(port_);
+  }
+  void TearDown() override {
+    Stop(agent_, SIGKILL);
+    Stop(server_, SIGKILL);
+    // Tasks the killed agent left behind.
+    if (!dir_.empty() && fs::exists(dir_)) {
+      for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+        if (e.path().filename() != "task.json") continue;
+        Json j = Json::parse(Slurp(e.path().string()), nullptr, false);
+        if (j.is_object() && j.value("pgid", 0) > 0) ::kill(-j.value("pgid", 0), SIGKILL);
+      }
+      if (!HasFailure()) fs::remove_all(dir_);
+    }
+  }
+  void StartServer() {
+    fs::remove(dir_ / "data" / "server.url");
+    server_ = Spawn({bin_, "server", "--data-dir", (dir_ / "data").string(), "--listen",
+                     "127.0.0.1:" + std::to_string(port_), "--bootstrap", src_ + "/examples/seed"},
+                    (dir_ / "server.log").string());
+    ASSERT_TRUE(WaitFor([&] {
+      return !Trimmed(Slurp((dir_ / "data" / "server.url").string())).empty();
+    })) << Slurp((dir_ / "server.log").string());
+    admin_ = Trimmed(Slurp((dir_ / "data" / "admin.token").string()));
+    agent_token_ = Trimmed(Slurp((dir_ / "data" / "agent.token").string()));
+  }
+  void StartAgent() {
+    agent_ = Spawn(
+        {bin_, "agent", "--server", url_, "--token", agent_token_, "--inventory", "seed-minimal",
+         "--node", "gpu-node-1", "--work-dir", (dir_ / "agent").string(), "--lease-seconds", "60"},
+        (dir_ / "agent.log").string());
+  }
+  httplib::Result Call(const std::string& method, const std::string& path,
+                       const std::string& body = "") {
+    httplib::Client c(url_);
+    c.set_bearer_token_auth(admin_.c_str());
+    c.set_read_timeout(10, 0);
+    if (method == "POST") return c.Post(path.c_str(), body, "application/json");
+    return c.Get(path.c_str());
+  }
+  void Submit(const std::string& name, const std::string& script) {
+    Json job = {{"apiVersion", "tessera.io/v1"},
+                {"kind", "Job"},
+                {"metadata", {{"name", name}}},
+                {"spec",
+                 {{"queue", "default"},
+                  {"tasks",
+                   {{{"replicas", 1},
+                     {"resources", {{"cpu", 1}, {"memory", "1Gi"}, {"nvidia.com/gpu", 1}}},
+                     {"command", {"/bin/sh", "-c", script}}}}}}}};
+    auto r = Call("POST", "/v1/jobs", job.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 201) << r->body;
+  }
+  // "start <pid>" / "end <pid>" lines: how many attempts ran at once, at most.
+  int MaxConcurrent(const std::string& journal) {
+    std::istringstream in(Slurp(journal));
+    std::string what;
+    int pid = 0, now = 0, max = 0;
+    while (in >> what >> pid) {
+      now += what == "start" ? 1 : -1;
+      max = std::max(max, now);
+    }
+    return max;
+  }
+  std::vector<pid_t> Starts(const std::string& journal) {
+    std::istringstream in(Slurp(journal));
+    std::string what;
+    int pid = 0;
+    std::vector<pid_t> out;
+    while (in >> what >> pid) {
+      if (what == "start") out.push_back(pid);
+    }
+    return out;
+  }
+  std::string Script(const std::string& journal) {
+    return "echo start $$ >> " + journal + "; echo hello-e2e; trap 'echo end $$ >> " + journal +
+           "; exit 0' TERM; while :; do sleep 0.2; done";
+  }
+
+  std::string bin_, src_, url_, admin_, agent_token_;
+  fs::path dir_;
+  int port_ = 0;
+  pid_t server_ = -1, agent_ = -1;
+};
+
+TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) {
+  StartServer();
+  StartAgent();
+  const std::string journal = (dir_ / "journal").string();
+  Submit("e2e-run", Script(journal));
+  ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 1; }))
+      << Slurp((dir_ / "agent.log").string());
+  const pid_t task = Starts(journal)[0];
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Call("GET", "/v1/jobs/e2e-run/logs?task=0");
+    return r && r->status == 200 && r->body.find("hello-e2e") != std::string::npos;
+  }));
+
+  Stop(server_, SIGKILL);  // crash the server; the agent keeps the task and retries
+  ASSERT_TRUE(Running(task));
+  StartServer();
+  // The node comes back Ready (heartbeats resumed) and the task was neither restarted nor killed.
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Call("GET", "/v1/nodes");
+    if (!r || r->status != 200) return false;
+    return r->body.find("gpu-node-1") != std::string::npos;
+  }));
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // a few heartbeats under the new server
+  EXPECT_TRUE(Running(task));
+  EXPECT_EQ(Starts(journal).size(), 1u);
+
+  auto r = Call("POST", "/v1/jobs/e2e-run/cancel");
+  ASSERT_TRUE(r);
+  EXPECT_LT(r->status, 300) << r->body;
+  EXPECT_TRUE(WaitFor([&] { return !Running(task); }));
+  EXPECT_EQ(MaxConcurrent(journal), 1);
+}
+
+TEST_F(EndToEndTest, AgentCrashNeverLeavesTwoAttemptsRunning) {
+  StartServer();
+  StartAgent();
+  const std::string journal = (dir_ / "journal").string();
+  Submit("e2e-crash", Script(journal));
+  ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 1; }))
+      << Slurp((dir_ / "agent.log").string());
+  const pid_t first = Starts(journal)[0];
+  Stop(agent_, SIGKILL);  // a real crash: the task is orphaned, still running
+  ASSERT_TRUE(Running(first));
+  StartAgent();  // new boot id: the server counts the old attempt as lost
+  EXPECT_TRUE(WaitFor([&] { return !Running(first); })) << Slurp((dir_ / "agent.log").string());
+  // Whatever the job's policy did next (restart or fail), attempts never overlapped.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_EQ(MaxConcurrent(journal), 1) << Slurp(journal);
+}
+
+}  // namespace
+}  // namespace tessera::agent
