@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace tessera::metrics {
 namespace {
@@ -292,57 +295,78 @@ void ClusterMetrics::Update(const ClusterView& view) {
   queue_weight_->Replace(std::move(weight));
   queue_cost_per_hour_->Replace(std::move(cost_rate));
 
-  // Jobs: lifecycle states from the server, the rest derived from the snapshot.
-  std::map<std::string, std::string> plan_reason;
+  // Jobs: lifecycle states from the server, the rest derived from the snapshot. This runs
+  // after every cycle over every live job, so it avoids copies (views into the snapshot and
+  // plan, hash lookups that never decide an output order) and counts in integers.
+  std::unordered_map<std::string_view, std::string_view> plan_reason;
   if (view.plan) {
+    plan_reason.reserve(view.plan->decisions.size());
     for (const JobDecision& d : view.plan->decisions) {
-      if (d.outcome != Outcome::kPlaced) plan_reason[d.job] = d.reason.code;
+      if (d.outcome != Outcome::kPlaced) plan_reason.emplace(d.job, d.reason.code);
     }
   }
-  std::vector<JobStatus> jobs = view.jobs;
-  std::set<std::string> known;
-  for (const JobStatus& j : jobs) known.insert(j.id);
+  struct QueueJobs {
+    std::map<std::string, int64_t, std::less<>> states, reasons;
+    int64_t oldest = 0;
+  };
+  std::map<std::string, QueueJobs, std::less<>> per_queue;
+  for (const std::string& name : queue_names) {
+    QueueJobs& q = per_queue[name];
+    q.states["pending"] = 0;
+    q.states["running"] = 0;
+  }
+  std::set<std::pair<std::string, int64_t>> still_seen;
+  auto count = [&](std::string_view id, std::string_view queue, std::string_view state,
+                   std::string_view reason, int64_t queued_at, int64_t start_time) {
+    auto q = per_queue.find(queue);
+    if (q == per_queue.end()) q = per_queue.emplace(std::string(queue), QueueJobs{}).first;
+    auto st = q->second.states.find(state);
+    if (st == q->second.states.end()) st = q->second.states.emplace(std::string(state), 0).first;
+    st->second++;
+    if (state == "pending") {
+      if (reason.empty()) {
+        auto it = plan_reason.find(id);
+        reason = it != plan_reason.end() && !it->second.empty() ? it->second : "NotYetScheduled";
+      }
+      auto r = q->second.reasons.find(reason);
+      if (r == q->second.reasons.end()) r = q->second.reasons.emplace(std::string(reason), 0).first;
+      r->second++;
+      q->second.oldest = std::max(q->second.oldest, view.now - queued_at);
+    }
+    if (start_time >= 0) {
+      std::pair<std::string, int64_t> key{std::string(id), start_time};
+      if (start_time >= baseline_ && !seen_starts_.count(key)) {
+        queue_wait_->Observe({std::string(queue)},
+                             static_cast<double>(std::max<int64_t>(0, start_time - queued_at)));
+      }
+      still_seen.insert(std::move(key));
+    }
+  };
+  std::unordered_set<std::string_view> known;
+  known.reserve(view.jobs.size());
+  for (const JobStatus& j : view.jobs) {
+    known.insert(j.id);
+    count(j.id, j.queue, j.state, j.pending_reason,
+          j.pending_since >= 0 ? j.pending_since : j.submit_time, j.start_time);
+  }
+  std::set<std::string, std::less<>> placeholders;
   for (const Job& j : s.jobs) {
     // The server models a job in transition as placeholders "<job>#<allocation>": one job.
-    const std::string id = j.id.substr(0, j.id.find('#'));
-    if (!known.insert(id).second) continue;
-    JobStatus st;
-    st.id = id;
-    st.queue = j.queue;
-    st.state = j.RunningTasks() > 0 ? "running" : "pending";
-    st.submit_time = j.submit_time;
-    st.start_time = j.start_time;
-    jobs.push_back(std::move(st));
+    std::string_view id = j.id;
+    if (const size_t hash = id.find('#'); hash != std::string_view::npos) {
+      id = id.substr(0, hash);
+      if (!placeholders.emplace(id).second) continue;
+    }
+    if (!known.empty() && known.count(id)) continue;
+    count(id, j.queue, j.RunningTasks() > 0 ? "running" : "pending", "", j.submit_time,
+          j.start_time);
   }
   std::map<LabelValues<2>, double> by_state, by_reason;
   std::map<LabelValues<1>, double> oldest;
-  for (const std::string& name : queue_names) {
-    by_state[{name, "pending"}] = 0;
-    by_state[{name, "running"}] = 0;
-    oldest[{name}] = 0;
-  }
-  std::set<std::pair<std::string, int64_t>> still_seen;
-  for (const JobStatus& j : jobs) {
-    by_state[{j.queue, j.state}] += 1;
-    const int64_t queued_at = j.pending_since >= 0 ? j.pending_since : j.submit_time;
-    if (j.state == "pending") {
-      std::string reason = j.pending_reason;
-      if (reason.empty()) {
-        auto it = plan_reason.find(j.id);
-        reason = it != plan_reason.end() && !it->second.empty() ? it->second : "NotYetScheduled";
-      }
-      by_reason[{j.queue, reason}] += 1;
-      double& age = oldest[{j.queue}];
-      age = std::max(age, static_cast<double>(std::max<int64_t>(0, view.now - queued_at)));
-    }
-    if (j.start_time >= 0) {
-      const std::pair<std::string, int64_t> key{j.id, j.start_time};
-      still_seen.insert(key);
-      if (j.start_time >= baseline_ && !seen_starts_.count(key)) {
-        queue_wait_->Observe({j.queue},
-                             static_cast<double>(std::max<int64_t>(0, j.start_time - queued_at)));
-      }
-    }
+  for (const auto& [queue, q] : per_queue) {
+    for (const auto& [state, n] : q.states) by_state[{queue, state}] = static_cast<double>(n);
+    for (const auto& [reason, n] : q.reasons) by_reason[{queue, reason}] = static_cast<double>(n);
+    oldest[{queue}] = static_cast<double>(std::max<int64_t>(0, q.oldest));
   }
   seen_starts_ = std::move(still_seen);
   jobs_->Replace(std::move(by_state));
