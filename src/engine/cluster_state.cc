@@ -89,8 +89,9 @@ int32_t ClusterState::Impl::QueueOf(const std::string& name) const {
 
 void ClusterState::Impl::Reclassify(int32_t i) {
   const NodeState& n = nodes[i];
-  std::vector<int64_t> key;
-  key.reserve(6 + n.devices.size() * 4 + n.gpu_task_shapes.size() * 2);
+  // The key is built in a reused buffer; it is copied only when a new class is created.
+  std::vector<int64_t>& key = key_scratch;
+  key.clear();
   key.push_back(node_signature[i]);
   key.push_back(n.free_cpu_milli);
   key.push_back(n.free_memory_bytes);
@@ -110,7 +111,7 @@ void ClusterState::Impl::Reclassify(int32_t i) {
   if (it == class_index.end()) {
     cls = static_cast<int32_t>(classes.size());
     class_index.emplace(key, cls);
-    classes.push_back(NodeClass{std::move(key), {}, -1});
+    classes.push_back(NodeClass{key, {}, -1});
   } else {
     cls = it->second;
   }

@@ -86,6 +86,7 @@ struct ClusterState::Impl {
   // Classes whose membership changed, for the cycle's per-shape indexes (drained by it).
   std::vector<int32_t> touched;
   bool tracking = false;
+  std::vector<int64_t> key_scratch;  // Reclassify's buffer
 
   // ---- mutation primitives (keep every index consistent) ----
   Status BindTask(JobRec& j, int32_t task, const TaskAllocation& a, int64_t now);
