@@ -229,6 +229,11 @@ TEST_F(EndToEndTest, AgentCrashNeverLeavesTwoAttemptsRunning) {
   ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 1; }))
       << Slurp((dir_ / "agent.log").string());
   const pid_t first = Starts(journal)[0];
+  // Once the server has heard "running", a new boot id means that attempt is lost to it.
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Call("GET", "/v1/jobs/e2e-crash");
+    return r && r->status == 200 && r->body.find("\"state\":\"Running\"") != std::string::npos;
+  }));
   Stop(agent_, SIGKILL);  // a real crash: the task is orphaned, still running
   ASSERT_TRUE(Running(first));
   StartAgent();  // new boot id: the server counts the old attempt as lost
