@@ -349,13 +349,22 @@ void ClusterMetrics::Update(const ClusterView& view) {
     count(j.id, j.queue, j.state, j.pending_reason,
           j.pending_since >= 0 ? j.pending_since : j.submit_time, j.start_time);
   }
+  // The server models the allocations a job in transition still holds as placeholders
+  // "<job>#<allocation>" (beside the job itself when it is pending again): one job, whose
+  // state is the job's own when it is there, else running.
   std::set<std::string, std::less<>> placeholders;
+  std::unordered_set<std::string_view> plain;
+  if (std::any_of(s.jobs.begin(), s.jobs.end(),
+                  [](const Job& j) { return j.id.find('#') != std::string::npos; })) {
+    for (const Job& j : s.jobs) {
+      if (j.id.find('#') == std::string::npos) plain.insert(j.id);
+    }
+  }
   for (const Job& j : s.jobs) {
-    // The server models a job in transition as placeholders "<job>#<allocation>": one job.
     std::string_view id = j.id;
     if (const size_t hash = id.find('#'); hash != std::string_view::npos) {
       id = id.substr(0, hash);
-      if (!placeholders.emplace(id).second) continue;
+      if (plain.count(id) || !placeholders.emplace(id).second) continue;
     }
     if (!known.empty() && known.count(id)) continue;
     count(id, j.queue, j.RunningTasks() > 0 ? "running" : "pending", "", j.submit_time,

@@ -225,6 +225,22 @@ TEST_F(ClusterMetricsTest, PlaceholdersOfOneJobCountOnce) {
   EXPECT_EQ(Value(text, "tessera_node_allocated_cpu_cores{node=\"gpu-a\",pool=\"own\"}"), "9");
 }
 
+TEST_F(ClusterMetricsTest, APendingJobWithLingeringAllocationsIsPendingOnce) {
+  // Requeued "train": pending again while its old allocation still holds GPUs.
+  auto train = std::find_if(snapshot_.jobs.begin(), snapshot_.jobs.end(),
+                            [](const Job& j) { return j.id == "train"; });
+  ASSERT_NE(train, snapshot_.jobs.end());
+  Job ph = *train;
+  ph.id = "train#a-7";
+  train->allocations[0].reset();
+  snapshot_.jobs.push_back(ph);
+  m_.Update(view_);
+  const std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"running\"}"), "0");
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"pending\"}"), "2");  // + waiting
+  EXPECT_EQ(Value(text, "tessera_queue_allocated_gpus{queue=\"ml\"}"), "2");    // still held
+}
+
 TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
   view_.jobs.clear();  // the snapshot alone: "waiting" is pending, its reason from the plan
   Plan plan;
