@@ -11,5 +11,10 @@ function(tessera_test name)
   gtest_discover_tests(${name}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES ENVIRONMENT "TESSERA_SOURCE_DIR=${PROJECT_SOURCE_DIR};TESSERA_BINARY=$<TARGET_FILE:tessera>")
+    # One entry per property: gtest_discover_tests splits list values, so two variables in
+    # one ENVIRONMENT string would reach the tests as one broken variable.
+    PROPERTIES ENVIRONMENT "TESSERA_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+               ENVIRONMENT_MODIFICATION "TESSERA_BINARY=set:$<TARGET_FILE:tessera>")
+  # End-to-end tests run the real binary: build it before the tests.
+  add_dependencies(${name} tessera)
 endfunction()
