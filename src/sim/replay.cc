@@ -188,6 +188,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     // ClusterState::ApplyPlan, tolerating a plan that evicts the same task twice (preempt
     // and reclaim may both pick it): each running task is released once.
     std::set<std::pair<std::string, int32_t>> released;
+    std::set<std::string> evicted;
     for (const Eviction& e : plan.evictions) {
       if (!released.insert({e.job, e.task}).second) continue;
       const Job* j = state.FindJob(e.job);
@@ -197,12 +198,12 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
         continue;
       }
       TESSERA_RETURN_IF_ERROR(state.Release(e.job, e.task));
+      evicted.insert(e.job);
     }
     for (const Binding& b : plan.bindings)
       TESSERA_RETURN_IF_ERROR(state.Bind(b.job, b.task, b.allocation, t));
-    // Evictions: the whole job goes back to pending, keeping its service (checkpointed).
-    std::set<std::string> evicted;
-    for (const Eviction& e : plan.evictions) evicted.insert(e.job);
+    // Evictions (of tasks that really ran): the whole job goes back to pending, keeping its
+    // service (checkpointed).
     for (const std::string& id : evicted) {
       auto it = index_of.find(id);
       if (it == index_of.end()) return Internal("plan evicts unknown job " + id);
