@@ -298,6 +298,7 @@ struct BenchFlags {
   bool json = false;
   bool yaml_body = false;
   bool no_fsync = false;
+  bool scheduler = false;
   std::string data_dir;
 };
 
@@ -321,7 +322,9 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
       SetExitCode(1);
       return;
     }
-    auto c = server::ControlPlane::Open(std::move(*st), std::move(*engine), {});
+    server::ControlPlaneOptions cpo;
+    cpo.run_scheduler = b.scheduler;
+    auto c = server::ControlPlane::Open(std::move(*st), std::move(*engine), cpo);
     if (!c.ok()) {
       std::fprintf(stderr, "bench: %s\n", c.status().ToString().c_str());
       SetExitCode(1);
@@ -402,7 +405,8 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
                 {"p99", pct(0.99)},
                 {"max", all.empty() ? 0.0 : all.back()}}},
               {"body", b.yaml_body ? "yaml" : "json"},
-              {"fsync", !b.no_fsync}};
+              {"fsync", !b.no_fsync},
+              {"scheduler", b.scheduler}};
   if (cp) {
     auto stats = cp->store().GetStats();
     out["storeTransactions"] = stats.transactions;
@@ -745,6 +749,7 @@ void AddClientCommands(CLI::App& app) {
     c->add_flag("--json", b->json, "print JSON");
     c->add_flag("--yaml", b->yaml_body, "send YAML bodies instead of JSON");
     c->add_flag("--no-fsync", b->no_fsync, "in-process server with synchronous=NORMAL");
+    c->add_flag("--with-scheduler", b->scheduler, "in-process server also runs scheduling cycles");
     c->add_option("--data-dir", b->data_dir, "in-process server's data dir (kept afterwards)");
     AddCommon(c, *f, false);
     c->callback([f, b] {

@@ -1192,14 +1192,15 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     if (job.priority_class.empty()) job.priority_class = DefaultPriorityClass();
     job.allocations.assign(job.TaskCount(), std::nullopt);
     job.start_time = j.started_at;
-    if (j.state == JobState::kPending && holding.count(id) == 0) {
-      s.jobs.push_back(std::move(job));
-      continue;
+    std::vector<const Allocation*> hold =
+        holding.count(id) ? holding.at(id) : std::vector<const Allocation*>{};
+    bool pending = j.state == JobState::kPending;
+    if (pending) {
+      s.jobs.push_back(job);
+      if (hold.empty()) continue;
     }
     // A job exactly as the engine models it: each live task of the current attempt placed once.
     bool exact = j.state == JobState::kScheduled || j.state == JobState::kRunning;
-    std::vector<const Allocation*> hold =
-        holding.count(id) ? holding.at(id) : std::vector<const Allocation*>{};
     for (const Allocation* a : hold) {
       if (a->attempt != j.attempt || !a->Live() || job.allocations[a->task])
         exact = false;
@@ -1256,13 +1257,7 @@ Status ControlPlane::RunCycle() {
     cycle = ++cycles_;
   }
   Rng rng(options_.seed ^ (static_cast<uint64_t>(cycle) * 0x9E3779B97F4A7C15ULL));
-  const auto started = std::chrono::steady_clock::now();
   Plan plan = engine_->Cycle(snap, now, rng);
-  if (options_.on_cycle) {
-    options_.on_cycle(snap, plan, now,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-                          .count());
-  }
   std::lock_guard<std::mutex> l(mu_);
   return ApplyPlan(plan, owner);
 }

@@ -85,7 +85,8 @@ class ControlPlaneTest : public ::testing::Test {
   std::string State(const std::string& id) { return Job(id)["state"]; }
   std::vector<std::string> Reasons(const std::string& id) {
     std::vector<std::string> out;
-    for (const auto& e : Job(id)["events"]) out.push_back(e["reason"]);
+    Json j = Job(id);
+    for (const auto& e : j["events"]) out.push_back(e["reason"]);
     return out;
   }
   int64_t Epoch(const std::string& node) {

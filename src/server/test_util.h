@@ -1,6 +1,7 @@
 // Test helpers for the control plane: a scripted engine, a fake clock, temp dirs.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -19,6 +20,12 @@ class ScriptedEngine : public Engine {
   Plan Cycle(const Snapshot& s, int64_t now, Rng&) const override {
     return fn_ ? fn_(s, now) : FirstFit(s, now);
   }
+  // The server only uses the snapshot form.
+  Plan Cycle(ClusterState&, int64_t now, Rng&) const override {
+    Plan p;
+    p.now = now;
+    return p;
+  }
 
   // Places pending jobs' tasks on the first devices free; reports the rest Unschedulable.
   static Plan FirstFit(const Snapshot& s, int64_t now) {
@@ -29,7 +36,13 @@ class ScriptedEngine : public Engine {
       for (const auto& a : j.allocations)
         if (a)
           for (const auto& d : a->devices) used[{a->node, d.device}] = true;
-    for (const auto& j : s.jobs) {
+    // Higher priority first, then by id (a total order).
+    std::vector<const Job*> order;
+    for (const auto& j : s.jobs) order.push_back(&j);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Job* a, const Job* b) { return a->priority > b->priority; });
+    for (const Job* jp : order) {
+      const Job& j = *jp;
       if (j.RunningTasks() > 0) continue;
       std::vector<Binding> binds;
       auto trial = used;
