@@ -358,6 +358,7 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
     threads.emplace_back([&, c] {
       httplib::Client cli(url);
       cli.set_keep_alive(true);
+      cli.set_tcp_nodelay(true);
       cli.set_read_timeout(60, 0);
       httplib::Headers h = {{"Authorization", "Bearer " + token}};
       int n = b.jobs / b.clients + (c < b.jobs % b.clients ? 1 : 0);

@@ -62,6 +62,7 @@ Status ApiServer::Start() {
   http_->set_read_timeout(30, 0);
   http_->set_write_timeout(30, 0);
   http_->set_keep_alive_max_count(1000000);
+  http_->set_tcp_nodelay(true);  // small JSON answers: no Nagle + delayed-ACK stalls
   http_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown";
