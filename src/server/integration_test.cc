@@ -51,7 +51,8 @@ class ServerProcess {
     argv.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    std::string log = dir_ + "/../server-" + std::to_string(::getpid()) + ".log";
+    std::string log =
+        (std::filesystem::path(dir_).parent_path() / "server.log").string();  // beside the data dir
     posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     int rc = posix_spawn(&pid_, binary_.c_str(), &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -88,7 +89,11 @@ Json Get(const ServerProcess& s, const std::string& path) {
   httplib::Client c(s.url());
   c.set_read_timeout(60, 0);
   auto r = c.Get(path.c_str(), {{"Authorization", "Bearer " + s.token()}});
-  if (!r || r->status != 200) return Json();
+  if (!r || r->status != 200) {
+    ADD_FAILURE() << "GET " << path << " failed: "
+                  << (r ? r->body : "no answer (did the server crash? see server.log)");
+    return Json();
+  }
   return Json::parse(r->body);
 }
 
@@ -97,6 +102,7 @@ std::set<std::string> AllJobNames(const ServerProcess& s) {
   std::string cont;
   for (;;) {
     Json page = Get(s, "/v1/jobs?limit=10000" + (cont.empty() ? "" : "&continue=" + cont));
+    if (!page.contains("items")) return names;
     for (const auto& j : page["items"]) names.insert(j["name"].get<std::string>());
     if (!page.contains("continue")) return names;
     cont = page["continue"];
