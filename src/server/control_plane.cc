@@ -1257,7 +1257,13 @@ Status ControlPlane::RunCycle() {
     cycle = ++cycles_;
   }
   Rng rng(options_.seed ^ (static_cast<uint64_t>(cycle) * 0x9E3779B97F4A7C15ULL));
+  const auto started = std::chrono::steady_clock::now();
   Plan plan = engine_->Cycle(snap, now, rng);
+  if (options_.on_cycle) {
+    options_.on_cycle(snap, plan, now,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                          .count());
+  }
   std::lock_guard<std::mutex> l(mu_);
   return ApplyPlan(plan, owner);
 }
