@@ -683,7 +683,16 @@ void CycleRun::Enqueue() {
         break;
       }
     }
-    if (pj->state == JState::kAdmitted)
+    if (pj->state != JState::kAdmitted) continue;
+    // A job that can never fit holds no admission quota: it would block feasible jobs
+    // of its queue forever. Allocate still reports it as Infeasible.
+    bool limited = false;
+    for (int32_t q = j.queue; q >= 0 && !limited; q = m_.queues[q].parent)
+      limited = EffectiveLimit(m_.queues[q].q).has_value();
+    bool holds = true;
+    for (int32_t t = 0; limited && holds && t < j.job.TaskCount(); ++t)
+      if (!j.job.allocations[t] && Infeasible(*pj, t)) holds = false;
+    if (holds)
       for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += extra;
   }
 }
