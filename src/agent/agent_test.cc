@@ -2,6 +2,7 @@
 // docs/agent-protocol.md: registration, heartbeats, desired-state reconciliation, fencing,
 // server restarts, cut connections and agent crashes.
 #include "agent/agent.h"
+#include "agent/test_support.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -24,30 +25,11 @@
 namespace tessera::agent {
 namespace {
 
+using testing::Running;
+using testing::Slurp;
+using testing::WaitFor;
+
 namespace fs = std::filesystem;
-
-template <typename F>
-bool WaitFor(F cond, int seconds = 20) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return cond();
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool Running(pid_t pid) {
-  std::string s = Slurp("/proc/" + std::to_string(pid) + "/stat");
-  auto rp = s.rfind(')');
-  return rp != std::string::npos && s.size() > rp + 2 && s[rp + 2] != 'Z' && s[rp + 2] != 'X';
-}
 
 // A failed assertion can leave an agent's tasks running (agents leave them for the next
 // agent): kill every process group recorded under `dir`.

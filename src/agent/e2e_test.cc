@@ -17,30 +17,20 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/test_support.h"
 #include "model/codec.h"
 
 namespace tessera::agent {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::Running;
+using testing::Slurp;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  return s;
-}
+namespace fs = std::filesystem;
 
 std::string Trimmed(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
   return s;
-}
-
-bool Running(pid_t pid) {
-  std::string s = Slurp("/proc/" + std::to_string(pid) + "/stat");
-  auto rp = s.rfind(')');
-  return rp != std::string::npos && s.size() > rp + 2 && s[rp + 2] != 'Z' && s[rp + 2] != 'X';
 }
 
 template <typename F>

@@ -1,4 +1,5 @@
 #include "agent/executor.h"
+#include "agent/test_support.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -14,31 +15,11 @@
 namespace tessera::agent {
 namespace {
 
+using testing::Running;
+using testing::Slurp;
+using testing::WaitFor;
+
 namespace fs = std::filesystem;
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Alive and not a zombie (gVisor's init reaps orphans late).
-bool Running(pid_t pid) {
-  std::string s = Slurp("/proc/" + std::to_string(pid) + "/stat");
-  auto rp = s.rfind(')');
-  return rp != std::string::npos && s.size() > rp + 2 && s[rp + 2] != 'Z' && s[rp + 2] != 'X';
-}
-
-template <typename F>
-bool WaitFor(F cond, int seconds = 20) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return cond();
-}
 
 Node TestNode() {
   Node n;
