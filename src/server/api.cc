@@ -16,6 +16,17 @@ void Reply(httplib::Response& res, int status, const Json& body) {
 
 void Fail(httplib::Response& res, const Status& s) { Reply(res, HttpStatusFor(s), ErrorJson(s)); }
 
+// Agent calls carry JSON only: checked text (UTF-8, size), then parsed.
+StatusOr<Json> AgentBody(const httplib::Request& req) {
+  Status text = spec::CheckText(req.body);
+  if (!text.ok()) return text;
+  try {
+    return Json::parse(req.body);
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("body: malformed JSON: ") + e.what());
+  }
+}
+
 StatusOr<Principal> Auth(ControlPlane& cp, const httplib::Request& req) {
   return cp.tokens().Authenticate(req.get_header_value("Authorization"));
 }
@@ -244,29 +255,17 @@ void ApiServer::Routes() {
          }));
   s.Post("/v1/agents/register",
          Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
-           Status text = spec::CheckText(req.body);
-           if (!text.ok()) return Fail(res, text);
-           Json body;
-           try {
-             body = Json::parse(req.body);
-           } catch (const std::exception& e) {
-             return Fail(res, InvalidArgument(std::string("body: malformed JSON: ") + e.what()));
-           }
-           auto r = cp.RegisterAgent(p, body);
+           auto body = AgentBody(req);
+           if (!body.ok()) return Fail(res, body.status());
+           auto r = cp.RegisterAgent(p, *body);
            if (!r.ok()) return Fail(res, r.status());
            Reply(res, 200, *r);
          }));
   s.Post(R"(/v1/agents/([^/]+)/heartbeat)",
          Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
-           Status text = spec::CheckText(req.body);
-           if (!text.ok()) return Fail(res, text);
-           Json body;
-           try {
-             body = Json::parse(req.body);
-           } catch (const std::exception& e) {
-             return Fail(res, InvalidArgument(std::string("body: malformed JSON: ") + e.what()));
-           }
-           auto r = cp.Heartbeat(p, req.matches[1], body);
+           auto body = AgentBody(req);
+           if (!body.ok()) return Fail(res, body.status());
+           auto r = cp.Heartbeat(p, req.matches[1], *body);
            if (!r.ok()) return Fail(res, r.status());
            Reply(res, 200, *r);
          }));
