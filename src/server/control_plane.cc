@@ -1245,12 +1245,18 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
 Status ControlPlane::RunCycle() {
   std::map<std::string, std::string> owner;
   Snapshot snap;
+  std::vector<JobSummary> summaries;
   int64_t now;
   int64_t cycle;
   {
     std::lock_guard<std::mutex> l(mu_);
     snap = BuildSnapshot(owner);
     now = Now();
+    if (options_.on_cycle) {
+      summaries.reserve(jobs_.size());
+      for (const auto& [id, j] : jobs_)
+        summaries.push_back({id, j.spec.job.queue, j.state, j.created_at, j.started_at});
+    }
   }
   {
     std::lock_guard<std::mutex> l(loop_mu_);
@@ -1260,7 +1266,7 @@ Status ControlPlane::RunCycle() {
   const auto started = std::chrono::steady_clock::now();
   Plan plan = engine_->Cycle(snap, now, rng);
   if (options_.on_cycle) {
-    options_.on_cycle(snap, plan, now,
+    options_.on_cycle(snap, plan, summaries, now,
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
                           .count());
   }

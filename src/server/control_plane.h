@@ -122,6 +122,13 @@ struct AuditRecord {
   std::string result;
 };
 
+// One job's lifecycle as observability needs it (finished jobs too, while the server keeps them).
+struct JobSummary {
+  std::string id, queue;
+  JobState state = JobState::kPending;
+  int64_t created_at = 0, started_at = -1;
+};
+
 struct ControlPlaneOptions {
   std::function<int64_t()> clock;  // seconds; default: wall clock
   uint64_t seed = 1;               // scheduling randomness (common/rng.h), per cycle
@@ -130,9 +137,12 @@ struct ControlPlaneOptions {
   int64_t cycle_period_ms = 1000;      // scheduling cycles at least this often
   int64_t cycle_min_interval_ms = 50;  // and at most this often when events trigger them
   bool run_scheduler = true;           // false: cycles only through RunCycle() (tests)
-  // Called after each engine cycle with what the engine saw and decided, and its wall time
-  // in seconds (observability: src/server/observability_routes.h). No lock is held.
-  std::function<void(const Snapshot&, const Plan&, int64_t now, double seconds)> on_cycle;
+  // Called after each engine cycle with what the engine saw and decided, every job's
+  // lifecycle state, and the cycle's wall time in seconds (observability:
+  // src/server/observability_routes.h). No lock is held.
+  std::function<void(const Snapshot&, const Plan&, const std::vector<JobSummary>&, int64_t now,
+                     double seconds)>
+      on_cycle;
 };
 
 struct ListOptions {

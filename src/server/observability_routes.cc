@@ -1,5 +1,6 @@
 #include "server/observability_routes.h"
 
+#include <cctype>
 #include <filesystem>
 
 #include <httplib.h>
@@ -11,14 +12,25 @@ metrics::ClusterMetrics& ProcessMetrics() {
   return *m;  // scheduling thread may still report while static destructors run
 }
 
-void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan, int64_t now,
-                            double seconds) {
+void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
+                            const std::vector<JobSummary>& jobs, int64_t now, double seconds) {
   metrics::ClusterMetrics& m = ProcessMetrics();
   m.ObserveCycle(plan, seconds);
   metrics::ClusterView view;
   view.now = now;
   view.snapshot = &snapshot;
   view.plan = &plan;
+  view.jobs.reserve(jobs.size());
+  for (const JobSummary& j : jobs) {
+    metrics::JobStatus s;
+    s.id = j.id;
+    s.queue = j.queue;
+    s.state = JobStateName(j.state);  // Prometheus label values are lower case: "pending"
+    for (char& c : s.state) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    s.submit_time = j.created_at;
+    if (j.state != JobState::kPending) s.start_time = j.started_at;
+    view.jobs.push_back(std::move(s));
+  }
   m.Update(view);
 }
 

@@ -11,6 +11,7 @@
 
 #include "metrics/cluster_metrics.h"
 #include "model/snapshot.h"
+#include "server/control_plane.h"
 
 namespace httplib {
 class Server;
@@ -19,8 +20,9 @@ class Server;
 namespace tessera::server {
 
 metrics::ClusterMetrics& ProcessMetrics();
-void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan, int64_t now,
-                            double seconds);
+// `jobs`: every job the server keeps, so tessera_jobs counts finished states too.
+void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
+                            const std::vector<JobSummary>& jobs, int64_t now, double seconds);
 // The dashboard folder: $TESSERA_WEB_DIR, else web/dist under the working directory, else
 // web/dist beside the source tree the binary was built in; "" when none exists.
 std::string DashboardDir();
