@@ -82,14 +82,32 @@ std::string ShapeKey(const TaskRequest& r) {
 
 }  // namespace
 
+bool ClusterState::Impl::HasJob(const std::string& id) const {
+  // Ids usually arrive in ascending order: past the last one, no search is needed.
+  if (jobs.empty() || jobs.rbegin()->first < id) return false;
+  return jobs.count(id) > 0;
+}
+
 int32_t ClusterState::Impl::QueueOf(const std::string& name) const {
   auto it = queue_index.find(name);
   return it == queue_index.end() ? -1 : it->second;
 }
 
+namespace {
+uint64_t KeyHash(const int64_t* k, size_t n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= static_cast<uint64_t>(k[i]) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 1099511628211ULL;
+  }
+  return h ^ (h >> 29);
+}
+}  // namespace
+
 void ClusterState::Impl::Reclassify(int32_t i) {
   const NodeState& n = nodes[i];
-  // The key is built in a reused buffer; it is copied only when a new class is created.
+  // The key is built in a reused buffer; it is copied (into class_keys) only when a new
+  // class is created.
   std::vector<int64_t>& key = key_scratch;
   key.clear();
   key.push_back(node_signature[i]);
@@ -106,21 +124,55 @@ void ClusterState::Impl::Reclassify(int32_t i) {
     key.push_back(shape);
     key.push_back(count);
   }
-  int32_t cls;
-  auto it = class_index.find(key);
-  if (it == class_index.end()) {
+  const uint64_t h = KeyHash(key.data(), key.size());
+  if (class_table.empty()) class_table.assign(1024, -1);
+  size_t mask = class_table.size() - 1;
+  size_t slot = h & mask;
+  int32_t cls = -1;
+  for (; class_table[slot] >= 0; slot = (slot + 1) & mask) {
+    const int32_t c = class_table[slot];
+    const NodeClass& k = classes[c];
+    if (class_hash[c] == h && k.key_size == static_cast<int32_t>(key.size()) &&
+        std::equal(key.begin(), key.end(), k.key)) {
+      cls = c;
+      break;
+    }
+  }
+  if (cls < 0) {
     cls = static_cast<int32_t>(classes.size());
-    class_index.emplace(key, cls);
-    classes.push_back(NodeClass{key, {}, -1});
-  } else {
-    cls = it->second;
+    constexpr size_t kChunk = 1 << 16;
+    if (class_keys_free < key.size()) {
+      class_keys_free = std::max(kChunk, key.size());
+      class_keys.push_back(std::make_unique_for_overwrite<int64_t[]>(class_keys_free));
+      class_keys_next = class_keys.back().get();
+    }
+    NodeClass c;
+    c.key = class_keys_next;
+    c.key_size = static_cast<int32_t>(key.size());
+    std::copy(key.begin(), key.end(), class_keys_next);
+    class_keys_next += key.size();
+    class_keys_free -= key.size();
+    classes.push_back(std::move(c));
+    class_hash.push_back(h);
+    class_table[slot] = cls;
+    if (classes.size() * 2 > class_table.size()) {  // keep the load factor under 1/2
+      std::vector<int32_t> grown(class_table.size() * 2, -1);
+      mask = grown.size() - 1;
+      for (int32_t c2 = 0; c2 < static_cast<int32_t>(classes.size()); ++c2) {
+        size_t s2 = class_hash[c2] & mask;
+        while (grown[s2] >= 0) s2 = (s2 + 1) & mask;
+        grown[s2] = c2;
+      }
+      class_table.swap(grown);
+    }
   }
   int32_t old = node_class[i];
   if (old == cls) return;
+  node_class[i] = cls;
   if (old >= 0) {
     NodeClass& oc = classes[old];
-    oc.members.erase(i);
-    if (oc.members.empty()) {
+    if (--oc.count == 0) {
+      oc.heap.clear();
       int32_t pos = oc.live_pos;
       int32_t last = live_classes.back();
       live_classes[pos] = last;
@@ -130,16 +182,35 @@ void ClusterState::Impl::Reclassify(int32_t i) {
     }
   }
   NodeClass& nc = classes[cls];
-  if (nc.members.empty()) {
+  if (nc.count++ == 0) {
     nc.live_pos = static_cast<int32_t>(live_classes.size());
     live_classes.push_back(cls);
   }
-  nc.members.insert(i);
-  node_class[i] = cls;
+  nc.heap.push_back(i);
+  std::push_heap(nc.heap.begin(), nc.heap.end(), std::greater<int32_t>());
+  if (nc.heap.size() > 2 * static_cast<size_t>(nc.count) + 32) SortedMembers(cls);
   if (tracking) {
     if (old >= 0) touched.push_back(old);
     touched.push_back(cls);
   }
+}
+
+int32_t ClusterState::Impl::LowestMember(int32_t cls) {
+  std::vector<int32_t>& h = classes[cls].heap;
+  while (node_class[h.front()] != cls) {
+    std::pop_heap(h.begin(), h.end(), std::greater<int32_t>());
+    h.pop_back();
+  }
+  return h.front();
+}
+
+const std::vector<int32_t>& ClusterState::Impl::SortedMembers(int32_t cls) {
+  std::vector<int32_t>& h = classes[cls].heap;
+  std::sort(h.begin(), h.end());
+  h.erase(std::unique(h.begin(), h.end()), h.end());
+  h.erase(std::remove_if(h.begin(), h.end(), [&](int32_t x) { return node_class[x] != cls; }),
+          h.end());
+  return h;
 }
 
 void ClusterState::Impl::RebuildNodeIndexes() {
@@ -147,7 +218,11 @@ void ClusterState::Impl::RebuildNodeIndexes() {
   signatures.clear();
   signature_rep.clear();
   classes.clear();
-  class_index.clear();
+  class_keys.clear();
+  class_keys_next = nullptr;
+  class_keys_free = 0;
+  class_table.clear();
+  class_hash.clear();
   live_classes.clear();
   node_signature.assign(nodes.size(), -1);
   node_class.assign(nodes.size(), -1);
@@ -187,10 +262,10 @@ void ClusterState::Impl::RebuildQueues() {
 
 void ClusterState::Impl::CountShapes(const Job& j, int64_t sign) {
   for (const auto& g : j.groups) {
-    auto& slot = shape_counts[ShapeKey(g.request)];
-    slot.first = g.request;
-    slot.second += sign * g.replicas;
-    if (slot.second <= 0) shape_counts.erase(ShapeKey(g.request));
+    auto it = shape_counts.try_emplace(ShapeKey(g.request)).first;
+    if (it->second.second == 0) it->second.first = g.request;
+    it->second.second += sign * g.replicas;
+    if (it->second.second <= 0) shape_counts.erase(it);
   }
 }
 
@@ -204,7 +279,7 @@ Status ClusterState::Impl::BindTask(JobRec& j, int32_t task, const TaskAllocatio
   if (it == node_index.end())
     return NotFound("job " + j.job.id + " task " + std::to_string(task) + ": unknown node \"" +
                     a.node + "\"");
-  NodeState& n = nodes[it->second];
+  const NodeState& n = nodes[it->second];
   for (const auto& d : a.devices) {
     if (d.device < 0 || d.device >= static_cast<int32_t>(n.devices.size()))
       return InvalidArgument("job " + j.job.id + " task " + std::to_string(task) + ": node " +
@@ -215,17 +290,23 @@ Status ClusterState::Impl::BindTask(JobRec& j, int32_t task, const TaskAllocatio
                              std::to_string(d.device) + " on " + a.node + " has no MIG instance " +
                              std::to_string(d.mig_instance));
   }
+  return BindAt(j, task, a, it->second, now);
+}
+
+Status ClusterState::Impl::BindAt(JobRec& j, int32_t task, TaskAllocation a, int32_t node,
+                                  int64_t now) {
+  NodeState& n = nodes[node];
   int64_t old_start = j.job.start_time;
   TakeAllocation(n, a);
-  Reclassify(n.index);
-  j.job.allocations[task] = a;
-  j.running += 1;
+  Reclassify(node);
   ResourceVector v = AllocationVector(a);
+  j.job.allocations[task] = std::move(a);
+  j.running += 1;
   j.allocated += v;
   for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated += v;
   if (j.job.start_time < 0) j.job.start_time = now;
-  if (!j.pending()) pending.erase(j.job.id);
-  if (logging) undo.push_back({UndoOp::kBind, &j, task, a, old_start});
+  if (!j.pending() && !freeze_pending) pending.erase(j.job.id);
+  if (logging) undo.push_back({UndoOp::kBind, &j, task, old_start, {}});
   return Status::Ok();
 }
 
@@ -247,8 +328,8 @@ Status ClusterState::Impl::ReleaseTask(JobRec& j, int32_t task) {
   for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated -= v;
   int64_t old_start = j.job.start_time;
   if (j.running == 0) j.job.start_time = -1;
-  pending.insert(j.job.id);
-  if (logging) undo.push_back({UndoOp::kRelease, &j, task, std::move(a), old_start});
+  if (!freeze_pending) pending.insert(j.job.id);
+  if (logging) undo.push_back({UndoOp::kRelease, &j, task, old_start, std::move(a)});
   return Status::Ok();
 }
 
@@ -261,7 +342,8 @@ void ClusterState::Impl::Rollback(size_t mark) {
     if (op.kind == UndoOp::kBind) {
       (void)ReleaseTask(*op.job, op.task);
     } else {
-      (void)BindTask(*op.job, op.task, op.alloc, 0);
+      int32_t node = node_index.at(op.alloc.node);
+      (void)BindAt(*op.job, op.task, std::move(op.alloc), node, 0);
     }
     op.job->job.start_time = op.old_start_time;
   }
@@ -298,7 +380,7 @@ StatusOr<std::unique_ptr<ClusterState>> ClusterState::FromSnapshot(
   for (const PriorityClass& pc : snapshot.priority_classes)
     TESSERA_RETURN_IF_ERROR(st->UpsertPriorityClass(pc));
   for (const Job& j : snapshot.jobs) {
-    if (m.jobs.count(j.id)) return InvalidArgument("jobs: duplicate id \"" + j.id + "\"");
+    if (m.HasJob(j.id)) return InvalidArgument("jobs: duplicate id \"" + j.id + "\"");
     Status s = st->AddJob(j);
     if (!s.ok()) {
       if (rejected == nullptr) return s;
@@ -362,7 +444,7 @@ Status ClusterState::UpsertPriorityClass(const PriorityClass& pc) {
 Status ClusterState::AddJob(const Job& job) {
   Impl& m = *impl_;
   if (job.id.empty()) return InvalidArgument("job: id is required");
-  if (m.jobs.count(job.id)) return AlreadyExists("job \"" + job.id + "\" already exists");
+  if (m.HasJob(job.id)) return AlreadyExists("job \"" + job.id + "\" already exists");
   int32_t q = m.QueueOf(job.queue);
   if (q < 0) return NotFound("job " + job.id + ": queue: unknown queue \"" + job.queue + "\"");
   if (job.TaskCount() <= 0)
@@ -371,7 +453,8 @@ Status ClusterState::AddJob(const Job& job) {
   rec.job = job;
   rec.job.allocations.assign(job.TaskCount(), std::nullopt);
   rec.queue = q;
-  JobRec& j = m.jobs.emplace(job.id, std::move(rec)).first->second;
+  // Hints at the end: snapshots list jobs by id, so each insertion is O(1) there.
+  JobRec& j = m.jobs.emplace_hint(m.jobs.end(), job.id, std::move(rec))->second;
   for (int32_t t = 0; t < static_cast<int32_t>(job.allocations.size()) && t < job.TaskCount();
        ++t) {
     if (!job.allocations[t]) continue;
@@ -385,7 +468,7 @@ Status ClusterState::AddJob(const Job& job) {
     }
   }
   j.job.start_time = job.start_time >= 0 || j.running == 0 ? job.start_time : 0;
-  if (j.pending()) m.pending.insert(job.id);
+  if (j.pending()) m.pending.emplace_hint(m.pending.end(), job.id);
   m.CountShapes(j.job, +1);
   return Status::Ok();
 }

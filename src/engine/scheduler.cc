@@ -5,6 +5,7 @@
 // back at the end so the host's state is unchanged. Ordering (who goes next) lives in
 // JobLess/QueueLess; placement (where) in PlaceTask. See docs/engine.md.
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <map>
 #include <set>
@@ -99,41 +100,83 @@ std::string KubeMessage(int32_t total, const std::map<std::string, int32_t>& rej
   return msg + ".";
 }
 
-void AppendTermKey(std::string& s, const NodeSelectorTerm& t) {
-  for (const auto& e : t.match_expressions) {
-    s += e.key + "#" + std::to_string(static_cast<int>(e.op));
-    for (const auto& v : e.values) s += "," + v;
-    s += ";";
-  }
-  s += "|";
+void AppendInt(std::string& s, int64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  s.append(buf, r.ptr);
 }
 
-std::string ShapeString(const Job& j, const TaskRequest& r) {
-  std::string s = std::to_string(r.cpu_milli) + "/" + std::to_string(r.memory_bytes) + "/" +
-                  std::to_string(static_cast<int>(r.gpu.kind)) + "/" + std::to_string(r.gpu.count) +
-                  "/" + std::to_string(r.gpu.milli) + "/" + std::to_string(r.gpu.memory_bytes) +
-                  "/" + r.gpu.mig_profile;
-  for (const auto& m : r.gpu.models) s += "/" + m;
-  s += "#";
-  for (const auto& [k, v] : j.node_selector) s += k + "=" + v + ";";
-  s += "#";
+void AppendTermKey(std::string& s, const NodeSelectorTerm& t) {
+  for (const auto& e : t.match_expressions) {
+    s += e.key;
+    s += '#';
+    AppendInt(s, static_cast<int>(e.op));
+    for (const auto& v : e.values) {
+      s += ',';
+      s += v;
+    }
+    s += ';';
+  }
+  s += '|';
+}
+
+// Writes the placement-relevant shape of (job, request) into `s` (cleared first). Built in
+// a reused buffer: it runs once per pending job and task group.
+void ShapeString(const Job& j, const TaskRequest& r, std::string& s) {
+  s.clear();
+  AppendInt(s, r.cpu_milli);
+  s += '/';
+  AppendInt(s, r.memory_bytes);
+  s += '/';
+  AppendInt(s, static_cast<int>(r.gpu.kind));
+  s += '/';
+  AppendInt(s, r.gpu.count);
+  s += '/';
+  AppendInt(s, r.gpu.milli);
+  s += '/';
+  AppendInt(s, r.gpu.memory_bytes);
+  s += '/';
+  s += r.gpu.mig_profile;
+  for (const auto& m : r.gpu.models) {
+    s += '/';
+    s += m;
+  }
+  s += '#';
+  for (const auto& [k, v] : j.node_selector) {
+    s += k;
+    s += '=';
+    s += v;
+    s += ';';
+  }
+  s += '#';
   for (const auto& t : j.affinity.required) AppendTermKey(s, t);
-  s += "#";
+  s += '#';
   for (const auto& p : j.affinity.preferred) {
-    s += std::to_string(p.weight);
+    AppendInt(s, p.weight);
     AppendTermKey(s, p.term);
   }
-  s += "#";
-  for (const auto& t : j.tolerations)
-    s += t.key + "=" + t.value + "/" + std::to_string(static_cast<int>(t.op)) + "/" +
-         (t.effect ? std::to_string(static_cast<int>(*t.effect)) : "*") + ";";
-  return s;
+  s += '#';
+  for (const auto& t : j.tolerations) {
+    s += t.key;
+    s += '=';
+    s += t.value;
+    s += '/';
+    AppendInt(s, static_cast<int>(t.op));
+    s += '/';
+    if (t.effect)
+      AppendInt(s, static_cast<int>(*t.effect));
+    else
+      s += '*';
+    s += ';';
+  }
 }
 
 class CycleRun {
  public:
-  CycleRun(const EngineImpl& e, ClusterState::Impl& m, int64_t now, Rng& rng)
-      : e_(e), m_(m), now_(now), rng_(rng) {}
+  // `restore`: leave the state as it was (undo every change at the end); false when the
+  // state is thrown away after the cycle (Cycle(Snapshot)), which saves the undo pass.
+  CycleRun(const EngineImpl& e, ClusterState::Impl& m, int64_t now, Rng& rng, bool restore)
+      : e_(e), m_(m), now_(now), rng_(rng), restore_(restore) {}
 
   Plan Run();
 
@@ -173,6 +216,7 @@ class CycleRun {
   ClusterState::Impl& m_;
   int64_t now_;
   Rng& rng_;
+  bool restore_;
   CycleContext ctx_;
   std::vector<TypicalRequest> typical_;
   Plan plan_;
@@ -182,6 +226,7 @@ class CycleRun {
   bool strict_ = false;             // backfill configured: allocate stops at the blocked head
   // Placement caches, valid for this cycle: per shape, per class.
   std::unordered_map<std::string, int32_t> shape_ids_;
+  std::string shape_scratch_;
   std::vector<std::vector<int8_t>> pass_cache_;    // 0 unknown, 1 pass, 2 fail
   std::vector<std::vector<int64_t>> score_cache_;  // [shape][class * P + p]
   std::vector<bool> fenced_;                       // nodes held by the reservation
@@ -194,9 +239,16 @@ class CycleRun {
     bool built = false;
     const Job* job = nullptr;  // a job with this shape (for filters), and its group
     int32_t group = 0;
-    std::set<std::tuple<int64_t, int32_t, int32_t>> best;
+    // Min-heap of (-total, first member, class); an element is live while entry[class]
+    // still equals it (stale ones are dropped when they surface: no allocation per update).
+    std::vector<std::tuple<int64_t, int32_t, int32_t>> best;
     std::vector<std::pair<int64_t, int32_t>>
-        entry;  // per class: (-total, first member) or first -1
+        entry;         // per class: (-total, first member) or first -1
+    int32_t live = 0;  // live elements in `best`
+    bool Live(const std::tuple<int64_t, int32_t, int32_t>& b) const {
+      const auto& e = entry[std::get<2>(b)];
+      return e.second >= 0 && e.first == std::get<0>(b) && e.second == std::get<1>(b);
+    }
   };
   std::vector<ShapeIndex> index_;
   std::vector<int32_t> built_;  // shapes with a built index
@@ -256,16 +308,16 @@ bool CycleRun::QueueLess(int32_t a, int32_t b) const {
 }
 
 int32_t CycleRun::ShapeId(const Job& j, const TaskRequest& r) {
-  auto [it, inserted] =
-      shape_ids_.emplace(ShapeString(j, r), static_cast<int32_t>(shape_ids_.size()));
-  if (inserted) {
-    pass_cache_.emplace_back();
-    score_cache_.emplace_back();
-    index_.emplace_back();
-    index_.back().job = &j;
-    for (size_t g = 0; g < j.groups.size(); ++g)
-      if (&j.groups[g].request == &r) index_.back().group = static_cast<int32_t>(g);
-  }
+  ShapeString(j, r, shape_scratch_);
+  auto it = shape_ids_.find(shape_scratch_);
+  if (it != shape_ids_.end()) return it->second;
+  it = shape_ids_.emplace(shape_scratch_, static_cast<int32_t>(shape_ids_.size())).first;
+  pass_cache_.emplace_back();
+  score_cache_.emplace_back();
+  index_.emplace_back();
+  index_.back().job = &j;
+  for (size_t g = 0; g < j.groups.size(); ++g)
+    if (&j.groups[g].request == &r) index_.back().group = static_cast<int32_t>(g);
   return it->second;
 }
 
@@ -282,9 +334,8 @@ FilterVerdict CycleRun::Verdict(const TaskContext& t, const NodeState& n) const 
 bool CycleRun::Passes(const TaskContext& t, const NodeState& n) const { return Verdict(t, n).ok(); }
 
 int32_t CycleRun::RepOf(int32_t cls) const {
-  const auto& members = m_.classes[cls].members;
-  if (fenced_.empty()) return *members.begin();
-  for (int32_t i : members)
+  if (fenced_.empty()) return m_.LowestMember(cls);
+  for (int32_t i : m_.SortedMembers(cls))
     if (!fenced_[i]) return i;
   return -1;
 }
@@ -312,7 +363,7 @@ bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int6
   if (pass.size() <= static_cast<size_t>(cls)) pass.resize(Grow(pass.size(), m_.classes.size()), 0);
   if (cache.size() < (static_cast<size_t>(cls) + 1) * P)
     cache.resize(Grow(cache.size() / std::max<size_t>(P, 1), m_.classes.size()) * P, kUnknown);
-  const NodeState& rep = m_.nodes[*m_.classes[cls].members.begin()];
+  const NodeState& rep = m_.nodes[m_.LowestMember(cls)];
   int8_t& p = pass[cls];
   if (p == 0) p = Passes(t, rep) ? 1 : 2;
   if (p != 1) return false;
@@ -331,19 +382,28 @@ void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
   if (ix.entry.size() <= static_cast<size_t>(cls))
     ix.entry.resize(Grow(ix.entry.size(), m_.classes.size()), {0, -1});
   auto& e = ix.entry[cls];
-  if (e.second >= 0) {
-    ix.best.erase({e.first, e.second, cls});
+  if (e.second >= 0) {  // its heap entry goes stale
     e.second = -1;
+    --ix.live;
   }
-  const auto& members = m_.classes[cls].members;
-  if (members.empty()) return;
+  if (m_.classes[cls].count == 0) return;
   const Job& job = *ix.job;
   std::vector<int32_t> none;
   TaskContext t{&job, 0, &job.groups[ix.group].request, &ctx_, &none, &m_.nodes, shape};
   int64_t total;
   if (!ClassTotal(shape, cls, t, &total)) return;
-  e = {-total, *members.begin()};
-  ix.best.insert({e.first, e.second, cls});
+  e = {-total, m_.LowestMember(cls)};
+  ++ix.live;
+  ix.best.push_back({e.first, e.second, cls});
+  std::push_heap(ix.best.begin(), ix.best.end(), std::greater<>());
+  if (ix.best.size() > 2 * static_cast<size_t>(ix.live) + 64) {
+    // Compact: keep one copy of each live entry (a sorted array is a heap).
+    std::sort(ix.best.begin(), ix.best.end());
+    ix.best.erase(std::unique(ix.best.begin(), ix.best.end()), ix.best.end());
+    ix.best.erase(
+        std::remove_if(ix.best.begin(), ix.best.end(), [&](const auto& b) { return !ix.Live(b); }),
+        ix.best.end());
+  }
 }
 
 void CycleRun::DrainTouched() {
@@ -378,11 +438,15 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
       built_.push_back(shape);
       for (int32_t cls : m_.live_classes) UpdateIndex(shape, cls);
     }
+    while (!ix.best.empty() && !ix.Live(ix.best.front())) {
+      std::pop_heap(ix.best.begin(), ix.best.end(), std::greater<>());
+      ix.best.pop_back();
+    }
     if (ix.best.empty()) {
       if (why) FillFailure(pj, task, gang_nodes, why);
       return -1;
     }
-    best = std::get<1>(*ix.best.begin());
+    best = std::get<1>(ix.best.front());
   } else {
     auto& pass = pass_cache_[shape];
     auto& cache = score_cache_[shape];
@@ -396,10 +460,10 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
     std::vector<int32_t> cand_cls;
     for (int32_t cls : m_.live_classes) {
       int8_t& p = pass[cls];
-      if (p == 0) p = Passes(t, m_.nodes[*m_.classes[cls].members.begin()]) ? 1 : 2;
+      if (p == 0) p = Passes(t, m_.nodes[m_.LowestMember(cls)]) ? 1 : 2;
       if (p != 1) continue;
       if (node_specific) {
-        for (int32_t i : m_.classes[cls].members)
+        for (int32_t i : m_.SortedMembers(cls))
           if (fenced_.empty() || !fenced_[i]) {
             cand.push_back(i);
             cand_cls.push_back(cls);
@@ -459,7 +523,7 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
     if (why) FillFailure(pj, task, gang_nodes, why);
     return -1;  // unreachable when filters and CheckFit agree
   }
-  Status s = m_.BindTask(*pj.rec, task, a, now_);
+  Status s = m_.BindAt(*pj.rec, task, std::move(a), best, now_);
   if (!s.ok()) {
     if (why) {
       why->code = "Error";
@@ -494,8 +558,8 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
   std::map<std::string, int32_t> by_resource;
   bool any_resource = false;
   for (int32_t cls : m_.live_classes) {
-    const auto& members = m_.classes[cls].members;
-    FilterVerdict v = Verdict(t, m_.nodes[*members.begin()]);
+    const auto& members = m_.SortedMembers(cls);
+    FilterVerdict v = Verdict(t, m_.nodes[members.front()]);
     if (v.ok()) {
       int32_t fenced = 0;
       for (int32_t i : members) fenced += !fenced_.empty() && fenced_[i];
@@ -621,7 +685,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
 void CycleRun::RecordBindings(size_t mark, const Job& job) {
   for (size_t i = mark; i < m_.undo.size(); ++i)
     if (m_.undo[i].kind == UndoOp::kBind)
-      plan_.bindings.push_back({job.id, m_.undo[i].task, m_.undo[i].alloc});
+      plan_.bindings.push_back({job.id, m_.undo[i].task, *job.allocations[m_.undo[i].task]});
 }
 
 void CycleRun::Attempt(PendingJob& pj) {
@@ -899,7 +963,8 @@ void CycleRun::Backfill() {
       if (TryPlaceJob(*head, nullptr)) {
         for (size_t i = inner; i < m_.undo.size(); ++i)
           if (m_.undo[i].kind == UndoOp::kBind)
-            reserved.push_back(m_.node_index.at(m_.undo[i].alloc.node));
+            reserved.push_back(
+                m_.node_index.at(m_.undo[i].job->job.allocations[m_.undo[i].task]->node));
         earliest = at;
         m_.Rollback(inner);
         return true;
@@ -967,6 +1032,7 @@ Plan CycleRun::Run() {
   for (const auto& t : typical_) ctx_.typical_total_weight += t.weight;
 
   jobs_.reserve(m_.pending.size());
+  plan_.decisions.reserve(m_.pending.size());
   for (const std::string& id : m_.pending) {
     PendingJob pj;
     pj.rec = &m_.jobs.at(id);
@@ -983,6 +1049,7 @@ Plan CycleRun::Run() {
   for (const auto& sc : e_.scores) normalizes_ |= sc.plugin->Normalizes();
   m_.logging = true;
   m_.tracking = true;
+  m_.freeze_pending = true;
   m_.touched.clear();
   for (Action a : e_.actions) {
     switch (a) {
@@ -1004,10 +1071,11 @@ Plan CycleRun::Run() {
     }
   }
   Finalize();
-  m_.Rollback(0);
+  if (restore_) m_.Rollback(0);
   m_.undo.clear();
   m_.logging = false;
   m_.tracking = false;
+  m_.freeze_pending = false;
   m_.touched.clear();
 
   for (auto& pj : jobs_) {
@@ -1026,7 +1094,7 @@ Plan CycleRun::Run() {
 }  // namespace
 
 Plan EngineImpl::Cycle(ClusterState& state, int64_t now, Rng& rng) const {
-  CycleRun run(*this, state.impl(), now, rng);
+  CycleRun run(*this, state.impl(), now, rng, /*restore=*/true);
   return run.Run();
 }
 
@@ -1042,7 +1110,9 @@ Plan EngineImpl::Cycle(const Snapshot& snapshot, int64_t now, Rng& rng) const {
             {j.id, Outcome::kError, {"InvalidSnapshot", state.status().message(), "", {}}});
     return plan;
   }
-  Plan plan = Cycle(**state, now, rng);
+  // The state is ours and dies here: no need to undo the cycle's changes.
+  CycleRun run(*this, (*state)->impl(), now, rng, /*restore=*/false);
+  Plan plan = run.Run();
   if (!rejected.empty()) {
     for (const auto& [id, st] : rejected)
       plan.decisions.push_back({id,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -32,43 +33,48 @@ struct QueueRec {
 
 // An equivalence class: nodes with equal static signature and equal free state. Scores
 // and filters that do not depend on node identity are computed once per class.
+//
+// Members are kept in a lazily cleaned min-heap of node indices: a node that leaves the
+// class stays in `heap` until it surfaces (node_class[i] != class) or the heap is compacted.
+// Nodes move between classes at every bind and release, and a heap push/pop costs no
+// allocation, where a std::set node did (the cycle's hottest allocation).
 struct NodeClass {
-  std::vector<int64_t> key;
-  std::set<int32_t> members;  // node indices (name order): the lowest is the tie-break
+  const int64_t* key = nullptr;  // key_size values in Impl::class_keys (stable storage)
+  int32_t key_size = 0;
+  int32_t count = 0;          // live members
+  std::vector<int32_t> heap;  // min-heap of node indices, possibly with stale entries
   int32_t live_pos = -1;      // position in Impl::live_classes, -1 when empty
 };
 
-struct VecHash {
-  size_t operator()(const std::vector<int64_t>& v) const {
-    uint64_t h = 1469598103934665603ULL;
-    for (int64_t x : v) {
-      h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-      h *= 1099511628211ULL;
-    }
-    return static_cast<size_t>(h);
-  }
-};
-
+// One undone-able change. A bind's allocation is read from the job (it holds it while
+// bound); a release keeps the allocation it took away.
 struct UndoOp {
   enum Kind { kBind, kRelease } kind;
   JobRec* job;
   int32_t task;
-  TaskAllocation alloc;  // what was bound / released
   int64_t old_start_time;
+  TaskAllocation alloc;  // kRelease only
 };
 
 struct ClusterState::Impl {
-  std::vector<std::unique_ptr<Node>> statics;  // parallel to nodes; stable pointers
-  std::vector<NodeState> nodes;                // by name
-  std::map<std::string, int32_t> node_index;
-  std::vector<int32_t> node_signature;  // static signature id per node
-  std::vector<int32_t> node_class;      // class id per node
+  std::vector<std::unique_ptr<Node>> statics;           // parallel to nodes; stable pointers
+  std::vector<NodeState> nodes;                         // by name
+  std::unordered_map<std::string, int32_t> node_index;  // lookups only, never iterated
+  std::vector<int32_t> node_signature;                  // static signature id per node
+  std::vector<int32_t> node_class;                      // class id per node
 
   std::map<std::string, int32_t> signatures;  // serialized static signature -> id
   std::vector<int32_t> signature_rep;         // a node index per signature (for capacity views)
 
   std::vector<NodeClass> classes;
-  std::unordered_map<std::vector<int64_t>, int32_t, VecHash> class_index;
+  // Every class's key, back to back in fixed-size chunks: they never move, and growing
+  // does not copy (a doubling vector here cost a memcpy and fresh page faults per doubling).
+  std::vector<std::unique_ptr<int64_t[]>> class_keys;
+  int64_t* class_keys_next = nullptr;  // the unused end of the last chunk
+  size_t class_keys_free = 0;          // and its size
+  // Open-addressing table of class ids (-1 = empty slot), hashed by key; power-of-two size.
+  std::vector<int32_t> class_table;
+  std::vector<uint64_t> class_hash;   // per class, its key's hash
   std::vector<int32_t> live_classes;  // non-empty classes, in no particular order
 
   std::map<std::string, JobRec> jobs;
@@ -83,6 +89,9 @@ struct ClusterState::Impl {
   ResourceVector capacity;  // of schedulable nodes
   std::vector<UndoOp> undo;
   bool logging = false;  // record undo ops (during a cycle)
+  // During a cycle the pending set is left alone: every change is rolled back at the end
+  // (or the state is thrown away), and a std::set<string> update per bind is costly.
+  bool freeze_pending = false;
   // Classes whose membership changed, for the cycle's per-shape indexes (drained by it).
   std::vector<int32_t> touched;
   bool tracking = false;
@@ -94,9 +103,16 @@ struct ClusterState::Impl {
   void Rollback(size_t mark);
   void RebuildNodeIndexes();  // after node add/remove
   void Reclassify(int32_t node);
+  // The lowest member of a non-empty class (drops stale heap entries on the way).
+  int32_t LowestMember(int32_t cls);
+  // The members of a class in ascending order (compacts its heap; a sorted array is a heap).
+  const std::vector<int32_t>& SortedMembers(int32_t cls);
+  // Binds with the node given by index (the cycle knows it); `a.node` must name it.
+  Status BindAt(JobRec& j, int32_t task, TaskAllocation a, int32_t node, int64_t now);
   void RebuildQueues();
   void CountShapes(const Job& j, int64_t sign);
   int32_t QueueOf(const std::string& name) const;
+  bool HasJob(const std::string& id) const;
 };
 
 ResourceVector AllocationVector(const TaskAllocation& a);
