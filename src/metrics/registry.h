@@ -39,86 +39,86 @@ Labels Zip(const std::array<std::string, N>& names, const LabelValues<N>& values
 }
 }  // namespace internal
 
-// A family of monotonically increasing values.
+namespace internal {
+// What counters and gauges share: one double per label set, listed sorted in a scrape.
 template <size_t N>
-class CounterVec final : public Collector {
+class ValueVec : public Collector {
  public:
-  CounterVec(std::string name, std::string help, std::array<std::string, N> label_names)
-      : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)) {}
-  // Adds v (ignored unless v >= 0: a counter never goes down).
-  void Add(const LabelValues<N>& labels, double v = 1) {
-    if (!(v >= 0)) return;
-    std::lock_guard lock(mu_);
-    values_[labels] += v;
-  }
-  // For a counter that mirrors an exact total kept elsewhere (e.g. integer micro-units):
-  // raises the value to `total`; never lowers it.
-  void Reach(const LabelValues<N>& labels, double total) {
-    std::lock_guard lock(mu_);
-    double& v = values_[labels];
-    if (total > v) v = total;
-  }
+  ValueVec(std::string name, std::string help, std::array<std::string, N> label_names,
+           MetricType type)
+      : name_(std::move(name)),
+        help_(std::move(help)),
+        label_names_(std::move(label_names)),
+        type_(type) {}
   double Get(const LabelValues<N>& labels) const {
     std::lock_guard lock(mu_);
     auto it = values_.find(labels);
     return it == values_.end() ? 0 : it->second;
   }
   void Collect(std::vector<MetricFamily>& out) const override {
-    MetricFamily f{name_, help_, MetricType::kCounter, {}};
+    MetricFamily f{name_, help_, type_, {}};
     std::lock_guard lock(mu_);
     for (const auto& [labels, v] : values_) {
-      f.samples.push_back({"", internal::Zip(label_names_, labels), v});
+      f.samples.push_back({"", Zip(label_names_, labels), v});
     }
     out.push_back(std::move(f));
   }
 
+ protected:
+  mutable std::mutex mu_;
+  std::map<LabelValues<N>, double> values_;
+
  private:
   const std::string name_, help_;
   const std::array<std::string, N> label_names_;
-  mutable std::mutex mu_;
-  std::map<LabelValues<N>, double> values_;
+  const MetricType type_;
+};
+}  // namespace internal
+
+// A family of monotonically increasing values.
+template <size_t N>
+class CounterVec final : public internal::ValueVec<N> {
+ public:
+  CounterVec(std::string name, std::string help, std::array<std::string, N> label_names)
+      : internal::ValueVec<N>(std::move(name), std::move(help), std::move(label_names),
+                              MetricType::kCounter) {}
+  // Adds v (ignored unless v >= 0: a counter never goes down).
+  void Add(const LabelValues<N>& labels, double v = 1) {
+    if (!(v >= 0)) return;
+    std::lock_guard lock(this->mu_);
+    this->values_[labels] += v;
+  }
+  // For a counter that mirrors an exact total kept elsewhere (e.g. integer micro-units):
+  // raises the value to `total`; never lowers it.
+  void Reach(const LabelValues<N>& labels, double total) {
+    std::lock_guard lock(this->mu_);
+    double& v = this->values_[labels];
+    if (total > v) v = total;
+  }
 };
 
 // A family of values that go up and down. Clear() drops every child, for gauges that are
 // recomputed from scratch (series of a deleted node disappear).
 template <size_t N>
-class GaugeVec final : public Collector {
+class GaugeVec final : public internal::ValueVec<N> {
  public:
   GaugeVec(std::string name, std::string help, std::array<std::string, N> label_names)
-      : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)) {}
+      : internal::ValueVec<N>(std::move(name), std::move(help), std::move(label_names),
+                              MetricType::kGauge) {}
   void Set(const LabelValues<N>& labels, double v) {
-    std::lock_guard lock(mu_);
-    values_[labels] = v;
+    std::lock_guard lock(this->mu_);
+    this->values_[labels] = v;
   }
   void Add(const LabelValues<N>& labels, double v) {
-    std::lock_guard lock(mu_);
-    values_[labels] += v;
-  }
-  double Get(const LabelValues<N>& labels) const {
-    std::lock_guard lock(mu_);
-    auto it = values_.find(labels);
-    return it == values_.end() ? 0 : it->second;
+    std::lock_guard lock(this->mu_);
+    this->values_[labels] += v;
   }
   // Replaces every child at once (one lock: a scrape never sees half of an update).
   void Replace(std::map<LabelValues<N>, double> values) {
-    std::lock_guard lock(mu_);
-    values_ = std::move(values);
+    std::lock_guard lock(this->mu_);
+    this->values_ = std::move(values);
   }
   void Clear() { Replace({}); }
-  void Collect(std::vector<MetricFamily>& out) const override {
-    MetricFamily f{name_, help_, MetricType::kGauge, {}};
-    std::lock_guard lock(mu_);
-    for (const auto& [labels, v] : values_) {
-      f.samples.push_back({"", internal::Zip(label_names_, labels), v});
-    }
-    out.push_back(std::move(f));
-  }
-
- private:
-  const std::string name_, help_;
-  const std::array<std::string, N> label_names_;
-  mutable std::mutex mu_;
-  std::map<LabelValues<N>, double> values_;
 };
 
 struct HistogramData {
