@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,13 @@ class JobOrderPlugin {
   // <0: a goes before b; >0: b before a; 0: no opinion (the next plugin, then submit
   // time, then job id decide). Must be a strict weak order consistent across calls.
   virtual int Compare(const Job& a, const Job& b, const CycleContext& ctx) const = 0;
+  // Optional, for the preempt action: a preemption rank (lower = more urgent). A waiting
+  // job may evict running jobs of its own priority whose rank is strictly higher (e.g. the
+  // least-attained-service levels of `las`). The engine asks the first order plugin that
+  // returns a value; nullopt (the default) means "this order never preempts".
+  virtual std::optional<int64_t> PreemptionRank(const Job& job, const CycleContext& ctx) const {
+    return std::nullopt;
+  }
 };
 
 class FilterPlugin {

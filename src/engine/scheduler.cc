@@ -8,6 +8,7 @@
 #include <charconv>
 #include <climits>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -44,8 +45,8 @@ struct PendingJob {
   JState state = JState::kAdmitted;
   bool tried = false;
   JobDecision decision;
-  std::vector<int32_t> group_shape;  // shape id per task group
-  Failure failure;
+  int32_t shapes_at = 0;  // its task groups' shape ids: CycleRun::group_shapes_[shapes_at + g]
+  int32_t failure = -1;   // index into CycleRun::failures_ of the last failed attempt
   std::string suffix;  // appended to the reason message (the reservation note)
 };
 
@@ -209,6 +210,7 @@ class CycleRun {
   void Allocate();
   void Attempt(PendingJob& pj);
   void EvictFor(bool reclaim);
+  std::optional<int64_t> PreemptionRank(const Job& j) const;
   void Backfill();
   void RecordBindings(size_t mark, const Job& job);
 
@@ -221,6 +223,8 @@ class CycleRun {
   std::vector<TypicalRequest> typical_;
   Plan plan_;
   std::vector<PendingJob> jobs_;    // by id
+  std::vector<int32_t> group_shapes_;  // shape id per (job, task group); see PendingJob
+  std::vector<Failure> failures_;      // why attempts failed; see PendingJob
   std::vector<PendingJob*> order_;  // job order (static keys)
   std::vector<PendingJob*> visit_;  // the order allocate visited them
   bool strict_ = false;             // backfill configured: allocate stops at the blocked head
@@ -237,6 +241,7 @@ class CycleRun {
   // node for a task is its first entry. Kept current from ClusterState's touched classes.
   struct ShapeIndex {
     bool built = false;
+    size_t seen = 0;  // touched_log_ entries already applied
     const Job* job = nullptr;  // a job with this shape (for filters), and its group
     int32_t group = 0;
     // Min-heap of (-total, first member, class); an element is live while entry[class]
@@ -251,11 +256,14 @@ class CycleRun {
     }
   };
   std::vector<ShapeIndex> index_;
-  std::vector<int32_t> built_;  // shapes with a built index
+  // Classes touched this cycle, in order; each shape's index catches up with it only when
+  // that shape is placed next (most binds change classes that few shapes will ask about).
+  std::vector<int32_t> touched_log_;
+  std::vector<int32_t> scratch_classes_;
   bool normalizes_ = false;
   bool ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total);
   void UpdateIndex(int32_t shape, int32_t cls);
-  void DrainTouched();
+  void CatchUp(int32_t shape);
   std::vector<std::unique_ptr<Node>> capacity_nodes_;  // per signature, ready and uncordoned
 };
 
@@ -406,13 +414,23 @@ void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
   }
 }
 
-void CycleRun::DrainTouched() {
-  if (m_.touched.empty()) return;
-  std::sort(m_.touched.begin(), m_.touched.end());
-  m_.touched.erase(std::unique(m_.touched.begin(), m_.touched.end()), m_.touched.end());
-  for (int32_t shape : built_)
-    for (int32_t cls : m_.touched) UpdateIndex(shape, cls);
+void CycleRun::CatchUp(int32_t shape) {
+  touched_log_.insert(touched_log_.end(), m_.touched.begin(), m_.touched.end());
   m_.touched.clear();
+  ShapeIndex& ix = index_[shape];
+  if (!ix.built) {
+    ix.built = true;
+    ix.seen = touched_log_.size();
+    for (int32_t cls : m_.live_classes) UpdateIndex(shape, cls);
+    return;
+  }
+  if (ix.seen == touched_log_.size()) return;
+  scratch_classes_.assign(touched_log_.begin() + ix.seen, touched_log_.end());
+  ix.seen = touched_log_.size();
+  std::sort(scratch_classes_.begin(), scratch_classes_.end());
+  scratch_classes_.erase(std::unique(scratch_classes_.begin(), scratch_classes_.end()),
+                         scratch_classes_.end());
+  for (int32_t cls : scratch_classes_) UpdateIndex(shape, cls);
 }
 
 int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
@@ -421,7 +439,7 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   int32_t group = 0;
   for (int32_t t = task; t >= job.groups[group].replicas; t -= job.groups[group].replicas) ++group;
   const TaskRequest& req = job.groups[group].request;
-  TaskContext t{&job, task, &req, &ctx_, &gang_nodes, &m_.nodes, pj.group_shape[group]};
+  TaskContext t{&job, task, &req, &ctx_, &gang_nodes, &m_.nodes, group_shapes_[pj.shapes_at + group]};
   const int32_t shape = t.shape_id;
 
   bool node_specific = false;
@@ -432,12 +450,7 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   const bool indexed = !node_specific && fenced_.empty() && !normalizes_ && P > 0;
   if (indexed) {
     ShapeIndex& ix = index_[shape];
-    DrainTouched();
-    if (!ix.built) {
-      ix.built = true;
-      built_.push_back(shape);
-      for (int32_t cls : m_.live_classes) UpdateIndex(shape, cls);
-    }
+    CatchUp(shape);
     while (!ix.best.empty() && !ix.Live(ix.best.front())) {
       std::pop_heap(ix.best.begin(), ix.best.end(), std::greater<>());
       ix.best.pop_back();
@@ -542,7 +555,7 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
   why->deferred = true;
   why->code = "Unschedulable";
   why->task = task;
-  why->shape = pj.group_shape[group];
+  why->shape = group_shapes_[pj.shapes_at + group];
   why->fenced = !fenced_.empty();
   auto it = infeasible_.find(why->shape);
   if (it == infeasible_.end()) it = infeasible_.emplace(why->shape, Infeasible(pj, task)).first;
@@ -587,7 +600,11 @@ void CycleRun::Finalize() {
   std::map<std::pair<int32_t, bool>, Failure> cache;
   std::vector<bool> saved;
   for (auto& pj : jobs_) {
-    Failure& f = pj.failure;
+    if (pj.failure < 0) {
+      if (!pj.suffix.empty()) pj.decision.reason.message += pj.suffix;
+      continue;
+    }
+    Failure& f = failures_[pj.failure];
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
       auto key = std::make_pair(f.shape, f.fenced);
       auto it = cache.find(key);
@@ -713,7 +730,8 @@ void CycleRun::Attempt(PendingJob& pj) {
     pj.decision.outcome = Outcome::kUnschedulable;
   }
   pj.decision.reason = {why.code, why.message, why.resource, why.rejected};
-  pj.failure = std::move(why);
+  pj.failure = static_cast<int32_t>(failures_.size());
+  failures_.push_back(std::move(why));
 }
 
 // ---- enqueue: admission against queue limits ----
@@ -792,9 +810,37 @@ void CycleRun::Allocate() {
 }
 
 // ---- preempt / reclaim: minimal victim sets by a deterministic greedy ----
+std::optional<int64_t> CycleRun::PreemptionRank(const Job& j) const {
+  for (const auto& o : e_.orders)
+    if (auto r = o->PreemptionRank(j, ctx_)) return r;
+  return std::nullopt;
+}
+
 void CycleRun::EvictFor(bool reclaim) {
   std::vector<PendingJob*> candidates = visit_.empty() ? order_ : visit_;
+  // Possible victims: jobs running when the cycle began. A job this cycle bound is not
+  // running yet (its eviction would be stale); a job already chosen is skipped below.
+  std::set<const JobRec*> fresh;
+  for (const PendingJob& pj : jobs_)
+    if (pj.state == JState::kPlaced) fresh.insert(pj.rec);
+  struct Running {
+    JobRec* job;
+    std::optional<int64_t> rank;
+  };
+  std::vector<Running> running;
+  int64_t used_gpu = 0;
+  for (auto& [id, j] : m_.jobs) {
+    used_gpu += j.allocated.gpu_milli;
+    if (j.running == 0 || !j.job.preemptible || fresh.count(&j)) continue;
+    running.push_back({&j, reclaim ? std::nullopt : PreemptionRank(j.job)});
+  }
+  const int64_t free_gpu = std::max<int64_t>(0, m_.capacity.gpu_milli - used_gpu);
+  const bool cross_queue_rank = !e_.queue_drf && !e_.queue_proportion;
+  // Bound the work: after this many searches that found no victim set, stop (documented).
+  int32_t failed_searches = 0;
+  constexpr int32_t kMaxFailedSearches = 64;
   for (PendingJob* pj : candidates) {
+    if (failed_searches >= kMaxFailedSearches) break;
     if (pj->state != JState::kFailed) continue;
     const JobRec& pre = *pj->rec;
     const Job& pjob = pre.job;
@@ -820,28 +866,44 @@ void CycleRun::EvictFor(bool reclaim) {
       std::vector<int32_t> tasks;
       bool whole;
     };
-    std::vector<JobRec*> vjobs;
-    for (auto& [id, j] : m_.jobs) {
-      if (&j == &pre || j.running == 0 || !j.job.preemptible) continue;
+    // Victims by priority (lower, same queue) or by preemption rank (same priority, strictly
+    // higher rank, e.g. more attained service; any queue when no queue policy is on).
+    const std::optional<int64_t> pre_rank = reclaim ? std::nullopt : PreemptionRank(pjob);
+    std::vector<const Running*> vjobs;
+    int64_t victim_gpu = 0;
+    for (const Running& r : running) {
+      JobRec& j = *r.job;
+      if (&j == &pre) continue;
       if (reclaim) {
         if (j.queue == pre.queue || !m_.queues[j.queue].q.reclaimable) continue;
         // Only from queues above their guarantee (checked again per unit below).
       } else {
-        if (j.queue != pre.queue || j.job.priority >= pjob.priority) continue;
+        bool by_priority = j.queue == pre.queue && j.job.priority < pjob.priority;
+        bool by_rank = pre_rank && r.rank && *r.rank > *pre_rank &&
+                       j.job.priority == pjob.priority &&
+                       (j.queue == pre.queue || cross_queue_rank);
+        if (!by_priority && !by_rank) continue;
       }
       bool busy = false;
       for (int32_t t = 0; t < j.job.TaskCount(); ++t) busy |= victims_.count({&j, t}) > 0;
       if (busy) continue;
-      vjobs.push_back(&j);
+      vjobs.push_back(&r);
+      victim_gpu += j.allocated.gpu_milli;
     }
-    std::sort(vjobs.begin(), vjobs.end(), [](const JobRec* a, const JobRec* b) {
-      if (a->job.priority != b->job.priority) return a->job.priority < b->job.priority;
-      if (a->job.start_time != b->job.start_time)
-        return a->job.start_time > b->job.start_time;  // youngest first
-      return a->job.id < b->job.id;
+    // Cheap check: not even every candidate's GPUs plus the free ones would hold it.
+    if (need.gpu_milli > free_gpu + victim_gpu) continue;
+    std::sort(vjobs.begin(), vjobs.end(), [](const Running* x, const Running* y) {
+      const Job& a = x->job->job;
+      const Job& b = y->job->job;
+      if (a.priority != b.priority) return a.priority < b.priority;
+      int64_t ra = x->rank.value_or(INT64_MIN), rb = y->rank.value_or(INT64_MIN);
+      if (ra != rb) return ra > rb;  // highest rank (least urgent) first
+      if (a.start_time != b.start_time) return a.start_time > b.start_time;  // youngest first
+      return a.id < b.id;
     });
     std::vector<Unit> units;
-    for (JobRec* j : vjobs) {
+    for (const Running* r : vjobs) {
+      JobRec* j = r->job;
       std::vector<int32_t> run;
       for (int32_t t = 0; t < j->job.TaskCount(); ++t)
         if (j->job.allocations[t]) run.push_back(t);
@@ -888,7 +950,10 @@ void CycleRun::EvictFor(bool reclaim) {
       }
       m_.Rollback(mark);
     }
-    if (!found) continue;
+    if (!found) {
+      ++failed_searches;
+      continue;
+    }
     // Minimise: drop units (most valuable first) whose eviction is not needed.
     for (size_t k = chosen.size(); k-- > 0;) {
       std::vector<size_t> without = chosen;
@@ -908,8 +973,12 @@ void CycleRun::EvictFor(bool reclaim) {
             reclaim
                 ? "queue " + m_.queues[pre.queue].q.name + " is below its guarantee; queue " +
                       m_.queues[vj.queue].q.name + " is above its own"
-                : "priority " + std::to_string(pjob.priority) + " > " +
-                      std::to_string(vj.job.priority) + " in queue " + m_.queues[vj.queue].q.name;
+            : vj.job.priority < pjob.priority
+                ? "priority " + std::to_string(pjob.priority) + " > " +
+                      std::to_string(vj.job.priority) + " in queue " + m_.queues[vj.queue].q.name
+                : "preemption rank " + std::to_string(pre_rank.value_or(0)) + " < " +
+                      std::to_string(PreemptionRank(vj.job).value_or(0)) +
+                      " (job order, equal priority)";
         plan_.evictions.push_back({vj.job.id, t, vj.job.allocations[t]->node,
                                    reclaim ? "Reclaimed" : "Preempted", pjob.id, msg,
                                    vj.job.grace_period_seconds});
@@ -1033,12 +1102,20 @@ Plan CycleRun::Run() {
 
   jobs_.reserve(m_.pending.size());
   plan_.decisions.reserve(m_.pending.size());
+  // Both are sorted by id: when most jobs are pending, walk them together (no lookups).
+  const bool walk = m_.pending.size() * 8 >= m_.jobs.size();
+  auto rec = m_.jobs.begin();
   for (const std::string& id : m_.pending) {
     PendingJob pj;
-    pj.rec = &m_.jobs.at(id);
+    if (walk) {
+      while (rec->first != id) ++rec;
+      pj.rec = &rec->second;
+    } else {
+      pj.rec = &m_.jobs.at(id);
+    }
     pj.decision.job = id;
-    for (const auto& g : pj.rec->job.groups)
-      pj.group_shape.push_back(ShapeId(pj.rec->job, g.request));
+    pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
+    for (const auto& g : pj.rec->job.groups) group_shapes_.push_back(ShapeId(pj.rec->job, g.request));
     jobs_.push_back(std::move(pj));
   }
   for (auto& pj : jobs_) order_.push_back(&pj);

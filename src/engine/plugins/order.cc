@@ -1,6 +1,9 @@
 // Job-order plugins and the engine policies selected by name (gang, conformance, drf,
 // proportion). Each Compare is a strict weak order; the engine ends every order in submit
 // time and job id.
+#include <algorithm>
+#include <climits>
+
 #include "engine/plugins/builtin.h"
 #include "engine/plugins/registry.h"
 
@@ -32,12 +35,86 @@ class SjfOrder : public JobOrderPlugin {
 };
 
 // Least attained service first (Tiresias-like, no runtime knowledge needed).
+//
+// Attained service is GPU-milli-seconds: the job's `attained_gpu_milli_seconds` (earlier
+// runs, kept by the host) plus, while it runs, (now - start_time) x its allocated GPU milli.
+// Without thresholds the order is plain LAS (least service first). With thresholds (in
+// GPU-seconds, ascending) jobs fall into discrete levels, as Tiresias' 2D-LAS / MLFQ: level
+// = the number of thresholds at or below the service; lower levels go first and, within a
+// level, FIFO by submit time (the engine's tie-break). A job of a lower level may preempt
+// running jobs of a higher level (`preempt`, default true).
+//
+// Starvation guard (`starvationFactor` K, 0 = off): a job whose time in the system spent not
+// running (now - submit - service seconds) reaches K x its service seconds is promoted to
+// level 0. A running job keeps the promotion while that wait is at least K/2 x its service,
+// i.e. until its service has doubled since promotion: a promoted job gets a real quantum
+// instead of bouncing back at once (Tiresias resets the service of a promoted job; a pure
+// engine cannot, so the hysteresis plays that part). This bounds every job's wait to about
+// K x its own service.
 class LasOrder : public JobOrderPlugin {
  public:
-  int Compare(const Job& a, const Job& b, const CycleContext&) const override {
-    int64_t x = a.attained_gpu_milli_seconds, y = b.attained_gpu_milli_seconds;
+  LasOrder(std::vector<int64_t> thresholds, int64_t starvation, bool preempt)
+      : thresholds_(std::move(thresholds)), starvation_(starvation), preempt_(preempt) {}
+
+  int Compare(const Job& a, const Job& b, const CycleContext& ctx) const override {
+    if (thresholds_.empty()) {
+      int64_t x = Attained(a, ctx.now), y = Attained(b, ctx.now);
+      return x == y ? 0 : (x < y ? -1 : 1);
+    }
+    int64_t x = Level(a, ctx.now), y = Level(b, ctx.now);
     return x == y ? 0 : (x < y ? -1 : 1);
   }
+
+  std::optional<int64_t> PreemptionRank(const Job& job, const CycleContext& ctx) const override {
+    if (!preempt_ || thresholds_.empty()) return std::nullopt;
+    return Level(job, ctx.now);
+  }
+
+  static int64_t RequestedGpuMilli(const Job& j) {
+    int64_t m = 0;
+    for (const TaskGroup& g : j.groups) {
+      const GpuRequest& r = g.request.gpu;
+      int64_t per = r.kind == GpuRequestKind::kWhole      ? 1000 * int64_t{r.count}
+                    : r.kind == GpuRequestKind::kFraction ? int64_t{r.milli} * r.count
+                                                          : 0;
+      m += per * g.replicas;
+    }
+    return m;
+  }
+
+  static int64_t Attained(const Job& j, int64_t now) {
+    int64_t a = j.attained_gpu_milli_seconds;
+    if (j.start_time >= 0 && now > j.start_time) {
+      int64_t held = 0;
+      for (const auto& al : j.allocations)
+        if (al)
+          for (const DeviceAssignment& d : al->devices) held += d.milli;
+      a += (now - j.start_time) * held;
+    }
+    return a;
+  }
+
+  int64_t Level(const Job& j, int64_t now) const {
+    const int64_t attained = Attained(j, now);
+    if (starvation_ > 0 && attained > 0) {
+      const int64_t service = attained / std::max<int64_t>(1, RequestedGpuMilli(j));
+      const int64_t waited = now - j.submit_time - service;
+      const bool running = j.RunningTasks() > 0;
+      // Pending: promoted at K x service; running: kept while >= K/2 x service.
+      if (service > 0 &&
+          (running ? 2 * waited >= starvation_ * service : waited >= starvation_ * service))
+        return 0;
+    }
+    int64_t level = 0;
+    for (int64_t t : thresholds_)
+      if (attained >= t * 1000) ++level;
+    return level;
+  }
+
+ private:
+  std::vector<int64_t> thresholds_;  // GPU-seconds
+  int64_t starvation_ = 0;
+  bool preempt_ = true;
 };
 
 Status NoArguments(const Json& args, const std::string& path) {
@@ -66,8 +143,34 @@ StatusOr<PluginInstance> MakeFifo(const Json& a, const std::string& p) {
 StatusOr<PluginInstance> MakeSjf(const Json& a, const std::string& p) {
   return Order<SjfOrder>("sjf", a, p);
 }
+// las arguments: {thresholds: [GPU-seconds, ...] ascending, starvationFactor: K, preempt: bool}
 StatusOr<PluginInstance> MakeLas(const Json& a, const std::string& p) {
-  return Order<LasOrder>("las", a, p);
+  const Json args = a.is_null() ? Json::object() : a;
+  ObjectReader r(args, p);
+  std::vector<int64_t> thresholds;
+  if (const Json* t = r.Get("thresholds")) {
+    if (!t->is_array())
+      return InvalidArgument(r.Path("thresholds") + ": expected a list of GPU-seconds");
+    for (size_t i = 0; i < t->size(); ++i) {
+      const std::string ip = r.Path("thresholds") + "[" + std::to_string(i) + "]";
+      if (!(*t)[i].is_number_integer() || (*t)[i].get<int64_t>() <= 0)
+        return InvalidArgument(ip + ": expected an integer number of GPU-seconds > 0");
+      int64_t v = (*t)[i].get<int64_t>();
+      if (v > INT64_MAX / 1000) return InvalidArgument(ip + ": too large");
+      if (!thresholds.empty() && v <= thresholds.back())
+        return InvalidArgument(ip + ": thresholds must be strictly ascending");
+      thresholds.push_back(v);
+    }
+  }
+  int64_t starvation = 0;
+  TESSERA_RETURN_IF_ERROR(r.Int("starvationFactor", starvation));
+  bool preempt = true;
+  TESSERA_RETURN_IF_ERROR(r.Bool("preempt", preempt));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  PluginInstance x;
+  x.name = "las";
+  x.order = std::make_shared<LasOrder>(std::move(thresholds), starvation, preempt);
+  return x;
 }
 
 StatusOr<PluginInstance> MakeGang(const Json& a, const std::string& p) {
