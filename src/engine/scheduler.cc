@@ -45,8 +45,8 @@ struct PendingJob {
   JState state = JState::kAdmitted;
   bool tried = false;
   JobDecision decision;
-  int32_t shapes_at = 0;  // its task groups' shape ids: CycleRun::group_shapes_[shapes_at + g]
-  int32_t failure = -1;   // index into CycleRun::failures_ of the last failed attempt
+  std::vector<int32_t> group_shape;  // shape id per task group
+  Failure failure;
   std::string suffix;  // appended to the reason message (the reservation note)
 };
 
@@ -223,8 +223,6 @@ class CycleRun {
   std::vector<TypicalRequest> typical_;
   Plan plan_;
   std::vector<PendingJob> jobs_;    // by id
-  std::vector<int32_t> group_shapes_;  // shape id per (job, task group); see PendingJob
-  std::vector<Failure> failures_;      // why attempts failed; see PendingJob
   std::vector<PendingJob*> order_;  // job order (static keys)
   std::vector<PendingJob*> visit_;  // the order allocate visited them
   bool strict_ = false;             // backfill configured: allocate stops at the blocked head
@@ -241,7 +239,6 @@ class CycleRun {
   // node for a task is its first entry. Kept current from ClusterState's touched classes.
   struct ShapeIndex {
     bool built = false;
-    size_t seen = 0;  // touched_log_ entries already applied
     const Job* job = nullptr;  // a job with this shape (for filters), and its group
     int32_t group = 0;
     // Min-heap of (-total, first member, class); an element is live while entry[class]
@@ -256,14 +253,11 @@ class CycleRun {
     }
   };
   std::vector<ShapeIndex> index_;
-  // Classes touched this cycle, in order; each shape's index catches up with it only when
-  // that shape is placed next (most binds change classes that few shapes will ask about).
-  std::vector<int32_t> touched_log_;
-  std::vector<int32_t> scratch_classes_;
+  std::vector<int32_t> built_;  // shapes with a built index
   bool normalizes_ = false;
   bool ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total);
   void UpdateIndex(int32_t shape, int32_t cls);
-  void CatchUp(int32_t shape);
+  void DrainTouched();
   std::vector<std::unique_ptr<Node>> capacity_nodes_;  // per signature, ready and uncordoned
 };
 
@@ -414,23 +408,13 @@ void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
   }
 }
 
-void CycleRun::CatchUp(int32_t shape) {
-  touched_log_.insert(touched_log_.end(), m_.touched.begin(), m_.touched.end());
+void CycleRun::DrainTouched() {
+  if (m_.touched.empty()) return;
+  std::sort(m_.touched.begin(), m_.touched.end());
+  m_.touched.erase(std::unique(m_.touched.begin(), m_.touched.end()), m_.touched.end());
+  for (int32_t shape : built_)
+    for (int32_t cls : m_.touched) UpdateIndex(shape, cls);
   m_.touched.clear();
-  ShapeIndex& ix = index_[shape];
-  if (!ix.built) {
-    ix.built = true;
-    ix.seen = touched_log_.size();
-    for (int32_t cls : m_.live_classes) UpdateIndex(shape, cls);
-    return;
-  }
-  if (ix.seen == touched_log_.size()) return;
-  scratch_classes_.assign(touched_log_.begin() + ix.seen, touched_log_.end());
-  ix.seen = touched_log_.size();
-  std::sort(scratch_classes_.begin(), scratch_classes_.end());
-  scratch_classes_.erase(std::unique(scratch_classes_.begin(), scratch_classes_.end()),
-                         scratch_classes_.end());
-  for (int32_t cls : scratch_classes_) UpdateIndex(shape, cls);
 }
 
 int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
@@ -439,7 +423,7 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   int32_t group = 0;
   for (int32_t t = task; t >= job.groups[group].replicas; t -= job.groups[group].replicas) ++group;
   const TaskRequest& req = job.groups[group].request;
-  TaskContext t{&job, task, &req, &ctx_, &gang_nodes, &m_.nodes, group_shapes_[pj.shapes_at + group]};
+  TaskContext t{&job, task, &req, &ctx_, &gang_nodes, &m_.nodes, pj.group_shape[group]};
   const int32_t shape = t.shape_id;
 
   bool node_specific = false;
@@ -450,7 +434,12 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   const bool indexed = !node_specific && fenced_.empty() && !normalizes_ && P > 0;
   if (indexed) {
     ShapeIndex& ix = index_[shape];
-    CatchUp(shape);
+    DrainTouched();
+    if (!ix.built) {
+      ix.built = true;
+      built_.push_back(shape);
+      for (int32_t cls : m_.live_classes) UpdateIndex(shape, cls);
+    }
     while (!ix.best.empty() && !ix.Live(ix.best.front())) {
       std::pop_heap(ix.best.begin(), ix.best.end(), std::greater<>());
       ix.best.pop_back();
@@ -555,7 +544,7 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
   why->deferred = true;
   why->code = "Unschedulable";
   why->task = task;
-  why->shape = group_shapes_[pj.shapes_at + group];
+  why->shape = pj.group_shape[group];
   why->fenced = !fenced_.empty();
   auto it = infeasible_.find(why->shape);
   if (it == infeasible_.end()) it = infeasible_.emplace(why->shape, Infeasible(pj, task)).first;
@@ -600,11 +589,7 @@ void CycleRun::Finalize() {
   std::map<std::pair<int32_t, bool>, Failure> cache;
   std::vector<bool> saved;
   for (auto& pj : jobs_) {
-    if (pj.failure < 0) {
-      if (!pj.suffix.empty()) pj.decision.reason.message += pj.suffix;
-      continue;
-    }
-    Failure& f = failures_[pj.failure];
+    Failure& f = pj.failure;
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
       auto key = std::make_pair(f.shape, f.fenced);
       auto it = cache.find(key);
@@ -730,8 +715,7 @@ void CycleRun::Attempt(PendingJob& pj) {
     pj.decision.outcome = Outcome::kUnschedulable;
   }
   pj.decision.reason = {why.code, why.message, why.resource, why.rejected};
-  pj.failure = static_cast<int32_t>(failures_.size());
-  failures_.push_back(std::move(why));
+  pj.failure = std::move(why);
 }
 
 // ---- enqueue: admission against queue limits ----
@@ -1102,20 +1086,12 @@ Plan CycleRun::Run() {
 
   jobs_.reserve(m_.pending.size());
   plan_.decisions.reserve(m_.pending.size());
-  // Both are sorted by id: when most jobs are pending, walk them together (no lookups).
-  const bool walk = m_.pending.size() * 8 >= m_.jobs.size();
-  auto rec = m_.jobs.begin();
   for (const std::string& id : m_.pending) {
     PendingJob pj;
-    if (walk) {
-      while (rec->first != id) ++rec;
-      pj.rec = &rec->second;
-    } else {
-      pj.rec = &m_.jobs.at(id);
-    }
+    pj.rec = &m_.jobs.at(id);
     pj.decision.job = id;
-    pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
-    for (const auto& g : pj.rec->job.groups) group_shapes_.push_back(ShapeId(pj.rec->job, g.request));
+    for (const auto& g : pj.rec->job.groups)
+      pj.group_shape.push_back(ShapeId(pj.rec->job, g.request));
     jobs_.push_back(std::move(pj));
   }
   for (auto& pj : jobs_) order_.push_back(&pj);
