@@ -45,9 +45,9 @@ struct PendingJob {
   JState state = JState::kAdmitted;
   bool tried = false;
   JobDecision decision;
-  std::vector<int32_t> group_shape;  // shape id per task group
-  Failure failure;
-  std::string suffix;  // appended to the reason message (the reservation note)
+  int32_t shapes_at = 0;  // its task groups' shape ids: CycleRun::group_shapes_[shapes_at + g]
+  int32_t failure = -1;   // index into CycleRun::failures_ of the last failed attempt
+  std::string suffix;     // appended to the reason message (the reservation note)
 };
 
 // Geometric growth for the per-class caches (classes appear throughout a cycle).
@@ -222,10 +222,12 @@ class CycleRun {
   CycleContext ctx_;
   std::vector<TypicalRequest> typical_;
   Plan plan_;
-  std::vector<PendingJob> jobs_;    // by id
-  std::vector<PendingJob*> order_;  // job order (static keys)
-  std::vector<PendingJob*> visit_;  // the order allocate visited them
-  bool strict_ = false;             // backfill configured: allocate stops at the blocked head
+  std::vector<PendingJob> jobs_;       // by id
+  std::vector<int32_t> group_shapes_;  // shape id per (job, task group); see PendingJob
+  std::vector<Failure> failures_;      // why attempts failed; see PendingJob
+  std::vector<PendingJob*> order_;     // job order (static keys)
+  std::vector<PendingJob*> visit_;     // the order allocate visited them
+  bool strict_ = false;                // backfill configured: allocate stops at the blocked head
   // Placement caches, valid for this cycle: per shape, per class.
   std::unordered_map<std::string, int32_t> shape_ids_;
   std::string shape_scratch_;
@@ -239,6 +241,7 @@ class CycleRun {
   // node for a task is its first entry. Kept current from ClusterState's touched classes.
   struct ShapeIndex {
     bool built = false;
+    size_t seen = 0;           // touched_log_ entries already applied
     const Job* job = nullptr;  // a job with this shape (for filters), and its group
     int32_t group = 0;
     // Min-heap of (-total, first member, class); an element is live while entry[class]
@@ -253,11 +256,14 @@ class CycleRun {
     }
   };
   std::vector<ShapeIndex> index_;
-  std::vector<int32_t> built_;  // shapes with a built index
+  // Classes touched this cycle, in order; each shape's index catches up with it only when
+  // that shape is placed next (most binds change classes that few shapes will ask about).
+  std::vector<int32_t> touched_log_;
+  std::vector<int32_t> scratch_classes_;
   bool normalizes_ = false;
   bool ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total);
   void UpdateIndex(int32_t shape, int32_t cls);
-  void DrainTouched();
+  void CatchUp(int32_t shape);
   std::vector<std::unique_ptr<Node>> capacity_nodes_;  // per signature, ready and uncordoned
 };
 
@@ -408,13 +414,23 @@ void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
   }
 }
 
-void CycleRun::DrainTouched() {
-  if (m_.touched.empty()) return;
-  std::sort(m_.touched.begin(), m_.touched.end());
-  m_.touched.erase(std::unique(m_.touched.begin(), m_.touched.end()), m_.touched.end());
-  for (int32_t shape : built_)
-    for (int32_t cls : m_.touched) UpdateIndex(shape, cls);
+void CycleRun::CatchUp(int32_t shape) {
+  touched_log_.insert(touched_log_.end(), m_.touched.begin(), m_.touched.end());
   m_.touched.clear();
+  ShapeIndex& ix = index_[shape];
+  if (!ix.built) {
+    ix.built = true;
+    ix.seen = touched_log_.size();
+    for (int32_t cls : m_.live_classes) UpdateIndex(shape, cls);
+    return;
+  }
+  if (ix.seen == touched_log_.size()) return;
+  scratch_classes_.assign(touched_log_.begin() + ix.seen, touched_log_.end());
+  ix.seen = touched_log_.size();
+  std::sort(scratch_classes_.begin(), scratch_classes_.end());
+  scratch_classes_.erase(std::unique(scratch_classes_.begin(), scratch_classes_.end()),
+                         scratch_classes_.end());
+  for (int32_t cls : scratch_classes_) UpdateIndex(shape, cls);
 }
 
 int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
@@ -423,7 +439,8 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   int32_t group = 0;
   for (int32_t t = task; t >= job.groups[group].replicas; t -= job.groups[group].replicas) ++group;
   const TaskRequest& req = job.groups[group].request;
-  TaskContext t{&job, task, &req, &ctx_, &gang_nodes, &m_.nodes, pj.group_shape[group]};
+  TaskContext t{
+      &job, task, &req, &ctx_, &gang_nodes, &m_.nodes, group_shapes_[pj.shapes_at + group]};
   const int32_t shape = t.shape_id;
 
   bool node_specific = false;
@@ -434,12 +451,7 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   const bool indexed = !node_specific && fenced_.empty() && !normalizes_ && P > 0;
   if (indexed) {
     ShapeIndex& ix = index_[shape];
-    DrainTouched();
-    if (!ix.built) {
-      ix.built = true;
-      built_.push_back(shape);
-      for (int32_t cls : m_.live_classes) UpdateIndex(shape, cls);
-    }
+    CatchUp(shape);
     while (!ix.best.empty() && !ix.Live(ix.best.front())) {
       std::pop_heap(ix.best.begin(), ix.best.end(), std::greater<>());
       ix.best.pop_back();
@@ -544,7 +556,7 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
   why->deferred = true;
   why->code = "Unschedulable";
   why->task = task;
-  why->shape = pj.group_shape[group];
+  why->shape = group_shapes_[pj.shapes_at + group];
   why->fenced = !fenced_.empty();
   auto it = infeasible_.find(why->shape);
   if (it == infeasible_.end()) it = infeasible_.emplace(why->shape, Infeasible(pj, task)).first;
@@ -589,7 +601,11 @@ void CycleRun::Finalize() {
   std::map<std::pair<int32_t, bool>, Failure> cache;
   std::vector<bool> saved;
   for (auto& pj : jobs_) {
-    Failure& f = pj.failure;
+    if (pj.failure < 0) {
+      if (!pj.suffix.empty()) pj.decision.reason.message += pj.suffix;
+      continue;
+    }
+    Failure& f = failures_[pj.failure];
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
       auto key = std::make_pair(f.shape, f.fenced);
       auto it = cache.find(key);
@@ -715,7 +731,8 @@ void CycleRun::Attempt(PendingJob& pj) {
     pj.decision.outcome = Outcome::kUnschedulable;
   }
   pj.decision.reason = {why.code, why.message, why.resource, why.rejected};
-  pj.failure = std::move(why);
+  pj.failure = static_cast<int32_t>(failures_.size());
+  failures_.push_back(std::move(why));
 }
 
 // ---- enqueue: admission against queue limits ----
@@ -1086,14 +1103,29 @@ Plan CycleRun::Run() {
 
   jobs_.reserve(m_.pending.size());
   plan_.decisions.reserve(m_.pending.size());
+
+  // Both are sorted by id: when most jobs are pending, walk them together (no lookups).
+  const bool walk = m_.pending.size() * 8 >= m_.jobs.size();
+  auto rec = m_.jobs.begin();
   for (const std::string& id : m_.pending) {
     PendingJob pj;
-    pj.rec = &m_.jobs.at(id);
+    if (walk) {
+      while (rec->first != id) ++rec;
+      pj.rec = &rec->second;
+    } else {
+      pj.rec = &m_.jobs.at(id);
+    }
     pj.decision.job = id;
+    pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
     for (const auto& g : pj.rec->job.groups)
-      pj.group_shape.push_back(ShapeId(pj.rec->job, g.request));
+      group_shapes_.push_back(ShapeId(pj.rec->job, g.request));
     jobs_.push_back(std::move(pj));
   }
+  // Upper bounds, so that these never grow by copying (untouched capacity costs no pages).
+  size_t tasks = 0;
+  for (const PendingJob& pj : jobs_) tasks += pj.rec->job.TaskCount() - pj.rec->running;
+  plan_.bindings.reserve(tasks);
+  m_.undo.reserve(m_.undo.size() + tasks);
   for (auto& pj : jobs_) order_.push_back(&pj);
   std::stable_sort(order_.begin(), order_.end(),
                    [this](const PendingJob* a, const PendingJob* b) { return JobLess(a, b); });
@@ -1126,6 +1158,7 @@ Plan CycleRun::Run() {
   Finalize();
   if (restore_) m_.Rollback(0);
   m_.undo.clear();
+  m_.released.clear();
   m_.logging = false;
   m_.tracking = false;
   m_.freeze_pending = false;

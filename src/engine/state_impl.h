@@ -39,7 +39,7 @@ struct QueueRec {
 // Nodes move between classes at every bind and release, and a heap push/pop costs no
 // allocation, where a std::set node did (the cycle's hottest allocation).
 struct NodeClass {
-  const int64_t* key = nullptr;  // key_size values in Impl::class_keys (stable storage)
+  const uint8_t* key = nullptr;  // key_size bytes in Impl::class_keys (stable storage)
   int32_t key_size = 0;
   int32_t count = 0;          // live members
   std::vector<int32_t> heap;  // min-heap of node indices, possibly with stale entries
@@ -47,13 +47,12 @@ struct NodeClass {
 };
 
 // One undone-able change. A bind's allocation is read from the job (it holds it while
-// bound); a release keeps the allocation it took away.
+// bound); a release's allocation is kept in Impl::released (LIFO, like the log).
 struct UndoOp {
   enum Kind { kBind, kRelease } kind;
-  JobRec* job;
   int32_t task;
+  JobRec* job;
   int64_t old_start_time;
-  TaskAllocation alloc;  // kRelease only
 };
 
 struct ClusterState::Impl {
@@ -69,8 +68,8 @@ struct ClusterState::Impl {
   std::vector<NodeClass> classes;
   // Every class's key, back to back in fixed-size chunks: they never move, and growing
   // does not copy (a doubling vector here cost a memcpy and fresh page faults per doubling).
-  std::vector<std::unique_ptr<int64_t[]>> class_keys;
-  int64_t* class_keys_next = nullptr;  // the unused end of the last chunk
+  std::vector<std::unique_ptr<uint8_t[]>> class_keys;
+  uint8_t* class_keys_next = nullptr;  // the unused end of the last chunk
   size_t class_keys_free = 0;          // and its size
   // Open-addressing table of class ids (-1 = empty slot), hashed by key; power-of-two size.
   std::vector<int32_t> class_table;
@@ -88,14 +87,16 @@ struct ClusterState::Impl {
 
   ResourceVector capacity;  // of schedulable nodes
   std::vector<UndoOp> undo;
-  bool logging = false;  // record undo ops (during a cycle)
+  std::vector<TaskAllocation> released;  // one per kRelease entry of `undo`, in order
+  bool logging = false;                  // record undo ops (during a cycle)
   // During a cycle the pending set is left alone: every change is rolled back at the end
   // (or the state is thrown away), and a std::set<string> update per bind is costly.
   bool freeze_pending = false;
   // Classes whose membership changed, for the cycle's per-shape indexes (drained by it).
   std::vector<int32_t> touched;
   bool tracking = false;
-  std::vector<int64_t> key_scratch;  // Reclassify's buffer
+  std::vector<uint8_t> key_scratch;  // Reclassify's buffer (varint-encoded key)
+  std::string shape_key_scratch;     // CountShapes' buffer
 
   // ---- mutation primitives (keep every index consistent) ----
   Status BindTask(JobRec& j, int32_t task, const TaskAllocation& a, int64_t now);
