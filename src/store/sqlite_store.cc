@@ -4,10 +4,16 @@
 // everything queued (up to max_batch), opens one SQLite transaction, applies each logical
 // transaction inside its own SAVEPOINT (so a failed compare undoes only that one), commits
 // once (one fsync), then completes every future. Under load many submissions share one
-// fsync; alone, a transaction pays exactly one.
+// fsync; alone, a transaction pays exactly one. When the previous commit was shared, the
+// writer waits a short window (SqliteOptions::group_commit_window_us) for as many callers to
+// queue again, so batches stay large instead of decaying to whoever arrived during the fsync.
+// WAL checkpoints (copying pages into the database file and fsyncing it) run on a separate
+// thread and connection, off the commit path.
 #include <sqlite3.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <future>
@@ -75,6 +81,13 @@ class SqliteStore final : public Store {
     }
     cv_.notify_all();
     if (writer_.joinable()) writer_.join();
+    {
+      std::lock_guard<std::mutex> l(ckpt_mu_);
+      ckpt_stopping_ = true;
+    }
+    ckpt_cv_.notify_all();
+    if (checkpointer_.joinable()) checkpointer_.join();
+    sqlite3_close(cdb_);
     sqlite3_close(wdb_);
     sqlite3_close(rdb_);
   }
@@ -108,6 +121,15 @@ class SqliteStore final : public Store {
       if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW)
         return Internal("sqlite: cannot read revision");
       revision_ = sqlite3_column_int64(s.get(), 0);
+    }
+    if (options.checkpoint_pages > 0) {
+      if (sqlite3_open_v2(path.c_str(), &cdb_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                          nullptr) != SQLITE_OK)
+        return Unavailable("cannot open " + path + " for checkpoints: " + sqlite3_errmsg(cdb_));
+      TESSERA_RETURN_IF_ERROR(Exec(cdb_, "PRAGMA busy_timeout=5000"));
+      // Replaces SQLite's automatic checkpoint (itself a WAL hook) on the writer connection.
+      sqlite3_wal_hook(wdb_, &SqliteStore::OnWalCommit, this);
+      checkpointer_ = std::thread([this] { CheckpointLoop(); });
     }
     writer_ = std::thread([this] { WriterLoop(); });
     return Status::Ok();
@@ -211,6 +233,44 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
+  // Runs on the writer thread after each commit with the WAL's size in pages.
+  static int OnWalCommit(void* self, sqlite3*, const char*, int pages) {
+    auto* s = static_cast<SqliteStore*>(self);
+    if (pages >= s->options_.checkpoint_pages) {
+      {
+        std::lock_guard<std::mutex> l(s->ckpt_mu_);
+        if (s->ckpt_wanted_) return SQLITE_OK;
+        s->ckpt_wanted_ = true;
+      }
+      s->ckpt_cv_.notify_one();
+    }
+    return SQLITE_OK;
+  }
+
+  // PASSIVE checkpoints never block the writer; the WAL restarts from its beginning at the
+  // next commit once every frame is in the database file.
+  void CheckpointLoop() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(ckpt_mu_);
+        ckpt_cv_.wait(l, [&] { return ckpt_stopping_ || ckpt_wanted_; });
+        if (ckpt_stopping_) return;
+      }
+      int log = 0, done = 0;
+      int rc = sqlite3_wal_checkpoint_v2(cdb_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+      if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+        std::fprintf(stderr, "tessera store: checkpoint: %s\n", sqlite3_errmsg(cdb_));
+      std::lock_guard<std::mutex> l(ckpt_mu_);
+      ckpt_wanted_ = false;
+      ++checkpoints_;
+    }
+  }
+
+  static bool Step(Stmt& s) {
+    s.Reset();
+    return sqlite3_step(s.get()) == SQLITE_DONE;
+  }
+
   void WriterLoop() {
     Stmt get_rev(wdb_, "SELECT mod_revision FROM kv WHERE key=?1");
     Stmt put(
@@ -219,12 +279,22 @@ class SqliteStore final : public Store {
         " ON CONFLICT(key) DO UPDATE SET value=excluded.value, mod_revision=excluded.mod_revision");
     Stmt del(wdb_, "DELETE FROM kv WHERE key=?1");
     Stmt set_rev(wdb_, "UPDATE meta SET value=?1 WHERE name='revision'");
+    Stmt savepoint(wdb_, "SAVEPOINT t"), release(wdb_, "RELEASE t"),
+        rollback_to(wdb_, "ROLLBACK TO t");
+    const auto window = std::chrono::microseconds(options_.group_commit_window_us);
+    size_t last_batch = 1;
     for (;;) {
       std::vector<std::unique_ptr<Pending>> batch;
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty() && stopping_) return;
+        if (last_batch > 1 && window.count() > 0 && queue_.size() < last_batch) {
+          // Concurrent callers: give the ones still preparing their request a moment to
+          // queue, so they share this fsync instead of paying for the next one.
+          const size_t want = std::min(last_batch, options_.max_batch);
+          cv_.wait_for(l, window, [&] { return stopping_ || queue_.size() >= want; });
+        }
         while (!queue_.empty() && batch.size() < options_.max_batch) {
           batch.push_back(std::move(queue_.front()));
           queue_.pop_front();
@@ -239,18 +309,23 @@ class SqliteStore final : public Store {
           results.push_back(st);
           continue;
         }
-        (void)Exec(wdb_, "SAVEPOINT t");
+        if (!Step(savepoint)) {
+          st = Unavailable(std::string("sqlite savepoint: ") + sqlite3_errmsg(wdb_));
+          results.push_back(st);
+          continue;
+        }
         Status one = ApplyOne(*p, revision + 1, get_rev, put, del);
         if (one.ok()) {
           ++revision;
-          (void)Exec(wdb_, "RELEASE t");
+          (void)Step(release);
           results.push_back(TxnResult{revision});
         } else {
-          (void)Exec(wdb_, "ROLLBACK TO t");
-          (void)Exec(wdb_, "RELEASE t");
+          (void)Step(rollback_to);
+          (void)Step(release);
           results.push_back(one);
         }
       }
+      last_batch = batch.size();
       if (st.ok()) {
         set_rev.Reset();
         set_rev.Int(1, revision);
@@ -284,6 +359,13 @@ class SqliteStore final : public Store {
   Stats stats_;
   bool stopping_ = false;
   std::thread writer_;
+  // Background checkpoints (checkpoint_pages > 0).
+  sqlite3* cdb_ = nullptr;
+  std::mutex ckpt_mu_;  // guards the three below
+  std::condition_variable ckpt_cv_;
+  bool ckpt_wanted_ = false, ckpt_stopping_ = false;
+  int64_t checkpoints_ = 0;
+  std::thread checkpointer_;
 };
 
 }  // namespace

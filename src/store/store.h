@@ -87,6 +87,15 @@ struct SqliteOptions {
   bool synchronous_full = true;
   // Upper bound on logical transactions folded into one physical commit.
   size_t max_batch = 1024;
+  // Group commit window: when the previous physical commit carried more than one transaction
+  // (callers are concurrent), the writer waits up to this long after the first queued
+  // transaction for as many as the previous batch had, so that one fsync serves them all.
+  // A lone caller never waits. 0 = commit whatever is queued at once.
+  int64_t group_commit_window_us = 400;
+  // WAL checkpoints run on their own thread and connection once the WAL holds this many
+  // pages, so no commit waits for the database file's fsync. 0 = SQLite's own automatic
+  // checkpoints inside commits.
+  int64_t checkpoint_pages = 4000;
 };
 
 // Opens (creating if needed) `<dir>/tessera.db`. The writer thread that performs group
