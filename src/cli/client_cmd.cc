@@ -2,6 +2,7 @@
 // kubectl/squeue-like tables; -o json|yaml|wide. Exit codes (docs/cli.md): 0 ok, 1 the
 // server refused or failed the request, 2 usage error, 3 the server could not be reached.
 #include <httplib.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -78,6 +79,7 @@ struct Response {
   int status = 0;
   Json body;
   std::string raw;
+  httplib::Headers headers;
 };
 
 Response Call(const ClientFlags& f, const std::string& method, const std::string& path,
@@ -96,6 +98,7 @@ Response Call(const ClientFlags& f, const std::string& method, const std::string
   out.reached = true;
   out.status = r->status;
   out.raw = r->body;
+  out.headers = r->headers;
   try {
     out.body = Json::parse(r->body);
   } catch (...) {
@@ -348,10 +351,17 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
     url = api->url();
   }
   std::vector<std::vector<double>> lat(b.clients);
-  std::atomic<int> errors{0};
-  std::string first_error;
+  std::atomic<int> errors{0}, retries{0}, replayed{0};
+  std::string first_error, first_retry;
   std::mutex err_mu;
   std::string run = std::to_string(::getpid());
+  auto cpu_seconds = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  const double cpu0 = cpu_seconds();
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (int c = 0; c < b.clients; ++c) {
@@ -372,14 +382,34 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
                       "nvidia.com/gpu: 1}\n      command: [\"true\"]\n"
                 : R"({"apiVersion":"tessera.io/v1","kind":"Job","metadata":{"name":")" + name +
                       R"("},"spec":{"queue":"default","tasks":[{"replicas":1,"resources":{"cpu":1,"memory":"1Gi","nvidia.com/gpu":1},"command":["true"]}]}})";
+        httplib::Headers hk = h;
+        hk.emplace("Idempotency-Key", name);
         auto s = std::chrono::steady_clock::now();
-        auto r =
-            cli.Post("/v1/jobs", h, body, b.yaml_body ? "application/yaml" : "application/json");
+        auto post = [&] {
+          return cli.Post("/v1/jobs", hk, body,
+                          b.yaml_body ? "application/yaml" : "application/json");
+        };
+        httplib::Result r = post();
+        // Retried: a connection that was never made (no byte sent), a 503 (the server says
+        // so), and a request that got no answer: it may have been stored, but it carries its
+        // Idempotency-Key, so the retry gets the stored job back (200) instead of creating
+        // it twice.
+        for (int attempt = 0; (!r || r->status == 503) && attempt < 3; ++attempt) {
+          if (retries++ == 0) {
+            std::lock_guard<std::mutex> l(err_mu);
+            first_retry = r ? std::to_string(r->status) + " " + r->body
+                            : "no response (" + httplib::to_string(r.error()) + ")";
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(5 << attempt));
+          r = post();
+        }
         auto e = std::chrono::steady_clock::now();
-        if (!r || r->status != 201) {
+        if (r && r->status == 200) replayed++;
+        if (!r || (r->status != 201 && r->status != 200)) {
           if (errors++ == 0) {
             std::lock_guard<std::mutex> l(err_mu);
-            first_error = r ? std::to_string(r->status) + " " + r->body : "no response";
+            first_error = r ? std::to_string(r->status) + " " + r->body
+                            : "no response (" + httplib::to_string(r.error()) + ")";
           }
           continue;
         }
@@ -389,6 +419,9 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
   }
   for (auto& t : threads) t.join();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // CPU of this process (server and clients alike when the server is in-process): on a shared
+  // machine the rate depends on the load, the CPU per submission much less.
+  const double cpu = cpu_seconds() - cpu0;
   std::vector<double> all;
   for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
   std::sort(all.begin(), all.end());
@@ -398,7 +431,11 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
   Json out = {{"clients", b.clients},
               {"jobs", static_cast<int64_t>(all.size())},
               {"errors", errors.load()},
+              {"retries", retries.load()},
+              {"replayed", replayed.load()},
               {"seconds", secs},
+              {"cpuSeconds", cpu},
+              {"cpuMicrosPerSubmission", all.empty() ? 0.0 : cpu * 1e6 / all.size()},
               {"submissionsPerSecond", all.size() / secs},
               {"latencyMs",
                {{"p50", pct(0.50)},
@@ -414,15 +451,20 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
     out["storeCommits"] = stats.commits;
   }
   if (!first_error.empty()) out["firstError"] = first_error;
+  if (!first_retry.empty()) out["firstRetryCause"] = first_retry;
   if (b.json) {
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf(
         "%d clients, %zu durable submissions in %.2f s: %.0f/s; latency p50 %.2f ms, p99 %.2f ms, "
         "max %.2f ms; "
-        "%d errors\n",
+        "%d errors, %d retries (%d answered from a stored submission)\n",
         b.clients, all.size(), secs, all.size() / secs, pct(0.5), pct(0.99),
-        all.empty() ? 0.0 : all.back(), errors.load());
+        all.empty() ? 0.0 : all.back(), errors.load(), retries.load(), replayed.load());
+    if (!first_retry.empty()) std::printf("first retry: %s\n", first_retry.c_str());
+    std::printf("cpu: %.2f s in this process, %.0f us per submission%s\n", cpu,
+                all.empty() ? 0.0 : cpu * 1e6 / all.size(),
+                cp ? " (server and clients)" : " (clients only)");
     if (cp)
       std::printf("store: %lld transactions in %lld fsync'd commits\n",
                   static_cast<long long>(out["storeTransactions"].get<int64_t>()),
@@ -725,17 +767,46 @@ void AddClientCommands(CLI::App& app) {
     auto job = std::make_shared<std::string>();
     auto task = std::make_shared<int>(0);
     auto stream = std::make_shared<std::string>("stdout");
+    auto follow = std::make_shared<bool>(false);
     CLI::App* c = app.add_subcommand("logs", "a task's output (proxied from its node agent)");
     c->add_option("job", *job, "job name")->required();
     c->add_option("--task", *task, "task index")->capture_default_str();
-    c->add_option("--stream", *stream, "stdout | stderr")->capture_default_str();
+    c->add_option("--stream", *stream, "stdout | stderr")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"stdout", "stderr"}));
+    c->add_flag("-f,--follow", *follow,
+                "keep printing new output until the task ends (waits for its placement)");
     AddCommon(c, *f, false);
-    c->callback([f, job, task, stream] {
-      auto r = Call(
-          *f, "GET",
-          "/v1/jobs/" + Esc(*job) + "/logs?task=" + std::to_string(*task) + "&stream=" + *stream);
-      if (!Check(*f, r)) return;
-      std::cout << r.raw;
+    c->callback([f, job, task, stream, follow] {
+      std::string base =
+          "/v1/jobs/" + Esc(*job) + "/logs?task=" + std::to_string(*task) + "&stream=" + *stream;
+      if (!*follow) {
+        auto r = Call(*f, "GET", base);
+        if (!Check(*f, r)) return;
+        std::cout << r.raw;
+        return;
+      }
+      // Long polls (docs/api.md): each answer carries the bytes after `offset`, the next
+      // offset, and whether the task has ended. The allocation is pinned after the first
+      // answer so that a restarted task's new log is not mixed into this one.
+      int64_t offset = 0;
+      std::string allocation;
+      for (;;) {
+        auto r = Call(*f, "GET",
+                      base + "&follow=true&offset=" + std::to_string(offset) +
+                          (allocation.empty() ? "" : "&allocation=" + Esc(allocation)));
+        if (!Check(*f, r)) return;
+        std::cout << r.raw << std::flush;
+        auto header = [&](const char* k) {
+          auto it = r.headers.find(k);
+          return it == r.headers.end() ? std::string() : it->second;
+        };
+        std::string next = header("X-Next-Offset");
+        offset = next.empty() ? offset + static_cast<int64_t>(r.raw.size())
+                              : std::strtoll(next.c_str(), nullptr, 10);
+        if (allocation.empty()) allocation = header("X-Tessera-Allocation");
+        if (header("X-Tessera-Task-Ended") == "true") return;
+      }
     });
   }
 

@@ -17,8 +17,16 @@ int main(int argc, char** argv) {
   tessera::cli::AddServerCommands(app);
   tessera::cli::AddAgentCommands(app);
   tessera::cli::AddClientCommands(app);
+  tessera::cli::AddDemoCommands(app);
   tessera::cli::AddSimCommands(app);
   tessera::cli::AddBenchCommands(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints usage and its own message; --help and --version exit 0, every other
+    // parse error (unknown flag, missing argument, bad value) is a usage error: exit 2
+    // (docs/cli.md), not CLI11's own codes.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return tessera::cli::ExitCode();
 }

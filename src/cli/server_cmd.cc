@@ -27,6 +27,15 @@ void AddServerCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("!--no-fsync", flags->synchronous_full,
                 "SQLite synchronous=NORMAL: survives kill -9 but not power loss (default FULL)");
+  // Event retention (docs/lifecycle.md).
+  cmd->add_option("--max-events-per-job", flags->max_events_per_job,
+                  "events kept per job, its newest (0: no bound)")
+      ->capture_default_str();
+  cmd->add_option("--max-events", flags->max_events, "events kept in all (0: no bound)")
+      ->capture_default_str();
+  cmd->add_option("--event-ttl-seconds", flags->event_ttl_seconds,
+                  "events older than this are dropped (0: kept)")
+      ->capture_default_str();
   cmd->callback([flags] {
     Status st = server::RunServer(*flags);
     if (!st.ok()) {

@@ -3,8 +3,12 @@
 #include "server/observability_routes.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 namespace tessera::server {
 namespace {
@@ -95,6 +99,15 @@ Status ApiServer::Start() {
     res.set_content(ErrorJson(s).dump(), "application/json");
   });
   Routes();
+  // Debian's compiled cpp-httplib 0.11 listens with a backlog of 5: a burst of new
+  // connections (16 clients starting at once) overflows it and waits ~1 s for a SYN
+  // retransmit. Keep the listening socket and listen() again with a deep queue after binding
+  // (Linux updates the backlog of a listening socket).
+  int listen_fd = -1;
+  http_->set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = static_cast<int>(sock);
+  });
   if (options_.port == 0) {
     port_ = http_->bind_to_any_port(options_.host.c_str());
     if (port_ <= 0) return Unavailable("cannot bind " + options_.host);
@@ -103,11 +116,14 @@ Status ApiServer::Start() {
       return Unavailable("cannot bind " + options_.host + ":" + std::to_string(options_.port));
     port_ = options_.port;
   }
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  http_->set_socket_options(httplib::default_socket_options);
   thread_ = std::thread([this] { http_->listen_after_bind(); });
   return Status::Ok();
 }
 
 void ApiServer::Stop() {
+  stopping_ = true;
   if (http_) http_->stop();
   if (thread_.joinable()) thread_.join();
 }
@@ -125,9 +141,11 @@ void ApiServer::Routes() {
 
   s.Post("/v1/jobs",
          Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
-           auto r = cp.Submit(p, req.body);
+           bool replayed = false;
+           auto r = cp.Submit(p, req.body, req.get_header_value("Idempotency-Key"), &replayed);
            if (!r.ok()) return Fail(res, r.status());
-           Reply(res, 201, Json{{"items", *r}});
+           // 200: a retry of a stored submission (same Idempotency-Key); nothing new created.
+           Reply(res, replayed ? 200 : 201, Json{{"items", *r}});
          }));
   s.Get("/v1/jobs",
         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
@@ -163,29 +181,72 @@ void ApiServer::Routes() {
       });
   s.Post(R"(/v1/jobs/([^/]+)/cancel)", cancel);
   s.Delete(R"(/v1/jobs/([^/]+))", cancel);
+  // Logs, proxied from the task's node agent (docs/api.md). With follow=true it is a long
+  // poll: it answers as soon as there are bytes after `offset` or the task has ended, else
+  // after logs_follow_wait_ms with nothing; X-Tessera-Task-Ended: true once the task's
+  // process is gone and every byte was read, so `tessera logs -f` knows when to stop.
   s.Get(R"(/v1/jobs/([^/]+)/logs)",
-        Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+        Authed(cp, [&cp, this](const Principal& p, const httplib::Request& req,
+                               httplib::Response& res) {
           auto task = IntParam(req, "task", 0, 0, 1000000);
           if (!task.ok()) return Fail(res, task.status());
-          auto where = cp.LogsLocation(p, req.matches[1], static_cast<int32_t>(*task));
-          if (!where.ok()) return Fail(res, where.status());
-          httplib::Client c(where->first);
-          c.set_connection_timeout(5, 0);
-          c.set_read_timeout(30, 0);
-          std::string path =
-              "/v1/logs/" + where->second + "?stream=" +
-              (req.has_param("stream") ? req.get_param_value("stream") : std::string("stdout")) +
-              "&offset=" +
-              (req.has_param("offset") ? req.get_param_value("offset") : std::string("0"));
-          auto r = c.Get(path.c_str());
-          if (!r)
-            return Fail(res, Unavailable("node agent at " + where->first + " did not answer"));
-          res.status = r->status;
-          res.set_content(r->body, r->get_header_value("Content-Type").empty()
-                                       ? "text/plain"
-                                       : r->get_header_value("Content-Type").c_str());
-          if (r->has_header("X-Next-Offset"))
-            res.set_header("X-Next-Offset", r->get_header_value("X-Next-Offset"));
+          auto offset = IntParam(req, "offset", 0, 0, INT64_MAX);
+          if (!offset.ok()) return Fail(res, offset.status());
+          std::string stream =
+              req.has_param("stream") ? req.get_param_value("stream") : std::string("stdout");
+          if (stream != "stdout" && stream != "stderr")
+            return Fail(res, InvalidArgument("stream: must be stdout or stderr"));
+          const bool follow = req.get_param_value("follow") == "true";
+          const std::string want = req.get_param_value("allocation");
+          const auto deadline =
+              std::chrono::steady_clock::now() +
+              std::chrono::milliseconds(follow ? options_.logs_follow_wait_ms : 0);
+          for (;;) {
+            auto src = cp.LogsSourceOf(p, req.matches[1], static_cast<int32_t>(*task), want);
+            if (!src.ok()) return Fail(res, src.status());
+            if (!src->placed && !follow)
+              return Fail(res, NotFound("job \"" + std::string(req.matches[1]) + "\" task " +
+                                        std::to_string(*task) + " has not been placed yet"));
+            std::string body;
+            int64_t next = *offset;
+            bool eof = true;
+            if (src->placed) {
+              httplib::Client c(src->url);
+              c.set_connection_timeout(5, 0);
+              c.set_read_timeout(30, 0);
+              std::string path = "/v1/logs/" + src->allocation + "?stream=" + stream +
+                                 "&offset=" + std::to_string(*offset);
+              auto r = c.Get(path.c_str());
+              if (!r)
+                return Fail(res, Unavailable("node agent at " + src->url + " did not answer"));
+              if (r->status == 200) {
+                body = r->body;
+                next = *offset + static_cast<int64_t>(body.size());
+                if (r->has_header("X-Tessera-Log-Size"))
+                  eof = next >= std::strtoll(r->get_header_value("X-Tessera-Log-Size").c_str(),
+                                             nullptr, 10);
+              } else if (!follow || r->status != 404) {
+                // Not following (or a real error): the agent's answer as it is.
+                res.status = r->status;
+                res.set_content(r->body, r->get_header_value("Content-Type").empty()
+                                             ? "text/plain"
+                                             : r->get_header_value("Content-Type").c_str());
+                return;
+              }
+              // Following and 404: the task has not written its log file yet.
+            }
+            const bool ended = src->ended && eof;
+            if (!follow || !body.empty() || ended || stopping_ ||
+                std::chrono::steady_clock::now() >= deadline) {
+              res.status = 200;
+              res.set_header("X-Next-Offset", std::to_string(next));
+              res.set_header("X-Tessera-Allocation", src->allocation);
+              res.set_header("X-Tessera-Task-Ended", ended ? "true" : "false");
+              res.set_content(body, "text/plain; charset=utf-8");
+              return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          }
         }));
   s.Get("/v1/events",
         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {

@@ -6,6 +6,7 @@
 // serves on its own threads until Stop(). Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +24,9 @@ struct ApiOptions {
   int port = 8080;  // 0: any free port
   size_t max_body_bytes = 4 << 20;
   int threads = 64;
+  // GET /v1/jobs/{id}/logs?follow=true answers at once when there are new bytes or the task
+  // ended, else after waiting this long for either (long poll).
+  int64_t logs_follow_wait_ms = 10000;
 };
 
 class ApiServer {
@@ -41,6 +45,7 @@ class ApiServer {
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
   int port_ = 0;
+  std::atomic<bool> stopping_{false};  // ends long polls early
 };
 
 // The OpenAPI 3 document served at /openapi.json.

@@ -3,6 +3,12 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 #include "server/test_util.h"
 
@@ -53,12 +59,16 @@ class ApiTest : public ::testing::Test {
     int status = 0;
     Json body;
     std::string raw;
+    httplib::Headers headers;
+    std::string Header(const char* k) const {
+      auto it = headers.find(k);
+      return it == headers.end() ? "" : it->second;
+    }
   };
   Resp Do(const std::string& method, const std::string& path, const std::string& token,
-          const std::string& body = "") {
+          const std::string& body = "", httplib::Headers h = {}) {
     httplib::Client c("127.0.0.1", api_->port());
     c.set_read_timeout(30, 0);
-    httplib::Headers h;
     if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
     auto r = method == "GET"      ? c.Get(path.c_str(), h)
              : method == "DELETE" ? c.Delete(path.c_str(), h)
@@ -67,6 +77,7 @@ class ApiTest : public ::testing::Test {
     if (!r) return out;
     out.status = r->status;
     out.raw = r->body;
+    out.headers = r->headers;
     try {
       out.body = Json::parse(r->body);
     } catch (...) {
@@ -248,6 +259,183 @@ TEST_F(ApiTest, ListPaginationIsStableByName) {
     cont = r.body["continue"];
   }
   EXPECT_EQ(seen, (std::vector<std::string>{"p0", "p1", "p2", "p3", "p4", "p5", "p6"}));
+}
+
+TEST_F(ApiTest, IdempotencyKeyMakesARetryReturnTheStoredJobInsteadOfASecond) {
+  const std::string root = "root-token-0123456789";
+  httplib::Headers key = {{"Idempotency-Key", "submit-7f3a"}};
+  Resp first = Do("POST", "/v1/jobs", root, Job("idem", "debug"), key);
+  ASSERT_EQ(first.status, 201) << first.raw;
+  // The client never saw that answer and retries: same key, same job, nothing new.
+  Resp retry = Do("POST", "/v1/jobs", root, Job("idem", "debug"), key);
+  ASSERT_EQ(retry.status, 200) << retry.raw;
+  EXPECT_EQ(retry.body["items"][0]["name"], "idem");
+  // Without the key the name collides, as before.
+  EXPECT_EQ(Do("POST", "/v1/jobs", root, Job("idem", "debug")).status, 409);
+  // Generated names: a retry does not create a second job either.
+  const std::string unnamed =
+      "apiVersion: tessera.io/v1\nkind: Job\nspec:\n  queue: debug\n  tasks: [{replicas: 1}]\n";
+  httplib::Headers key2 = {{"Idempotency-Key", "unnamed-1"}};
+  Resp g1 = Do("POST", "/v1/jobs", root, unnamed, key2);
+  Resp g2 = Do("POST", "/v1/jobs", root, unnamed, key2);
+  ASSERT_EQ(g1.status, 201);
+  ASSERT_EQ(g2.status, 200);
+  EXPECT_EQ(g1.body["items"][0]["name"], g2.body["items"][0]["name"]);
+  EXPECT_EQ(Do("GET", "/v1/jobs?queue=debug", root).body["items"].size(), 2u);
+  // The key is durable: after a restart of the control plane a retry still replays.
+  api_->Stop();
+  cp_.reset();
+  auto st = store::OpenSqliteStore(dir_);
+  ASSERT_TRUE(st.ok());
+  ControlPlaneOptions o;
+  o.run_scheduler = false;
+  auto cp = ControlPlane::Open(std::move(*st), std::make_unique<testing::ScriptedEngine>(), o);
+  ASSERT_TRUE(cp.ok());
+  cp_ = std::move(*cp);
+  bool replayed = false;
+  auto again = cp_->Submit(kAdmin, Job("idem", "debug"), "submit-7f3a", &replayed);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ(cp_->counts().jobs, 2u);
+  EXPECT_EQ(cp_->Submit(kAdmin, Job("k", "debug"), "bad key with spaces").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// A node agent's logs endpoint (agent-protocol.md), serving one growing log.
+class FakeAgentLogs {
+ public:
+  FakeAgentLogs() {
+    http_.Get(R"(/v1/logs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard<std::mutex> l(mu_);
+      size_t off = std::min(
+          log_.size(),
+          static_cast<size_t>(std::stoll(req.has_param("offset") ? req.get_param_value("offset")
+                                                                 : std::string("0"))));
+      res.set_header("X-Tessera-Log-Size", std::to_string(log_.size()));
+      res.set_header("X-Next-Offset", std::to_string(log_.size()));
+      res.set_content(log_.substr(off), "text/plain");
+    });
+    port_ = http_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+  }
+  ~FakeAgentLogs() {
+    http_.stop();
+    thread_.join();
+  }
+  void Append(const std::string& s) {
+    std::lock_guard<std::mutex> l(mu_);
+    log_ += s;
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  httplib::Server http_;
+  std::mutex mu_;
+  std::string log_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST_F(ApiTest, LogsFollowWaitsForNewBytesAndEndsWithTheTask) {
+  const std::string root = "root-token-0123456789";
+  FakeAgentLogs agent;
+  Json reg = {{"node",
+               {{"name", "n1"},
+                {"cpu", 8},
+                {"memory", "64Gi"},
+                {"gpus", {{"model", "A100-80GB"}, {"count", 1}, {"virtual", true}}}}},
+              {"agentVersion", "test"},
+              {"bootId", "b1"},
+              {"logsUrl", agent.url()}};
+  auto r = cp_->RegisterAgent(kAdmin, reg);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  int64_t epoch = (*r)["epoch"];
+  ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("talk", "debug")).status, 201);
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  auto d = cp_->Heartbeat(kAdmin, "n1", Json{{"epoch", epoch}});
+  ASSERT_TRUE(d.ok());
+  std::string alloc = (*d)["allocations"][0]["allocation"];
+  auto beat = [&](const std::string& state) {
+    ASSERT_TRUE(cp_->Heartbeat(kAdmin, "n1",
+                               Json{{"epoch", epoch},
+                                    {"tasks", {{{"allocation", alloc}, {"state", state}}}}})
+                    .ok());
+  };
+  beat("running");
+  agent.Append("hello\n");
+  Resp a = Do("GET", "/v1/jobs/talk/logs?task=0&follow=true&offset=0", root);
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(a.raw, "hello\n");
+  EXPECT_EQ(a.Header("X-Next-Offset"), "6");
+  EXPECT_EQ(a.Header("X-Tessera-Allocation"), alloc);
+  EXPECT_EQ(a.Header("X-Tessera-Task-Ended"), "false");
+  // Nothing new yet: the request waits until the bytes come (long poll), then returns them.
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    agent.Append("world\n");
+  });
+  Resp b = Do("GET", "/v1/jobs/talk/logs?task=0&follow=true&offset=6", root);
+  writer.join();
+  ASSERT_EQ(b.status, 200);
+  EXPECT_EQ(b.raw, "world\n");
+  EXPECT_EQ(b.Header("X-Next-Offset"), "12");
+
+  // The CLI: `tessera logs -f` prints everything and returns when the task ends.
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin)) {
+    beat("succeeded");
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest): the CLI part is skipped";
+  }
+  std::string out_file = dir_ + "/logs.out";
+  std::string cmd = std::string(bin) + " logs talk -f --server " + api_->url() + " --token " +
+                    root + " > " + out_file + " 2>&1";
+  int rc = -1;
+  std::thread cli([&] { rc = std::system(cmd.c_str()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  agent.Append("last line\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  beat("succeeded");  // the process is gone: its log is complete
+  cli.join();
+  EXPECT_EQ(WEXITSTATUS(rc), 0);
+  std::ifstream in(out_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "hello\nworld\nlast line\n");
+  // Once ended, a follow answers at once.
+  Resp c = Do("GET", "/v1/jobs/talk/logs?task=0&follow=true&offset=22", root);
+  EXPECT_EQ(c.Header("X-Tessera-Task-Ended"), "true");
+  EXPECT_EQ(Do("GET", "/v1/jobs/talk/logs?task=3", root).status, 400);
+}
+
+TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  const std::string server = " --server " + api_->url() + " --token root-token-0123456789";
+  struct Case {
+    std::string args;
+    int code;
+  } cases[] = {
+      {"--help", 0},
+      {"--version", 0},
+      {"get jobs" + server, 0},
+      {"get jobs --no-such-flag" + server, 2},                // unknown flag (CLI11: 109)
+      {"submit" + server, 2},                                 // missing required -f (CLI11: 106)
+      {"logs" + server, 2},                                   // missing positional
+      {"get jobs --limit abc" + server, 2},                   // not a number (CLI11: 105)
+      {"get widgets" + server, 2},                            // not one of the choices
+      {"no-such-command", 2},                                 // unknown subcommand
+      {"", 2},                                                // a subcommand is required
+      {"get jobs -o xml" + server, 2},                        // the command's own usage check
+      {"describe job nope" + server, 1},                      // the server refused (404)
+      {"get jobs --server http://127.0.0.1:1 --token x", 3},  // nothing listens there
+  };
+  for (const auto& c : cases) {
+    std::string cmd = std::string(bin) + " " + c.args + " > /dev/null 2>&1";
+    int rc = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(rc)) << c.args;
+    EXPECT_EQ(WEXITSTATUS(rc), c.code) << "tessera " << c.args;
+  }
 }
 
 }  // namespace

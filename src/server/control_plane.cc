@@ -121,6 +121,7 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Open(std::unique_ptr<store
   std::unique_ptr<ControlPlane> cp(
       new ControlPlane(std::move(store), std::move(engine), std::move(options)));
   TESSERA_RETURN_IF_ERROR(cp->Load());
+  (void)cp->CompactEvents(true);
   if (cp->options_.run_scheduler) cp->loop_ = std::thread([p = cp.get()] { p->Loop(); });
   return cp;
 }
@@ -174,6 +175,7 @@ Status ControlPlane::Load() {
     nodes_[n.node.name] = n;
     return Status::Ok();
   }));
+  std::vector<std::pair<int64_t, std::string>> keyed;  // jobs submitted with a key, by seq
   TESSERA_RETURN_IF_ERROR(each("jobs/", [&](const std::string&, const Json& j) -> Status {
     JobRecord r;
     auto spec = spec::JobSpecFromJson(j.at("spec"), "spec");
@@ -185,6 +187,8 @@ Status ControlPlane::Load() {
     r.after_termination =
         ParseJobState(j.value("afterTermination", "Pending")).value_or(JobState::kPending);
     r.attempt = j.value("attempt", 1);
+    r.task_restarts = j.value("taskRestarts", 0);
+    r.idempotency_key = j.value("idempotencyKey", "");
     r.user = j.value("user", "");
     r.seq = j.value("seq", int64_t{0});
     r.created_at = j.value("createdAt", int64_t{0});
@@ -193,9 +197,12 @@ Status ControlPlane::Load() {
     r.message = j.value("message", "");
     next_job_seq_ = std::max(next_job_seq_, r.seq + 1);
     std::string id = r.id();
+    if (!r.idempotency_key.empty()) keyed.emplace_back(r.seq, id);
     jobs_.emplace(id, std::move(r));
     return Status::Ok();
   }));
+  std::sort(keyed.begin(), keyed.end());
+  for (const auto& [seq, id] : keyed) idempotency_[jobs_.at(id).idempotency_key].push_back(id);
   TESSERA_RETURN_IF_ERROR(each("allocs/", [&](const std::string& key, const Json& j) -> Status {
     Allocation a;
     a.id = key.substr(7);
@@ -239,6 +246,13 @@ Status ControlPlane::Load() {
     events_[e.seq] = std::move(e);
     return Status::Ok();
   }));
+  {
+    auto c = store_->Get("counters/events");
+    if (!c.ok()) return c.status();
+    if (c->has_value())
+      next_event_seq_ =
+          std::max<int64_t>(next_event_seq_, std::strtoll((*c)->value.c_str(), nullptr, 10));
+  }
   TESSERA_RETURN_IF_ERROR(each("audit/", [&](const std::string&, const Json& j) -> Status {
     AuditRecord a;
     a.seq = j.value("seq", int64_t{0});
@@ -262,6 +276,8 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
   o["state"] = JobStateName(j.state);
   if (j.state == JobState::kTerminating) o["afterTermination"] = JobStateName(j.after_termination);
   o["attempt"] = j.attempt;
+  if (j.task_restarts) o["taskRestarts"] = j.task_restarts;
+  if (!j.idempotency_key.empty()) o["idempotencyKey"] = j.idempotency_key;
   o["user"] = j.user;
   o["seq"] = j.seq;
   o["createdAt"] = j.created_at;
@@ -317,11 +333,62 @@ Event& ControlPlane::AddEvent(std::vector<store::Op>& ops, const std::string& ty
                               const std::string& message) {
   Event e{next_event_seq_++, Now(), type, reason, object, message};
   ops.push_back(store::Op::Put("events/" + Pad(e.seq, 16), EventToJson(e).dump()));
+  int64_t seq = e.seq;
+  Event& stored = events_[seq] = std::move(e);
   if (object.rfind("job/", 0) == 0) {
     auto it = jobs_.find(object.substr(4));
-    if (it != jobs_.end()) it->second.events.push_back(e.seq);
+    if (it != jobs_.end()) {
+      it->second.events.push_back(seq);
+      TrimJobEvents(ops, it->second);
+    }
   }
-  return events_[e.seq] = std::move(e);
+  return stored;
+}
+
+void ControlPlane::TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j) {
+  size_t max = options_.max_events_per_job;
+  if (max == 0 || j.events.size() <= max) return;
+  size_t drop = j.events.size() - max;
+  for (size_t i = 0; i < drop; ++i) {
+    events_.erase(j.events[i]);
+    ops.push_back(store::Op::Delete("events/" + Pad(j.events[i], 16)));
+  }
+  j.events.erase(j.events.begin(), j.events.begin() + static_cast<ptrdiff_t>(drop));
+  ops.push_back(EventSeqOp());
+}
+
+store::Op ControlPlane::EventSeqOp() const {
+  // Sequence numbers are never reused, even when the newest events were dropped.
+  return store::Op::Put("counters/events", std::to_string(next_event_seq_));
+}
+
+size_t ControlPlane::CompactEvents(bool per_job) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<store::Op> ops;
+  if (per_job)
+    for (auto& [id, j] : jobs_) TrimJobEvents(ops, j);
+  const int64_t cutoff = Now() - options_.event_ttl_seconds;
+  // Bounded work per call (one store transaction); the next cycle goes on.
+  while (!events_.empty() && ops.size() < 20000) {
+    auto it = events_.begin();
+    bool over = options_.max_events > 0 && events_.size() > options_.max_events;
+    bool expired = options_.event_ttl_seconds > 0 && it->second.time < cutoff;
+    if (!over && !expired) break;
+    const Event& e = it->second;
+    if (e.object.rfind("job/", 0) == 0) {
+      auto j = jobs_.find(e.object.substr(4));
+      // The globally oldest event is the oldest of its job.
+      if (j != jobs_.end() && !j->second.events.empty() && j->second.events.front() == e.seq)
+        j->second.events.erase(j->second.events.begin());
+    }
+    ops.push_back(store::Op::Delete("events/" + Pad(e.seq, 16)));
+    events_.erase(it);
+  }
+  size_t dropped = 0;
+  for (const auto& op : ops) dropped += op.kind == store::Op::Kind::kDelete;
+  if (!ops.empty()) ops.push_back(EventSeqOp());
+  (void)Commit(std::move(ops));
+  return dropped;
 }
 
 void ControlPlane::AddAudit(std::vector<store::Op>& ops, const Principal& p,
@@ -451,8 +518,36 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
 
 // ---- user API ----
 
-StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::string& body) {
+StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::string& body,
+                                                 const std::string& idempotency_key,
+                                                 bool* replayed) {
   if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not submit jobs");
+  if (replayed) *replayed = false;
+  const std::string& key = idempotency_key;
+  if (key.size() > 255 || std::any_of(key.begin(), key.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e;
+      }))
+    return InvalidArgument("Idempotency-Key: at most 255 printable ASCII characters");
+  if (!key.empty()) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = idempotency_.find(key);
+    if (it != idempotency_.end()) {
+      // A retry of a submission that was stored: answer as the first time, create nothing.
+      std::vector<Json> out;
+      for (const auto& id : it->second) {
+        auto j = jobs_.find(id);
+        if (j == jobs_.end() || !Visible(p, j->second))
+          return AlreadyExists("Idempotency-Key: already used for another submission");
+        out.push_back(JobView(j->second, false));
+      }
+      if (replayed) *replayed = true;
+      return out;
+    }
+    if (reserved_keys_.count(key))
+      return Unavailable(
+          "Idempotency-Key: the first submission with this key is still being "
+          "stored; retry");
+  }
   auto docs = spec::ParseDocuments(body);
   if (!docs.ok()) return docs.status();
   for (size_t i = 0; i < docs->size(); ++i)
@@ -467,6 +562,12 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
   std::future<StatusOr<store::TxnResult>> done;
   {
     std::lock_guard<std::mutex> l(mu_);
+    // Checked again under the lock that reserves the key: a concurrent twin either finished
+    // (the retry replays it) or is in flight.
+    if (!key.empty() && (idempotency_.count(key) || reserved_keys_.count(key)))
+      return Unavailable(
+          "Idempotency-Key: the first submission with this key is still being "
+          "stored; retry");
     std::set<std::string> seen;
     for (size_t i = 0; i < docs->size(); ++i) {
       std::string ctx = docs->size() > 1 ? "document[" + std::to_string(i) + "]: " : "";
@@ -499,6 +600,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       r.created_at = Now();
       s.job.submit_time = r.created_at;
       r.user = p.name;
+      r.idempotency_key = key;
       r.spec = std::move(s);
       ops.push_back(JobOp(r));
       Event e{next_event_seq_++,
@@ -513,6 +615,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       AddAudit(ops, p, "submit", "job/" + r.id(), "ok");
       records.push_back(std::move(r));
     }
+    if (!key.empty()) reserved_keys_.insert(key);
     for (const auto& r : records) reserved_ids_.insert(r.id());
     // Queued under the lock: commit order = id/sequence order.
     done = store_->TxnAsync({}, std::move(ops));
@@ -522,6 +625,11 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& r : records) reserved_ids_.erase(r.id());
+    if (!key.empty()) {
+      reserved_keys_.erase(key);
+      if (result.ok())
+        for (auto& r : records) idempotency_[key].push_back(r.id());
+    }
     if (!result.ok()) return Unavailable("not stored, try again: " + result.status().message());
     for (auto& e : events) events_[e.seq] = std::move(e);
     for (auto& r : records) {
@@ -794,6 +902,39 @@ StatusOr<std::pair<std::string, std::string>> ControlPlane::LogsLocation(const P
   return std::make_pair(n->second.logs_url, latest->id);
 }
 
+StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p,
+                                                              const std::string& id, int32_t task,
+                                                              const std::string& allocation) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
+  const JobRecord& j = it->second;
+  if (task < 0 || task >= j.spec.job.TaskCount())
+    return InvalidArgument("task: job \"" + id + "\" has " +
+                           std::to_string(j.spec.job.TaskCount()) + " task(s)");
+  const Allocation* a = nullptr;
+  for (const auto& aid : j.allocations) {
+    const Allocation& x = allocations_.at(aid);
+    if (x.task == task && (allocation.empty() || x.id == allocation)) a = &x;
+  }
+  LogsSource out;
+  if (a == nullptr) {
+    if (!allocation.empty())
+      return NotFound("allocation \"" + allocation + "\" is not job \"" + id + "\" task " +
+                      std::to_string(task));
+    out.ended = IsTerminal(j.state);  // finished (cancelled) before it was ever placed
+    return out;
+  }
+  out.placed = true;
+  out.allocation = a->id;
+  out.ended = !a->Live();
+  auto n = nodes_.find(a->placement.node);
+  if (n == nodes_.end() || n->second.logs_url.empty())
+    return Unavailable("node " + a->placement.node + " serves no logs");
+  out.url = n->second.logs_url;
+  return out;
+}
+
 // ---- lifecycle ----
 
 void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState next,
@@ -846,20 +987,43 @@ void ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord
 }
 
 void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,
-                              const std::string& reason, const std::string& message) {
+                              const std::string& reason, const std::string& message, int32_t task) {
   if (j.state == JobState::kTerminating) {
     MaybeFinishTermination(ops, j);
     return;
   }
   if (IsTerminal(j.state) || j.state == JobState::kPending) return;
   spec::FailureAction action = eviction ? j.spec.restart.on_eviction : j.spec.restart.on_failure;
+  // An eviction takes the gang as a whole (the engine evicts jobs, not tasks).
+  if (action == spec::FailureAction::kRestartTask && (eviction || task < 0))
+    action = spec::FailureAction::kRestartJob;
+  // The engine models a job as its placed tasks; one whose finished tasks must not run again
+  // beside a task still to place has no such model, so then the whole attempt restarts.
+  if (action == spec::FailureAction::kRestartTask) {
+    for (const auto& id : j.allocations) {
+      const Allocation& a = allocations_.at(id);
+      if (a.attempt == j.attempt && a.state == AllocState::kSucceeded)
+        action = spec::FailureAction::kRestartJob;
+    }
+  }
   int32_t max = j.spec.restart.max_retries;
-  bool retries_left = eviction || max < 0 || j.attempt - 1 < max;
+  int32_t retries = j.attempt - 1 + j.task_restarts;
+  bool retries_left = eviction || max < 0 || retries < max;
+  if (action == spec::FailureAction::kRestartTask && retries_left) {
+    // Volcano RestartTask: the failed task alone goes back to the engine (the job's snapshot
+    // misses that one placement, so the next cycle places it); the rest keeps running.
+    j.task_restarts += 1;
+    AddEvent(ops, "Warning", reason, "job/" + j.id(),
+             message + "; restarting task " + std::to_string(task) + " alone (retry " +
+                 std::to_string(retries + 1) + (max < 0 ? "" : " of " + std::to_string(max)) + ")");
+    ops.push_back(JobOp(j));
+    return;
+  }
   if (action == spec::FailureAction::kRestartJob && retries_left) {
     Terminate(ops, j, JobState::kPending, reason,
               message + "; restarting the job (attempt " + std::to_string(j.attempt + 1) + ")");
   } else {
-    std::string why = action == spec::FailureAction::kRestartJob
+    std::string why = action != spec::FailureAction::kFailJob
                           ? message + "; retry limit " + std::to_string(max) + " reached"
                           : message;
     Terminate(ops, j, JobState::kFailed, reason, why);
@@ -877,13 +1041,18 @@ void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j) {
     return;
   }
   std::set<int32_t> succeeded;
+  std::map<int32_t, const Allocation*> latest;  // per task, this attempt
   bool live = false;
   for (const auto& id : j.allocations) {
     const Allocation& a = allocations_.at(id);
     if (a.attempt != j.attempt) continue;
     if (a.state == AllocState::kSucceeded) succeeded.insert(a.task);
     if (a.Live()) live = true;
+    latest[a.task] = &a;
   }
+  // A task whose latest allocation failed is waiting for its RestartTask placement.
+  for (const auto& [t, a] : latest)
+    if (a->state == AllocState::kFailed || a->state == AllocState::kKilled) live = true;
   if (j.spec.restart.complete_on_task_completed && live) {
     Terminate(ops, j, JobState::kSucceeded, "Completing", "a task completed (CompleteJob policy)");
     return;
@@ -1060,7 +1229,8 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
         OnTaskLoss(ops, j, false, "TaskFailed",
                    "task " + std::to_string(a.task) + " on " + node_name + " " + state +
                        " with exit code " + std::to_string(a.exit_code) +
-                       (a.message.empty() ? "" : ": " + a.message));
+                       (a.message.empty() ? "" : ": " + a.message),
+                   a.task);
       }
     }
   }
@@ -1171,6 +1341,7 @@ void ControlPlane::Loop() {
     if (since < min) std::this_thread::sleep_for(min - since);
     last = std::chrono::steady_clock::now();
     CheckNodes();
+    (void)CompactEvents();
     Status st = RunCycle();
     if (!st.ok()) std::fprintf(stderr, "tessera server: cycle: %s\n", st.ToString().c_str());
   }

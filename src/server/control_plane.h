@@ -91,6 +91,8 @@ struct JobRecord {
   JobState state = JobState::kPending;
   JobState after_termination = JobState::kPending;  // where a Terminating job goes
   int32_t attempt = 1;
+  int32_t task_restarts = 0;    // single tasks restarted (RestartTask); they count as retries
+  std::string idempotency_key;  // of the submission that created it ("" = none)
   std::string user;
   int64_t seq = 0;
   int64_t created_at = 0, started_at = -1, finished_at = -1;
@@ -137,6 +139,12 @@ struct ControlPlaneOptions {
   int64_t cycle_period_ms = 1000;      // scheduling cycles at least this often
   int64_t cycle_min_interval_ms = 50;  // and at most this often when events trigger them
   bool run_scheduler = true;           // false: cycles only through RunCycle() (tests)
+  // Event retention (docs/lifecycle.md): a job keeps its newest max_events_per_job events;
+  // in all at most max_events are kept, none older than event_ttl_seconds. The oldest go
+  // first, deleted from the store too. 0 = no bound.
+  size_t max_events_per_job = 200;
+  size_t max_events = 500000;
+  int64_t event_ttl_seconds = 14 * 24 * 3600;
   // Called after each engine cycle with what the engine saw and decided, every job's
   // lifecycle state, and the cycle's wall time in seconds (observability:
   // src/server/observability_routes.h). No lock is held.
@@ -165,7 +173,12 @@ class ControlPlane {
   Status AddToken(const Principal& by, TokenEntry e);
 
   // ---- user API; every call checks the principal ----
-  StatusOr<std::vector<Json>> Submit(const Principal& p, const std::string& body);
+  // `idempotency_key` (the Idempotency-Key header; "" = none) names the submission: a retry
+  // with the same key returns the jobs it created (and sets *replayed) instead of creating
+  // them again or failing because their names exist.
+  StatusOr<std::vector<Json>> Submit(const Principal& p, const std::string& body,
+                                     const std::string& idempotency_key = "",
+                                     bool* replayed = nullptr);
   StatusOr<Json> GetJob(const Principal& p, const std::string& id, bool describe);
   StatusOr<Json> ListJobs(const Principal& p, const ListOptions& o);
   StatusOr<Json> Cancel(const Principal& p, const std::string& id);
@@ -182,6 +195,15 @@ class ControlPlane {
   // Where task `task` of job `id` logs: {logsUrl, allocation}.
   StatusOr<std::pair<std::string, std::string>> LogsLocation(const Principal& p,
                                                              const std::string& id, int32_t task);
+  // What `logs -f` follows: the task's allocation (`allocation`, or its latest when ""),
+  // where its agent serves the logs, and whether it has ended (its process is gone, so its
+  // log is complete). placed=false while the task waits for a placement.
+  struct LogsSource {
+    std::string url, allocation;
+    bool placed = false, ended = false;
+  };
+  StatusOr<LogsSource> LogsSourceOf(const Principal& p, const std::string& id, int32_t task,
+                                    const std::string& allocation);
 
   // ---- agent protocol (docs/agent-protocol.md) ----
   StatusOr<Json> RegisterAgent(const Principal& p, const Json& body);
@@ -191,6 +213,10 @@ class ControlPlane {
   void Kick();        // ask for a cycle soon
   Status RunCycle();  // one cycle now (tests, and the loop)
   void CheckNodes();  // NotReady transitions (the loop calls it)
+  // Drops events beyond the retention bounds (ControlPlaneOptions), durably; the loop calls
+  // it every cycle, Open() once with per_job (a restart may follow a change of the bounds).
+  // Returns how many were dropped.
+  size_t CompactEvents(bool per_job = false);
   int64_t cycles() const;
 
   void RegisterBackend(const std::string& pool, std::shared_ptr<Backend> b);
@@ -210,6 +236,9 @@ class ControlPlane {
   // Helpers below run with mu_ held.
   Event& AddEvent(std::vector<store::Op>& ops, const std::string& type, const std::string& reason,
                   const std::string& object, const std::string& message);
+  // Drops a job's oldest events beyond max_events_per_job.
+  void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j);
+  store::Op EventSeqOp() const;
   void AddAudit(std::vector<store::Op>& ops, const Principal& p, const std::string& action,
                 const std::string& object, const std::string& result);
   store::Op JobOp(const JobRecord& j) const;
@@ -224,9 +253,10 @@ class ControlPlane {
                  const std::string& reason, const std::string& message);
   // A Terminating job whose live allocations are all gone moves on.
   void MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j);
-  // Applies the job's restart policy after losing tasks (failure or eviction).
+  // Applies the job's restart policy after losing tasks (failure or eviction). `task` is the
+  // failed task when one task failed (RestartTask restarts only it); -1 otherwise.
   void OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,
-                  const std::string& reason, const std::string& message);
+                  const std::string& reason, const std::string& message, int32_t task = -1);
   void OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j);
   Status Commit(std::vector<store::Op> ops);
   Snapshot BuildSnapshot(std::map<std::string, std::string>& placeholder_owner) const;
@@ -245,6 +275,8 @@ class ControlPlane {
   mutable std::mutex mu_;
   std::map<std::string, JobRecord> jobs_;
   std::set<std::string> reserved_ids_;  // submissions in flight (not yet durable)
+  std::map<std::string, std::vector<std::string>> idempotency_;  // key -> the jobs it created
+  std::set<std::string> reserved_keys_;  // idempotency keys of submissions in flight
   std::map<std::string, Queue> queues_;
   std::map<std::string, PriorityClass> priority_classes_;
   std::map<std::string, NodeRecord> nodes_;

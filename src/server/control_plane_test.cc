@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "server/test_util.h"
@@ -73,6 +74,7 @@ class ControlPlaneTest : public ::testing::Test {
     ControlPlaneOptions o;
     o.clock = clock_.fn();
     o.run_scheduler = false;
+    if (tune_) tune_(o);
     auto cp = ControlPlane::Open(std::move(*st), std::make_unique<ScriptedEngine>(fn), o);
     ASSERT_TRUE(cp.ok()) << cp.status().ToString();
     cp_ = std::move(*cp);
@@ -105,6 +107,7 @@ class ControlPlaneTest : public ::testing::Test {
 
   std::string dir_;
   FakeClock clock_;
+  std::function<void(ControlPlaneOptions&)> tune_;  // options of the next Reopen()
   std::unique_ptr<ControlPlane> cp_;
 };
 
@@ -189,6 +192,140 @@ TEST_F(ControlPlaneTest, FailuresFollowTheRestartPolicyAndRetryLimit) {
   EXPECT_NE(std::find(r.begin(), r.end(), "Requeued"), r.end());
   // Allocation ids are never reused.
   EXPECT_NE(j["allocations"][0]["id"], j["allocations"][1]["id"]);
+}
+
+TEST_F(ControlPlaneTest, RestartTaskRestartsOnlyTheFailedTask) {
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(
+      cp_->Submit(kAdmin,
+                  JobDoc("tt", 3, 1, "  restartPolicy: {onFailure: RestartTask, maxRetries: 2}\n"))
+          .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 3u);
+  std::string a0 = d["allocations"][0]["allocation"], a1 = d["allocations"][1]["allocation"],
+              a2 = d["allocations"][2]["allocation"];
+  Beat("node-a", epoch, {Task(a0, "running"), Task(a1, "running"), Task(a2, "running")});
+  EXPECT_EQ(State("tt"), "Running");
+
+  // Task 1 fails twice: each time only task 1 is placed again, in the same attempt, while
+  // tasks 0 and 2 keep running untouched (Volcano TaskFailed -> RestartTask).
+  std::string failing = a1;
+  for (int retry = 1; retry <= 2; ++retry) {
+    Beat("node-a", epoch, {Task(a0, "running"), Task(failing, "failed", 3), Task(a2, "running")});
+    Json j = Job("tt");
+    EXPECT_EQ(j["state"], "Running") << retry;
+    EXPECT_EQ(j["attempt"], 1);
+    EXPECT_EQ(j["runningTasks"], 2);
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    d = Beat("node-a", epoch);
+    ASSERT_EQ(d["allocations"].size(), 3u) << retry;
+    std::set<std::string> ids;
+    for (const auto& a : d["allocations"]) {
+      ids.insert(a["allocation"].get<std::string>());
+      EXPECT_EQ(a["attempt"], 1);
+    }
+    EXPECT_TRUE(ids.count(a0) && ids.count(a2)) << "the healthy tasks keep their allocations";
+    EXPECT_FALSE(ids.count(failing));
+    for (const auto& a : d["allocations"])
+      if (a["allocation"] != a0 && a["allocation"] != a2) {
+        EXPECT_EQ(a["task"], 1);
+        EXPECT_EQ(a["env"]["RANK"], "1");
+        failing = a["allocation"];
+      }
+    Beat("node-a", epoch, {Task(a0, "running"), Task(failing, "running"), Task(a2, "running")});
+  }
+  auto r = Reasons("tt");
+  EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
+  EXPECT_NE(Job("tt")["events"][r.size() - 2]["message"].get<std::string>().find(
+                "restarting task 1 alone (retry 2 of 2)"),
+            std::string::npos);
+  // The retry count survives a restart of the server.
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  // The third failure exceeds maxRetries: the job fails and the others are stopped.
+  Beat("node-a", epoch, {Task(a0, "running"), Task(failing, "failed", 3), Task(a2, "running")});
+  Json j = Job("tt");
+  EXPECT_EQ(j["state"], "Terminating");
+  EXPECT_NE(j["message"].get<std::string>().find("retry limit 2 reached"), std::string::npos);
+  EXPECT_TRUE(Beat("node-a", epoch)["allocations"].empty());
+  Beat("node-a", epoch, {});
+  EXPECT_EQ(State("tt"), "Failed");
+}
+
+TEST_F(ControlPlaneTest, RestartTaskAfterAnotherTaskSucceededRestartsTheJob) {
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(
+      cp_->Submit(kAdmin,
+                  JobDoc("ts", 2, 1, "  restartPolicy: {onFailure: RestartTask, maxRetries: 1}\n"))
+          .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  std::string a0 = d["allocations"][0]["allocation"], a1 = d["allocations"][1]["allocation"];
+  Beat("node-a", epoch, {Task(a0, "succeeded"), Task(a1, "running")});
+  Beat("node-a", epoch, {Task(a1, "failed", 1)});
+  Json j = Job("ts");
+  EXPECT_EQ(j["state"], "Pending");  // a new attempt of the whole job
+  EXPECT_EQ(j["attempt"], 2);
+}
+
+TEST_F(ControlPlaneTest, EventRetentionKeepsTheNewestPerJobAndCompactsTheStore) {
+  tune_ = [](ControlPlaneOptions& o) {
+    o.max_events_per_job = 4;
+    o.max_events = 0;
+    o.event_ttl_seconds = 0;
+  };
+  Reopen();
+  auto stored_events = [&] {
+    auto r = cp_->store().Range("events/");
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->size() : 0;
+  };
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(
+      cp_->Submit(kAdmin, JobDoc("flaky", 1, 1,
+                                 "  restartPolicy: {onFailure: RestartJob, maxRetries: -1}\n"))
+          .ok());
+  for (int i = 0; i < 3; ++i) {  // each round: Scheduled, TaskFailed, Requeued
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
+    Beat("node-a", epoch, {Task(id, "failed", 1)});
+  }
+  // 1 + 3 x 3 = 10 events happened; the job keeps its newest 4, in order.
+  auto ev = cp_->ListEvents(kAdmin, "flaky", 0, 100);
+  ASSERT_TRUE(ev.ok());
+  ASSERT_EQ((*ev)["items"].size(), 4u);
+  EXPECT_EQ((*ev)["items"][3]["reason"], "Requeued");
+  EXPECT_EQ(Reasons("flaky"),
+            (std::vector<std::string>{"Requeued", "Scheduled", "TaskFailed", "Requeued"}));
+  EXPECT_EQ(stored_events(), cp_->counts().events) << "dropped events are deleted from the store";
+  EXPECT_EQ(cp_->counts().events, 5u);  // the job's 4 and node-a's NodeRegistered
+
+  // A restart with a tighter bound trims at once; then a global count and a TTL.
+  tune_ = [](ControlPlaneOptions& o) {
+    o.max_events_per_job = 2;
+    o.max_events = 2;
+    o.event_ttl_seconds = 100;
+  };
+  Reopen();
+  EXPECT_EQ(Reasons("flaky"), (std::vector<std::string>{"TaskFailed", "Requeued"}));
+  EXPECT_EQ(cp_->counts().events, 2u);  // and NodeRegistered, the oldest of 3, went too
+  EXPECT_EQ(cp_->CompactEvents(), 0u);
+  EXPECT_EQ(stored_events(), 2u);
+  clock_.now += 101;
+  EXPECT_EQ(cp_->CompactEvents(), 2u);
+  EXPECT_EQ(cp_->counts().events, 0u);
+  EXPECT_TRUE(Reasons("flaky").empty());
+  Reopen();
+  EXPECT_EQ(stored_events(), 0u);
+  EXPECT_EQ(State("flaky"), "Pending");  // the job itself stays
+  // New events get new sequence numbers (never reused).
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  auto after = cp_->ListEvents(kAdmin, "", 0, 100);
+  ASSERT_TRUE(after.ok());
+  ASSERT_FALSE((*after)["items"].empty());
+  EXPECT_GT((*after)["items"][0]["seq"].get<int64_t>(), 10);
 }
 
 TEST_F(ControlPlaneTest, CancelStopsTasksWithGraceThenCancels) {

@@ -111,6 +111,11 @@ Status RunServer(const ServerFlags& flags) {
   ControlPlaneOptions cpo;
   cpo.seed = flags.seed;
   cpo.on_cycle = ObserveCycleForMetrics;  // /metrics (observability_routes.h)
+  if (flags.max_events_per_job < 0 || flags.max_events < 0 || flags.event_ttl_seconds < 0)
+    return InvalidArgument("--max-events-per-job, --max-events, --event-ttl-seconds: must be >= 0");
+  cpo.max_events_per_job = static_cast<size_t>(flags.max_events_per_job);
+  cpo.max_events = static_cast<size_t>(flags.max_events);
+  cpo.event_ttl_seconds = flags.event_ttl_seconds;
   auto cp = ControlPlane::Open(std::move(*st), std::move(*engine), cpo);
   if (!cp.ok()) return cp.status();
   auto loaded =

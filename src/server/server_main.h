@@ -22,6 +22,10 @@ struct ServerFlags {
   bool local_agent = false;
   bool synchronous_full = true;
   uint64_t seed = 1;
+  // Event retention (docs/lifecycle.md); 0 = no bound.
+  int64_t max_events_per_job = 200;
+  int64_t max_events = 500000;
+  int64_t event_ttl_seconds = 14 * 24 * 3600;
 };
 
 Status RunServer(const ServerFlags& flags);

@@ -28,7 +28,7 @@ class ScriptedEngine : public Engine {
   }
 
   // Places pending jobs' tasks on the first devices free; reports the rest Unschedulable.
-  static Plan FirstFit(const Snapshot& s, int64_t now) {
+  static Plan FirstFit(const Snapshot& s, int64_t now, bool top_up = false) {
     Plan plan;
     plan.now = now;
     std::map<std::pair<std::string, int32_t>, bool> used;
@@ -43,7 +43,25 @@ class ScriptedEngine : public Engine {
                      [](const Job* a, const Job* b) { return a->priority > b->priority; });
     for (const Job* jp : order) {
       const Job& j = *jp;
-      if (j.RunningTasks() > 0) continue;
+      if (j.RunningTasks() > 0) {
+        // Tops up a running job's missing tasks (RestartTask), each on its own.
+        for (int32_t t = 0; top_up && t < j.TaskCount(); ++t) {
+          if (j.allocations[t]) continue;
+          int32_t want = j.GroupOfTask(t).request.gpu.count;
+          for (const auto& n : s.nodes) {
+            std::vector<DeviceAssignment> devs;
+            for (const auto& d : n.devices)
+              if (n.ready && static_cast<int32_t>(devs.size()) < want && !used[{n.name, d.index}])
+                devs.push_back({d.index, 1000, 0, -1});
+            if (static_cast<int32_t>(devs.size()) < want) continue;
+            for (const auto& d : devs) used[{n.name, d.device}] = true;
+            plan.bindings.push_back(
+                {j.id, t, {n.name, j.GroupOfTask(t).request.cpu_milli, 0, devs}});
+            break;
+          }
+        }
+        continue;
+      }
       std::vector<Binding> binds;
       auto trial = used;
       for (int32_t t = 0; t < j.TaskCount(); ++t) {

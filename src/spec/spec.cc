@@ -276,8 +276,8 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
 }
 
 StatusOr<FailureAction> VolcanoAction(const std::string& action, const std::string& path) {
-  if (action == "RestartJob" || action == "RestartTask" || action == "RestartPod")
-    return FailureAction::kRestartJob;
+  if (action == "RestartJob") return FailureAction::kRestartJob;
+  if (action == "RestartTask" || action == "RestartPod") return FailureAction::kRestartTask;
   if (action == "AbortJob" || action == "TerminateJob") return FailureAction::kFailJob;
   return InvalidArgument(
       path + ": unknown action \"" + action +
@@ -555,9 +555,11 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
         *out = FailureAction::kFailJob;
       else if (name == "RestartJob")
         *out = FailureAction::kRestartJob;
+      else if (name == "RestartTask")
+        *out = FailureAction::kRestartTask;
       else
         return InvalidArgument(std::string("spec.restartPolicy.") + key + ": unknown \"" + name +
-                               "\" (FailJob, RestartJob)");
+                               "\" (FailJob, RestartJob, RestartTask)");
     }
     model.erase("restartPolicy");
   }
@@ -644,7 +646,9 @@ size_t EstimateNesting(const std::string& text) {
 }  // namespace
 
 const char* FailureActionName(FailureAction a) {
-  return a == FailureAction::kFailJob ? "FailJob" : "RestartJob";
+  return a == FailureAction::kFailJob      ? "FailJob"
+         : a == FailureAction::kRestartJob ? "RestartJob"
+                                           : "RestartTask";
 }
 
 Status CheckText(const std::string& text) {
@@ -1086,8 +1090,12 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
     TESSERA_RETURN_IF_ERROR(
         pr.Bool("completeOnTaskCompleted", s.restart.complete_on_task_completed));
     TESSERA_RETURN_IF_ERROR(pr.Finish());
-    s.restart.on_failure = f == "RestartJob" ? FailureAction::kRestartJob : FailureAction::kFailJob;
-    s.restart.on_eviction = e == "FailJob" ? FailureAction::kFailJob : FailureAction::kRestartJob;
+    s.restart.on_failure = f == "RestartJob"    ? FailureAction::kRestartJob
+                           : f == "RestartTask" ? FailureAction::kRestartTask
+                                                : FailureAction::kFailJob;
+    s.restart.on_eviction = e == "FailJob"       ? FailureAction::kFailJob
+                            : e == "RestartTask" ? FailureAction::kRestartTask
+                                                 : FailureAction::kRestartJob;
   }
   TESSERA_RETURN_IF_ERROR(r.String("source", s.source));
   TESSERA_RETURN_IF_ERROR(r.Bool("service", s.service));

@@ -28,6 +28,9 @@ namespace tessera::spec {
 enum class FailureAction {
   kFailJob,     // the job ends Failed (Volcano AbortJob / TerminateJob, restartPolicy Never)
   kRestartJob,  // every task stops, the job requeues as a new attempt (Volcano RestartJob)
+  // Only the failed task is placed and started again; the rest of the gang keeps running
+  // (Volcano RestartTask / RestartPod). Applies to failures; an eviction restarts the job.
+  kRestartTask,
 };
 const char* FailureActionName(FailureAction a);
 
