@@ -109,7 +109,12 @@ EngineConfig DefaultEngineConfig() {
     if (w >= 0) p.arguments["weight"] = w;
     return p;
   };
-  c.tiers = {{P("priority"), P("gang")},
+  // Job order: priority, then least attained GPU service in levels (Tiresias-like: below one
+  // GPU-hour, below ten, above; FIFO within a level; a job of a lower level may preempt one
+  // of a higher level in its queue; starvation guard K = 8). Needs no runtime hints.
+  EngineConfig::PluginConfig las = P("las");
+  las.arguments = Json{{"thresholds", Json::array({3600, 36000})}, {"starvationFactor", 8}};
+  c.tiers = {{P("priority"), P("gang"), las},
              {P("drf"), P("proportion"), P("predicates"), P("fragmentation", 1), P("binpack", 1),
               P("topology", 1), P("nodeaffinity", 1)}};
   return c;

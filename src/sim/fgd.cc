@@ -258,11 +258,14 @@ EnginePlacer::~EnginePlacer() = default;
 StatusOr<bool> EnginePlacer::Place(const FgdPod& pod) {
   Job job;
   job.id = pod.name;
-  job.submit_time = now_;
+  // The protocol has no clock: pods arrive one by one and never finish. Every cycle runs at
+  // t=0, so no running pod accrues service and a least-attained-service order (the default
+  // configuration's `las`) sees no one to preempt, as the protocol requires.
+  job.submit_time = 0;
   job.groups.push_back(TaskGroup{"pod", 1, RequestOf(pod)});
   job.allocations.resize(1);
   TESSERA_RETURN_IF_ERROR(state_->AddJob(job));
-  Plan plan = engine_->Cycle(*state_, now_, rng_);
+  Plan plan = engine_->Cycle(*state_, 0, rng_);
   ++now_;
   if (plan.bindings.empty()) {
     TESSERA_RETURN_IF_ERROR(state_->RemoveJob(job.id));  // failed pods are dropped, never retried

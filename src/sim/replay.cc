@@ -228,6 +228,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       // attained, which is what least-attained-service orders by.
       TESSERA_RETURN_IF_ERROR(state.RemoveJob(id));
       for (auto& a : again_job.allocations) a.reset();
+      again_job.start_time = -1;  // the next run starts when it is bound again
       again_job.attained_gpu_milli_seconds = L.service * L.total_milli;
       TESSERA_RETURN_IF_ERROR(state.AddJob(again_job));
     }
@@ -395,6 +396,10 @@ ReplaySummary Summarise(const ReplayResult& r) {
   return s;
 }
 
+Json LasBaselineArguments() {
+  return Json{{"thresholds", Json::array({3600, 36000})}, {"starvationFactor", 8}};
+}
+
 std::vector<std::string> ReplayBaselineNames() { return {"fifo", "sjf", "las", "tessera"}; }
 
 bool BaselineUsesOracle(const std::string& name) { return name == "sjf"; }
@@ -408,14 +413,20 @@ StatusOr<EngineConfig> ReplayBaselineConfig(const std::string& name) {
   if (order == nullptr)
     return InvalidArgument("--policy: unknown baseline \"" + name +
                            "\" (fifo, sjf, las, tessera) and not a file");
-  // One global order, gangs, resource filters, binpack placement; no queue shares, no
-  // preemption: the textbook baselines.
+  // One global order, gangs, resource filters, binpack placement; no queue shares: the
+  // textbook baselines. FIFO and SJF never preempt; LAS is Tiresias-like: discretised
+  // levels of attained GPU service, preemption of higher levels, a starvation guard.
+  Json order_plugin = {{"name", order}};
+  Json actions = Json::array({"enqueue", "allocate"});
+  if (name == "las") {
+    order_plugin["arguments"] = LasBaselineArguments();
+    actions.push_back("preempt");
+  }
   Json doc = {
-      {"actions", Json::array({"enqueue", "allocate"})},
-      {"tiers",
-       Json::array({Json{{"plugins", Json::array({Json{{"name", order}}, Json{{"name", "gang"}}})}},
-                    Json{{"plugins", Json::array({Json{{"name", "predicates"}},
-                                                  Json{{"name", "binpack"}}})}}})}};
+      {"actions", actions},
+      {"tiers", Json::array({Json{{"plugins", Json::array({order_plugin, Json{{"name", "gang"}}})}},
+                             Json{{"plugins", Json::array({Json{{"name", "predicates"}},
+                                                           Json{{"name", "binpack"}}})}}})}};
   auto c = ParseEngineConfig(doc);
   if (!c.ok()) return c.status().WithContext("baseline " + name);
   return c;

@@ -102,6 +102,8 @@ int64_t Percentile(std::vector<int64_t> values, int q);
 // "las" (Tiresias-like least attained service, no runtimes), "tessera" (the default).
 std::vector<std::string> ReplayBaselineNames();
 StatusOr<EngineConfig> ReplayBaselineConfig(const std::string& name);
+// The `las` baseline's plugin arguments (thresholds in GPU-seconds, starvation factor).
+Json LasBaselineArguments();
 // Whether a baseline needs oracle runtimes (SJF).
 bool BaselineUsesOracle(const std::string& name);
 

@@ -66,6 +66,27 @@ TEST(Replay, FifoAndSjfOnATinyCluster) {
   }
 }
 
+// Tiresias-like LAS: a long 8-GPU gang has 40,000 GPU-s of service (level 2 of thresholds
+// 3,600 / 36,000) when a 1-GPU job arrives at t=5,000: the engine evicts the gang, the short
+// jobs run at once, and the gang restarts with its service kept (checkpoint/restart, no
+// restart cost): it finishes 95,000 s after it restarts. FIFO would start c at 100,000.
+TEST(Replay, LasPreemptsTheLongJobForShortOnesAndKeepsItsService) {
+  std::vector<TraceJob> jobs = {J("a", 0, 100000, 4, 2), J("c", 5000, 10, 1), J("d", 5010, 10, 1)};
+  auto config = ReplayBaselineConfig("las");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ReplayOptions o;
+  o.cycle_interval = 1;
+  auto r = RunReplay(TwoNodes(), jobs, *config, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->jobs[1].start, 5001);  // the cycle at 5,000 evicts a; the next one binds c
+  EXPECT_EQ(r->jobs[2].start, 5010);  // level 0 before a (level 2); 7 GPUs are free
+  EXPECT_EQ(r->jobs[0].start, 0);     // first start
+  EXPECT_EQ(r->jobs[0].preemptions, 1);
+  EXPECT_EQ(r->jobs[0].finish, 5020 + 95000);  // restarted when d finished
+  EXPECT_EQ(r->preemptions, 1);
+  EXPECT_EQ(r->stale_evictions, 0);
+}
+
 TEST(Replay, InfeasibleJobsAreDroppedAndCounted) {
   std::vector<TraceJob> jobs = {J("big", 0, 10, 8, 4), J("ok", 1, 10, 1)};  // 32 GPUs on 8
   auto config = ReplayBaselineConfig("fifo");
