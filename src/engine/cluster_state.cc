@@ -41,7 +41,7 @@ namespace {
 void AppendInt(std::string& s, int64_t v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
-  s.append(buf, r.ptr);
+  s.append(buf, static_cast<size_t>(r.ptr - buf));  // (ptr, ptr) would go through replace()
 }
 
 // Keys are built with to_chars into one buffer: these run once per node and per job.
@@ -123,16 +123,18 @@ int32_t ClusterState::Impl::QueueOf(const std::string& name) const {
 }
 
 namespace {
-// Appends v as a zig-zag LEB128 varint. Keys are mostly small counts and whole GiB, so a
-// key takes about a third of the bytes of plain int64s (less memory, fewer page faults);
-// the encoding is prefix-free, so equal bytes mean equal values.
-void PutVarint(std::vector<uint8_t>& out, int64_t v) {
+// Writes v as a zig-zag LEB128 varint at `out` (at most 10 bytes) and returns the end.
+// Keys are mostly small counts and whole GiB, so a key takes about a third of the bytes
+// of plain int64s (less memory, fewer page faults); the encoding is prefix-free, so equal
+// bytes mean equal values.
+uint8_t* PutVarint(uint8_t* out, int64_t v) {
   uint64_t u = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
   while (u >= 0x80) {
-    out.push_back(static_cast<uint8_t>(u) | 0x80);
+    *out++ = static_cast<uint8_t>(u) | 0x80;
     u >>= 7;
   }
-  out.push_back(static_cast<uint8_t>(u));
+  *out++ = static_cast<uint8_t>(u);
+  return out;
 }
 
 uint64_t KeyHash(const uint8_t* k, size_t n) {
@@ -156,21 +158,23 @@ void ClusterState::Impl::Reclassify(int32_t i) {
   // The key is built in a reused buffer; it is copied (into class_keys) only when a new
   // class is created.
   std::vector<uint8_t>& key = key_scratch;
-  key.clear();
-  PutVarint(key, node_signature[i]);
-  PutVarint(key, n.free_cpu_milli);
-  PutVarint(key, n.free_memory_bytes);
-  PutVarint(key, n.tasks);
+  key.resize(10 * (4 + 4 * n.devices.size() + 2 * n.gpu_task_shapes.size()));
+  uint8_t* k = key.data();
+  k = PutVarint(k, node_signature[i]);
+  k = PutVarint(k, n.free_cpu_milli);
+  k = PutVarint(k, n.free_memory_bytes);
+  k = PutVarint(k, n.tasks);
   for (const auto& d : n.devices) {
-    PutVarint(key, d.free_milli);
-    PutVarint(key, d.free_memory_bytes);
-    PutVarint(key, d.tasks);
-    PutVarint(key, d.mig_used);
+    k = PutVarint(k, d.free_milli);
+    k = PutVarint(k, d.free_memory_bytes);
+    k = PutVarint(k, d.tasks);
+    k = PutVarint(k, d.mig_used);
   }
   for (const auto& [shape, count] : n.gpu_task_shapes) {
-    PutVarint(key, shape);
-    PutVarint(key, count);
+    k = PutVarint(k, shape);
+    k = PutVarint(k, count);
   }
+  key.resize(k - key.data());
   const uint64_t h = KeyHash(key.data(), key.size());
   if (class_table.empty()) class_table.assign(1024, -1);
   size_t mask = class_table.size() - 1;
@@ -310,12 +314,25 @@ void ClusterState::Impl::RebuildQueues() {
 void ClusterState::Impl::CountShapes(const Job& j, int64_t sign) {
   std::string& key = shape_key_scratch;
   for (const auto& g : j.groups) {
-    ShapeKey(g.request, key);
-    auto it = shape_counts.find(key);
-    if (it == shape_counts.end()) it = shape_counts.try_emplace(key).first;
+    // Workloads have few distinct requests: find recent ones by value, not by key string.
+    auto it = shape_counts.end();
+    for (const auto& [req, at] : recent_shapes)
+      if (req == g.request) {
+        it = at;
+        break;
+      }
+    if (it == shape_counts.end()) {
+      ShapeKey(g.request, key);
+      it = shape_counts.find(key);
+      if (it == shape_counts.end()) it = shape_counts.try_emplace(key).first;
+      if (recent_shapes.size() < 16) recent_shapes.push_back({g.request, it});
+    }
     if (it->second.second == 0) it->second.first = g.request;
     it->second.second += sign * g.replicas;
-    if (it->second.second <= 0) shape_counts.erase(it);
+    if (it->second.second <= 0) {
+      recent_shapes.clear();  // it may be cached there
+      shape_counts.erase(it);
+    }
   }
 }
 

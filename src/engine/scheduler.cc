@@ -104,7 +104,7 @@ std::string KubeMessage(int32_t total, const std::map<std::string, int32_t>& rej
 void AppendInt(std::string& s, int64_t v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
-  s.append(buf, r.ptr);
+  s.append(buf, static_cast<size_t>(r.ptr - buf));  // (ptr, ptr) would go through replace()
 }
 
 void AppendTermKey(std::string& s, const NodeSelectorTerm& t) {
@@ -189,6 +189,7 @@ class CycleRun {
 
   // ---- placement ----
   int32_t ShapeId(const Job& j, const TaskRequest& r);
+  int32_t ShapeIdByKey(const Job& j, const TaskRequest& r);
   bool Passes(const TaskContext& t, const NodeState& n) const;
   FilterVerdict Verdict(const TaskContext& t, const NodeState& n) const;
   int32_t RepOf(int32_t cls) const;
@@ -231,6 +232,8 @@ class CycleRun {
   // Placement caches, valid for this cycle: per shape, per class.
   std::unordered_map<std::string, int32_t> shape_ids_;
   std::string shape_scratch_;
+  // Shapes of jobs without constraints, by request (see ShapeId).
+  std::vector<std::pair<TaskRequest, int32_t>> plain_shapes_;
   std::vector<std::vector<int8_t>> pass_cache_;    // 0 unknown, 1 pass, 2 fail
   std::vector<std::vector<int64_t>> score_cache_;  // [shape][class * P + p]
   std::vector<bool> fenced_;                       // nodes held by the reservation
@@ -316,6 +319,19 @@ bool CycleRun::QueueLess(int32_t a, int32_t b) const {
 }
 
 int32_t CycleRun::ShapeId(const Job& j, const TaskRequest& r) {
+  // Most jobs carry no selector, affinity or tolerations, and workloads have few distinct
+  // requests: look those up by request first (no key string to build).
+  const bool plain = j.node_selector.empty() && j.affinity.required.empty() &&
+                     j.affinity.preferred.empty() && j.tolerations.empty();
+  if (plain)
+    for (const auto& [req, id] : plain_shapes_)
+      if (req == r) return id;
+  const int32_t id = ShapeIdByKey(j, r);
+  if (plain && plain_shapes_.size() < 16) plain_shapes_.push_back({r, id});
+  return id;
+}
+
+int32_t CycleRun::ShapeIdByKey(const Job& j, const TaskRequest& r) {
   ShapeString(j, r, shape_scratch_);
   auto it = shape_ids_.find(shape_scratch_);
   if (it != shape_ids_.end()) return it->second;
@@ -1041,17 +1057,46 @@ void CycleRun::Backfill() {
       }
       return false;
     };
+    // Cheap check before each trial: the head's GPUs must not exceed the free ones plus
+    // those released so far (a trial costs a gang placement).
+    int64_t head_gpu = 0, avail_gpu = m_.capacity.gpu_milli;
+    for (int32_t t = 0; t < head->rec->job.TaskCount(); ++t)
+      if (!head->rec->job.allocations[t])
+        head_gpu += RequestVector(head->rec->job.GroupOfTask(t).request).gpu_milli;
+    for (const auto& [id, j] : m_.jobs) avail_gpu -= j.allocated.gpu_milli;
+    auto release = [&](JobRec* j) {
+      avail_gpu += j->allocated.gpu_milli;
+      for (int32_t t = 0; t < j->job.TaskCount(); ++t)
+        if (j->job.allocations[t]) (void)m_.ReleaseTask(*j, t);
+    };
     bool ok = false;
     for (const Ending& e : ends) {
-      for (int32_t t = 0; t < e.job->job.TaskCount(); ++t)
-        if (e.job->job.allocations[t]) (void)m_.ReleaseTask(*e.job, t);
-      if ((ok = try_head(std::max(now_, e.end)))) break;
+      release(e.job);
+      if (avail_gpu >= head_gpu && (ok = try_head(std::max(now_, e.end)))) break;
     }
     if (!ok) {
-      for (const Ending& e : unknown)
-        for (int32_t t = 0; t < e.job->job.TaskCount(); ++t)
-          if (e.job->job.allocations[t]) (void)m_.ReleaseTask(*e.job, t);
-      ok = try_head(-1);
+      // Unknown ends (the start time is unknown either way): release the oldest first,
+      // trying after each release once enough GPUs are free, at most kTrials times; then
+      // release all the rest and try once more. (Releasing every running job for each
+      // unplaceable job made the default configuration quadratic on arrival-only workloads.)
+      constexpr int kTrials = 8;
+      std::sort(unknown.begin(), unknown.end(), [](const Ending& a, const Ending& b) {
+        return a.job->job.start_time != b.job->job.start_time
+                   ? a.job->job.start_time < b.job->job.start_time
+                   : a.job->job.id < b.job->job.id;
+      });
+      size_t k = 0;
+      for (int trials = 0; !ok && k < unknown.size() && trials < kTrials;) {
+        release(unknown[k++].job);
+        if (avail_gpu >= head_gpu) {
+          ++trials;
+          ok = try_head(-1);
+        }
+      }
+      if (!ok && k < unknown.size()) {
+        while (k < unknown.size()) release(unknown[k++].job);
+        ok = try_head(-1);
+      }
     }
     m_.Rollback(mark);
     if (ok) {

@@ -97,6 +97,10 @@ struct ClusterState::Impl {
   bool tracking = false;
   std::vector<uint8_t> key_scratch;  // Reclassify's buffer (varint-encoded key)
   std::string shape_key_scratch;     // CountShapes' buffer
+  // CountShapes' cache of recently counted requests (cleared when an entry is erased).
+  std::vector<
+      std::pair<TaskRequest, std::map<std::string, std::pair<TaskRequest, int64_t>>::iterator>>
+      recent_shapes;
 
   // ---- mutation primitives (keep every index consistent) ----
   Status BindTask(JobRec& j, int32_t task, const TaskAllocation& a, int64_t now);
