@@ -128,16 +128,28 @@ bool DefaultDevices(const TaskRequest& r, const NodeState& node,
       // holds all k (ties: the island whose first free device has the lowest index). A
       // device with domain "" is an island of its own.
       int32_t best_first = -1, best_free = INT32_MAX;
-      std::vector<bool> seen(nd, false);
+      // Devices already counted in a domain. Nodes have few devices: a word on the stack
+      // (this runs for every whole-GPU placement); a vector only past 64.
+      uint64_t seen_bits = 0;
+      std::vector<bool> seen_more(nd > 64 ? nd : 0, false);
+      auto seen = [&](int32_t d) {
+        return d < 64 ? (seen_bits >> d & 1) != 0 : bool(seen_more[d]);
+      };
+      auto mark = [&](int32_t d) {
+        if (d < 64)
+          seen_bits |= uint64_t{1} << d;
+        else
+          seen_more[d] = true;
+      };
       for (int32_t d = 0; d < nd; ++d) {
-        if (seen[d] || !WholeFree(r, node, d)) continue;
+        if (seen(d) || !WholeFree(r, node, d)) continue;
         const std::string& dom = node.node->devices[d].domain;
         int32_t free = 0;
         for (int32_t e = d; e < nd; ++e) {
           if (e != d && (dom.empty() || node.node->devices[e].domain != dom)) continue;
           if (WholeFree(r, node, e)) {
             ++free;
-            seen[e] = true;
+            mark(e);
           }
         }
         if (free >= k && free < best_free) {

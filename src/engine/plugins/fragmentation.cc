@@ -67,7 +67,10 @@ class Fragmentation : public ScorePlugin {
     const CycleContext& ctx = *t.cycle;
     if (ctx.typical == nullptr || ctx.typical->empty() || ctx.typical_total_weight <= 0) return 0;
     const int64_t before = Frag(ctx, n);
-    NodeState after = n;
+    // Scratch copy of the node, reused across calls (assignment keeps the vectors'
+    // capacity): this runs once per (node class, shape), hundreds of thousands of times.
+    thread_local NodeState after;
+    after = n;
     TaskAllocation a;
     a.cpu_milli = t.request->cpu_milli;
     a.memory_bytes = t.request->memory_bytes;
