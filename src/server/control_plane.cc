@@ -528,6 +528,15 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         return static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e;
       }))
     return InvalidArgument("Idempotency-Key: at most 255 printable ASCII characters");
+  // Tell the store's group commit that a transaction is being prepared (store.h).
+  struct Announcement {
+    store::Store* s;
+    bool pending = true;
+    ~Announcement() {
+      if (pending) s->Withdraw();
+    }
+  } announcement{store_.get()};
+  store_->Announce();
   if (!key.empty()) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = idempotency_.find(key);
@@ -618,7 +627,8 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     if (!key.empty()) reserved_keys_.insert(key);
     for (const auto& r : records) reserved_ids_.insert(r.id());
     // Queued under the lock: commit order = id/sequence order.
-    done = store_->TxnAsync({}, std::move(ops));
+    done = store_->TxnAsyncAnnounced({}, std::move(ops));
+    announcement.pending = false;
   }
   auto result = done.get();
   std::vector<Json> out;

@@ -135,14 +135,35 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
+  void Announce() override {
+    std::lock_guard<std::mutex> l(mu_);
+    ++announced_;
+  }
+  void Withdraw() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      --announced_;
+    }
+    cv_.notify_one();
+  }
+  std::future<StatusOr<TxnResult>> TxnAsyncAnnounced(std::vector<Compare> compares,
+                                                     std::vector<Op> ops) override {
+    return Queue(std::move(compares), std::move(ops), true);
+  }
   std::future<StatusOr<TxnResult>> TxnAsync(std::vector<Compare> compares,
                                             std::vector<Op> ops) override {
+    return Queue(std::move(compares), std::move(ops), false);
+  }
+
+  std::future<StatusOr<TxnResult>> Queue(std::vector<Compare> compares, std::vector<Op> ops,
+                                         bool announced) {
     auto p = std::make_unique<Pending>();
     p->compares = std::move(compares);
     p->ops = std::move(ops);
     auto fut = p->done.get_future();
     {
       std::lock_guard<std::mutex> l(mu_);
+      if (announced) --announced_;
       if (stopping_) {
         p->done.set_value(Unavailable("store is closing"));
         return fut;
@@ -289,11 +310,14 @@ class SqliteStore final : public Store {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty() && stopping_) return;
-        if (last_batch > 1 && window.count() > 0 && queue_.size() < last_batch) {
-          // Concurrent callers: give the ones still preparing their request a moment to
+        const size_t want = std::min(last_batch, options_.max_batch);
+        if (window.count() > 0 && (announced_ > 0 || queue_.size() < want)) {
+          // Concurrent callers: give the ones still preparing their transaction a moment to
           // queue, so they share this fsync instead of paying for the next one.
-          const size_t want = std::min(last_batch, options_.max_batch);
-          cv_.wait_for(l, window, [&] { return stopping_ || queue_.size() >= want; });
+          cv_.wait_for(l, window, [&] {
+            return stopping_ || queue_.size() >= options_.max_batch ||
+                   (announced_ <= 0 && queue_.size() >= want);
+          });
         }
         while (!queue_.empty() && batch.size() < options_.max_batch) {
           batch.push_back(std::move(queue_.front()));
@@ -356,6 +380,7 @@ class SqliteStore final : public Store {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Pending>> queue_;
   int64_t revision_ = 0;
+  int64_t announced_ = 0;  // transactions announced and not yet queued (or withdrawn)
   Stats stats_;
   bool stopping_ = false;
   std::thread writer_;

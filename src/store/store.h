@@ -64,6 +64,17 @@ class Store {
   virtual std::future<StatusOr<TxnResult>> TxnAsync(std::vector<Compare> compares,
                                                     std::vector<Op> ops) = 0;
 
+  // Group-commit hint. A caller that is preparing a transaction says so (Announce) and then
+  // either queues it with TxnAsyncAnnounced or gives up (Withdraw). While announced
+  // transactions are on their way the writer may hold its commit briefly so that they share
+  // its fsync. Never affects durability; the default ignores the hint.
+  virtual void Announce() {}
+  virtual void Withdraw() {}
+  virtual std::future<StatusOr<TxnResult>> TxnAsyncAnnounced(std::vector<Compare> compares,
+                                                             std::vector<Op> ops) {
+    return TxnAsync(std::move(compares), std::move(ops));
+  }
+
   virtual StatusOr<std::optional<KeyValue>> Get(const std::string& key) = 0;
   // Keys with the prefix, in byte order, strictly after `start_after` ("" = from the first),
   // at most `limit` (0 = all).
@@ -87,10 +98,10 @@ struct SqliteOptions {
   bool synchronous_full = true;
   // Upper bound on logical transactions folded into one physical commit.
   size_t max_batch = 1024;
-  // Group commit window: when the previous physical commit carried more than one transaction
-  // (callers are concurrent), the writer waits up to this long after the first queued
-  // transaction for as many as the previous batch had, so that one fsync serves them all.
-  // A lone caller never waits. 0 = commit whatever is queued at once.
+  // Group commit window: the writer waits up to this long after the first queued transaction
+  // while announced ones (Store::Announce) are still being prepared, or, when the previous
+  // physical commit was shared, until as many are queued as it carried; so that one fsync
+  // serves them all. A lone caller never waits. 0 = commit whatever is queued at once.
   int64_t group_commit_window_us = 400;
   // WAL checkpoints run on their own thread and connection once the WAL holds this many
   // pages, so no commit waits for the database file's fsync. 0 = SQLite's own automatic
