@@ -1,7 +1,10 @@
 // `tessera server`: the control plane (src/server). See docs/api.md and docs/lifecycle.md.
 #include <cstdio>
+#include <memory>
 
+#include "backends/slurm/server_hookup.h"
 #include "cli/command.h"
+#include "server/hooks.h"
 #include "server/server_main.h"
 
 namespace tessera::cli {
@@ -36,7 +39,57 @@ void AddServerCommands(CLI::App& app) {
   cmd->add_option("--event-ttl-seconds", flags->event_ttl_seconds,
                   "events older than this are dropped (0: kept)")
       ->capture_default_str();
-  cmd->callback([flags] {
+  // A Slurm cluster as one pool (docs/slurm.md).
+  auto slurm = std::make_shared<slurm::HookupOptions>();
+  auto slurm_conf = std::make_shared<std::string>();
+  auto slurm_sync = std::make_shared<int64_t>(5);
+  auto gpu_models = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("--slurm-pool", slurm->pool,
+                  "connect a Slurm cluster as the pool NAME (its nodes, sbatch dispatch, "
+                  "reconcile by tag); off unless given")
+      ->default_str("");
+  cmd->add_option("--slurm-conf", *slurm_conf,
+                  "slurm.conf of that cluster, as SLURM_CONF for sinfo/sbatch/squeue/scancel "
+                  "(default: the environment's SLURM_CONF, else Slurm's own default)");
+  cmd->add_option("--slurm-partition", slurm->partitions,
+                  "serve only these partitions (repeatable; default: all)");
+  cmd->add_option("--slurm-gpu-model", *gpu_models,
+                  "GRES type=Tessera GPU model, e.g. a100=A100-80GB (repeatable; default: the "
+                  "type upper-cased)");
+  cmd->add_option("--slurm-sbatch-arg", slurm->sbatch_args,
+                  "extra sbatch option for every job, e.g. --account=ml (repeatable)");
+  cmd->add_option("--slurm-sync-seconds", *slurm_sync, "read the Slurm nodes (sinfo) this often")
+      ->capture_default_str();
+  slurm->pool.clear();
+  cmd->callback([flags, slurm, slurm_conf, slurm_sync, gpu_models] {
+    if (!slurm->pool.empty()) {
+      if (!slurm_conf->empty()) slurm->env["SLURM_CONF"] = *slurm_conf;
+      for (const auto& m : *gpu_models) {
+        auto eq = m.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {
+          std::fprintf(stderr,
+                       "tessera server: --slurm-gpu-model: expected TYPE=MODEL, got \"%s\"\n",
+                       m.c_str());
+          SetExitCode(2);
+          return;
+        }
+        slurm->gpu_models[m.substr(0, eq)] = m.substr(eq + 1);
+      }
+      if (*slurm_sync < 1) {
+        std::fprintf(stderr, "tessera server: --slurm-sync-seconds: must be at least 1\n");
+        SetExitCode(2);
+        return;
+      }
+      slurm->sync = std::chrono::seconds(*slurm_sync);
+      server::PoolHooks().push_back(
+          [opts = *slurm](server::ControlPlane& cp) -> StatusOr<server::StopFn> {
+            auto h = slurm::SlurmPoolHookup::Start(cp, opts);
+            if (!h.ok()) return h.status().WithContext("--slurm-pool " + opts.pool);
+            std::fprintf(stderr, "tessera server: slurm pool %s connected\n", opts.pool.c_str());
+            std::shared_ptr<slurm::SlurmPoolHookup> held(std::move(*h));
+            return server::StopFn([held]() mutable { held.reset(); });
+          });
+    }
     Status st = server::RunServer(*flags);
     if (!st.ok()) {
       std::fprintf(stderr, "tessera server: %s\n", st.ToString().c_str());

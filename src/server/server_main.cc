@@ -72,6 +72,11 @@ Status EnsureToken(ControlPlane& cp, const std::string& data_dir, Role role,
 
 }  // namespace
 
+std::vector<PoolStarter>& PoolHooks() {
+  static std::vector<PoolStarter> hooks;
+  return hooks;
+}
+
 Status RunServer(const ServerFlags& flags) {
   // Signals are taken synchronously by this thread; every thread started below inherits the mask.
   sigset_t set;
@@ -178,6 +183,19 @@ Status RunServer(const ServerFlags& flags) {
     std::fprintf(stderr,
                  "tessera server: admin token in %s/admin.token (the CLI reads it from there)\n",
                  flags.data_dir.c_str());
+  std::vector<StopFn> stop_pools;  // pools other systems run (hooks.h), stopped in reverse
+  auto stop_all_pools = [&] {
+    for (auto it = stop_pools.rbegin(); it != stop_pools.rend(); ++it) (*it)();
+  };
+  for (const auto& start : PoolHooks()) {
+    auto stop = start(**cp);
+    if (!stop.ok()) {
+      stop_all_pools();
+      server.Stop();
+      return stop.status();
+    }
+    stop_pools.push_back(std::move(*stop));
+  }
   StopFn stop_agents;
   if (flags.local_agent) {
     if (LocalAgentHook()) {
@@ -194,6 +212,7 @@ Status RunServer(const ServerFlags& flags) {
   sigwait(&set, &sig);
   std::fprintf(stderr, "tessera server: signal %d, shutting down\n", sig);
   if (stop_agents) stop_agents();
+  stop_all_pools();
   server.Stop();
   return Status::Ok();
 }

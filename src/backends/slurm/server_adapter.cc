@@ -37,7 +37,8 @@ SlurmServerBackend::SlurmServerBackend(std::shared_ptr<PoolBackend> pool, Lookup
     : pool_(std::move(pool)),
       lookup_(std::move(lookup)),
       sink_(std::move(sink)),
-      options_(options) {
+      options_(options),
+      paused_(options.start_paused) {
   if (options_.poll.count() > 0) worker_ = std::thread([this] { Loop(); });
 }
 
@@ -74,6 +75,40 @@ void SlurmServerBackend::Stop(const std::string& allocation, int64_t) {
   cv_.notify_all();
 }
 
+void SlurmServerBackend::Adopt(const std::vector<server::Dispatch>& tasks,
+                               const std::string& slurm_allocation) {
+  if (tasks.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const server::Dispatch& first = tasks.front();
+    std::string key = first.job + "#" + std::to_string(first.attempt);
+    Gang& g = gangs_[key];
+    g.job = first.job;
+    g.attempt = first.attempt;
+    for (const server::Dispatch& d : tasks) {
+      g.tasks[d.task] = d;
+      gang_of_[d.allocation] = key;
+    }
+    g.last_launch = std::chrono::steady_clock::now();
+    g.slurm_allocation = slurm_allocation;
+    g.reported.clear();
+  }
+  cv_.notify_all();
+}
+
+void SlurmServerBackend::Resume() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = false;
+  }
+  cv_.notify_all();
+}
+
+bool SlurmServerBackend::Tracks(const std::string& allocation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gang_of_.contains(allocation);
+}
+
 void SlurmServerBackend::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
@@ -97,6 +132,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
   bool any_dispatched = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (paused_) return;
     for (auto& [key, g] : gangs_) {
       if (now < g.not_before) continue;
       if (!g.slurm_allocation.empty()) {

@@ -64,6 +64,9 @@ struct ServerAdapterOptions {
   std::chrono::milliseconds gather{200};  // wait this long for the rest of a gang
   std::chrono::milliseconds poll{1000};   // squeue this often while jobs are live
   std::chrono::milliseconds retry{2000};  // after a retryable dispatch/cancel failure
+  // Start with Slurm untouched (no dispatch, cancel or poll) until Resume(): a restarted
+  // server records launches while it reconciles, then lets the adapter go.
+  bool start_paused = false;
 };
 
 class SlurmServerBackend : public server::Backend {
@@ -78,6 +81,16 @@ class SlurmServerBackend : public server::Backend {
   std::string Kind() const override { return "slurm"; }
   void Launch(const server::Dispatch& d) override;
   void Stop(const std::string& allocation, int64_t grace_period_seconds) override;
+
+  // A gang that a previous server instance dispatched (found by SlurmPool::Reconcile): its
+  // tasks, as the server knows them, and the allocation id its Slurm job is tagged with.
+  // From now on it is polled, reported and stopped like a gang dispatched here; its states
+  // are reported again from the start (the sink must take repeats).
+  void Adopt(const std::vector<server::Dispatch>& tasks, const std::string& slurm_allocation);
+  // Lets a paused adapter (options.start_paused) call Slurm.
+  void Resume();
+  // Whether the adapter holds `allocation` (launched or adopted, not yet final).
+  bool Tracks(const std::string& allocation);
 
   // Runs one round of the worker's work now (tests drive the adapter with it instead of
   // the thread, which they do not start: options.poll == 0).
@@ -106,6 +119,7 @@ class SlurmServerBackend : public server::Backend {
   std::map<std::string, Gang> gangs_;           // by "<job>#<attempt>"
   std::map<std::string, std::string> gang_of_;  // task allocation -> gang key
   bool stopping_ = false;
+  bool paused_ = false;
   std::thread worker_;
 };
 

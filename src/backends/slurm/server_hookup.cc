@@ -1,0 +1,491 @@
+#include "backends/slurm/server_hookup.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "backends/slurm/slurm_pool.h"
+#include "model/codec.h"
+#include "server/control_plane.h"
+#include "spec/spec.h"
+
+namespace tessera::slurm {
+namespace {
+
+const server::Principal& System() {
+  static const server::Principal p{"system:slurm-pool", server::Role::kAdmin, {"*"}};
+  return p;
+}
+
+// An allocation's placement as the control plane shows it (AllocView) -> TaskAllocation,
+// through the model codec (it reads placements inside a job).
+StatusOr<TaskAllocation> PlacementFromJson(const Json& place, int32_t task) {
+  Json p = place;
+  p["task"] = task;
+  Json fake = {{"id", "x"},
+               {"tasks", Json::array({{{"replicas", task + 1}}})},
+               {"running", Json::array({p})}};
+  auto job = JobFromJson(fake, "placement");
+  if (!job.ok()) return job.status();
+  if (!job->allocations[task]) return Internal("placement of task " + std::to_string(task));
+  return *job->allocations[task];
+}
+
+const char* ReportedState(AllocationPhase p) {
+  switch (p) {
+    case AllocationPhase::kRunning:
+      return "running";
+    case AllocationPhase::kSucceeded:
+      return "succeeded";
+    case AllocationPhase::kFailed:
+    case AllocationPhase::kLost:
+      return "failed";
+    case AllocationPhase::kKilled:
+      return "killed";
+    case AllocationPhase::kPending:
+      break;
+  }
+  return "";
+}
+
+}  // namespace
+
+// The control plane's Backend for the pool: records, then hands over to the adapter.
+class SlurmPoolHookup::Backend final : public server::Backend {
+ public:
+  explicit Backend(SlurmPoolHookup& h) : h_(h) {}
+  std::string Kind() const override { return "slurm"; }
+  void Launch(const server::Dispatch& d) override {
+    h_.OnLaunch(d);
+    h_.adapter_->Launch(d);
+  }
+  void Stop(const std::string& allocation, int64_t grace) override {
+    h_.OnStop(allocation);
+    h_.adapter_->Stop(allocation, grace);
+  }
+
+ private:
+  SlurmPoolHookup& h_;
+};
+
+// A PoolBackend that journals every submission in the server's store before it happens,
+// so that a restarted server can tell "never submitted" from "submitted, then lost".
+class SlurmPoolHookup::JournalingPool final : public PoolBackend {
+ public:
+  JournalingPool(std::shared_ptr<SlurmPool> inner, store::Store& store, std::string prefix)
+      : inner_(std::move(inner)), store_(store), prefix_(std::move(prefix)) {}
+
+  const std::string& pool() const override { return inner_->pool(); }
+  StatusOr<std::vector<Node>> Discover() override { return inner_->Discover(); }
+  StatusOr<ReconcileReport> Reconcile(const std::vector<DesiredAllocation>& d) override {
+    return inner_->Reconcile(d);
+  }
+  StatusOr<std::string> Dispatch(const DispatchRequest& r) override {
+    std::string key = prefix_ + r.allocation;
+    auto had = store_.Get(key);
+    if (!had.ok()) return had.status();
+    if (!had->has_value()) {
+      // Durable before sbatch runs: after a crash the allocation is known to be "maybe
+      // submitted" and is never submitted twice.
+      auto w = store_.Write({store::Op::Put(key, Json{{"job", r.job}}.dump())});
+      if (!w.ok()) return w.status().WithContext("journal " + key);
+    }
+    auto id = inner_->Dispatch(r);
+    if (id.ok()) {
+      (void)store_.Write({store::Op::Put(key, Json{{"job", r.job}, {"externalId", *id}}.dump())});
+    }
+    return id;
+  }
+  StatusOr<std::vector<AllocationStatus>> Poll() override {
+    auto st = inner_->Poll();
+    if (!st.ok()) return st;
+    std::vector<store::Op> done;
+    std::set<std::string> listed;
+    for (const AllocationStatus& s : *st) {
+      if (!IsTerminal(s.phase)) continue;
+      listed.insert(s.allocation);
+      if (forgotten_.insert(s.allocation).second)
+        done.push_back(store::Op::Delete(prefix_ + s.allocation));
+    }
+    std::erase_if(forgotten_, [&](const std::string& a) { return !listed.contains(a); });
+    // The end is reported before this write is durable; a crash in between at worst
+    // reports a finished job as lost (its policy decides), never runs it twice.
+    if (!done.empty()) (void)store_.Write(std::move(done));
+    return st;
+  }
+  Status Cancel(const std::string& allocation) override { return inner_->Cancel(allocation); }
+
+  // allocation -> external id ("" while the sbatch answer was never recorded).
+  StatusOr<std::map<std::string, std::string>> Journaled() {
+    auto kvs = store_.Range(prefix_);
+    if (!kvs.ok()) return kvs.status();
+    std::map<std::string, std::string> out;
+    for (const auto& kv : *kvs) {
+      std::string ext;
+      try {
+        ext = Json::parse(kv.value).value("externalId", "");
+      } catch (const std::exception&) {
+      }
+      out[kv.key.substr(prefix_.size())] = ext;
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<SlurmPool> inner_;
+  store::Store& store_;
+  std::string prefix_;
+  std::set<std::string> forgotten_;  // ended and deleted from the journal (Poll's thread only)
+};
+
+SlurmPoolHookup::SlurmPoolHookup(server::ControlPlane& cp, HookupOptions options)
+    : cp_(cp), options_(std::move(options)) {}
+
+StatusOr<std::unique_ptr<SlurmPoolHookup>> SlurmPoolHookup::Start(server::ControlPlane& cp,
+                                                                  HookupOptions options) {
+  if (options.pool.empty() || options.pool.find('/') != std::string::npos)
+    return InvalidArgument("slurm pool name: must be non-empty without '/'");
+  std::unique_ptr<SlurmPoolHookup> h(new SlurmPoolHookup(cp, std::move(options)));
+  HookupOptions& o = h->options_;
+  if (!o.runner) o.runner = std::make_shared<SubprocessRunner>(o.env);
+  SlurmPoolOptions po;
+  po.discovery.pool = o.pool;
+  po.discovery.partitions = o.partitions;
+  po.discovery.gpu_models = o.gpu_models;
+  po.sbatch.extra_args = o.sbatch_args;
+  h->pool_ = std::make_shared<SlurmPool>(o.runner, po);
+
+  // Fail early on a Slurm that cannot work at all; an unreachable controller is retried.
+  auto first = h->pool_->Discover();
+  if (!first.ok() && !first.status().retryable())
+    return first.status().WithContext("slurm pool " + o.pool);
+  if (!first.ok())
+    std::fprintf(stderr, "tessera server: slurm pool %s: %s (retrying)\n", o.pool.c_str(),
+                 first.status().ToString().c_str());
+
+  h->journal_ = std::make_shared<JournalingPool>(h->pool_, cp.store(), "slurm/" + o.pool + "/");
+  SlurmPoolHookup* self = h.get();
+  ServerAdapterOptions ao;
+  ao.poll = o.poll;
+  ao.start_paused = true;  // nothing reaches Slurm before Reconcile()
+  h->adapter_ = std::make_shared<SlurmServerBackend>(
+      h->journal_,
+      [self](const std::string& job) -> std::optional<JobInfo> {
+        auto view = self->cp_.GetJob(System(), job, true);
+        if (!view.ok() || !view->contains("spec")) return std::nullopt;
+        auto spec = spec::JobSpecFromJson((*view)["spec"], "spec");
+        if (!spec.ok()) return std::nullopt;
+        return JobInfoFromSpec(*spec);
+      },
+      [self](const TaskReport& r) { self->OnReport(r); }, ao);
+
+  // Nodes the server already knows (a restart): keep heartbeating them from the start, so
+  // that they stay Ready while Slurm is reconciled.
+  const Json known = cp.ListNodes(false);  // (a temporary would die before the loop body)
+  for (const auto& n : known["items"]) {
+    if (n.value("pool", "") != o.pool) continue;
+    h->nodes_[n.value("name", "")].epoch = n.value("epoch", int64_t{-1});
+  }
+  cp.RegisterBackend(o.pool, std::make_shared<Backend>(*h));
+  h->report_ = std::thread([self] { self->ReportLoop(); });
+  h->sync_ = std::thread([self] { self->SyncLoop(); });
+  return h;
+}
+
+SlurmPoolHookup::~SlurmPoolHookup() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (sync_.joinable()) sync_.join();
+  if (report_.joinable()) report_.join();
+  adapter_.reset();  // joins the adapter's worker
+}
+
+bool SlurmPoolHookup::WaitReconciled(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  return cv_.wait_for(l, timeout, [&] { return reconciled_; });
+}
+
+SlurmPoolHookup::Counts SlurmPoolHookup::counts() {
+  std::lock_guard<std::mutex> l(mu_);
+  return counts_;
+}
+
+void SlurmPoolHookup::OnLaunch(const server::Dispatch& d) {
+  std::lock_guard<std::mutex> l(mu_);
+  TaskState& t = tasks_[d.allocation];
+  t.node = d.placement.node;
+  t.job = d.job;
+}
+
+void SlurmPoolHookup::OnStop(const std::string& allocation) {
+  std::lock_guard<std::mutex> l(mu_);
+  stopped_.insert(allocation);
+  if (auto it = tasks_.find(allocation); it != tasks_.end()) it->second.stop_requested = true;
+}
+
+void SlurmPoolHookup::OnReport(const TaskReport& r) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = tasks_.find(r.allocation);
+    if (it == tasks_.end()) return;  // not ours (any more)
+    it->second.phase = r.phase;
+    it->second.exit_code = r.exit_code;
+    it->second.message = r.external_id.empty() ? r.message
+                         : r.message.empty()   ? r.external_id
+                                               : r.external_id + ": " + r.message;
+    if (r.phase == AllocationPhase::kPending) return;
+    report_now_ = true;
+  }
+  cv_.notify_all();
+}
+
+void SlurmPoolHookup::SyncLoop() {
+  auto next_sync = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_until(l, next_sync, [&] { return stopping_; });
+      if (stopping_) return;
+    }
+    next_sync = std::chrono::steady_clock::now() + options_.sync;
+    bool reconciled;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      reconciled = reconciled_;
+    }
+    if (!reconciled) {
+      Status st = Reconcile();
+      if (!st.ok()) {
+        std::fprintf(stderr, "tessera server: slurm pool %s: reconcile: %s (retrying)\n",
+                     options_.pool.c_str(), st.ToString().c_str());
+        next_sync = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        continue;
+      }
+    }
+    Status st = SyncNodes();
+    if (!st.ok())
+      std::fprintf(stderr, "tessera server: slurm pool %s: discovery: %s\n", options_.pool.c_str(),
+                   st.ToString().c_str());
+  }
+}
+
+Status SlurmPoolHookup::Reconcile() {
+  // What the server wants to exist on Slurm: the live allocations on the pool's nodes,
+  // grouped by job attempt (one Slurm job each, tagged with its lowest task's allocation).
+  struct Gang {
+    std::vector<server::Dispatch> tasks;  // by task index
+  };
+  std::map<std::string, Gang> gangs;
+  const Json listed = cp_.ListNodes(true);
+  for (const auto& n : listed["items"]) {
+    if (n.value("pool", "") != options_.pool) continue;
+    for (const auto& a : n["allocations"]) {
+      std::string state = a.value("state", "");
+      if (state != "Assigned" && state != "Running") continue;  // Stopping ones are cancelled
+      server::Dispatch d;
+      d.allocation = a.value("id", "");
+      d.job = a.value("job", "");
+      d.task = a.value("task", 0);
+      d.attempt = a.value("attempt", 1);
+      auto place = PlacementFromJson(a.at("placement"), d.task);
+      if (!place.ok()) return place.status().WithContext("allocation " + d.allocation);
+      d.placement = *place;
+      gangs[d.job + "#" + std::to_string(d.attempt)].tasks.push_back(d);
+    }
+  }
+  for (auto& [key, g] : gangs)
+    std::sort(g.tasks.begin(), g.tasks.end(),
+              [](const server::Dispatch& a, const server::Dispatch& b) { return a.task < b.task; });
+  auto journal = journal_->Journaled();
+  if (!journal.ok()) return journal.status();
+  std::vector<DesiredAllocation> desired;
+  for (const auto& [key, g] : gangs)
+    for (const server::Dispatch& d : g.tasks) {
+      DesiredAllocation w{d.job, d.allocation, "", {}};
+      if (auto j = journal->find(d.allocation); j != journal->end()) w.external_id = j->second;
+      for (const server::Dispatch& t : g.tasks) w.bindings.push_back({t.job, t.task, t.placement});
+      desired.push_back(std::move(w));
+    }
+  auto report = journal_->Reconcile(desired);
+  if (!report.ok()) return report.status();
+  std::map<std::string, std::string> adopted;  // task allocation -> tag allocation
+  for (const AllocationStatus& s : report->adopted) adopted[s.allocation] = s.allocation;
+
+  Counts c;
+  c.cancelled =
+      static_cast<int64_t>(report->cancelled_stale.size() + report->cancelled_duplicates.size());
+  std::vector<std::pair<std::vector<server::Dispatch>, std::string>> adopt;
+  std::vector<server::Dispatch> launch;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [key, g] : gangs) {
+      std::string tag;
+      bool journaled = false;
+      for (const server::Dispatch& d : g.tasks) {
+        if (tag.empty() && adopted.count(d.allocation)) tag = d.allocation;
+        journaled = journaled || journal->count(d.allocation) > 0;
+      }
+      for (const server::Dispatch& d : g.tasks) {
+        TaskState& t = tasks_[d.allocation];
+        t.node = d.placement.node;
+        t.job = d.job;
+        t.stop_requested = t.stop_requested || stopped_.count(d.allocation) > 0;
+      }
+      if (!tag.empty()) {
+        adopt.push_back({g.tasks, tag});
+        ++c.adopted;
+      } else if (journaled) {
+        // Submitted by a previous instance, and Slurm no longer knows it.
+        for (const server::Dispatch& d : g.tasks) {
+          TaskState& t = tasks_[d.allocation];
+          t.phase = AllocationPhase::kLost;
+          t.message =
+              "the Slurm job submitted for it before the server restarted is gone "
+              "from Slurm (lost)";
+        }
+        ++c.lost;
+      } else {
+        for (const server::Dispatch& d : g.tasks) launch.push_back(d);
+        ++c.redispatched;
+      }
+    }
+    c.nodes = counts_.nodes;
+    counts_ = c;
+  }
+  for (const auto& [tasks, tag] : adopt) {
+    adapter_->Adopt(tasks, tag);
+    for (const server::Dispatch& d : tasks) {
+      bool stopped;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        stopped = stopped_.count(d.allocation) > 0;
+      }
+      if (stopped) adapter_->Stop(d.allocation, 0);
+    }
+  }
+  for (const server::Dispatch& d : launch) adapter_->Launch(d);
+  adapter_->Resume();
+  std::fprintf(stderr,
+               "tessera server: slurm pool %s reconciled: %lld adopted, %lld lost, %lld to "
+               "dispatch, %lld stale or duplicate Slurm job(s) cancelled\n",
+               options_.pool.c_str(), static_cast<long long>(c.adopted),
+               static_cast<long long>(c.lost), static_cast<long long>(c.redispatched),
+               static_cast<long long>(c.cancelled));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    reconciled_ = true;
+    report_now_ = true;
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status SlurmPoolHookup::SyncNodes() {
+  auto nodes = journal_->Discover();
+  if (!nodes.ok()) return nodes.status();
+  std::map<std::string, std::string> want;  // name -> NodeToJson
+  for (Node& n : *nodes) {
+    // The control plane keeps a registered node ready while it heartbeats; a Slurm node
+    // that cannot take work is unschedulable instead (its jobs are Slurm's to end).
+    if (!n.ready) n.unschedulable = true;
+    n.ready = true;
+    want[n.name] = NodeToJson(n).dump();
+  }
+  std::vector<std::string> changed, gone;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [name, json] : want) {
+      auto it = nodes_.find(name);
+      if (it == nodes_.end() || it->second.json != json || it->second.epoch < 0)
+        changed.push_back(name);
+    }
+    for (const auto& [name, st] : nodes_)
+      if (!want.count(name)) gone.push_back(name);
+    for (const auto& name : gone) nodes_.erase(name);  // stops its heartbeats: NotReady
+    counts_.nodes = static_cast<int64_t>(want.size());
+  }
+  for (const auto& name : gone)
+    std::fprintf(stderr, "tessera server: slurm pool %s: node %s is gone from Slurm\n",
+                 options_.pool.c_str(), name.c_str());
+  for (const auto& name : changed) {
+    Json body = {{"node", Json::parse(want[name])},
+                 {"agentVersion", "slurm-pool/" + options_.pool},
+                 {"bootId", "slurm:" + options_.pool + ":" + name},
+                 {"logsUrl", ""}};
+    auto r = cp_.RegisterAgent(System(), body);
+    if (!r.ok()) return r.status().WithContext("register node " + name);
+    std::lock_guard<std::mutex> l(mu_);
+    NodeState& st = nodes_[name];
+    st.json = want[name];
+    st.epoch = (*r).value("epoch", int64_t{-1});
+  }
+  return Status::Ok();
+}
+
+void SlurmPoolHookup::ReportLoop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_for(l, options_.heartbeat, [&] { return stopping_ || report_now_; });
+      if (stopping_) return;
+      report_now_ = false;
+    }
+    HeartbeatAll();
+  }
+}
+
+void SlurmPoolHookup::HeartbeatAll() {
+  struct Beat {
+    std::string node;
+    int64_t epoch;
+    Json tasks = Json::array();
+    std::vector<std::string> final;  // allocations whose end this beat reports
+  };
+  std::vector<Beat> beats;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::map<std::string, size_t> index;
+    for (const auto& [name, st] : nodes_) {
+      if (st.epoch < 0) continue;
+      index[name] = beats.size();
+      beats.push_back({name, st.epoch, Json::array(), {}});
+    }
+    for (const auto& [alloc, t] : tasks_) {
+      auto b = index.find(t.node);
+      if (b == index.end() || !t.phase) continue;
+      Beat& beat = beats[b->second];
+      AllocationPhase p = *t.phase;
+      if (p == AllocationPhase::kPending) {
+        // Still in Slurm's queue: nothing to say, unless the server is stopping it, when it
+        // must stay held until Slurm confirms the cancel.
+        if (t.stop_requested) beat.tasks.push_back({{"allocation", alloc}, {"state", "running"}});
+        continue;
+      }
+      Json r = {{"allocation", alloc}, {"state", ReportedState(p)}};
+      if (IsTerminal(p)) {
+        r["exitCode"] = t.exit_code;
+        if (!t.message.empty()) r["message"] = t.message;
+        beat.final.push_back(alloc);
+      }
+      beat.tasks.push_back(std::move(r));
+    }
+  }
+  for (Beat& b : beats) {
+    auto r = cp_.Heartbeat(System(), b.node, Json{{"epoch", b.epoch}, {"tasks", b.tasks}});
+    std::lock_guard<std::mutex> l(mu_);
+    if (r.ok()) {
+      for (const auto& a : b.final) {
+        tasks_.erase(a);
+        stopped_.erase(a);
+      }
+    } else if (r.status().code() == StatusCode::kFailedPrecondition ||
+               r.status().code() == StatusCode::kNotFound) {
+      // Stale epoch or unknown node: register it again at the next sync.
+      if (auto it = nodes_.find(b.node); it != nodes_.end()) it->second.json.clear();
+    }
+  }
+}
+
+}  // namespace tessera::slurm
