@@ -80,6 +80,8 @@ class Csv {
     }
     if (csv.header_.empty())
       return InvalidArgument(csv.name_ + ": empty file, expected a header row");
+    for (size_t c = 0; c < csv.header_.size(); ++c)
+      csv.col_.emplace(csv.header_[c], static_cast<int>(c));  // optional columns too
     for (const auto& r : required) {
       auto it = std::find(csv.header_.begin(), csv.header_.end(), r);
       if (it == csv.header_.end())
@@ -94,8 +96,10 @@ class Csv {
     return csv;
   }
   size_t size() const { return rows_.size(); }
+  // An absent optional column reads as empty.
   std::string_view Cell(size_t row, const std::string& col) const {
-    return rows_[row][col_.at(col)];
+    auto it = col_.find(col);
+    return it == col_.end() ? std::string_view() : rows_[row][it->second];
   }
   std::string Where(size_t row, const std::string& col) const {
     return name_ + ":" + std::to_string(lines_[row]) + ": " + col;
@@ -202,8 +206,9 @@ StatusOr<std::vector<OpenbNode>> LoadOpenbNodes(const std::string& path) {
 
 StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path) {
   auto csv =
-      Csv::Load(path, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
-                       "pod_phase", "creation_time", "deletion_time", "scheduled_time"});
+      // gpu_spec, qos, pod_phase and the times are optional (the multigpu* variants have
+      // only the first five columns): empty = any GPU model, no times.
+      Csv::Load(path, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"});
   if (!csv.ok()) return csv.status();
   std::vector<OpenbPod> out;
   out.reserve(csv->size());

@@ -17,6 +17,20 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
   return path.string();
 }
 
+// The multigpu* variants have only the first five columns: the rest are optional.
+TEST(Traces, OpenbPodsWithOnlyTheResourceColumns) {
+  auto path = WriteTemp("pods5.csv",
+                        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                        "p0,12000,16384,4,1000\n");
+  auto pods = LoadOpenbPods(path);
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
+  ASSERT_EQ(pods->size(), 1u);
+  EXPECT_EQ((*pods)[0].num_gpu, 4);
+  EXPECT_TRUE((*pods)[0].gpu_spec.empty());
+  EXPECT_FALSE((*pods)[0].creation_time.has_value());
+  EXPECT_FALSE(LoadOpenbPods(WriteTemp("pods4.csv", "name,cpu_milli,memory_mib,num_gpu\n")).ok());
+}
+
 TEST(Traces, OpenbPodsParseAndClamp) {
   auto path = WriteTemp("pods.csv",
                         "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
