@@ -130,21 +130,6 @@ void CloseFrom(int first, int max_fd) {
   for (int fd = first; fd < max_fd; ++fd) ::close(fd);
 }
 
-std::string FindCgroup2Mount() {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    // "... <mount point> <options> - cgroup2 <source> <super options>"
-    auto dash = line.find(" - ");
-    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
-    std::istringstream f(line.substr(0, dash));
-    std::string id, parent, devno, root, mount;
-    f >> id >> parent >> devno >> root >> mount;
-    return mount;
-  }
-  return "";
-}
-
 }  // namespace
 
 const char* TaskStateName(TaskState s) {
@@ -227,39 +212,16 @@ Executor::Executor(ExecutorOptions options) : opt_(std::move(options)) {
   }
   ::mkdir(opt_.work_dir.c_str(), 0755);
   ::mkdir((opt_.work_dir + "/tasks").c_str(), 0755);
-  // cgroup v2 limits, where this machine lets us.
-  if (opt_.cgroup_parent == "-") {
-    cgroup_status_ = "disabled by configuration";
-    return;
-  }
-  std::string mount = FindCgroup2Mount();
-  if (mount.empty()) {
-    cgroup_status_ = "unavailable: no cgroup2 file system mounted";
-    return;
-  }
-  std::string controllers = ReadFile(mount + "/cgroup.controllers");
-  if (controllers.find("cpu") == std::string::npos ||
-      controllers.find("memory") == std::string::npos) {
-    cgroup_status_ = "unavailable: cgroup2 at " + mount +
-                     " lacks the cpu and memory controllers (has: " +
-                     (controllers.empty() ? std::string("none")
-                                          : controllers.substr(0, controllers.find('\n'))) +
-                     ")";
-    return;
-  }
-  std::string parent = opt_.cgroup_parent.empty() ? mount + "/tessera" : opt_.cgroup_parent;
-  ::mkdir(parent.c_str(), 0755);
-  if (!IsDir(parent) || !WriteFile(parent + "/cgroup.subtree_control", "+cpu +memory")) {
-    cgroup_status_ =
-        "unavailable: cannot create or configure " + parent + " (" + std::strerror(errno) + ")";
-    return;
-  }
-  cgroup_root_ = parent;
-  cgroup_status_ = "enabled: " + parent;
+  // cgroup v2 limits, where this machine lets us (TaskCgroups says why not).
+  cgroups_ = TaskCgroups::Open(opt_.cgroup_mount, opt_.cgroup_parent);
 }
 
 Executor::~Executor() {
   for (auto& [id, p] : procs_) delete p;
+}
+
+void Executor::Log(const std::string& msg) const {
+  if (opt_.log) opt_.log(msg);
 }
 
 std::string Executor::TaskDir(const std::string& allocation) const {
@@ -310,6 +272,8 @@ Status Executor::Start(const TaskSpec& spec) {
     p->st.exit_code = 127;
     p->st.finished_at = p->st.started_at;
     p->st.message = msg;
+    TaskCgroups::Remove(p->cgroup);
+    p->cgroup.clear();
     WriteFile(dir + "/stderr", "tessera: " + msg + "\n");
     WriteFile(dir + "/exit", "error " + msg + "\n");
     Record(*p);
@@ -349,16 +313,16 @@ Status Executor::Start(const TaskSpec& spec) {
   const std::string exit_tmp = dir + "/exit.tmp";
   ::unlink(exit_path.c_str());
 
-  // cgroup for this task (created before fork; the monitor joins it before the task starts).
-  if (!cgroup_root_.empty() && (spec.cpu_milli > 0 || spec.memory_bytes > 0)) {
-    std::string cg = cgroup_root_ + "/" + spec.allocation;
-    if (::mkdir(cg.c_str(), 0755) == 0 || errno == EEXIST) {
-      bool ok = true;
-      if (spec.cpu_milli > 0)  // quota per 100 ms period
-        ok = ok && WriteFile(cg + "/cpu.max", std::to_string(spec.cpu_milli * 100) + " 100000");
-      if (spec.memory_bytes > 0)
-        ok = ok && WriteFile(cg + "/memory.max", std::to_string(spec.memory_bytes));
-      if (ok) p->cgroup = cg;
+  // cgroup for this task (created before fork; the monitor is moved into it while it waits
+  // at the gate, so the task and everything it forks start inside). Limits that cannot be
+  // applied are logged; the task still runs.
+  if (cgroups_.available() && (spec.cpu_milli > 0 || spec.memory_bytes > 0)) {
+    auto cg = cgroups_.Create(spec.allocation, spec.cpu_milli, spec.memory_bytes);
+    if (cg.ok()) {
+      p->cgroup = *cg;
+    } else {
+      Log("allocation " + spec.allocation +
+          " runs without cgroup limits: " + cg.status().message());
     }
   }
 
@@ -452,9 +416,12 @@ Status Executor::Start(const TaskSpec& spec) {
   p->st.pid = pid;
   // The monitor is blocked on the gate; its start time is settled.
   p->start_ticks = ProcStat(pid).first;
-  if (!p->cgroup.empty() && !WriteFile(p->cgroup + "/cgroup.procs", std::to_string(pid))) {
-    ::rmdir(p->cgroup.c_str());
-    p->cgroup.clear();
+  if (!p->cgroup.empty()) {
+    if (Status joined = TaskCgroups::Join(p->cgroup, pid); !joined.ok()) {
+      Log("allocation " + spec.allocation + " runs without cgroup limits: " + joined.message());
+      TaskCgroups::Remove(p->cgroup);
+      p->cgroup.clear();
+    }
   }
   Record(*p);  // before the task runs: a crashed agent's successor can find it
   char go = 1;
@@ -473,7 +440,10 @@ void Executor::Stop(const std::string& allocation, const std::string& reason) {
   p.stop_reason = reason;
   p.kill_at = SteadyClock::now() + std::chrono::seconds(std::max<int64_t>(0, p.grace_seconds));
   ::kill(-static_cast<pid_t>(p.st.pid), p.grace_seconds > 0 ? SIGTERM : SIGKILL);
-  if (p.grace_seconds <= 0) p.sigkill_sent = true;
+  if (p.grace_seconds <= 0) {
+    TaskCgroups::Kill(p.cgroup);
+    p.sigkill_sent = true;
+  }
 }
 
 void Executor::StopAll(const std::string& reason) {
@@ -520,7 +490,7 @@ void Executor::Finish(Proc& p, int wait_status, bool have_status) {
     p.st.exit_code = code;
     p.st.message = how;
   }
-  if (!p.cgroup.empty()) ::rmdir(p.cgroup.c_str());
+  TaskCgroups::Remove(p.cgroup);
 }
 
 void Executor::Poll() {
@@ -531,7 +501,7 @@ void Executor::Poll() {
     if (p.st.state != TaskState::kRunning) continue;
     if (p.st.stopping && !p.sigkill_sent && now >= p.kill_at) {
       ::kill(-static_cast<pid_t>(p.st.pid), SIGKILL);
-      if (!p.cgroup.empty()) WriteFile(p.cgroup + "/cgroup.kill", "1");
+      TaskCgroups::Kill(p.cgroup);  // also what left the process group
       p.sigkill_sent = true;
     }
     if (!p.adopted) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/cgroup.h"
 #include "common/status.h"
 #include "model/job.h"
 #include "model/node.h"
@@ -67,8 +68,13 @@ struct ExecutorOptions {
   std::string work_dir;                 // tasks/<allocation>/{task.json,stdout,stderr,exit}
   Node node;                            // for device UUIDs
   std::function<int64_t()> wall_clock;  // seconds since the epoch
-  // Parent of the per-task cgroups, e.g. /sys/fs/cgroup/tessera. "" = detect; "-" = never.
+  // Parent of the per-task cgroups, e.g. /sys/fs/cgroup/tessera. "" = <cgroup2>/tessera;
+  // "-" = never use cgroups.
   std::string cgroup_parent;
+  // The cgroup2 mount; "" = from /proc/self/mountinfo (tests give a fake root: TaskCgroups).
+  std::string cgroup_mount;
+  std::function<void(const std::string&)>
+      log;  // per-task notices (limits not applied); may be null
 };
 
 class Executor {
@@ -98,19 +104,21 @@ class Executor {
 
   // Log files; "" when the allocation id is malformed.
   std::string LogPath(const std::string& allocation, const std::string& stream) const;
-  const std::string& cgroup_status() const { return cgroup_status_; }
+  // What TaskCgroups::Open said: "enabled: <parent>", "unavailable: <why>; ...", or
+  // "disabled by configuration". The agent logs it at start.
+  const std::string& cgroup_status() const { return cgroups_.status(); }
 
  private:
   struct Proc;
   void Record(Proc& p) const;
   void Finish(Proc& p, int wait_status, bool have_status);
   std::string TaskDir(const std::string& allocation) const;
+  void Log(const std::string& msg) const;
 
   ExecutorOptions opt_;
   mutable std::mutex mu_;
   std::map<std::string, Proc*> procs_;  // owned; ordered by allocation id
-  std::string cgroup_root_;             // "" when limits are unavailable
-  std::string cgroup_status_;
+  TaskCgroups cgroups_;
 };
 
 // Allocation ids become folder names: letters, digits, '-', '_', '.', not starting with '.'.
