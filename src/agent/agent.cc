@@ -148,6 +148,9 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   eo.node = a->opt_.node;
   eo.wall_clock = a->opt_.wall_clock;
   eo.cgroup_parent = a->opt_.cgroup_parent;
+  eo.cgroup_mount = a->opt_.cgroup_mount;
+  Agent* self = a.get();
+  eo.log = [self](const std::string& m) { self->Log(m); };
   a->executor_ = std::make_unique<Executor>(std::move(eo));
   return a;
 }
@@ -286,7 +289,24 @@ Json Agent::RegisterBody() const {
   body["agentVersion"] = kAgentVersion;
   body["bootId"] = opt_.boot_id;
   body["logsUrl"] = logs_url();
+  // The tasks this agent holds, adopted from an earlier agent process included: the server
+  // keeps those allocations instead of writing them off with the old boot id.
+  body["tasks"] = TasksJson(executor_->Statuses());
   return body;
+}
+
+Json Agent::TasksJson(const std::vector<TaskStatus>& tasks) {
+  Json ts = Json::array();
+  for (const auto& t : tasks) {
+    ts.push_back({{"allocation", t.allocation},
+                  {"state", TaskStateName(t.state)},
+                  {"exitCode", t.exit_code},
+                  {"pid", t.pid},
+                  {"startedAt", t.started_at},
+                  {"finishedAt", t.finished_at},
+                  {"message", t.message}});
+  }
+  return ts;
 }
 
 Json Agent::HeartbeatBody(const std::vector<TaskStatus>& tasks) {
@@ -327,15 +347,7 @@ Json Agent::HeartbeatBody(const std::vector<TaskStatus>& tasks) {
     }
   }
   body["devices"] = devices;
-  Json ts = Json::array();
-  for (const auto& t : tasks) {
-    Json j = {{"allocation", t.allocation}, {"state", TaskStateName(t.state)},
-              {"exitCode", t.exit_code},    {"pid", t.pid},
-              {"startedAt", t.started_at},  {"finishedAt", t.finished_at},
-              {"message", t.message}};
-    ts.push_back(j);
-  }
-  body["tasks"] = ts;
+  body["tasks"] = TasksJson(tasks);
   body["logsUrl"] = logs_url();
   return body;
 }

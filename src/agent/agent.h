@@ -53,6 +53,7 @@ struct AgentOptions {
   std::string logs_token;
   int64_t lease_seconds = -1;                   // -1: 3 heartbeat intervals; 0: never self-fence
   std::string cgroup_parent;                    // see ExecutorOptions
+  std::string cgroup_mount;                     // see ExecutorOptions ("" = this machine's)
   std::function<int64_t()> wall_clock;          // seconds since the epoch; default: system clock
   std::function<void(const std::string&)> log;  // default: stderr
 };
@@ -82,6 +83,7 @@ class Agent {
   // The JSON bodies the agent sends (public for tests and `--discover`).
   Json RegisterBody() const;
   Json HeartbeatBody(const std::vector<TaskStatus>& tasks);
+  static Json TasksJson(const std::vector<TaskStatus>& tasks);  // the "tasks" list of both
 
  private:
   explicit Agent(AgentOptions options);

@@ -1092,6 +1092,17 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   TESSERA_RETURN_IF_ERROR(r.String("bootId", boot, true));
   std::string logs_url;
   TESSERA_RETURN_IF_ERROR(r.String("logsUrl", logs_url));
+  // The tasks the agent holds, adopted from its previous process included (agent-protocol.md).
+  std::set<std::string> held;
+  if (const Json* tasks = r.Get("tasks")) {
+    if (!tasks->is_array()) return InvalidArgument("tasks: must be a list");
+    for (size_t i = 0; i < tasks->size(); ++i) {
+      const Json& t = (*tasks)[i];
+      if (!t.is_object() || !t.contains("allocation") || !t["allocation"].is_string())
+        return InvalidArgument("tasks[" + std::to_string(i) + "].allocation: required string");
+      held.insert(t["allocation"].get<std::string>());
+    }
+  }
   TESSERA_RETURN_IF_ERROR(r.Finish());
   if (node->name.empty() || node->name.find('/') != std::string::npos)
     return InvalidArgument("node.name: must be non-empty without '/'");
@@ -1110,11 +1121,18 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   if (new_boot) {
     n.epoch += 1;
     n.boot_id = boot;
-    // Processes of the previous agent are gone with it.
+    // Processes of the previous agent are gone with it, except those the new agent adopted:
+    // they keep their allocation (the first heartbeat reports how each is doing, and one that
+    // ended while no agent watched goes through the job's policy there).
     std::set<std::string> affected;
+    int64_t adopted = 0;
     for (auto& [id, a] : allocations_) {
       if (a.placement.node != n.node.name || !a.HoldsDevices() || a.state == AllocState::kAssigned)
         continue;
+      if (held.count(id)) {
+        ++adopted;
+        continue;
+      }
       bool was_running = a.state == AllocState::kRunning;
       a.state = AllocState::kKilled;
       a.finished_at = Now();
@@ -1128,6 +1146,10 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
         OnTaskLoss(ops, j->second, true, "NodeRestarted",
                    "node " + n.node.name + " restarted its agent");
     }
+    if (adopted > 0)
+      AddEvent(ops, "Normal", "TasksAdopted", "node/" + n.node.name,
+               "the restarted agent adopted " + std::to_string(adopted) +
+                   " task(s) of its previous process");
   }
   ops.push_back(NodeOp(n));
   if (fresh || new_boot || !was_ready)
@@ -1277,6 +1299,11 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                       {"env", a.env},
                       {"devices", devs},
                       {"gracePeriodSeconds", a.grace_period_seconds}});
+    // The agent's cgroup limits (cpu.max, memory.max), where the node allows them.
+    if (a.placement.cpu_milli > 0)
+      allocs.back()["cpu"] = std::to_string(a.placement.cpu_milli) + "m";
+    if (a.placement.memory_bytes > 0)
+      allocs.back()["memory"] = std::to_string(a.placement.memory_bytes);
   }
   return Json{{"allocations", allocs}, {"heartbeatSeconds", options_.heartbeat_seconds}};
 }
