@@ -13,6 +13,7 @@ void AddSimCommands(CLI::App& app);
 void AddServerCommands(CLI::App& app);
 void AddAgentCommands(CLI::App& app);
 void AddClientCommands(CLI::App& app);  // submit, get, describe, cancel, events, logs
+void AddDemoCommands(CLI::App& app);    // the seed walkthrough on the embedded default
 
 void SetExitCode(int code);
 int ExitCode();
