@@ -1,6 +1,7 @@
 // End to end: the real `tessera server` and `tessera agent` binaries ($TESSERA_BINARY) as
 // subprocesses on loopback: a job runs on a virtual node, its logs come through the server,
-// it survives a server restart, and an agent crash never leaves two attempts running at once.
+// it survives a server restart; after an agent crash the tasks the new agent adopted keep
+// running, the ones that died follow the job's policy, and two attempts never run at once.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -132,7 +133,8 @@ class EndToEndTest : public ::testing::Test {
     if (method == "POST") return c.Post(path.c_str(), body, "application/json");
     return c.Get(path.c_str());
   }
-  void Submit(const std::string& name, const std::string& script) {
+  void Submit(const std::string& name, const std::string& script,
+              const std::string& restart_policy = "") {
     Json job = {{"apiVersion", "tessera.io/v1"},
                 {"kind", "Job"},
                 {"metadata", {{"name", name}}},
@@ -142,9 +144,31 @@ class EndToEndTest : public ::testing::Test {
                    {{{"replicas", 1},
                      {"resources", {{"cpu", 1}, {"memory", "1Gi"}, {"nvidia.com/gpu", 1}}},
                      {"command", {"/bin/sh", "-c", script}}}}}}}};
+    if (!restart_policy.empty()) job["spec"]["restartPolicy"] = *ParseYaml(restart_policy);
     auto r = Call("POST", "/v1/jobs", job.dump());
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 201) << r->body;
+  }
+  // A field of GET /v1/jobs/{name}, as JSON text ("" when the call fails).
+  std::string JobField(const std::string& name, const char* field) {
+    auto r = Call("GET", "/v1/jobs/" + name);
+    if (!r || r->status != 200) return "";
+    Json j = Json::parse(r->body, nullptr, false);
+    return j.is_object() && j.contains(field) ? j[field].dump() : "";
+  }
+  // The id of the job's current running allocation ("" when none).
+  std::string JobAllocation(const std::string& name) {
+    auto r = Call("GET", "/v1/jobs/" + name + "/describe");
+    if (!r || r->status != 200) return "";
+    Json j = Json::parse(r->body, nullptr, false);
+    if (!j.is_object() || !j.contains("allocations")) return "";
+    for (const auto& a : j["allocations"])
+      if (a.value("state", "") == "Running") return a.value("id", "");
+    return "";
+  }
+  bool HasEvent(const std::string& reason) {
+    auto r = Call("GET", "/v1/events?limit=10000");
+    return r && r->status == 200 && r->body.find("\"" + reason + "\"") != std::string::npos;
   }
   // "start <pid>" / "end <pid>" lines: how many attempts ran at once, at most.
   int MaxConcurrent(const std::string& journal) {
@@ -211,7 +235,9 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
   EXPECT_EQ(MaxConcurrent(journal), 1);
 }
 
-TEST_F(EndToEndTest, AgentCrashNeverLeavesTwoAttemptsRunning) {
+// An agent crash leaves its tasks running; the next agent adopts them and tells the server,
+// which keeps them: same process, same allocation, same attempt, nothing restarted.
+TEST_F(EndToEndTest, TasksAdoptedAfterAnAgentCrashKeepRunning) {
   StartServer();
   StartAgent();
   const std::string journal = (dir_ / "journal").string();
@@ -219,18 +245,127 @@ TEST_F(EndToEndTest, AgentCrashNeverLeavesTwoAttemptsRunning) {
   ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 1; }))
       << Slurp((dir_ / "agent.log").string());
   const pid_t first = Starts(journal)[0];
-  // Once the server has heard "running", a new boot id means that attempt is lost to it.
-  ASSERT_TRUE(WaitFor([&] {
-    auto r = Call("GET", "/v1/jobs/e2e-crash");
-    return r && r->status == 200 && r->body.find("\"state\":\"Running\"") != std::string::npos;
-  }));
+  ASSERT_TRUE(WaitFor([&] { return JobField("e2e-crash", "state") == "\"Running\""; }));
+  const std::string alloc = JobAllocation("e2e-crash");
   Stop(agent_, SIGKILL);  // a real crash: the task is orphaned, still running
   ASSERT_TRUE(Running(first));
-  StartAgent();  // new boot id: the server counts the old attempt as lost
-  EXPECT_TRUE(WaitFor([&] { return !Running(first); })) << Slurp((dir_ / "agent.log").string());
-  // Whatever the job's policy did next (restart or fail), attempts never overlapped.
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  StartAgent();  // new boot id; it adopts the task from the work dir and says so
+  ASSERT_TRUE(WaitFor([&] { return HasEvent("TasksAdopted"); }))
+      << Slurp((dir_ / "agent.log").string());
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // a few heartbeats of the new agent
+  EXPECT_TRUE(Running(first)) << Slurp((dir_ / "agent.log").string());
+  EXPECT_EQ(Starts(journal).size(), 1u);
+  EXPECT_EQ(JobField("e2e-crash", "state"), "\"Running\"");
+  EXPECT_EQ(JobField("e2e-crash", "attempt"), "1");
+  EXPECT_EQ(JobAllocation("e2e-crash"), alloc);
+  EXPECT_FALSE(HasEvent("NodeRestarted"));
+  // The adopted task is the server's to stop, as any other.
+  auto r = Call("POST", "/v1/jobs/e2e-crash/cancel");
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(WaitFor([&] { return !Running(first); }));
+  EXPECT_TRUE(WaitFor([&] { return JobField("e2e-crash", "state") == "\"Cancelled\""; }));
   EXPECT_EQ(MaxConcurrent(journal), 1) << Slurp(journal);
+}
+
+// A task that died while no agent watched is reported by the next agent with its exit status
+// and goes through the job's policy (here onFailure: RestartJob), once; attempts never overlap.
+TEST_F(EndToEndTest, TaskThatDiedWithTheAgentFollowsTheJobsPolicy) {
+  StartServer();
+  StartAgent();
+  const std::string journal = (dir_ / "journal").string();
+  Submit("e2e-died", Script(journal), "{onFailure: RestartJob, maxRetries: 1}");
+  ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 1; }))
+      << Slurp((dir_ / "agent.log").string());
+  const pid_t first = Starts(journal)[0];
+  ASSERT_TRUE(WaitFor([&] { return JobField("e2e-died", "state") == "\"Running\""; }));
+  Stop(agent_, SIGKILL);
+  ::kill(first, SIGKILL);  // the task dies too; its monitor records "signal 9"
+  ASSERT_TRUE(WaitFor([&] { return !Running(first); }));
+  std::ofstream(journal, std::ios::app) << "end " << first << "\n";  // it could not say so
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 2; }))
+      << Slurp((dir_ / "agent.log").string());
+  ASSERT_TRUE(WaitFor([&] { return JobField("e2e-died", "state") == "\"Running\""; }));
+  EXPECT_EQ(JobField("e2e-died", "attempt"), "2");
+  auto ev = Call("GET", "/v1/events?job=e2e-died&limit=1000");
+  ASSERT_TRUE(ev);
+  // Failed with the recorded exit status (128 + SIGKILL), not written off as a lost node.
+  EXPECT_NE(ev->body.find("exit code 137"), std::string::npos) << ev->body;
+  EXPECT_NE(ev->body.find("\"Requeued\""), std::string::npos) << ev->body;
+  EXPECT_EQ(ev->body.find("NodeRestarted"), std::string::npos) << ev->body;
+  EXPECT_TRUE(Running(Starts(journal)[1]));
+  EXPECT_EQ(MaxConcurrent(journal), 1) << Slurp(journal);
+}
+
+// When the work dir is gone (a reinstalled node), the new agent holds nothing: the server
+// writes the old tasks off and the job's eviction policy restarts it.
+TEST_F(EndToEndTest, AgentThatLostItsWorkDirHasItsTasksRestarted) {
+  StartServer();
+  StartAgent();
+  const std::string journal = (dir_ / "journal").string();
+  Submit("e2e-wiped", Script(journal));
+  ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 1; }))
+      << Slurp((dir_ / "agent.log").string());
+  const pid_t first = Starts(journal)[0];
+  ASSERT_TRUE(WaitFor([&] { return JobField("e2e-wiped", "state") == "\"Running\""; }));
+  Stop(agent_, SIGKILL);
+  ::kill(first, SIGKILL);  // what a reboot does to the task...
+  ASSERT_TRUE(WaitFor([&] { return !Running(first); }));
+  std::ofstream(journal, std::ios::app) << "end " << first << "\n";
+  fs::rename(dir_ / "agent", dir_ / "agent.old");  // ...and to the work dir
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return HasEvent("NodeRestarted"); }))
+      << Slurp((dir_ / "agent.log").string());
+  ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 2; }));
+  ASSERT_TRUE(WaitFor([&] { return JobField("e2e-wiped", "state") == "\"Running\""; }));
+  EXPECT_EQ(JobField("e2e-wiped", "attempt"), "2");
+  EXPECT_FALSE(HasEvent("TasksAdopted"));
+  EXPECT_EQ(MaxConcurrent(journal), 1) << Slurp(journal);
+}
+
+// `tessera demo`: the seed's walkthrough on its own embedded default. It must exit 0 only
+// because the P0 inference service preempted the P2 debug job that filled the GPUs, and its
+// output (what a user sees) must show that.
+TEST(DemoTest, TheP0ServicePreemptsTheDebugJobThatFilledTheGpus) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  const char* src = std::getenv("TESSERA_SOURCE_DIR");
+  if (bin == nullptr || src == nullptr || !fs::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY / TESSERA_SOURCE_DIR not set (run through ctest)";
+  const std::string out =
+      (fs::temp_directory_path() / ("tessera-demo-test-" + std::to_string(::getpid()))).string();
+  pid_t demo = Spawn({bin, "demo", "--examples", std::string(src) + "/examples/seed"}, out);
+  int status = 0;
+  ASSERT_EQ(::waitpid(demo, &status, 0), demo);
+  const std::string text = Slurp(out);
+  fs::remove(out);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  auto line_with = [&](std::initializer_list<const char*> words) {
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+      bool all = true;
+      for (const char* w : words) all = all && line.find(w) != std::string::npos;
+      if (all) return true;
+    }
+    return false;
+  };
+  // Both nodes, virtual GPUs.
+  EXPECT_TRUE(line_with({"gpu-node-1", "Ready", "8xA100-80GB (virtual)"})) << text;
+  EXPECT_TRUE(line_with({"gpu-node-2", "Ready", "8xA100-80GB (virtual)"})) << text;
+  // Every GPU taken before the P0 service came: 8/8 on both nodes.
+  EXPECT_TRUE(line_with({"gpu-node-1", "8/8"})) << text;
+  EXPECT_TRUE(line_with({"gpu-node-2", "8/8"})) << text;
+  // The events table: the preemption, naming the preemptor (across queues the engine says
+  // Reclaimed, as Volcano does).
+  EXPECT_TRUE(line_with({"Reclaimed", "job/debug-notebooks", "by chat-inference"}) ||
+              line_with({"Preempted", "job/debug-notebooks", "by chat-inference"}))
+      << text;
+  EXPECT_TRUE(line_with({"Scheduled", "job/chat-inference"})) << text;
+  // The final jobs table: the service runs both replicas, the gang its four workers.
+  EXPECT_TRUE(line_with({"chat-inference", "inference", "Running", "2/2"})) << text;
+  EXPECT_TRUE(line_with({"llama-finetune", "training", "Running", "4/4"})) << text;
+  EXPECT_TRUE(line_with({"OK: chat-inference (P0) preempted debug-notebooks (P2)"})) << text;
 }
 
 }  // namespace
