@@ -1,7 +1,6 @@
 #include "engine/cluster_state.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 
 #include "engine/state_impl.h"
@@ -37,12 +36,6 @@ ResourceVector RequestVector(const TaskRequest& r) {
 }
 
 namespace {
-
-void AppendInt(std::string& s, int64_t v) {
-  char buf[24];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  s.append(buf, static_cast<size_t>(r.ptr - buf));  // (ptr, ptr) would go through replace()
-}
 
 // Keys are built with to_chars into one buffer: these run once per node and per job.
 std::string SignatureOf(const Node& n) {
@@ -90,23 +83,7 @@ std::string SignatureOf(const Node& n) {
 
 void ShapeKey(const TaskRequest& r, std::string& s) {
   s.clear();
-  AppendInt(s, r.cpu_milli);
-  s += ',';
-  AppendInt(s, r.memory_bytes);
-  s += ',';
-  AppendInt(s, static_cast<int>(r.gpu.kind));
-  s += ',';
-  AppendInt(s, r.gpu.count);
-  s += ',';
-  AppendInt(s, r.gpu.milli);
-  s += ',';
-  AppendInt(s, r.gpu.memory_bytes);
-  s += ',';
-  s += r.gpu.mig_profile;
-  for (const auto& m : r.gpu.models) {
-    s += ',';
-    s += m;
-  }
+  AppendRequestKey(r, s);
 }
 
 }  // namespace

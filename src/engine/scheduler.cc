@@ -5,7 +5,6 @@
 // back at the end so the host's state is unchanged. Ordering (who goes next) lives in
 // JobLess/QueueLess; placement (where) in PlaceTask. See docs/engine.md.
 #include <algorithm>
-#include <charconv>
 #include <climits>
 #include <map>
 #include <optional>
@@ -101,12 +100,6 @@ std::string KubeMessage(int32_t total, const std::map<std::string, int32_t>& rej
   return msg + ".";
 }
 
-void AppendInt(std::string& s, int64_t v) {
-  char buf[24];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  s.append(buf, static_cast<size_t>(r.ptr - buf));  // (ptr, ptr) would go through replace()
-}
-
 void AppendTermKey(std::string& s, const NodeSelectorTerm& t) {
   for (const auto& e : t.match_expressions) {
     s += e.key;
@@ -125,23 +118,7 @@ void AppendTermKey(std::string& s, const NodeSelectorTerm& t) {
 // a reused buffer: it runs once per pending job and task group.
 void ShapeString(const Job& j, const TaskRequest& r, std::string& s) {
   s.clear();
-  AppendInt(s, r.cpu_milli);
-  s += '/';
-  AppendInt(s, r.memory_bytes);
-  s += '/';
-  AppendInt(s, static_cast<int>(r.gpu.kind));
-  s += '/';
-  AppendInt(s, r.gpu.count);
-  s += '/';
-  AppendInt(s, r.gpu.milli);
-  s += '/';
-  AppendInt(s, r.gpu.memory_bytes);
-  s += '/';
-  s += r.gpu.mig_profile;
-  for (const auto& m : r.gpu.models) {
-    s += '/';
-    s += m;
-  }
+  AppendRequestKey(r, s);
   s += '#';
   for (const auto& [k, v] : j.node_selector) {
     s += k;
@@ -987,9 +964,8 @@ void CycleRun::EvictFor(bool reclaim) {
         victims_.insert({&vj, t});
         ++count;
         std::string msg =
-            reclaim
-                ? "queue " + m_.queues[pre.queue].q.name + " is below its guarantee; queue " +
-                      m_.queues[vj.queue].q.name + " is above its own"
+            reclaim ? "queue " + m_.queues[pre.queue].q.name + " is below its guarantee; queue " +
+                          m_.queues[vj.queue].q.name + " is above its own"
             : vj.job.priority < pjob.priority
                 ? "priority " + std::to_string(pjob.priority) + " > " +
                       std::to_string(vj.job.priority) + " in queue " + m_.queues[vj.queue].q.name

@@ -2,6 +2,7 @@
 // Not part of the engine's public API. Thread-compatible.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -15,6 +16,34 @@
 #include "model/snapshot.h"
 
 namespace tessera {
+
+// Key building (engine-internal hash keys, never output): decimal integers without a
+// temporary string, and a request's placement-relevant fields.
+inline void AppendInt(std::string& s, int64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  s.append(buf, static_cast<size_t>(r.ptr - buf));  // (ptr, ptr) would go through replace()
+}
+
+inline void AppendRequestKey(const TaskRequest& r, std::string& s) {
+  AppendInt(s, r.cpu_milli);
+  s += ',';
+  AppendInt(s, r.memory_bytes);
+  s += ',';
+  AppendInt(s, static_cast<int>(r.gpu.kind));
+  s += ',';
+  AppendInt(s, r.gpu.count);
+  s += ',';
+  AppendInt(s, r.gpu.milli);
+  s += ',';
+  AppendInt(s, r.gpu.memory_bytes);
+  s += ',';
+  s += r.gpu.mig_profile;
+  for (const auto& m : r.gpu.models) {
+    s += ',';
+    s += m;
+  }
+}
 
 struct JobRec {
   Job job;
