@@ -12,20 +12,14 @@
 #include <sstream>
 #include <vector>
 
+#include "agent/read_file.h"
+
 namespace tessera::agent {
 
 namespace {
 
 constexpr int64_t kPeriodMicros = 100000;  // cpu.max period: 100 ms
 constexpr int64_t kMinQuotaMicros = 1000;  // the kernel refuses quotas under 1 ms
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // One write(2) of the whole value, as cgroup files expect; "" or strerror on failure.
 std::string WriteValue(const std::string& path, const std::string& value) {

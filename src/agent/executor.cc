@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/read_file.h"
+
 extern char** environ;
 
 namespace tessera::agent {
@@ -26,14 +28,6 @@ namespace tessera::agent {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool WriteFile(const std::string& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

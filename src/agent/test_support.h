@@ -9,14 +9,11 @@
 #include <string>
 #include <thread>
 
+#include "agent/read_file.h"
+
 namespace tessera::agent::testing {
 
-inline std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+inline std::string Slurp(const std::string& path) { return ReadFile(path); }
 
 // Alive and not a zombie (gVisor's init reaps orphans late, so kill(pid, 0) is not enough).
 inline bool Running(pid_t pid) {
