@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/slurm/live_cluster.h"
 #include "backends/slurm/server_adapter.h"
 #include "backends/slurm/slurm_pool.h"
 
@@ -23,44 +24,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The environment overrides what the build compiled in.
-std::string SourceDir() {
-  const char* s = std::getenv("TESSERA_SOURCE_DIR");
-  return s ? s : TESSERA_SOURCE_DIR_DEFAULT;
-}
-std::string ClusterDir() {
-  const char* d = std::getenv("TESSERA_SLURM_DIR");
-  return d ? d : TESSERA_SLURM_DIR_DEFAULT;
-}
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-int Shell(const std::string& cmd) {
-  std::string full = "TESSERA_SLURM_DIR='" + ClusterDir() + "' " + cmd;
-  return std::system(full.c_str());
-}
-
-// Starts the cluster unless ctest's fixture did (TESSERA_SLURM_EXTERNAL=1).
-class ClusterEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (std::getenv("TESSERA_SLURM_EXTERNAL")) return;
-    owned_ = true;
-    if (Shell(SourceDir() + "/scripts/slurm/up.sh 4 32 8") != 0) {
-      std::ofstream(ClusterDir() + "/skip") << "scripts/slurm/up.sh failed (see its output)";
-    }
-  }
-  void TearDown() override {
-    if (owned_) (void)Shell(SourceDir() + "/scripts/slurm/down.sh");
-  }
-
- private:
-  bool owned_ = false;
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
+using testing::ClusterDir;
+using testing::ReadFile;
+using testing::Shell;
+using testing::SourceDir;
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new testing::LiveClusterEnvironment);
 
 class SlurmIntegrationTest : public ::testing::Test {
  protected:

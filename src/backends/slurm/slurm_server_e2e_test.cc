@@ -24,6 +24,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "backends/slurm/live_cluster.h"
+
 extern char** environ;
 
 namespace tessera::slurm {
@@ -32,31 +34,18 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-std::string SourceDir() {
-  const char* s = std::getenv("TESSERA_SOURCE_DIR");
-  return s ? s : TESSERA_SOURCE_DIR_DEFAULT;
-}
-std::string ClusterDir() {
-  const char* d = std::getenv("TESSERA_SLURM_DIR");
-  return d ? d : TESSERA_SLURM_DIR_DEFAULT;
-}
+using testing::ClusterDir;
+using testing::ReadFile;
+using testing::Shell;
+using testing::SourceDir;
+
 std::string Binary() {
   const char* b = std::getenv("TESSERA_BINARY");
   return b ? b : TESSERA_BINARY_DEFAULT;
 }
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   return s;
-}
-int Shell(const std::string& cmd) {
-  std::string full = "TESSERA_SLURM_DIR='" + ClusterDir() + "' " + cmd;
-  return std::system(full.c_str());
 }
 // Runs a command, returns its exit code and stdout.
 std::pair<int, std::string> Capture(const std::string& cmd) {
@@ -70,22 +59,7 @@ std::pair<int, std::string> Capture(const std::string& cmd) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
-class ClusterEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (std::getenv("TESSERA_SLURM_EXTERNAL")) return;
-    owned_ = true;
-    if (Shell(SourceDir() + "/scripts/slurm/up.sh 4 32 8") != 0)
-      std::ofstream(ClusterDir() + "/skip") << "scripts/slurm/up.sh failed (see its output)";
-  }
-  void TearDown() override {
-    if (owned_) (void)Shell(SourceDir() + "/scripts/slurm/down.sh");
-  }
-
- private:
-  bool owned_ = false;
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new testing::LiveClusterEnvironment);
 
 // `tessera server --slurm-pool hpc` as a subprocess; stderr goes to <work>/server.log.
 class Server {
