@@ -36,6 +36,8 @@ struct Failure {
   int32_t shape = -1;
   bool fenced = false;
   bool gang = false;  // a gang that only partly fit
+  // One task per node: the nodes that could ever hold one of the job's tasks (-1 unknown).
+  int32_t ever_nodes = -1;
   int32_t gang_fit = 0;
 };
 
@@ -90,12 +92,14 @@ std::string ResourceWords(const ResourceVector& v) {
   return s.empty() ? "nothing" : s;
 }
 
-std::string KubeMessage(int32_t total, const std::map<std::string, int32_t>& rejected) {
+std::string KubeMessage(int32_t total, const std::map<std::string, int32_t>& rejected,
+                        int32_t available = 0) {
   std::vector<std::string> parts;
   for (const auto& [reason, count] : rejected)
     parts.push_back(std::to_string(count) + " " + reason);
   std::sort(parts.begin(), parts.end());
-  std::string msg = "0/" + std::to_string(total) + " nodes are available";
+  std::string msg =
+      std::to_string(available) + "/" + std::to_string(total) + " nodes are available";
   for (size_t i = 0; i < parts.size(); ++i) msg += (i == 0 ? ": " : ", ") + parts[i];
   return msg + ".";
 }
@@ -169,7 +173,8 @@ class CycleRun {
   int32_t ShapeIdByKey(const Job& j, const TaskRequest& r);
   bool Passes(const TaskContext& t, const NodeState& n) const;
   FilterVerdict Verdict(const TaskContext& t, const NodeState& n) const;
-  int32_t RepOf(int32_t cls) const;
+  // The lowest member of `cls` that is not fenced and not in `taken` (sorted), or -1.
+  int32_t RepOf(int32_t cls, const std::vector<int32_t>* taken = nullptr) const;
   // Places one task and binds it (undo-logged); -1 and a filled Failure if it fits nowhere.
   int32_t PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
                     Failure* why);
@@ -178,6 +183,10 @@ class CycleRun {
   bool QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const;
   bool Infeasible(PendingJob& pj, int32_t task);
   Failure CountRejections(PendingJob& pj, int32_t task);
+  void BuildCapacityNodes();
+  int32_t NodesEverHolding(const Job& job);
+  void DistinctNodesReason(PendingJob& pj, const Failure& f, const Failure& counted,
+                           std::string& msg, std::map<std::string, int32_t>& rejected);
   void Finalize();
   std::map<int32_t, bool> infeasible_;  // per shape
   void FillFailure(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
@@ -334,10 +343,18 @@ FilterVerdict CycleRun::Verdict(const TaskContext& t, const NodeState& n) const 
 
 bool CycleRun::Passes(const TaskContext& t, const NodeState& n) const { return Verdict(t, n).ok(); }
 
-int32_t CycleRun::RepOf(int32_t cls) const {
-  if (fenced_.empty()) return m_.LowestMember(cls);
+int32_t CycleRun::RepOf(int32_t cls, const std::vector<int32_t>* taken) const {
+  auto usable = [&](int32_t i) {
+    return (fenced_.empty() || !fenced_[i]) &&
+           (taken == nullptr || !std::binary_search(taken->begin(), taken->end(), i));
+  };
+  if (fenced_.empty()) {
+    // The lowest member is usually free: a node the job took has left the class.
+    const int32_t low = m_.LowestMember(cls);
+    if (taken == nullptr || usable(low)) return low;
+  }
   for (int32_t i : m_.SortedMembers(cls))
-    if (!fenced_[i]) return i;
+    if (usable(i)) return i;
   return -1;
 }
 
@@ -441,7 +458,11 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   const size_t P = e_.scores.size();
 
   int32_t best = -1;
-  const bool indexed = !node_specific && fenced_.empty() && !normalizes_ && P > 0;
+  // One task per node: the nodes holding the job's tasks are out. Not a filter (verdicts are
+  // cached per node class, and the shape index offers a class's lowest member), so such a
+  // job takes the per-class path below, which offers each class's lowest member it lacks.
+  const bool distinct = job.one_task_per_node && !gang_nodes.empty();
+  const bool indexed = !distinct && !node_specific && fenced_.empty() && !normalizes_ && P > 0;
   if (indexed) {
     ShapeIndex& ix = index_[shape];
     CatchUp(shape);
@@ -471,12 +492,13 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
       if (p != 1) continue;
       if (node_specific) {
         for (int32_t i : m_.SortedMembers(cls))
-          if (fenced_.empty() || !fenced_[i]) {
+          if ((fenced_.empty() || !fenced_[i]) &&
+              !(distinct && std::binary_search(gang_nodes.begin(), gang_nodes.end(), i))) {
             cand.push_back(i);
             cand_cls.push_back(cls);
           }
       } else {
-        int32_t rep = RepOf(cls);
+        int32_t rep = RepOf(cls, distinct ? &gang_nodes : nullptr);
         if (rep < 0) continue;
         cand.push_back(rep);
         cand_cls.push_back(cls);
@@ -554,6 +576,10 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
   auto it = infeasible_.find(why->shape);
   if (it == infeasible_.end()) it = infeasible_.emplace(why->shape, Infeasible(pj, task)).first;
   why->infeasible = it->second;
+  if (job.one_task_per_node) {
+    why->ever_nodes = NodesEverHolding(job);
+    why->infeasible |= why->ever_nodes < job.GangMinimum();
+  }
 }
 
 Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
@@ -611,6 +637,8 @@ void CycleRun::Finalize() {
       const Job& job = pj.rec->job;
       std::string msg = c.message;
       if (job.TaskCount() > 1) msg = "task " + std::to_string(f.task) + ": " + msg;
+      std::map<std::string, int32_t> rejected = c.rejected;
+      if (job.one_task_per_node) DistinctNodesReason(pj, f, c, msg, rejected);
       std::string code = c.code;
       if (f.gang && !f.infeasible) {
         code = "GangUnsatisfied";
@@ -619,7 +647,7 @@ void CycleRun::Finalize() {
               " fit together; " + msg;
       }
       if (f.infeasible) msg = "can never fit on this cluster as it is: " + msg;
-      pj.decision.reason = {code, msg, c.resource, c.rejected};
+      pj.decision.reason = {code, msg, c.resource, std::move(rejected)};
     }
     if (!pj.suffix.empty()) pj.decision.reason.message += pj.suffix;
   }
@@ -630,17 +658,72 @@ bool CycleRun::Infeasible(PendingJob& pj, int32_t task) {
   const TaskRequest& req = job.GroupOfTask(task).request;
   std::vector<int32_t> none;
   TaskContext t{&job, task, &req, &ctx_, &none, &m_.nodes, -1};
-  if (capacity_nodes_.empty()) {
-    for (int32_t rep : m_.signature_rep) {
-      auto n = std::make_unique<Node>(*m_.nodes[rep].node);
-      n->ready = true;
-      n->unschedulable = false;
-      capacity_nodes_.push_back(std::move(n));
-    }
-  }
+  BuildCapacityNodes();
   for (const auto& n : capacity_nodes_)
     if (Passes(t, EmptyNodeState(n.get(), 0))) return false;
   return true;
+}
+
+// One node per static signature, empty, ready and uncordoned: the cluster "as it is".
+void CycleRun::BuildCapacityNodes() {
+  if (!capacity_nodes_.empty()) return;
+  for (int32_t rep : m_.signature_rep) {
+    auto n = std::make_unique<Node>(*m_.nodes[rep].node);
+    n->ready = true;
+    n->unschedulable = false;
+    capacity_nodes_.push_back(std::move(n));
+  }
+}
+
+// How many nodes could ever hold one of the job's tasks (empty, ready and uncordoned): a
+// one-task-per-node gang needs that many.
+int32_t CycleRun::NodesEverHolding(const Job& job) {
+  BuildCapacityNodes();
+  std::vector<int32_t> none;
+  std::vector<bool> can(capacity_nodes_.size(), false);
+  for (size_t s = 0; s < capacity_nodes_.size(); ++s)
+    for (int32_t g = 0, first = 0; g < static_cast<int32_t>(job.groups.size()) && !can[s];
+         first += job.groups[g].replicas, ++g) {
+      TaskContext t{&job, first, &job.groups[g].request, &ctx_, &none, &m_.nodes, -1};
+      can[s] = Passes(t, EmptyNodeState(capacity_nodes_[s].get(), 0));
+    }
+  int32_t count = 0;
+  for (int32_t sig : m_.node_signature) count += can[sig];
+  return count;
+}
+
+// The reason of a one-task-per-node job that lacks distinct nodes; `counted` is the failed
+// task's CountRejections (the cluster as the plan leaves it, the job's new tasks undone).
+void CycleRun::DistinctNodesReason(PendingJob& pj, const Failure& f, const Failure& counted,
+                                   std::string& msg, std::map<std::string, int32_t>& rejected_out) {
+  const Job& job = pj.rec->job;
+  const int32_t need = job.GangMinimum();
+  if (f.ever_nodes == 0) return;  // no node could ever hold it: the filters' words say why
+  const std::string head = "needs " + std::to_string(need) + " distinct nodes (oneTaskPerNode)";
+  if (f.ever_nodes >= 0 && f.ever_nodes < need) {
+    msg = head + ", the cluster has " + std::to_string(f.ever_nodes) + " that could hold a task";
+    return;
+  }
+  // Nodes holding its running tasks take no other: counted apart from the available ones.
+  std::map<std::string, int32_t> rejected = counted.rejected;
+  int32_t available = static_cast<int32_t>(m_.nodes.size());
+  for (const auto& [reason, n] : rejected) available -= n;
+  std::set<int32_t> held;
+  for (const auto& a : job.allocations)
+    if (a) held.insert(m_.node_index.at(a->node));
+  const TaskRequest& req = job.GroupOfTask(f.task).request;
+  std::vector<int32_t> none;
+  TaskContext t{&job, f.task, &req, &ctx_, &none, &m_.nodes, -1};
+  for (int32_t i : held)
+    if (!(f.fenced && !fenced_.empty() && fenced_[i]) && Passes(t, m_.nodes[i])) {
+      --available;
+      ++rejected["node(s) already held a task of this job"];
+    }
+  if (available + static_cast<int32_t>(held.size()) >= need) return;  // not for lack of nodes
+  msg = head;
+  if (!held.empty()) msg += ", " + std::to_string(held.size()) + " held by its running tasks";
+  msg += ": " + KubeMessage(static_cast<int32_t>(m_.nodes.size()), rejected, available);
+  rejected_out = std::move(rejected);
 }
 
 bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
@@ -652,6 +735,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
   std::vector<int32_t> gang_nodes;
   for (const auto& a : job.allocations)
     if (a) gang_nodes.push_back(m_.node_index.at(a->node));
+  std::sort(gang_nodes.begin(), gang_nodes.end());  // TaskContext::gang_nodes is sorted
   int32_t placed = 0;
   Failure first;
   bool failed = false;

@@ -641,6 +641,7 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.StringMap("nodeSelector", j.node_selector));
   TESSERA_RETURN_IF_ERROR(r.Bool("preemptible", j.preemptible));
   TESSERA_RETURN_IF_ERROR(r.Int("gracePeriodSeconds", j.grace_period_seconds));
+  TESSERA_RETURN_IF_ERROR(r.Bool("oneTaskPerNode", j.one_task_per_node));
   if (r.Has("runtimeEstimateSeconds")) {
     int64_t est = 0;
     TESSERA_RETURN_IF_ERROR(r.Int("runtimeEstimateSeconds", est));
@@ -710,6 +711,12 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
       const TaskRequest& req = j.GroupOfTask(task).request;
       if (a->cpu_milli == 0) a->cpu_milli = req.cpu_milli;
       if (a->memory_bytes == 0) a->memory_bytes = req.memory_bytes;
+      if (j.one_task_per_node)
+        for (int32_t other = 0; other < j.TaskCount(); ++other)
+          if (j.allocations[other] && j.allocations[other]->node == a->node)
+            return InvalidArgument(Idx(r.Path("running"), i) + ".node: task " +
+                                   std::to_string(other) + " already runs on \"" + a->node +
+                                   "\" and the job has oneTaskPerNode");
       j.allocations[task] = std::move(*a);
     }
     if (j.start_time < 0) j.start_time = 0;
@@ -732,6 +739,7 @@ Json JobToJson(const Job& j) {
   if (!j.node_selector.empty()) o["nodeSelector"] = j.node_selector;
   if (!j.preemptible) o["preemptible"] = false;
   o["gracePeriodSeconds"] = j.grace_period_seconds;
+  if (j.one_task_per_node) o["oneTaskPerNode"] = true;
   if (j.runtime_estimate_seconds) o["runtimeEstimateSeconds"] = *j.runtime_estimate_seconds;
   if (!j.tolerations.empty()) {
     Json t = Json::array();

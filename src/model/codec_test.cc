@@ -25,6 +25,7 @@ jobs:
     queue: ml
     priorityClass: high
     minAvailable: 2
+    oneTaskPerNode: true
     tasks:
       - {name: worker, replicas: 2, resources: {cpu: 8, memory: 64Gi, nvidia.com/gpu: 4}}
     running:
@@ -52,6 +53,7 @@ TEST(CodecTest, ReadsClusterShorthandsAndResolvesClasses) {
   EXPECT_EQ(train.groups[0].request.gpu.kind, GpuRequestKind::kWhole);
   EXPECT_EQ(train.RunningTasks(), 1);
   EXPECT_EQ(train.allocations[0]->cpu_milli, 8000);  // defaulted from the request
+  EXPECT_TRUE(train.one_task_per_node);
   const Job& infer = s->jobs[0];
   EXPECT_EQ(infer.groups[0].request.gpu.kind, GpuRequestKind::kMig);
   EXPECT_EQ(infer.groups[0].request.gpu.mig_profile, "1g.10gb");
@@ -81,6 +83,12 @@ TEST(CodecTest, ErrorsNameTheFieldPath) {
       {"nodes: [{name: a, cpu: 4, memory: 1Gi, gpus: {model: A100-80GB, count: 1, mig: [4g.40gb, 4g.40gb]}}]",
        "uses 8 of 7 compute slices"},
       {"jobs: [{id: j, tasks: []}]", "jobs[0].tasks: a job needs at least one task group"},
+      {"jobs: [{id: j, oneTaskPerNode: 2, tasks: [{}]}]",
+       "jobs[0].oneTaskPerNode: expected true or false"},
+      {"nodes: [{name: a, cpu: 4, memory: 1Gi}]\n"
+       "jobs: [{id: j, oneTaskPerNode: true, tasks: [{replicas: 2}],\n"
+       "        running: [{task: 0, node: a}, {task: 1, node: a}]}]",
+       "jobs[0].running[1].node: task 0 already runs on \"a\" and the job has oneTaskPerNode"},
   };
   for (const auto& c : cases) {
     auto doc = ParseYaml(c.doc);

@@ -84,6 +84,9 @@ struct Job {
   bool preemptible = true;
   int64_t grace_period_seconds = 30;  // between SIGTERM and SIGKILL on eviction
   std::optional<int64_t> runtime_estimate_seconds;  // user's or oracle's; backfill uses it
+  // No two tasks of the job on one node, running ones included (Slurm's `-N`: distinct
+  // nodes). The engine then needs as many nodes as tasks that run together.
+  bool one_task_per_node = false;
 
   // Running state. allocations[i] is task i's placement, or nullopt while it waits.
   std::vector<std::optional<TaskAllocation>> allocations;
