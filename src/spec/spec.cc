@@ -1017,6 +1017,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   }
   s.job.groups.push_back(g);
   s.job.min_available = nodes;
+  s.job.one_task_per_node = true;  // -N means distinct nodes
   s.job.allocations.assign(nodes, std::nullopt);
   s.templates.resize(1);
   s.templates[0].command = {"/bin/bash", "-c", text};

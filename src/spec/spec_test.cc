@@ -111,12 +111,17 @@ TEST(Spec, SbatchDirectives) {
   EXPECT_EQ(j.job.queue, "training");
   EXPECT_EQ(j.job.priority_class, "p1-training");
   EXPECT_EQ(j.job.groups[0].replicas, 2);              // -N 2: one task per node
+  EXPECT_TRUE(j.job.one_task_per_node);                // on distinct nodes
   EXPECT_EQ(j.job.groups[0].request.cpu_milli, 8000);  // 2 tasks/node x 4 cpus
   EXPECT_EQ(j.job.groups[0].request.gpu.count, 2);
   EXPECT_EQ(j.job.min_available, 2);
   EXPECT_EQ(j.job.runtime_estimate_seconds, 7200);
   EXPECT_EQ(j.job.groups[0].request.memory_bytes, int64_t{64} << 30);
   EXPECT_EQ(j.templates[0].command[0], "/bin/bash");
+  // Stored and read back (the server keeps the spec as JSON).
+  auto back = JobSpecFromJson(JobSpecToJson(j), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->job.one_task_per_node);
 }
 
 TEST(Spec, TesseraOwnShapeRoundTrips) {
@@ -127,6 +132,7 @@ metadata: {name: t1}
 spec:
   queue: training
   minAvailable: 2
+  oneTaskPerNode: true
   restartPolicy: {onFailure: RestartJob, maxRetries: 2}
   tasks:
     - name: w
@@ -140,6 +146,7 @@ spec:
   const JobSpec& s = (*d)[0].job;
   EXPECT_EQ(s.templates[0].command.size(), 2u);
   EXPECT_EQ(s.restart.max_retries, 2);
+  EXPECT_TRUE(s.job.one_task_per_node);
   auto back = JobSpecFromJson(JobSpecToJson(s), "");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(JobSpecToJson(*back).dump(), JobSpecToJson(s).dump());
