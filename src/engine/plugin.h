@@ -61,9 +61,10 @@ struct TaskContext {
 class JobOrderPlugin {
  public:
   virtual ~JobOrderPlugin() = default;
-  // <0: a goes before b; >0: b before a; 0: no opinion (the next plugin, then submit
-  // time, then job id decide). Must be a strict weak order consistent across calls.
-  virtual int Compare(const Job& a, const Job& b, const CycleContext& ctx) const = 0;
+  // The job's key under this order: lower goes first; equal keys leave it to the next
+  // plugin, then submit time, then job id. Asked once per job per cycle (the sort then
+  // compares integers, not jobs scattered over the heap).
+  virtual int64_t Key(const Job& job, const CycleContext& ctx) const = 0;
   // Optional, for the preempt action: a preemption rank (lower = more urgent). A waiting
   // job may evict running jobs of its own priority whose rank is strictly higher (e.g. the
   // least-attained-service levels of `las`). The engine asks the first order plugin that

@@ -3,7 +3,7 @@
 // Every tentative change goes through ClusterState::Impl's undo log: a gang transaction is
 // a mark plus a rollback, a preemption trial is the same, and the whole cycle is rolled
 // back at the end so the host's state is unchanged. Ordering (who goes next) lives in
-// JobLess/QueueLess; placement (where) in PlaceTask. See docs/engine.md.
+// SortJobs/QueueLess; placement (where) in PlaceTask. See docs/engine.md.
 #include <algorithm>
 #include <climits>
 #include <map>
@@ -164,7 +164,7 @@ class CycleRun {
 
  private:
   // ---- ordering ----
-  bool JobLess(const PendingJob* a, const PendingJob* b) const;
+  void SortJobs();  // order_: by the order plugins' keys, submit time, id
   std::vector<int64_t> QueueKey(int32_t q) const;
   bool QueueLess(int32_t a, int32_t b) const;
 
@@ -258,14 +258,24 @@ class CycleRun {
 
 // ---------------------------------------------------------------------------------------
 
-bool CycleRun::JobLess(const PendingJob* a, const PendingJob* b) const {
-  for (const auto& o : e_.orders) {
-    int c = o->Compare(a->rec->job, b->rec->job, ctx_);
-    if (c != 0) return c < 0;
+void CycleRun::SortJobs() {
+  // Keys first (one visit per job), then a sort over integers: (plugin keys..., submit
+  // time), then job id, which is unique, so the order is total.
+  const size_t K = e_.orders.size() + 1;
+  std::vector<int64_t> keys(jobs_.size() * K);
+  for (size_t i = 0; i < jobs_.size(); ++i) {
+    const Job& j = jobs_[i].rec->job;
+    for (size_t k = 0; k + 1 < K; ++k) keys[i * K + k] = e_.orders[k]->Key(j, ctx_);
+    keys[i * K + K - 1] = j.submit_time;
   }
-  if (a->rec->job.submit_time != b->rec->job.submit_time)
-    return a->rec->job.submit_time < b->rec->job.submit_time;
-  return a->rec->job.id < b->rec->job.id;
+  const PendingJob* base = jobs_.data();
+  std::sort(order_.begin(), order_.end(), [&](const PendingJob* a, const PendingJob* b) {
+    const int64_t* x = &keys[(a - base) * K];
+    const int64_t* y = &keys[(b - base) * K];
+    for (size_t k = 0; k < K; ++k)
+      if (x[k] != y[k]) return x[k] < y[k];
+    return a->decision.job < b->decision.job;
+  });
 }
 
 // (below guarantee ? 0 : 1 [proportion], weighted dominant share ppm [drf/proportion], name)
@@ -1232,8 +1242,7 @@ Plan CycleRun::Run() {
   plan_.bindings.reserve(tasks);
   m_.undo.reserve(m_.undo.size() + tasks);
   for (auto& pj : jobs_) order_.push_back(&pj);
-  std::stable_sort(order_.begin(), order_.end(),
-                   [this](const PendingJob* a, const PendingJob* b) { return JobLess(a, b); });
+  SortJobs();
   strict_ = std::find(e_.actions.begin(), e_.actions.end(), Action::kBackfill) != e_.actions.end();
 
   for (const auto& sc : e_.scores) normalizes_ |= sc.plugin->Normalizes();

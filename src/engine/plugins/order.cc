@@ -1,6 +1,6 @@
 // Job-order plugins and the engine policies selected by name (gang, conformance, drf,
-// proportion). Each Compare is a strict weak order; the engine ends every order in submit
-// time and job id.
+// proportion). Each order is a key per job (lower first); the engine ends every order in
+// submit time and job id.
 #include <algorithm>
 #include <climits>
 
@@ -12,25 +12,19 @@ namespace {
 
 class PriorityOrder : public JobOrderPlugin {
  public:
-  int Compare(const Job& a, const Job& b, const CycleContext&) const override {
-    return a.priority == b.priority ? 0 : (a.priority > b.priority ? -1 : 1);
-  }
+  int64_t Key(const Job& j, const CycleContext&) const override { return -int64_t{j.priority}; }
 };
 
 class FifoOrder : public JobOrderPlugin {
  public:
-  int Compare(const Job& a, const Job& b, const CycleContext&) const override {
-    return a.submit_time == b.submit_time ? 0 : (a.submit_time < b.submit_time ? -1 : 1);
-  }
+  int64_t Key(const Job& j, const CycleContext&) const override { return j.submit_time; }
 };
 
 // Shortest runtime estimate first; jobs without an estimate after all that have one.
 class SjfOrder : public JobOrderPlugin {
  public:
-  int Compare(const Job& a, const Job& b, const CycleContext&) const override {
-    int64_t x = a.runtime_estimate_seconds.value_or(INT64_MAX);
-    int64_t y = b.runtime_estimate_seconds.value_or(INT64_MAX);
-    return x == y ? 0 : (x < y ? -1 : 1);
+  int64_t Key(const Job& j, const CycleContext&) const override {
+    return j.runtime_estimate_seconds.value_or(INT64_MAX);
   }
 };
 
@@ -56,13 +50,8 @@ class LasOrder : public JobOrderPlugin {
   LasOrder(std::vector<int64_t> thresholds, int64_t starvation, bool preempt)
       : thresholds_(std::move(thresholds)), starvation_(starvation), preempt_(preempt) {}
 
-  int Compare(const Job& a, const Job& b, const CycleContext& ctx) const override {
-    if (thresholds_.empty()) {
-      int64_t x = Attained(a, ctx.now), y = Attained(b, ctx.now);
-      return x == y ? 0 : (x < y ? -1 : 1);
-    }
-    int64_t x = Level(a, ctx.now), y = Level(b, ctx.now);
-    return x == y ? 0 : (x < y ? -1 : 1);
+  int64_t Key(const Job& j, const CycleContext& ctx) const override {
+    return thresholds_.empty() ? Attained(j, ctx.now) : Level(j, ctx.now);
   }
 
   std::optional<int64_t> PreemptionRank(const Job& job, const CycleContext& ctx) const override {
