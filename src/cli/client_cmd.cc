@@ -213,6 +213,14 @@ std::string Age(int64_t t) {
   return std::to_string(d / 86400) + "d";
 }
 
+// kubectl's words: Ready / NotReady, with ",SchedulingDisabled" for a cordoned or drained
+// node (the engine places nothing there).
+std::string NodeStatus(const Json& n) {
+  std::string s = n.value("ready", false) ? "Ready" : "NotReady";
+  if (n.value("unschedulable", false)) s += ",SchedulingDisabled";
+  return s;
+}
+
 std::string S(const Json& o, const char* k, const std::string& def = "") {
   if (!o.contains(k) || o[k].is_null()) return def;
   if (o[k].is_string()) return o[k].get<std::string>();
@@ -581,7 +589,7 @@ void AddClientCommands(CLI::App& app) {
           int64_t gpus = n.value("gpus", int64_t{0});
           std::vector<std::string> r2 = {
               S(n, "name"),
-              n.value("ready", false) ? "Ready" : "NotReady",
+              NodeStatus(n),
               S(n, "pool"),
               std::to_string(gpus) + "x" + model + (n.value("virtual", false) ? " (virtual)" : ""),
               FormatMilli(n.value("gpuMilliInUse", int64_t{0})) + "/" + std::to_string(gpus),

@@ -5,8 +5,12 @@
 #include <httplib.h>
 #include <sys/wait.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -26,6 +30,12 @@ class ApiTest : public ::testing::Test {
     ASSERT_TRUE(st.ok());
     ControlPlaneOptions o;
     o.run_scheduler = false;
+    o.clock = [this] {
+      return std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count() +
+             skew_.load();
+    };
     auto cp = ControlPlane::Open(std::move(*st), std::make_unique<testing::ScriptedEngine>(), o);
     ASSERT_TRUE(cp.ok());
     cp_ = std::move(*cp);
@@ -92,6 +102,7 @@ class ApiTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::atomic<int64_t> skew_{0};  // added to the control plane's wall clock
   std::unique_ptr<ControlPlane> cp_;
   std::unique_ptr<ApiServer> api_;
 };
@@ -405,6 +416,44 @@ TEST_F(ApiTest, LogsFollowWaitsForNewBytesAndEndsWithTheTask) {
   Resp c = Do("GET", "/v1/jobs/talk/logs?task=0&follow=true&offset=22", root);
   EXPECT_EQ(c.Header("X-Tessera-Task-Ended"), "true");
   EXPECT_EQ(Do("GET", "/v1/jobs/talk/logs?task=3", root).status, 400);
+}
+
+// `tessera get nodes` in kubectl's words: a cordoned or drained node (unschedulable) is
+// Ready,SchedulingDisabled, or NotReady,SchedulingDisabled once it stops heartbeating.
+TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  auto reg = [&](const std::string& name, bool unschedulable) {
+    Json node = {{"name", name}, {"cpu", 8}, {"memory", "64Gi"}};
+    if (unschedulable) node["unschedulable"] = true;
+    auto r = cp_->RegisterAgent(kAdmin, Json{{"node", node}, {"bootId", "boot-" + name}});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  };
+  reg("n-gone", true);
+  skew_ = 600;  // n-gone misses its heartbeats
+  cp_->CheckNodes();
+  reg("n-drained", true);
+  reg("n-ok", false);
+  std::string cmd = std::string(bin) + " get nodes --server " + api_->url() +
+                    " --token root-token-0123456789 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  ASSERT_EQ(WEXITSTATUS(::pclose(p)), 0) << out;
+  std::map<std::string, std::string> status;  // NAME -> STATUS column
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string name, st;
+    words >> name >> st;
+    status[name] = st;
+  }
+  EXPECT_EQ(status["n-ok"], "Ready") << out;
+  EXPECT_EQ(status["n-drained"], "Ready,SchedulingDisabled") << out;
+  EXPECT_EQ(status["n-gone"], "NotReady,SchedulingDisabled") << out;
 }
 
 TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
