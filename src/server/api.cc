@@ -2,12 +2,17 @@
 
 #include "server/observability_routes.h"
 
+#include <fcntl.h>
 #include <httplib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace tessera::server {
@@ -29,6 +34,50 @@ StatusOr<Json> AgentBody(const httplib::Request& req) {
   } catch (const std::exception& e) {
     return InvalidArgument(std::string("body: malformed JSON: ") + e.what());
   }
+}
+
+// A piece of a task's output file (pools whose output the server reads itself: Slurm):
+// at most 1 MiB from `offset`, and the file's size then, as an agent serves it.
+struct OutputChunk {
+  std::string data;
+  int64_t size = 0;
+};
+StatusOr<OutputChunk> ReadOutputFile(const std::string& path, int64_t offset) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT)
+      return NotFound("no output yet: " + path +
+                      " does not exist (the task has not started, or did not write there)");
+    return FailedPrecondition("cannot read the task's output file " + path + ": " +
+                              std::strerror(e));
+  }
+  struct stat st {};
+  OutputChunk out;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return FailedPrecondition("the task's output " + path + " is not a regular file");
+  }
+  out.size = st.st_size;
+  offset = std::clamp<int64_t>(offset, 0, out.size);
+  out.data.resize(static_cast<size_t>(std::min<int64_t>(out.size - offset, 1 << 20)));
+  size_t got = 0;
+  while (got < out.data.size()) {
+    ssize_t n = ::pread(fd, out.data.data() + got, out.data.size() - got,
+                        static_cast<off_t>(offset) + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return FailedPrecondition("cannot read the task's output file " + path + ": " +
+                                std::strerror(e));
+    }
+    if (n == 0) break;  // shrank meanwhile
+    got += static_cast<size_t>(n);
+  }
+  out.data.resize(got);
+  ::close(fd);
+  return out;
 }
 
 StatusOr<Principal> Auth(ControlPlane& cp, const httplib::Request& req) {
@@ -181,7 +230,8 @@ void ApiServer::Routes() {
       });
   s.Post(R"(/v1/jobs/([^/]+)/cancel)", cancel);
   s.Delete(R"(/v1/jobs/([^/]+))", cancel);
-  // Logs, proxied from the task's node agent (docs/api.md). With follow=true it is a long
+  // Logs, proxied from the task's node agent, or read from the file its pool wrote (Slurm;
+  // Backend::LogFile) (docs/api.md). With follow=true it is a long
   // poll: it answers as soon as there are bytes after `offset` or the task has ended, else
   // after logs_follow_wait_ms with nothing; X-Tessera-Task-Ended: true once the task's
   // process is gone and every byte was read, so `tessera logs -f` knows when to stop.
@@ -198,11 +248,12 @@ void ApiServer::Routes() {
             return Fail(res, InvalidArgument("stream: must be stdout or stderr"));
           const bool follow = req.get_param_value("follow") == "true";
           const std::string want = req.get_param_value("allocation");
+          const int32_t task_index = static_cast<int32_t>(*task);
           const auto deadline =
               std::chrono::steady_clock::now() +
               std::chrono::milliseconds(follow ? options_.logs_follow_wait_ms : 0);
           for (;;) {
-            auto src = cp.LogsSourceOf(p, req.matches[1], static_cast<int32_t>(*task), want);
+            auto src = cp.LogsSourceOf(p, req.matches[1], task_index, want, stream);
             if (!src.ok()) return Fail(res, src.status());
             if (!src->placed && !follow)
               return Fail(res, NotFound("job \"" + std::string(req.matches[1]) + "\" task " +
@@ -210,7 +261,17 @@ void ApiServer::Routes() {
             std::string body;
             int64_t next = *offset;
             bool eof = true;
-            if (src->placed) {
+            if (src->placed && !src->file.empty()) {
+              auto chunk = ReadOutputFile(src->file, *offset);
+              if (chunk.ok()) {
+                body = std::move(chunk->data);
+                next = *offset + static_cast<int64_t>(body.size());
+                eof = next >= chunk->size;
+              } else if (!follow || chunk.status().code() != StatusCode::kNotFound) {
+                return Fail(res, chunk.status());
+              }
+              // Following and not there yet: the task has not started writing.
+            } else if (src->placed) {
               httplib::Client c(src->url);
               c.set_connection_timeout(5, 0);
               c.set_read_timeout(30, 0);

@@ -418,6 +418,88 @@ TEST_F(ApiTest, LogsFollowWaitsForNewBytesAndEndsWithTheTask) {
   EXPECT_EQ(Do("GET", "/v1/jobs/talk/logs?task=3", root).status, 400);
 }
 
+// A pool whose nodes run no agent and whose tasks write their output to files the server
+// reads (as Slurm does): stdout in <dir>/<job>.<attempt>.out, stderr refused.
+class FileLogsBackend : public Backend {
+ public:
+  explicit FileLogsBackend(std::string dir) : dir_(std::move(dir)) {}
+  std::string Kind() const override { return "files"; }
+  void Launch(const Dispatch&) override {}
+  void Stop(const std::string&, int64_t) override {}
+  StatusOr<std::string> LogFile(const spec::JobSpec& job, const Dispatch& d,
+                                const std::string& stream) const override {
+    if (stream == "stderr")
+      return FailedPrecondition("job " + job.job.id + ": stderr is elsewhere");
+    return dir_ + "/" + d.job + "." + std::to_string(d.attempt) + ".out";
+  }
+
+ private:
+  std::string dir_;
+};
+
+TEST_F(ApiTest, LogsOfAPoolThatWritesFilesAreReadFromThem) {
+  const std::string root = "root-token-0123456789";
+  cp_->RegisterBackend("files", std::make_shared<FileLogsBackend>(dir_));
+  Json reg = {{"node",
+               {{"name", "f1"},
+                {"pool", "files"},
+                {"cpu", 8},
+                {"memory", "64Gi"},
+                {"gpus", {{"model", "A100-80GB"}, {"count", 1}, {"virtual", true}}}}},
+              {"bootId", "f1"}};
+  auto r = cp_->RegisterAgent(kAdmin, reg);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const int64_t epoch = (*r)["epoch"];
+  ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("batch", "debug")).status, 201);
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json job = cp_->GetJob(kAdmin, "batch", true).value();
+  ASSERT_EQ(job["allocations"].size(), 1u) << job.dump();
+  const std::string alloc = job["allocations"][0]["id"];
+
+  // Placed, nothing written yet: a clear 404 (following, it waits instead).
+  Resp none = Do("GET", "/v1/jobs/batch/logs?task=0", root);
+  EXPECT_EQ(none.status, 404) << none.raw;
+  EXPECT_NE(none.raw.find("no output yet: " + dir_ + "/batch.1.out does not exist"),
+            std::string::npos)
+      << none.raw;
+  std::ofstream(dir_ + "/batch.1.out") << "hello\n";
+  Resp a = Do("GET", "/v1/jobs/batch/logs?task=0", root);
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(a.raw, "hello\n");
+  EXPECT_EQ(a.Header("X-Next-Offset"), "6");
+  EXPECT_EQ(a.Header("X-Tessera-Allocation"), alloc);
+  EXPECT_EQ(a.Header("X-Tessera-Task-Ended"), "false");
+  // Following: waits for new bytes (long poll).
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::ofstream(dir_ + "/batch.1.out", std::ios::app) << "world\n";
+  });
+  Resp b = Do("GET", "/v1/jobs/batch/logs?task=0&follow=true&offset=6", root);
+  writer.join();
+  ASSERT_EQ(b.status, 200) << b.raw;
+  EXPECT_EQ(b.raw, "world\n");
+  EXPECT_EQ(b.Header("X-Next-Offset"), "12");
+  // The pool's own refusal, as it says it.
+  Resp e = Do("GET", "/v1/jobs/batch/logs?task=0&stream=stderr", root);
+  EXPECT_EQ(e.status, 409) << e.raw;
+  EXPECT_NE(e.raw.find("job batch: stderr is elsewhere"), std::string::npos) << e.raw;
+  // Once the task has ended, a follow at the end answers at once, saying so.
+  ASSERT_TRUE(cp_->Heartbeat(kAdmin, "f1",
+                             Json{{"epoch", epoch},
+                                  {"tasks", {{{"allocation", alloc}, {"state", "succeeded"}}}}})
+                  .ok());
+  Resp c = Do("GET", "/v1/jobs/batch/logs?task=0&follow=true&offset=12", root);
+  EXPECT_EQ(c.status, 200);
+  EXPECT_EQ(c.raw, "");
+  EXPECT_EQ(c.Header("X-Tessera-Task-Ended"), "true");
+  // A file that cannot be read is an error naming it (a directory here: root reads anything).
+  std::filesystem::remove(dir_ + "/batch.1.out");
+  std::filesystem::create_directory(dir_ + "/batch.1.out");
+  Resp d = Do("GET", "/v1/jobs/batch/logs?task=0", root);
+  EXPECT_EQ(d.status, 409) << d.raw;
+  EXPECT_NE(d.raw.find(dir_ + "/batch.1.out is not a regular file"), std::string::npos) << d.raw;
+}
+
 // `tessera get nodes` in kubectl's words: a cordoned or drained node (unschedulable) is
 // Ready,SchedulingDisabled, or NotReady,SchedulingDisabled once it stops heartbeating.
 TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <string>
 
+#include "common/status.h"
 #include "model/job.h"
+#include "spec/spec.h"
 
 namespace tessera::server {
 
@@ -29,6 +31,15 @@ class Backend {
   virtual std::string Kind() const = 0;  // "agent", "slurm", ...
   virtual void Launch(const Dispatch& d) = 0;
   virtual void Stop(const std::string& allocation, int64_t grace_period_seconds) = 0;
+  // Where task `d` of `job` writes `stream` ("stdout" or "stderr") when its pool puts task
+  // output in files that the server reads itself (Slurm's --output on a shared filesystem):
+  // the file's path; "" when the node's agent serves the logs (its logsUrl, the default);
+  // an error, saying why, when the pool has no output to serve. Called with the control
+  // plane's lock held: compute the path, never wait.
+  virtual StatusOr<std::string> LogFile(const spec::JobSpec& job, const Dispatch& d,
+                                        const std::string& stream) const {
+    return std::string();
+  }
 };
 
 // Own node agents: they poll for their desired state, so there is nothing to push.

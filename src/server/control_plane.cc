@@ -914,7 +914,8 @@ StatusOr<std::pair<std::string, std::string>> ControlPlane::LogsLocation(const P
 
 StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p,
                                                               const std::string& id, int32_t task,
-                                                              const std::string& allocation) {
+                                                              const std::string& allocation,
+                                                              const std::string& stream) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
@@ -939,6 +940,18 @@ StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p
   out.allocation = a->id;
   out.ended = !a->Live();
   auto n = nodes_.find(a->placement.node);
+  if (n != nodes_.end()) {
+    // A pool whose nodes run no agent may name a file the server reads (Slurm).
+    if (auto b = backends_.find(n->second.node.pool); b != backends_.end()) {
+      auto file = b->second->LogFile(
+          j.spec, Dispatch{a->id, a->job, a->task, a->attempt, a->placement}, stream);
+      if (!file.ok()) return file.status();
+      if (!file->empty()) {
+        out.file = *file;
+        return out;
+      }
+    }
+  }
   if (n == nodes_.end() || n->second.logs_url.empty())
     return Unavailable("node " + a->placement.node + " serves no logs");
   out.url = n->second.logs_url;

@@ -196,14 +196,17 @@ class ControlPlane {
   StatusOr<std::pair<std::string, std::string>> LogsLocation(const Principal& p,
                                                              const std::string& id, int32_t task);
   // What `logs -f` follows: the task's allocation (`allocation`, or its latest when ""),
-  // where its agent serves the logs, and whether it has ended (its process is gone, so its
-  // log is complete). placed=false while the task waits for a placement.
+  // where its `stream` is (the agent's logs URL, or a file the server reads when the pool's
+  // Backend::LogFile names one, e.g. Slurm), and whether it has ended (its process is gone,
+  // so its log is complete). placed=false while the task waits for a placement.
   struct LogsSource {
     std::string url, allocation;
+    std::string file;  // set instead of url: read the output there
     bool placed = false, ended = false;
   };
   StatusOr<LogsSource> LogsSourceOf(const Principal& p, const std::string& id, int32_t task,
-                                    const std::string& allocation);
+                                    const std::string& allocation,
+                                    const std::string& stream = "stdout");
 
   // ---- agent protocol (docs/agent-protocol.md) ----
   StatusOr<Json> RegisterAgent(const Principal& p, const Json& body);
