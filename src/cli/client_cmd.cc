@@ -776,7 +776,8 @@ void AddClientCommands(CLI::App& app) {
     auto task = std::make_shared<int>(0);
     auto stream = std::make_shared<std::string>("stdout");
     auto follow = std::make_shared<bool>(false);
-    CLI::App* c = app.add_subcommand("logs", "a task's output (proxied from its node agent)");
+    CLI::App* c = app.add_subcommand(
+        "logs", "a task's output (from its node agent, or the file its Slurm job wrote)");
     c->add_option("job", *job, "job name")->required();
     c->add_option("--task", *task, "task index")->capture_default_str();
     c->add_option("--stream", *stream, "stdout | stderr")

@@ -60,6 +60,10 @@ void AddServerCommands(CLI::App& app) {
                   "extra sbatch option for every job, e.g. --account=ml (repeatable)");
   cmd->add_option("--slurm-sync-seconds", *slurm_sync, "read the Slurm nodes (sinfo) this often")
       ->capture_default_str();
+  cmd->add_option("--slurm-logs-dir", slurm->logs_dir,
+                  "where Slurm writes jobs' stdout/stderr for `tessera logs` (default: "
+                  "<data-dir>/slurm-logs); on a real cluster a filesystem that the Slurm nodes "
+                  "and the server share");
   slurm->pool.clear();
   cmd->callback([flags, slurm, slurm_conf, slurm_sync, gpu_models] {
     if (!slurm->pool.empty()) {
@@ -81,6 +85,7 @@ void AddServerCommands(CLI::App& app) {
         return;
       }
       slurm->sync = std::chrono::seconds(*slurm_sync);
+      if (slurm->logs_dir.empty()) slurm->logs_dir = flags->data_dir + "/slurm-logs";
       server::PoolHooks().push_back(
           [opts = *slurm](server::ControlPlane& cp) -> StatusOr<server::StopFn> {
             auto h = slurm::SlurmPoolHookup::Start(cp, opts);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "backends/slurm/command_runner.h"
@@ -118,6 +119,35 @@ std::string SlurmDuration(int64_t seconds) {
   std::snprintf(buf, sizeof buf, "%lld-%02lld:%02lld:%02lld", static_cast<long long>(d),
                 static_cast<long long>(h), static_cast<long long>(m), static_cast<long long>(s));
   return buf;
+}
+
+OutputFiles JobOutputFiles(const std::string& dir, const std::string& job, int32_t attempt,
+                           const std::string& script) {
+  OutputFiles f;
+  if (dir.empty()) return f;
+  // Which streams the script names in its leading #SBATCH block (Slurm reads no further).
+  bool output = false, error = false;
+  size_t pos = 0;
+  while (pos < script.size()) {
+    size_t end = script.find('\n', pos);
+    if (end == std::string::npos) end = script.size();
+    std::string line = script.substr(pos, end - pos);
+    pos = end + 1;
+    size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    if (line[first] != '#') break;
+    if (line.rfind("#SBATCH", 0) != 0) continue;
+    std::istringstream words(line.substr(7));
+    for (std::string w; words >> w && w[0] != '#';) {
+      std::string name = w.substr(0, w.find('='));
+      output = output || name == "--output" || (w.size() >= 2 && w.compare(0, 2, "-o") == 0);
+      error = error || name == "--error" || (w.size() >= 2 && w.compare(0, 2, "-e") == 0);
+    }
+  }
+  const std::string base = dir + "/" + job + "." + std::to_string(attempt);
+  if (!output) f.stdout_path = base + ".out";
+  if (!output && !error) f.stderr_path = base + ".err";
+  return f;
 }
 
 std::string NeutralizePlacementDirectives(const std::string& script) {

@@ -53,6 +53,18 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& request,
 // comments. Only the leading comment block counts, as in Slurm.
 std::string NeutralizePlacementDirectives(const std::string& script);
 
+// Where a job attempt's output goes when Tessera names it: under `dir`, a directory the
+// server reads (on a real cluster, a filesystem shared by the Slurm nodes and the server),
+// <dir>/<job>.<attempt>.out for stdout and .err for stderr. A stream that the script names
+// itself (#SBATCH -o/--output, -e/--error in its leading block) stays the script's: its path
+// here is "", and a script's -o without -e takes stderr too, as in Slurm. Both "" when
+// `dir` is "" (Slurm's default then: slurm-<id>.out in the working directory).
+struct OutputFiles {
+  std::string stdout_path, stderr_path;
+};
+OutputFiles JobOutputFiles(const std::string& dir, const std::string& job, int32_t attempt,
+                           const std::string& script);
+
 // The tag: -J tessera-<job>, --comment tessera:<job>:<allocation>.
 std::string SlurmJobName(const std::string& job);
 std::string SlurmComment(const std::string& job, const std::string& allocation);

@@ -200,6 +200,33 @@ TEST(NeutralizePlacementDirectives, Table) {
   for (const Case& c : cases) EXPECT_EQ(NeutralizePlacementDirectives(c.in), c.out) << c.in;
 }
 
+TEST(JobOutputFiles, TesseraNamesWhatTheScriptDoesNot) {
+  struct Case {
+    std::string script, out, err;
+  } cases[] = {
+      {"", "/l/j.2.out", "/l/j.2.err"},  // a command: both
+      {"#!/bin/bash\n#SBATCH -N 2\necho\n", "/l/j.2.out", "/l/j.2.err"},
+      // The script's own -o takes stdout, and stderr too without -e (Slurm's rule).
+      {"#!/bin/bash\n#SBATCH -o my.out\n", "", ""},
+      {"#SBATCH --output=my.out\n", "", ""},
+      {"#SBATCH -omy.out\n", "", ""},
+      {"#SBATCH -J x -o my.out\n", "", ""},
+      {"#SBATCH -e my.err\n", "/l/j.2.out", ""},
+      {"#SBATCH --error my.err\n", "/l/j.2.out", ""},
+      // Not directives: after the first command, commented out, look-alike names.
+      {"#!/bin/sh\necho\n#SBATCH -o late.out\n", "/l/j.2.out", "/l/j.2.err"},
+      {"## SBATCH -o x\n#SBATCH --open-mode=append # -o x\n", "/l/j.2.out", "/l/j.2.err"},
+  };
+  for (const Case& c : cases) {
+    OutputFiles f = JobOutputFiles("/l", "j", 2, c.script);
+    EXPECT_EQ(f.stdout_path, c.out) << c.script;
+    EXPECT_EQ(f.stderr_path, c.err) << c.script;
+  }
+  OutputFiles none = JobOutputFiles("", "j", 2, "");  // no directory: Slurm's default
+  EXPECT_EQ(none.stdout_path, "");
+  EXPECT_EQ(none.stderr_path, "");
+}
+
 TEST(BuildSbatch, UserScriptKeepsItsBody) {
   DispatchRequest r = Request({Bind(0, "node1", 2000, 100, {0, 1})});
   r.command.clear();

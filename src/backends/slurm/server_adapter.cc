@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "backends/slurm/sbatch.h"
+
 namespace tessera::slurm {
 
 JobInfo JobInfoFromSpec(const spec::JobSpec& spec) {
@@ -176,12 +178,14 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     std::vector<server::Dispatch> tasks;
     std::chrono::steady_clock::time_point last;
     std::string job;
+    int32_t attempt = 1;
     {
       std::lock_guard<std::mutex> lock(mu_);
       const Gang& g = gangs_[w.key];
       for (const auto& [t, d] : g.tasks) tasks.push_back(d);
       last = g.last_launch;
       job = g.job;
+      attempt = g.attempt;
     }
     std::optional<JobInfo> info = lookup_(job);
     if (!info) {
@@ -206,6 +210,9 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     r.env = info->env;
     r.time_limit_seconds = info->time_limit_seconds;
     r.processes_per_task = info->processes_per_task;
+    OutputFiles out = JobOutputFiles(options_.logs_dir, job, attempt, info->script);
+    r.stdout_path = out.stdout_path;
+    r.stderr_path = out.stderr_path;
     auto id = pool_->Dispatch(r);
     if (!id.ok() && id.status().retryable()) {
       std::lock_guard<std::mutex> lock(mu_);

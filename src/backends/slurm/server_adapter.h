@@ -67,6 +67,9 @@ struct ServerAdapterOptions {
   // Start with Slurm untouched (no dispatch, cancel or poll) until Resume(): a restarted
   // server records launches while it reconciles, then lets the adapter go.
   bool start_paused = false;
+  // Where Slurm writes each job attempt's stdout/stderr (JobOutputFiles in sbatch.h), for
+  // the server to serve; "" = Slurm's default.
+  std::string logs_dir;
 };
 
 class SlurmServerBackend : public server::Backend {

@@ -65,7 +65,7 @@ class AdapterTest : public ::testing::Test {
             },
             [this](const TaskReport& r) { reports.push_back(r); },
             ServerAdapterOptions{std::chrono::milliseconds(200), std::chrono::milliseconds(0),
-                                 std::chrono::milliseconds(1000)}) {
+                                 std::chrono::milliseconds(1000), false, "/shared/logs"}) {
     runner->Reply("sinfo", Sinfo());
   }
   int32_t tasks = 2;
@@ -86,6 +86,9 @@ TEST_F(AdapterTest, AGangIsOneSbatchAndEveryTaskHearsItsState) {
   const auto& argv = runner->calls[1].argv;  // [0] is sinfo
   EXPECT_NE(std::find(argv.begin(), argv.end(), "--nodelist=node1,node2"), argv.end());
   EXPECT_NE(std::find(argv.begin(), argv.end(), "tessera:train:a-001"), argv.end());
+  // Output where the server reads it: per job attempt.
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--output=/shared/logs/train.1.out"), argv.end());
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--error=/shared/logs/train.1.err"), argv.end());
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].allocation, "a-001");
   EXPECT_EQ(reports[1].allocation, "a-002");

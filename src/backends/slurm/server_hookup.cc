@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
+#include "backends/slurm/sbatch.h"
 #include "backends/slurm/slurm_pool.h"
 #include "model/codec.h"
 #include "server/control_plane.h"
@@ -61,6 +63,25 @@ class SlurmPoolHookup::Backend final : public server::Backend {
   void Stop(const std::string& allocation, int64_t grace) override {
     h_.OnStop(allocation);
     h_.adapter_->Stop(allocation, grace);
+  }
+  // The file the adapter told Slurm to write (a pure function of the job: safe under the
+  // control plane's lock).
+  StatusOr<std::string> LogFile(const spec::JobSpec& job, const server::Dispatch& d,
+                                const std::string& stream) const override {
+    const HookupOptions& o = h_.options_;
+    if (o.logs_dir.empty())
+      return FailedPrecondition("slurm pool " + o.pool +
+                                " keeps no task output (the server runs without a Slurm "
+                                "logs directory)");
+    OutputFiles f = JobOutputFiles(o.logs_dir, d.job, d.attempt, JobInfoFromSpec(job).script);
+    const std::string& path = stream == "stderr" ? f.stderr_path : f.stdout_path;
+    if (path.empty())
+      return FailedPrecondition("job " + d.job + " runs on Slurm with its script's own " +
+                                (stream == "stderr"
+                                     ? "error file (#SBATCH -e, or -o, which takes stderr too)"
+                                     : "output file (#SBATCH -o)") +
+                                ": Slurm writes it there, where tessera logs does not read");
+    return path;
   }
 
  private:
@@ -146,6 +167,21 @@ StatusOr<std::unique_ptr<SlurmPoolHookup>> SlurmPoolHookup::Start(server::Contro
     return InvalidArgument("slurm pool name: must be non-empty without '/'");
   std::unique_ptr<SlurmPoolHookup> h(new SlurmPoolHookup(cp, std::move(options)));
   HookupOptions& o = h->options_;
+  if (!o.logs_dir.empty()) {
+    // Slurm expands '%' patterns in --output and resolves relative paths against the job's
+    // working directory: the directory must be taken literally, and absolute.
+    if (o.logs_dir.find_first_of("%\\") != std::string::npos)
+      return InvalidArgument("slurm logs directory \"" + o.logs_dir +
+                             "\": must not contain '%' or '\\' (Slurm would expand them)");
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::absolute(o.logs_dir, ec);
+    if (!ec) std::filesystem::create_directories(dir, ec);
+    if (ec)
+      return FailedPrecondition("slurm logs directory \"" + o.logs_dir +
+                                "\": cannot create it: " + ec.message());
+    o.logs_dir = dir.lexically_normal().string();
+    while (o.logs_dir.size() > 1 && o.logs_dir.back() == '/') o.logs_dir.pop_back();
+  }
   if (!o.runner) o.runner = std::make_shared<SubprocessRunner>(o.env);
   SlurmPoolOptions po;
   po.discovery.pool = o.pool;
@@ -167,6 +203,7 @@ StatusOr<std::unique_ptr<SlurmPoolHookup>> SlurmPoolHookup::Start(server::Contro
   ServerAdapterOptions ao;
   ao.poll = o.poll;
   ao.start_paused = true;  // nothing reaches Slurm before Reconcile()
+  ao.logs_dir = o.logs_dir;
   h->adapter_ = std::make_shared<SlurmServerBackend>(
       h->journal_,
       [self](const std::string& job) -> std::optional<JobInfo> {

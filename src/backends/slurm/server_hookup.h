@@ -12,6 +12,8 @@
 //     per job attempt); task states and exit codes come back as heartbeat task reports, so
 //     the control plane's own lifecycle (Running, Succeeded/Failed with exit code, events,
 //     restart policies) applies unchanged. Stop -> scancel.
+//   - Logs: Slurm writes each job attempt's output under `logs_dir`; the Backend names
+//     those files (Backend::LogFile) and the server's logs endpoint reads them.
 //   - No loss, no duplicates: before every sbatch the allocation is journaled durably in the
 //     server's store (key "slurm/<pool>/<allocation>", then the Slurm job id once known). At
 //     start, before any sbatch, the live allocations on the pool's nodes are reconciled by tag
@@ -54,6 +56,10 @@ struct HookupOptions {
   std::chrono::milliseconds heartbeat{1000};      // report nodes and tasks this often
   std::chrono::milliseconds poll{1000};           // squeue this often while jobs are live
   std::shared_ptr<CommandRunner> runner;          // default: SubprocessRunner(env)
+  // Where Slurm writes each job attempt's stdout/stderr (<dir>/<job>.<attempt>.out/.err) and
+  // the server reads them for `tessera logs`: on a real cluster a filesystem shared by the
+  // Slurm nodes and the server. Created at start; "" = Slurm's default, and no logs.
+  std::string logs_dir;
 };
 
 class SlurmPoolHookup {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -36,6 +37,7 @@ class FakeSlurm : public CommandRunner {
       for (size_t i = 0; i + 1 < argv.size(); ++i)
         if (argv[i] == "--comment") comment = argv[i + 1];
       jobs_[id] = {comment, "PENDING", 0};
+      last_sbatch_ = argv;
       return CommandResult{0, std::to_string(id) + "\n", ""};
     }
     if (p == "scancel") {
@@ -61,6 +63,10 @@ class FakeSlurm : public CommandRunner {
   size_t Count() {
     std::lock_guard<std::mutex> l(mu_);
     return jobs_.size();
+  }
+  std::vector<std::string> LastSbatch() {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_sbatch_;
   }
   std::string drained;  // a node to show drained (set before Start)
 
@@ -108,6 +114,7 @@ class FakeSlurm : public CommandRunner {
   std::mutex mu_;
   std::map<std::string, int> calls_;
   std::map<int64_t, J> jobs_;
+  std::vector<std::string> last_sbatch_;
   int64_t next_id_ = 42;
 };
 
@@ -144,6 +151,7 @@ class HookupTest : public ::testing::Test {
     ho.sync = std::chrono::milliseconds(50);
     ho.heartbeat = std::chrono::milliseconds(20);
     ho.poll = std::chrono::milliseconds(20);
+    ho.logs_dir = logs_dir_;
     auto h = SlurmPoolHookup::Start(*cp_, ho);
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     hookup_ = std::move(*h);
@@ -173,6 +181,7 @@ class HookupTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::string logs_dir_;  // HookupOptions::logs_dir
   std::shared_ptr<FakeSlurm> slurm_;
   std::unique_ptr<ControlPlane> cp_;
   std::unique_ptr<SlurmPoolHookup> hookup_;
@@ -253,6 +262,62 @@ TEST_F(HookupTest, RestartWritesOffWhatSlurmLostAndTheJobPolicyDecides) {
   ASSERT_TRUE(Until([&] { return State("lost") == "Failed"; })) << State("lost");
   EXPECT_NE(Describe("lost").dump().find("gone from Slurm"), std::string::npos);
   EXPECT_EQ(slurm_->Calls("sbatch"), 1);
+}
+
+// Slurm is told to write each job attempt's output under the logs directory, and the
+// server's logs endpoint is pointed at those files; a script's own -o stays the script's.
+TEST_F(HookupTest, SlurmWritesOutputWhereTheServerReadsIt) {
+  logs_dir_ = dir_ + "/logs/";
+  Open();
+  EXPECT_TRUE(std::filesystem::is_directory(dir_ + "/logs"));
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(false)["items"].size() == 2; }));
+  Submit("out", "echo hello\n");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  std::vector<std::string> argv = slurm_->LastSbatch();
+  const std::string out = dir_ + "/logs/out.1.out", err = dir_ + "/logs/out.1.err";
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--output=" + out), argv.end());
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--error=" + err), argv.end());
+  auto src = cp_->LogsSourceOf(kAdmin, "out", 0, "", "stdout");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_EQ(src->file, out);
+  EXPECT_TRUE(src->url.empty());
+  src = cp_->LogsSourceOf(kAdmin, "out", 0, "", "stderr");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_EQ(src->file, err);
+
+  // The script names its own output: Slurm writes there, and the logs endpoint says so.
+  auto r = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J own\n#SBATCH -o /tmp/own.out\ntrue\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 2; }));
+  argv = slurm_->LastSbatch();
+  for (const auto& a : argv) {
+    EXPECT_NE(a.rfind("--output", 0), 0u) << a;
+    EXPECT_NE(a.rfind("--error", 0), 0u) << a;
+  }
+  src = cp_->LogsSourceOf(kAdmin, "own", 0, "", "stdout");
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(src.status().message().find("its script's own output file (#SBATCH -o)"),
+            std::string::npos)
+      << src.status().message();
+}
+
+TEST_F(HookupTest, ALogsDirectoryThatSlurmWouldExpandIsRefused) {
+  auto st = store::OpenSqliteStore(dir_);
+  ASSERT_TRUE(st.ok());
+  server::ControlPlaneOptions o;
+  o.run_scheduler = false;
+  auto cp =
+      ControlPlane::Open(std::move(*st), std::make_unique<server::testing::ScriptedEngine>(), o);
+  ASSERT_TRUE(cp.ok());
+  HookupOptions ho;
+  ho.pool = "hpc";
+  ho.runner = slurm_;
+  ho.logs_dir = dir_ + "/logs-%j";
+  auto h = SlurmPoolHookup::Start(**cp, ho);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("must not contain '%'"), std::string::npos)
+      << h.status().message();
 }
 
 }  // namespace

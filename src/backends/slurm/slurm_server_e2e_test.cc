@@ -115,6 +115,14 @@ class Server {
     if (!r || r->status != 200) return Json();
     return Json::parse(r->body, nullptr, false);
   }
+  // A GET's status and body as they are (text endpoints, errors).
+  std::pair<int, std::string> GetText(const std::string& path) const {
+    httplib::Client c(url_);
+    auto r = c.Get(path.c_str(),
+                   {{"Authorization", "Bearer " + Trim(ReadFile(data_ + "/admin.token"))}});
+    if (!r) return {0, ""};
+    return {r->status, r->body};
+  }
   // The `tessera` CLI against this server.
   std::pair<int, std::string> Cli(const std::string& args) const {
     return Capture("TESSERA_SERVER='" + url_ + "' TESSERA_TOKEN_FILE='" + data_ +
@@ -236,14 +244,34 @@ TEST_F(SlurmServerE2ETest, SbatchScriptsRunOnTheSlurmPoolThroughTheServer) {
   ASSERT_FALSE(slurm_id.empty()) << j.dump();
   std::string out = ok;
   out.replace(out.find("%j"), 2, slurm_id);
-  // Slurm ran exactly where Tessera placed the job's 2 tasks (one per #SBATCH node; the
-  // engine may put both on one node: -N is not an anti-affinity to it).
+  // Slurm ran exactly where Tessera placed the job's 2 tasks: one per #SBATCH node, on two
+  // distinct nodes (-N 2 is oneTaskPerNode to the engine).
   std::set<std::string> placed;
   for (const auto& al : j["allocations"]) placed.insert(al["placement"].value("node", ""));
-  EXPECT_EQ(ReadFile(out), "nodes=" + std::to_string(placed.size()) + " ntasks=4\n4\n");
+  EXPECT_EQ(placed.size(), 2u) << j.dump();
+  EXPECT_EQ(ReadFile(out), "nodes=2 ntasks=4\n4\n");
   j = WaitState(N("e2e-exit3"), "Failed");
   EXPECT_TRUE(HasEvent(j, "TaskFailed", "exit code 3")) << j.dump();
   EXPECT_EQ(ReadFile(work_ + "/exit3.out"), "about to fail\n");
+
+  // 2b. Output through the API: a script without -o writes where the server told Slurm to
+  //     (<data-dir>/slurm-logs), and `GET /v1/jobs/NAME/logs` serves stdout and stderr.
+  Submit(N("e2e-logs"), "#!/bin/bash\n#SBATCH -J " + N("e2e-logs") +
+                            "\n#SBATCH -t 5\necho hello from slurm\necho oops >&2\n");
+  WaitState(N("e2e-logs"), "Succeeded");
+  auto [ls, lout] = server_->GetText("/v1/jobs/" + N("e2e-logs") + "/logs?task=0");
+  EXPECT_EQ(ls, 200) << lout;
+  EXPECT_EQ(lout, "hello from slurm\n");
+  auto [es, eout] = server_->GetText("/v1/jobs/" + N("e2e-logs") + "/logs?task=0&stream=stderr");
+  EXPECT_EQ(es, 200) << eout;
+  EXPECT_EQ(eout, "oops\n");
+  auto [lrc, lcli] = server_->Cli("logs " + N("e2e-logs"));
+  EXPECT_EQ(lrc, 0) << lcli;
+  EXPECT_NE(lcli.find("hello from slurm"), std::string::npos) << lcli;
+  // A script that names its own output keeps it; the logs endpoint says where it is not.
+  auto [os, oout] = server_->GetText("/v1/jobs/" + N("e2e-exit3") + "/logs?task=0");
+  EXPECT_EQ(os, 409) << oout;
+  EXPECT_NE(oout.find("#SBATCH -o"), std::string::npos) << oout;
 
   // 3. Cancel through the CLI -> scancel; the job ends Cancelled and Slurm says CANCELLED.
   Submit(N("e2e-cancel"),
@@ -282,6 +310,33 @@ TEST_F(SlurmServerE2ETest, SbatchScriptsRunOnTheSlurmPoolThroughTheServer) {
   Submit(N("e2e-after"),
          "#!/bin/bash\n#SBATCH -J " + N("e2e-after") + "\n#SBATCH -o /dev/null\ntrue\n");
   WaitState(N("e2e-after"), "Succeeded");
+
+  // 5. A drained Slurm node takes no work and `get nodes` says so, in kubectl's words.
+  const std::string conf = "SLURM_CONF='" + ClusterDir() + "/slurm.conf' ";
+  auto [drc, dout] =
+      Capture(conf + "scontrol update nodename=node4 state=drain reason=tessera-e2e 2>&1");
+  ASSERT_EQ(drc, 0) << dout;
+  struct Resume {  // whatever happens: the cluster is shared with the other tests
+    std::string conf;
+    ~Resume() { (void)Capture(conf + "scontrol update nodename=node4 state=resume 2>&1"); }
+  } resume{conf};
+  auto status_of = [](const std::string& table, const std::string& node) {
+    std::stringstream lines(table);
+    for (std::string line; std::getline(lines, line);) {
+      std::stringstream words(line);
+      std::string name, status;
+      words >> name >> status;
+      if (name == node) return status;
+    }
+    return std::string();
+  };
+  std::string table2;
+  for (int i = 0; i < 100 && status_of(table2, "node4") != "Ready,SchedulingDisabled"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    table2 = server_->Cli("get nodes").second;
+  }
+  EXPECT_EQ(status_of(table2, "node4"), "Ready,SchedulingDisabled") << table2;
+  EXPECT_EQ(status_of(table2, "node1"), "Ready") << table2;
   server_->Kill(SIGTERM);
 }
 
