@@ -41,14 +41,17 @@ struct Failure {
   int32_t gang_fit = 0;
 };
 
+// Small on purpose: the cycle walks 100k of these several times; its decision lives in
+// the plan (CycleRun::Decision) and the job itself is touched only where needed.
 struct PendingJob {
   JobRec* rec = nullptr;
   JState state = JState::kAdmitted;
   bool tried = false;
-  JobDecision decision;
-  int32_t shapes_at = 0;  // its task groups' shape ids: CycleRun::group_shapes_[shapes_at + g]
-  int32_t failure = -1;   // index into CycleRun::failures_ of the last failed attempt
-  std::string suffix;     // appended to the reason message (the reservation note)
+  int32_t task_count = 0;  // rec->job.TaskCount()
+  int32_t gang_min = 0;    // rec->job.GangMinimum()
+  int32_t queue = -1;      // rec->queue
+  int32_t shapes_at = 0;   // its task groups' shape ids: CycleRun::group_shapes_[shapes_at + g]
+  int32_t failure = -1;    // index into CycleRun::failures_ of the last failed attempt
 };
 
 // Geometric growth for the per-class caches (classes appear throughout a cycle).
@@ -165,6 +168,8 @@ class CycleRun {
  private:
   // ---- ordering ----
   void SortJobs();  // order_: by the order plugins' keys, submit time, id
+  // The job's entry in the plan (plan_.decisions is parallel to jobs_).
+  JobDecision& Decision(const PendingJob& pj) { return plan_.decisions[&pj - jobs_.data()]; }
   std::vector<int64_t> QueueKey(int32_t q) const;
   bool QueueLess(int32_t a, int32_t b) const;
 
@@ -209,12 +214,15 @@ class CycleRun {
   CycleContext ctx_;
   std::vector<TypicalRequest> typical_;
   Plan plan_;
-  std::vector<PendingJob> jobs_;       // by id
-  std::vector<int32_t> group_shapes_;  // shape id per (job, task group); see PendingJob
-  std::vector<Failure> failures_;      // why attempts failed; see PendingJob
-  std::vector<PendingJob*> order_;     // job order (static keys)
-  std::vector<PendingJob*> visit_;     // the order allocate visited them
-  bool strict_ = false;                // backfill configured: allocate stops at the blocked head
+  std::vector<PendingJob> jobs_;               // by id
+  std::vector<char> limited_;                  // per queue: it or an ancestor has a limit
+  const PendingJob* reserved_head_ = nullptr;  // the blocked head backfill reserved for
+  std::string reservation_note_;               // appended to its reason message
+  std::vector<int32_t> group_shapes_;          // shape id per (job, task group); see PendingJob
+  std::vector<Failure> failures_;              // why attempts failed; see PendingJob
+  std::vector<PendingJob*> order_;             // job order (static keys)
+  std::vector<PendingJob*> visit_;             // the order allocate visited them
+  bool strict_ = false;  // backfill configured: allocate stops at the blocked head
   // Placement caches, valid for this cycle: per shape, per class.
   std::unordered_map<std::string, int32_t> shape_ids_;
   std::string shape_scratch_;
@@ -274,7 +282,7 @@ void CycleRun::SortJobs() {
     const int64_t* y = &keys[(b - base) * K];
     for (size_t k = 0; k < K; ++k)
       if (x[k] != y[k]) return x[k] < y[k];
-    return a->decision.job < b->decision.job;
+    return plan_.decisions[a - base].job < plan_.decisions[b - base].job;
   });
 }
 
@@ -630,10 +638,7 @@ void CycleRun::Finalize() {
   std::map<std::pair<int32_t, bool>, Failure> cache;
   std::vector<bool> saved;
   for (auto& pj : jobs_) {
-    if (pj.failure < 0) {
-      if (!pj.suffix.empty()) pj.decision.reason.message += pj.suffix;
-      continue;
-    }
+    if (pj.failure < 0) continue;
     Failure& f = failures_[pj.failure];
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
       auto key = std::make_pair(f.shape, f.fenced);
@@ -646,21 +651,21 @@ void CycleRun::Finalize() {
       const Failure& c = it->second;
       const Job& job = pj.rec->job;
       std::string msg = c.message;
-      if (job.TaskCount() > 1) msg = "task " + std::to_string(f.task) + ": " + msg;
+      if (pj.task_count > 1) msg = "task " + std::to_string(f.task) + ": " + msg;
       std::map<std::string, int32_t> rejected = c.rejected;
       if (job.one_task_per_node) DistinctNodesReason(pj, f, c, msg, rejected);
       std::string code = c.code;
       if (f.gang && !f.infeasible) {
         code = "GangUnsatisfied";
-        msg = "gang minimum " + std::to_string(job.GangMinimum()) + " of " +
-              std::to_string(job.TaskCount()) + " tasks: only " + std::to_string(f.gang_fit) +
+        msg = "gang minimum " + std::to_string(pj.gang_min) + " of " +
+              std::to_string(pj.task_count) + " tasks: only " + std::to_string(f.gang_fit) +
               " fit together; " + msg;
       }
       if (f.infeasible) msg = "can never fit on this cluster as it is: " + msg;
-      pj.decision.reason = {code, msg, c.resource, std::move(rejected)};
+      Decision(pj).reason = {code, msg, c.resource, std::move(rejected)};
     }
-    if (!pj.suffix.empty()) pj.decision.reason.message += pj.suffix;
   }
+  if (reserved_head_ != nullptr) Decision(*reserved_head_).reason.message += reservation_note_;
 }
 
 bool CycleRun::Infeasible(PendingJob& pj, int32_t task) {
@@ -739,8 +744,9 @@ void CycleRun::DistinctNodesReason(PendingJob& pj, const Failure& f, const Failu
 bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
   JobRec& j = *pj.rec;
   const Job& job = j.job;
-  const int32_t n = job.TaskCount();
-  const int32_t required = std::max(0, job.GangMinimum() - j.running);
+  const int32_t n = pj.task_count;
+  const int32_t required = std::max(0, pj.gang_min - j.running);
+  const bool limited = j.queue >= 0 && limited_[j.queue];
   size_t mark = m_.undo.size();
   std::vector<int32_t> gang_nodes;
   for (const auto& a : job.allocations)
@@ -753,7 +759,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     if (job.allocations[t]) continue;
     std::string limit_why;
     const TaskRequest& req = job.GroupOfTask(t).request;
-    if (!QueueAdmits(j, RequestVector(req), &limit_why)) {
+    if (limited && !QueueAdmits(j, RequestVector(req), &limit_why)) {
       if (!failed) {
         first.code = "QueueOverLimit";
         first.message = limit_why;
@@ -800,24 +806,24 @@ void CycleRun::Attempt(PendingJob& pj) {
   if (TryPlaceJob(pj, &why)) {
     RecordBindings(mark, pj.rec->job);
     pj.state = JState::kPlaced;
-    pj.decision.outcome = Outcome::kPlaced;
-    pj.decision.reason = {};
+    Decision(pj).outcome = Outcome::kPlaced;
+    Decision(pj).reason = {};
     return;
   }
   if (why.code == "QueueOverLimit") {
     pj.state = JState::kWaiting;
-    pj.decision.outcome = Outcome::kWaiting;
+    Decision(pj).outcome = Outcome::kWaiting;
   } else if (why.infeasible) {
     pj.state = JState::kInfeasible;
-    pj.decision.outcome = Outcome::kInfeasible;
+    Decision(pj).outcome = Outcome::kInfeasible;
   } else if (why.code == "Error") {
     pj.state = JState::kError;
-    pj.decision.outcome = Outcome::kError;
+    Decision(pj).outcome = Outcome::kError;
   } else {
     pj.state = JState::kFailed;
-    pj.decision.outcome = Outcome::kUnschedulable;
+    Decision(pj).outcome = Outcome::kUnschedulable;
   }
-  pj.decision.reason = {why.code, why.message, why.resource, why.rejected};
+  Decision(pj).reason = {why.code, why.message, why.resource, why.rejected};
   pj.failure = static_cast<int32_t>(failures_.size());
   failures_.push_back(std::move(why));
 }
@@ -827,10 +833,11 @@ void CycleRun::Enqueue() {
   std::map<int32_t, ResourceVector> admitted;
   for (PendingJob* pj : order_) {
     if (pj->state != JState::kAdmitted || pj->tried) continue;
+    if (pj->queue < 0 || !limited_[pj->queue]) continue;  // no limit on its path: admitted
     const JobRec& j = *pj->rec;
     ResourceVector need;
-    int32_t required = std::max(0, j.job.GangMinimum() - j.running);
-    for (int32_t t = 0, k = 0; t < j.job.TaskCount() && k < required; ++t)
+    int32_t required = std::max(0, pj->gang_min - j.running);
+    for (int32_t t = 0, k = 0; t < pj->task_count && k < required; ++t)
       if (!j.job.allocations[t]) {
         need += RequestVector(j.job.GroupOfTask(t).request);
         ++k;
@@ -842,25 +849,22 @@ void CycleRun::Enqueue() {
       if (!lim) continue;
       if (!WithinLimit(m_.queues[q].allocated + admitted[q] + need, *lim)) {
         pj->state = JState::kWaiting;
-        pj->decision.outcome = Outcome::kWaiting;
-        pj->decision.reason = {"QueueOverLimit",
-                               "queue " + m_.queues[q].q.name + " would exceed its limit (" +
-                                   ResourceWords(*lim) + "): in use " +
-                                   ResourceWords(m_.queues[q].allocated + admitted[q]) +
-                                   ", this job needs " + ResourceWords(need),
-                               "",
-                               {}};
+        Decision(*pj).outcome = Outcome::kWaiting;
+        Decision(*pj).reason = {"QueueOverLimit",
+                                "queue " + m_.queues[q].q.name + " would exceed its limit (" +
+                                    ResourceWords(*lim) + "): in use " +
+                                    ResourceWords(m_.queues[q].allocated + admitted[q]) +
+                                    ", this job needs " + ResourceWords(need),
+                                "",
+                                {}};
         break;
       }
     }
     if (pj->state != JState::kAdmitted) continue;
     // A job that can never fit holds no admission quota: it would block feasible jobs
     // of its queue forever. Allocate still reports it as Infeasible.
-    bool limited = false;
-    for (int32_t q = j.queue; q >= 0 && !limited; q = m_.queues[q].parent)
-      limited = EffectiveLimit(m_.queues[q].q).has_value();
     bool holds = true;
-    for (int32_t t = 0; limited && holds && t < j.job.TaskCount(); ++t)
+    for (int32_t t = 0; holds && t < pj->task_count; ++t)
       if (!j.job.allocations[t] && Infeasible(*pj, t)) holds = false;
     if (holds)
       for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += extra;
@@ -1074,12 +1078,12 @@ void CycleRun::EvictFor(bool reclaim) {
     std::string names;
     for (const auto& v : victim_jobs) names += (names.empty() ? "" : ", ") + v;
     pj->state = JState::kWaiting;
-    pj->decision.outcome = Outcome::kWaiting;
-    pj->decision.reason = {"PreemptionInProgress",
-                           "waiting for " + std::to_string(count) + " task(s) of " + names +
-                               " to exit (" + (reclaim ? "reclaimed" : "preempted") + ")",
-                           "",
-                           {}};
+    Decision(*pj).outcome = Outcome::kWaiting;
+    Decision(*pj).reason = {"PreemptionInProgress",
+                            "waiting for " + std::to_string(count) + " task(s) of " + names +
+                                " to exit (" + (reclaim ? "reclaimed" : "preempted") + ")",
+                            "",
+                            {}};
   }
 }
 
@@ -1177,9 +1181,10 @@ void CycleRun::Backfill() {
       for (int32_t i : reserved) r.nodes.push_back(m_.nodes[i].name());
       r.earliest_start = earliest;
       plan_.reservations.push_back(r);
-      head->suffix = " Reserved " + std::to_string(reserved.size()) + " node(s) for this job" +
-                     (earliest >= 0 ? "; earliest start at t=" + std::to_string(earliest) + "."
-                                    : "; start time unknown.");
+      reserved_head_ = head;
+      reservation_note_ = " Reserved " + std::to_string(reserved.size()) + " node(s) for this job" +
+                          (earliest >= 0 ? "; earliest start at t=" + std::to_string(earliest) + "."
+                                         : "; start time unknown.");
       fenced_.assign(m_.nodes.size(), false);
       for (int32_t i : reserved) fenced_[i] = true;
       fence_owner_ = head->rec->job.id;
@@ -1216,29 +1221,35 @@ Plan CycleRun::Run() {
   ctx_.typical = &typical_;
   for (const auto& t : typical_) ctx_.typical_total_weight += t.weight;
 
+  limited_.assign(m_.queues.size(), 0);
+  for (size_t q = 0; q < m_.queues.size(); ++q)
+    for (int32_t a = static_cast<int32_t>(q); a >= 0 && !limited_[q]; a = m_.queues[a].parent)
+      limited_[q] = EffectiveLimit(m_.queues[a].q).has_value();
   jobs_.reserve(m_.pending.size());
   plan_.decisions.reserve(m_.pending.size());
 
   // Both are sorted by id: when most jobs are pending, walk them together (no lookups).
   const bool walk = m_.pending.size() * 8 >= m_.jobs.size();
   auto rec = m_.jobs.begin();
+  size_t tasks = 0;
   for (const std::string& id : m_.pending) {
-    PendingJob pj;
+    PendingJob& pj = jobs_.emplace_back();
+    plan_.decisions.emplace_back().job = id;
     if (walk) {
       while (rec->first != id) ++rec;
       pj.rec = &rec->second;
     } else {
       pj.rec = &m_.jobs.at(id);
     }
-    pj.decision.job = id;
+    const Job& job = pj.rec->job;
+    pj.task_count = job.TaskCount();
+    pj.gang_min = job.min_available > 0 ? job.min_available : pj.task_count;
+    pj.queue = pj.rec->queue;
     pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
-    for (const auto& g : pj.rec->job.groups)
-      group_shapes_.push_back(ShapeId(pj.rec->job, g.request));
-    jobs_.push_back(std::move(pj));
+    for (const auto& g : job.groups) group_shapes_.push_back(ShapeId(job, g.request));
+    tasks += pj.task_count - pj.rec->running;
   }
   // Upper bounds, so that these never grow by copying (untouched capacity costs no pages).
-  size_t tasks = 0;
-  for (const PendingJob& pj : jobs_) tasks += pj.rec->job.TaskCount() - pj.rec->running;
   plan_.bindings.reserve(tasks);
   m_.undo.reserve(m_.undo.size() + tasks);
   for (auto& pj : jobs_) order_.push_back(&pj);
@@ -1280,13 +1291,12 @@ Plan CycleRun::Run() {
 
   for (auto& pj : jobs_) {
     if (!pj.tried && pj.state == JState::kAdmitted) {
-      pj.decision.outcome = Outcome::kWaiting;
-      pj.decision.reason = {"NotConsidered",
-                            "not considered this cycle (behind a blocked job; no backfill ran)",
-                            "",
-                            {}};
+      Decision(pj).outcome = Outcome::kWaiting;
+      Decision(pj).reason = {"NotConsidered",
+                             "not considered this cycle (behind a blocked job; no backfill ran)",
+                             "",
+                             {}};
     }
-    plan_.decisions.push_back(std::move(pj.decision));
   }
   return std::move(plan_);
 }
