@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config clang-format
   libyaml-cpp-dev nlohmann-json3-dev libsqlite3-dev sqlite3 libcpp-httplib-dev libssl-dev
   libcli11-dev libspdlog-dev libfmt-dev libcurl4-openssl-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev
   python3 curl procps
 )
 # Extra packages that some components' tests need live in scripts/deps.d/*.list (one per line).
