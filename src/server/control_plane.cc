@@ -893,25 +893,6 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
   return out;
 }
 
-StatusOr<std::pair<std::string, std::string>> ControlPlane::LogsLocation(const Principal& p,
-                                                                         const std::string& id,
-                                                                         int32_t task) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
-  const Allocation* latest = nullptr;
-  for (const auto& aid : it->second.allocations) {
-    const Allocation& a = allocations_.at(aid);
-    if (a.task == task) latest = &a;
-  }
-  if (latest == nullptr)
-    return NotFound("job \"" + id + "\" task " + std::to_string(task) + " has not been placed yet");
-  auto n = nodes_.find(latest->placement.node);
-  if (n == nodes_.end() || n->second.logs_url.empty())
-    return Unavailable("node " + latest->placement.node + " serves no logs");
-  return std::make_pair(n->second.logs_url, latest->id);
-}
-
 StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p,
                                                               const std::string& id, int32_t task,
                                                               const std::string& allocation,

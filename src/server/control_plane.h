@@ -192,9 +192,6 @@ class ControlPlane {
   // Queue / PriorityClass documents (admin): create or replace.
   StatusOr<std::vector<Json>> Apply(const Principal& p, const std::string& body,
                                     bool bootstrap = false);
-  // Where task `task` of job `id` logs: {logsUrl, allocation}.
-  StatusOr<std::pair<std::string, std::string>> LogsLocation(const Principal& p,
-                                                             const std::string& id, int32_t task);
   // What `logs -f` follows: the task's allocation (`allocation`, or its latest when ""),
   // where its `stream` is (the agent's logs URL, or a file the server reads when the pool's
   // Backend::LogFile names one, e.g. Slurm), and whether it has ended (its process is gone,
