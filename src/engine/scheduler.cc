@@ -167,7 +167,9 @@ class CycleRun {
 
  private:
   // ---- ordering ----
-  void SortJobs();  // order_: by the order plugins' keys, submit time, id
+  void SortJobs();                    // order_: by the order plugins' keys, submit time, id
+  void AppendSortKeys(const Job& j);  // to sort_keys_, K per job in jobs_ order
+  std::vector<int64_t> sort_keys_;
   // The job's entry in the plan (plan_.decisions is parallel to jobs_).
   JobDecision& Decision(const PendingJob& pj) { return plan_.decisions[&pj - jobs_.data()]; }
   std::vector<int64_t> QueueKey(int32_t q) const;
@@ -266,16 +268,16 @@ class CycleRun {
 
 // ---------------------------------------------------------------------------------------
 
+void CycleRun::AppendSortKeys(const Job& j) {
+  for (const auto& o : e_.orders) sort_keys_.push_back(o->Key(j, ctx_));
+  sort_keys_.push_back(j.submit_time);
+}
+
 void CycleRun::SortJobs() {
-  // Keys first (one visit per job), then a sort over integers: (plugin keys..., submit
-  // time), then job id, which is unique, so the order is total.
+  // A sort over integers (the keys were taken while setting each job up, when it was in
+  // cache): (plugin keys..., submit time), then job id, which is unique: a total order.
   const size_t K = e_.orders.size() + 1;
-  std::vector<int64_t> keys(jobs_.size() * K);
-  for (size_t i = 0; i < jobs_.size(); ++i) {
-    const Job& j = jobs_[i].rec->job;
-    for (size_t k = 0; k + 1 < K; ++k) keys[i * K + k] = e_.orders[k]->Key(j, ctx_);
-    keys[i * K + K - 1] = j.submit_time;
-  }
+  const std::vector<int64_t>& keys = sort_keys_;
   const PendingJob* base = jobs_.data();
   std::sort(order_.begin(), order_.end(), [&](const PendingJob* a, const PendingJob* b) {
     const int64_t* x = &keys[(a - base) * K];
@@ -1226,6 +1228,7 @@ Plan CycleRun::Run() {
     for (int32_t a = static_cast<int32_t>(q); a >= 0 && !limited_[q]; a = m_.queues[a].parent)
       limited_[q] = EffectiveLimit(m_.queues[a].q).has_value();
   jobs_.reserve(m_.pending.size());
+  sort_keys_.reserve(m_.pending.size() * (e_.orders.size() + 1));
   plan_.decisions.reserve(m_.pending.size());
 
   // Both are sorted by id: when most jobs are pending, walk them together (no lookups).
@@ -1248,6 +1251,7 @@ Plan CycleRun::Run() {
     pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
     for (const auto& g : job.groups) group_shapes_.push_back(ShapeId(job, g.request));
     tasks += pj.task_count - pj.rec->running;
+    AppendSortKeys(job);
   }
   // Upper bounds, so that these never grow by copying (untouched capacity costs no pages).
   plan_.bindings.reserve(tasks);
