@@ -1,5 +1,6 @@
-// The `fragmentation` score's resolution: differences in expected fragmentation below
-// 20 milli-GPU tie (the lowest node wins), larger ones decide.
+// The `fragmentation` score's resolution: exact by default (any difference decides); with
+// `resolutionMilli: 20`, differences in expected fragmentation below 20 milli-GPU tie (the
+// lowest node wins) and larger ones decide.
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
@@ -34,12 +35,13 @@ TaskRequest WholeGpu(std::vector<std::string> models = {}) {
 // Per unit of weight: on a the task fragments 500 milli for both shapes; on b, 500 for
 // any-model GPUs but -500 for A100-only ones (b's GPU was all fragment for them already),
 // so b is better by 1000 * a100 / (any + a100) milli-GPU.
-std::string NodeChosen(int64_t any, int64_t a100) {
+std::string NodeChosen(int64_t any, int64_t a100, int64_t resolution) {
   EngineConfig c;
   c.actions = {"allocate"};
   EngineConfig::PluginConfig pred, frag;
   pred.name = "predicates";
   frag.name = "fragmentation";
+  if (resolution > 0) frag.arguments = Json{{"resolutionMilli", resolution}};
   c.tiers = {{pred, frag}};
   c.typical_requests = {{WholeGpu(), any}, {WholeGpu({"A100"}), a100}};
   auto engine = Engine::Create(c);
@@ -66,14 +68,32 @@ std::string NodeChosen(int64_t any, int64_t a100) {
   return plan.bindings.empty() ? "" : plan.bindings[0].allocation.node;
 }
 
+TEST(Fragmentation, ByDefaultEveryDifferenceDecides) {
+  EXPECT_EQ(NodeChosen(199, 1, 0), "b");  // b better by 5 milli-GPU
+  EXPECT_EQ(NodeChosen(9, 1, 0), "b");    // 100 milli-GPU
+}
+
 TEST(Fragmentation, DifferencesBelowTheResolutionTieToTheLowestNode) {
-  EXPECT_EQ(NodeChosen(199, 1), "a");  // b better by 5 milli-GPU: a tie
-  EXPECT_EQ(NodeChosen(99, 1), "a");   // 10 milli-GPU: still a tie
+  EXPECT_EQ(NodeChosen(199, 1, 20), "a");  // b better by 5 milli-GPU: a tie
+  EXPECT_EQ(NodeChosen(99, 1, 20), "a");   // 10 milli-GPU: still a tie
 }
 
 TEST(Fragmentation, DifferencesAboveTheResolutionDecide) {
-  EXPECT_EQ(NodeChosen(9, 1), "b");  // 100 milli-GPU
-  EXPECT_EQ(NodeChosen(1, 1), "b");  // 500 milli-GPU
+  EXPECT_EQ(NodeChosen(9, 1, 20), "b");  // 100 milli-GPU
+  EXPECT_EQ(NodeChosen(1, 1, 20), "b");  // 500 milli-GPU
+}
+
+TEST(Fragmentation, ANegativeResolutionIsRefused) {
+  EngineConfig c;
+  c.actions = {"allocate"};
+  EngineConfig::PluginConfig frag;
+  frag.name = "fragmentation";
+  frag.arguments = Json{{"resolutionMilli", -5}};
+  c.tiers = {{frag}};
+  auto engine = Engine::Create(c);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("resolutionMilli"), std::string::npos)
+      << engine.status().ToString();
 }
 
 }  // namespace
