@@ -74,7 +74,12 @@ bool DeviceMatches(const TaskRequest& r, const NodeState& node, int32_t d) {
   return (r.gpu.kind == GpuRequestKind::kMig) == dev.mig_enabled();
 }
 
-FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node) {
+namespace {
+// What a node lacks for a request, without building the words (scores ask this millions of
+// times per cycle; only the pending reason needs the words).
+enum class Shortfall { kNone, kGpu, kGpuMilli, kMig, kCpu, kMemory };
+
+Shortfall FitShortfall(const TaskRequest& r, const NodeState& node) {
   const int32_t nd = static_cast<int32_t>(node.devices.size());
   switch (r.gpu.kind) {
     case GpuRequestKind::kNone:
@@ -82,15 +87,13 @@ FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node) {
     case GpuRequestKind::kWhole: {
       int32_t free = 0;
       for (int32_t d = 0; d < nd && free < r.gpu.count; ++d) free += WholeFree(r, node, d);
-      if (free < r.gpu.count)
-        return FilterVerdict::Fail("Insufficient nvidia.com/gpu", "nvidia.com/gpu");
+      if (free < r.gpu.count) return Shortfall::kGpu;
       break;
     }
     case GpuRequestKind::kFraction: {
       bool any = false;
       for (int32_t d = 0; d < nd && !any; ++d) any = FractionFits(r, node, d);
-      if (!any)
-        return FilterVerdict::Fail("Insufficient tessera.io/gpu-milli", "tessera.io/gpu-milli");
+      if (!any) return Shortfall::kGpuMilli;
       break;
     }
     case GpuRequestKind::kMig: {
@@ -102,16 +105,37 @@ FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node) {
           if (dev.mig[k].profile == r.gpu.mig_profile && !(node.devices[d].mig_used & (1u << k)))
             ++free;
       }
-      if (free < r.gpu.count) {
-        std::string res = "nvidia.com/mig-" + r.gpu.mig_profile;
-        return FilterVerdict::Fail("Insufficient " + res, res);
-      }
+      if (free < r.gpu.count) return Shortfall::kMig;
       break;
     }
   }
-  if (node.free_cpu_milli < r.cpu_milli) return FilterVerdict::Fail("Insufficient cpu", "cpu");
-  if (node.free_memory_bytes < r.memory_bytes)
-    return FilterVerdict::Fail("Insufficient memory", "memory");
+  if (node.free_cpu_milli < r.cpu_milli) return Shortfall::kCpu;
+  if (node.free_memory_bytes < r.memory_bytes) return Shortfall::kMemory;
+  return Shortfall::kNone;
+}
+}  // namespace
+
+bool Fits(const TaskRequest& r, const NodeState& node) {
+  return FitShortfall(r, node) == Shortfall::kNone;
+}
+
+FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node) {
+  switch (FitShortfall(r, node)) {
+    case Shortfall::kNone:
+      return FilterVerdict::Pass();
+    case Shortfall::kGpu:
+      return FilterVerdict::Fail("Insufficient nvidia.com/gpu", "nvidia.com/gpu");
+    case Shortfall::kGpuMilli:
+      return FilterVerdict::Fail("Insufficient tessera.io/gpu-milli", "tessera.io/gpu-milli");
+    case Shortfall::kMig: {
+      std::string res = "nvidia.com/mig-" + r.gpu.mig_profile;
+      return FilterVerdict::Fail("Insufficient " + res, res);
+    }
+    case Shortfall::kCpu:
+      return FilterVerdict::Fail("Insufficient cpu", "cpu");
+    case Shortfall::kMemory:
+      return FilterVerdict::Fail("Insufficient memory", "memory");
+  }
   return FilterVerdict::Pass();
 }
 

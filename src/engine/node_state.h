@@ -80,6 +80,8 @@ bool DeviceMatches(const TaskRequest& r, const NodeState& node, int32_t d);
 // Whether `r` fits the node's free capacity (CPU, memory, devices). On failure the verdict
 // names the resource: "Insufficient nvidia.com/gpu", "Insufficient cpu", ...
 FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node);
+// CheckFit(r, node).ok(), without the words.
+bool Fits(const TaskRequest& r, const NodeState& node);
 // The engine's default device choice (see docs/engine.md); false if it does not fit.
 bool DefaultDevices(const TaskRequest& r, const NodeState& node,
                     std::vector<DeviceAssignment>& out);

@@ -361,7 +361,13 @@ FilterVerdict CycleRun::Verdict(const TaskContext& t, const NodeState& n) const 
   return CheckFit(*t.request, n);
 }
 
-bool CycleRun::Passes(const TaskContext& t, const NodeState& n) const { return Verdict(t, n).ok(); }
+// Verdict(t, n).ok() without building a failure's words (asked for every new node class).
+bool CycleRun::Passes(const TaskContext& t, const NodeState& n) const {
+  if (!n.node->ready || n.node->unschedulable) return false;
+  for (const auto& f : e_.filters)
+    if (!f->Filter(t, n).ok()) return false;
+  return Fits(*t.request, n);
+}
 
 int32_t CycleRun::RepOf(int32_t cls, const std::vector<int32_t>* taken) const {
   auto usable = [&](int32_t i) {

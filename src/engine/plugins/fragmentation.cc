@@ -40,7 +40,7 @@ int64_t FragFor(const TaskRequest& t, const NodeState& n) {
     if (n.node->devices[i].healthy && !n.node->devices[i].mig_enabled())
       g += std::max(0, n.devices[i].free_milli);
   if (t.gpu.kind == GpuRequestKind::kNone) return g;
-  if (!CheckFit(t, n).ok()) return g;
+  if (!Fits(t, n)) return g;
   int64_t f = 0;
   for (size_t i = 0; i < n.devices.size(); ++i) {
     const Device& d = n.node->devices[i];
