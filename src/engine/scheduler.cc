@@ -917,7 +917,13 @@ std::optional<int64_t> CycleRun::PreemptionRank(const Job& j) const {
 }
 
 void CycleRun::EvictFor(bool reclaim) {
-  std::vector<PendingJob*> candidates = visit_.empty() ? order_ : visit_;
+  // Nothing failed to place: nothing to evict for, and no pass over every job (most cycles
+  // of a busy server or a replay).
+  const std::vector<PendingJob*>& tried = visit_.empty() ? order_ : visit_;
+  if (std::none_of(tried.begin(), tried.end(),
+                   [](const PendingJob* pj) { return pj->state == JState::kFailed; }))
+    return;
+  std::vector<PendingJob*> candidates = tried;
   // Possible victims: jobs running when the cycle began. A job this cycle bound is not
   // running yet (its eviction would be stale); a job already chosen is skipped below.
   std::set<const JobRec*> fresh;
