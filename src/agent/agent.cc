@@ -6,9 +6,10 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 
 #include <httplib.h>
+
+#include "common/file_chunk.h"
 
 namespace tessera::agent {
 
@@ -234,14 +235,6 @@ Status Agent::StartLogsServer() {
                       "application/json");
       return;
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      res.status = 404;
-      res.set_content("{\"error\":\"no logs for allocation " + alloc + "\"}", "application/json");
-      return;
-    }
-    in.seekg(0, std::ios::end);
-    const int64_t size = in.tellg();
     int64_t offset = 0, limit = 1 << 20;
     try {
       if (req.has_param("offset")) offset = std::stoll(req.get_param_value("offset"));
@@ -251,12 +244,15 @@ Status Agent::StartLogsServer() {
       res.set_content("{\"error\":\"offset and limit must be integers\"}", "application/json");
       return;
     }
-    offset = std::clamp<int64_t>(offset, 0, size);
-    limit = std::clamp<int64_t>(limit, 0, 8 << 20);
-    std::string body(static_cast<size_t>(std::min(limit, size - offset)), '\0');
-    in.seekg(offset);
-    in.read(body.data(), static_cast<std::streamsize>(body.size()));
-    body.resize(static_cast<size_t>(in.gcount()));
+    auto chunk = ReadFileChunk(path, offset, std::clamp<int64_t>(limit, 0, 8 << 20));
+    if (!chunk.ok()) {
+      res.status = 404;
+      res.set_content("{\"error\":\"no logs for allocation " + alloc + "\"}", "application/json");
+      return;
+    }
+    offset = std::clamp<int64_t>(offset, 0, chunk->size);
+    const int64_t size = chunk->size;
+    std::string& body = chunk->data;
     std::string state = "unknown";
     for (const auto& t : ex->Statuses()) {
       if (t.allocation == alloc) state = TaskStateName(t.state);

@@ -1,18 +1,14 @@
 #include "server/api.h"
 
+#include "common/file_chunk.h"
 #include "server/observability_routes.h"
 
-#include <fcntl.h>
 #include <httplib.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <thread>
 
 namespace tessera::server {
@@ -37,47 +33,14 @@ StatusOr<Json> AgentBody(const httplib::Request& req) {
 }
 
 // A piece of a task's output file (pools whose output the server reads itself: Slurm):
-// at most 1 MiB from `offset`, and the file's size then, as an agent serves it.
-struct OutputChunk {
-  std::string data;
-  int64_t size = 0;
-};
-StatusOr<OutputChunk> ReadOutputFile(const std::string& path, int64_t offset) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    if (e == ENOENT)
-      return NotFound("no output yet: " + path +
-                      " does not exist (the task has not started, or did not write there)");
-    return FailedPrecondition("cannot read the task's output file " + path + ": " +
-                              std::strerror(e));
-  }
-  struct stat st {};
-  OutputChunk out;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return FailedPrecondition("the task's output " + path + " is not a regular file");
-  }
-  out.size = st.st_size;
-  offset = std::clamp<int64_t>(offset, 0, out.size);
-  out.data.resize(static_cast<size_t>(std::min<int64_t>(out.size - offset, 1 << 20)));
-  size_t got = 0;
-  while (got < out.data.size()) {
-    ssize_t n = ::pread(fd, out.data.data() + got, out.data.size() - got,
-                        static_cast<off_t>(offset) + static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      return FailedPrecondition("cannot read the task's output file " + path + ": " +
-                                std::strerror(e));
-    }
-    if (n == 0) break;  // shrank meanwhile
-    got += static_cast<size_t>(n);
-  }
-  out.data.resize(got);
-  ::close(fd);
-  return out;
+// at most 1 MiB from `offset`, as an agent serves it.
+StatusOr<FileChunk> ReadOutputFile(const std::string& path, int64_t offset) {
+  auto chunk = ReadFileChunk(path, offset, 1 << 20);
+  if (chunk.ok()) return chunk;
+  if (chunk.status().code() == StatusCode::kNotFound)
+    return NotFound("no output yet: " + chunk.status().message() +
+                    " (the task has not started, or did not write there)");
+  return FailedPrecondition("the task's output: " + chunk.status().message());
 }
 
 StatusOr<Principal> Auth(ControlPlane& cp, const httplib::Request& req) {
