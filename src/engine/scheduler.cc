@@ -754,7 +754,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
   const Job& job = j.job;
   const int32_t n = pj.task_count;
   const int32_t required = std::max(0, pj.gang_min - j.running);
-  const bool limited = j.queue >= 0 && limited_[j.queue];
+  const bool limited = pj.queue >= 0 && limited_[pj.queue];
   size_t mark = m_.undo.size();
   std::vector<int32_t> gang_nodes;
   for (const auto& a : job.allocations)
@@ -1258,7 +1258,7 @@ Plan CycleRun::Run() {
     }
     const Job& job = pj.rec->job;
     pj.task_count = job.TaskCount();
-    pj.gang_min = job.min_available > 0 ? job.min_available : pj.task_count;
+    pj.gang_min = job.GangMinimum();
     pj.queue = pj.rec->queue;
     pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
     for (const auto& g : job.groups) group_shapes_.push_back(ShapeId(job, g.request));
