@@ -1,7 +1,9 @@
 #include "engine/cluster_state.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <span>
 
 #include "engine/state_impl.h"
 
@@ -33,6 +35,13 @@ ResourceVector RequestVector(const TaskRequest& r) {
     }
   }
   return v;
+}
+
+Job JobRec::Materialize() const {
+  Job j = *spec;
+  j.allocations = allocations;
+  j.start_time = start_time;
+  return j;
 }
 
 namespace {
@@ -100,18 +109,18 @@ int32_t ClusterState::Impl::QueueOf(const std::string& name) const {
 }
 
 namespace {
-// Writes v as a zig-zag LEB128 varint at `out` (at most 10 bytes) and returns the end.
-// Keys are mostly small counts and whole GiB, so a key takes about a third of the bytes
-// of plain int64s (less memory, fewer page faults); the encoding is prefix-free, so equal
-// bytes mean equal values.
-uint8_t* PutVarint(uint8_t* out, int64_t v) {
-  uint64_t u = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
-  while (u >= 0x80) {
-    *out++ = static_cast<uint8_t>(u) | 0x80;
-    u >>= 7;
-  }
-  *out++ = static_cast<uint8_t>(u);
-  return out;
+// Writes v at `out` as one length byte n (0-8) and the n low bytes of its zig-zag form,
+// and returns the end; writes up to 9 bytes whatever n is (callers leave that slack). Keys
+// are mostly small counts and whole GiB, so a key takes about half the bytes of plain
+// int64s (less memory, fewer page faults), with no loop per byte; the encoding is
+// prefix-free, so equal bytes mean equal values.
+static_assert(std::endian::native == std::endian::little, "PutValue writes the low bytes first");
+inline uint8_t* PutValue(uint8_t* out, int64_t v) {
+  const uint64_t u = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+  const int n = (64 - std::countl_zero(u) + 7) / 8;
+  *out = static_cast<uint8_t>(n);
+  std::memcpy(out + 1, &u, 8);  // little-endian: the low bytes first
+  return out + 1 + n;
 }
 
 uint64_t KeyHash(const uint8_t* k, size_t n) {
@@ -134,24 +143,26 @@ void ClusterState::Impl::Reclassify(int32_t i) {
   const NodeState& n = nodes[i];
   // The key is built in a reused buffer; it is copied (into class_keys) only when a new
   // class is created.
-  std::vector<uint8_t>& key = key_scratch;
-  key.resize(10 * (4 + 4 * n.devices.size() + 2 * n.gpu_task_shapes.size()));
-  uint8_t* k = key.data();
-  k = PutVarint(k, node_signature[i]);
-  k = PutVarint(k, n.free_cpu_milli);
-  k = PutVarint(k, n.free_memory_bytes);
-  k = PutVarint(k, n.tasks);
+  // Grown, never shrunk: a resize up zero-fills, which cost more than building the key.
+  std::vector<uint8_t>& buf = key_scratch;
+  const size_t most = 9 * (4 + 4 * n.devices.size() + 2 * n.gpu_task_shapes.size()) + 8;
+  if (buf.size() < most) buf.resize(most);
+  uint8_t* k = buf.data();
+  k = PutValue(k, node_signature[i]);
+  k = PutValue(k, n.free_cpu_milli);
+  k = PutValue(k, n.free_memory_bytes);
+  k = PutValue(k, n.tasks);
   for (const auto& d : n.devices) {
-    k = PutVarint(k, d.free_milli);
-    k = PutVarint(k, d.free_memory_bytes);
-    k = PutVarint(k, d.tasks);
-    k = PutVarint(k, d.mig_used);
+    k = PutValue(k, d.free_milli);
+    k = PutValue(k, d.free_memory_bytes);
+    k = PutValue(k, d.tasks);
+    k = PutValue(k, d.mig_used);
   }
   for (const auto& [shape, count] : n.gpu_task_shapes) {
-    k = PutVarint(k, shape);
-    k = PutVarint(k, count);
+    k = PutValue(k, shape);
+    k = PutValue(k, count);
   }
-  key.resize(k - key.data());
+  const std::span<const uint8_t> key(buf.data(), static_cast<size_t>(k - buf.data()));
   const uint64_t h = KeyHash(key.data(), key.size());
   if (class_table.empty()) class_table.assign(1024, -1);
   size_t mask = class_table.size() - 1;
@@ -283,7 +294,7 @@ void ClusterState::Impl::RebuildQueues() {
     for (int32_t p = q.parent; p >= 0 && q.depth < 64; p = queues[p].parent) ++q.depth;
   }
   for (auto& [id, j] : jobs) {
-    j.queue = QueueOf(j.job.queue);
+    j.queue = QueueOf(j.spec->queue);
     for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated += j.allocated;
   }
 }
@@ -314,23 +325,23 @@ void ClusterState::Impl::CountShapes(const Job& j, int64_t sign) {
 }
 
 Status ClusterState::Impl::BindTask(JobRec& j, int32_t task, const TaskAllocation& a, int64_t now) {
-  if (task < 0 || task >= static_cast<int32_t>(j.job.allocations.size()))
-    return InvalidArgument("job " + j.job.id + ": no task " + std::to_string(task));
-  if (j.job.allocations[task])
-    return FailedPrecondition("job " + j.job.id + " task " + std::to_string(task) +
+  if (task < 0 || task >= static_cast<int32_t>(j.allocations.size()))
+    return InvalidArgument("job " + j.id() + ": no task " + std::to_string(task));
+  if (j.allocations[task])
+    return FailedPrecondition("job " + j.id() + " task " + std::to_string(task) +
                               ": already bound");
   auto it = node_index.find(a.node);
   if (it == node_index.end())
-    return NotFound("job " + j.job.id + " task " + std::to_string(task) + ": unknown node \"" +
+    return NotFound("job " + j.id() + " task " + std::to_string(task) + ": unknown node \"" +
                     a.node + "\"");
   const NodeState& n = nodes[it->second];
   for (const auto& d : a.devices) {
     if (d.device < 0 || d.device >= static_cast<int32_t>(n.devices.size()))
-      return InvalidArgument("job " + j.job.id + " task " + std::to_string(task) + ": node " +
+      return InvalidArgument("job " + j.id() + " task " + std::to_string(task) + ": node " +
                              a.node + " has no device " + std::to_string(d.device));
     const Device& dev = n.node->devices[d.device];
     if (d.mig_instance >= static_cast<int32_t>(dev.mig.size()) || d.mig_instance >= 32)
-      return InvalidArgument("job " + j.job.id + " task " + std::to_string(task) + ": device " +
+      return InvalidArgument("job " + j.id() + " task " + std::to_string(task) + ": device " +
                              std::to_string(d.device) + " on " + a.node + " has no MIG instance " +
                              std::to_string(d.mig_instance));
   }
@@ -340,27 +351,25 @@ Status ClusterState::Impl::BindTask(JobRec& j, int32_t task, const TaskAllocatio
 Status ClusterState::Impl::BindAt(JobRec& j, int32_t task, TaskAllocation a, int32_t node,
                                   int64_t now) {
   NodeState& n = nodes[node];
-  int64_t old_start = j.job.start_time;
+  int64_t old_start = j.start_time;
   TakeAllocation(n, a);
   Reclassify(node);
   ResourceVector v = AllocationVector(a);
-  j.job.allocations[task] = std::move(a);
+  j.allocations[task] = std::move(a);
   j.running += 1;
   j.allocated += v;
   for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated += v;
-  if (j.job.start_time < 0) j.job.start_time = now;
-  if (!j.pending() && !freeze_pending) pending.erase(j.job.id);
+  if (j.start_time < 0) j.start_time = now;
+  if (!j.pending() && !freeze_pending && !borrowed) pending.erase(j.id());
   if (logging) undo.push_back({UndoOp::kBind, task, &j, old_start});
   return Status::Ok();
 }
 
 Status ClusterState::Impl::ReleaseTask(JobRec& j, int32_t task) {
-  if (task < 0 || task >= static_cast<int32_t>(j.job.allocations.size()) ||
-      !j.job.allocations[task])
-    return FailedPrecondition("job " + j.job.id + " task " + std::to_string(task) +
-                              ": not running");
-  TaskAllocation a = std::move(*j.job.allocations[task]);
-  j.job.allocations[task].reset();
+  if (task < 0 || task >= static_cast<int32_t>(j.allocations.size()) || !j.allocations[task])
+    return FailedPrecondition("job " + j.id() + " task " + std::to_string(task) + ": not running");
+  TaskAllocation a = std::move(*j.allocations[task]);
+  j.allocations[task].reset();
   auto it = node_index.find(a.node);
   if (it != node_index.end()) {
     GiveBackAllocation(nodes[it->second], a);
@@ -370,9 +379,9 @@ Status ClusterState::Impl::ReleaseTask(JobRec& j, int32_t task) {
   ResourceVector v = AllocationVector(a);
   j.allocated -= v;
   for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated -= v;
-  int64_t old_start = j.job.start_time;
-  if (j.running == 0) j.job.start_time = -1;
-  if (!freeze_pending) pending.insert(j.job.id);
+  int64_t old_start = j.start_time;
+  if (j.running == 0) j.start_time = -1;
+  if (!freeze_pending && !borrowed) pending.insert(j.id());
   if (logging) {
     undo.push_back({UndoOp::kRelease, task, &j, old_start});
     released.push_back(std::move(a));
@@ -394,7 +403,7 @@ void ClusterState::Impl::Rollback(size_t mark) {
       int32_t node = node_index.at(a.node);
       (void)BindAt(*op.job, op.task, std::move(a), node, 0);
     }
-    op.job->job.start_time = op.old_start_time;
+    op.job->start_time = op.old_start_time;
   }
   logging = was;
 }
@@ -411,8 +420,19 @@ ClusterState::~ClusterState() = default;
 
 StatusOr<std::unique_ptr<ClusterState>> ClusterState::FromSnapshot(
     const Snapshot& snapshot, std::vector<std::pair<std::string, Status>>* rejected) {
+  return Build(snapshot, rejected, /*borrow=*/false);
+}
+
+StatusOr<std::unique_ptr<ClusterState>> ClusterState::Borrowing(
+    const Snapshot& snapshot, std::vector<std::pair<std::string, Status>>* rejected) {
+  return Build(snapshot, rejected, /*borrow=*/true);
+}
+
+StatusOr<std::unique_ptr<ClusterState>> ClusterState::Build(
+    const Snapshot& snapshot, std::vector<std::pair<std::string, Status>>* rejected, bool borrow) {
   auto st = std::make_unique<ClusterState>();
   Impl& m = *st->impl_;
+  m.borrowed = borrow;
   // Nodes in one go (sorted once), then queues, then jobs.
   std::vector<const Node*> sorted;
   for (const Node& n : snapshot.nodes) sorted.push_back(&n);
@@ -421,8 +441,12 @@ StatusOr<std::unique_ptr<ClusterState>> ClusterState::FromSnapshot(
   for (size_t i = 0; i < sorted.size(); ++i) {
     if (i > 0 && sorted[i]->name == sorted[i - 1]->name)
       return InvalidArgument("nodes: duplicate name \"" + sorted[i]->name + "\"");
-    m.statics.push_back(std::make_unique<Node>(*sorted[i]));
-    m.nodes.push_back(EmptyNodeState(m.statics.back().get(), static_cast<int32_t>(i)));
+    const Node* node = sorted[i];
+    if (!borrow) {
+      m.statics.push_back(std::make_unique<Node>(*node));
+      node = m.statics.back().get();
+    }
+    m.nodes.push_back(EmptyNodeState(node, static_cast<int32_t>(i)));
   }
   m.RebuildNodeIndexes();
   for (const Queue& q : snapshot.queues) TESSERA_RETURN_IF_ERROR(st->UpsertQueue(q));
@@ -430,7 +454,7 @@ StatusOr<std::unique_ptr<ClusterState>> ClusterState::FromSnapshot(
     TESSERA_RETURN_IF_ERROR(st->UpsertPriorityClass(pc));
   for (const Job& j : snapshot.jobs) {
     if (m.HasJob(j.id)) return InvalidArgument("jobs: duplicate id \"" + j.id + "\"");
-    Status s = st->AddJob(j);
+    Status s = borrow ? m.AddJob(&j, nullptr) : st->AddJob(j);
     if (!s.ok()) {
       if (rejected == nullptr) return s;
       rejected->push_back({j.id, s});
@@ -441,6 +465,7 @@ StatusOr<std::unique_ptr<ClusterState>> ClusterState::FromSnapshot(
 
 Status ClusterState::AddNode(const Node& node) {
   Impl& m = *impl_;
+  if (m.borrowed) return FailedPrecondition("node: a borrowed state takes no new nodes");
   if (node.name.empty()) return InvalidArgument("node: name is required");
   if (m.node_index.count(node.name))
     return AlreadyExists("node \"" + node.name + "\" already exists");
@@ -457,11 +482,12 @@ Status ClusterState::AddNode(const Node& node) {
 
 Status ClusterState::RemoveNode(const std::string& name) {
   Impl& m = *impl_;
+  if (m.borrowed) return FailedPrecondition("node: a borrowed state loses no nodes");
   auto it = m.node_index.find(name);
   if (it == m.node_index.end()) return NotFound("node \"" + name + "\" not found");
   for (auto& [id, j] : m.jobs)
-    for (int32_t t = 0; t < static_cast<int32_t>(j.job.allocations.size()); ++t)
-      if (j.job.allocations[t] && j.job.allocations[t]->node == name)
+    for (int32_t t = 0; t < static_cast<int32_t>(j.allocations.size()); ++t)
+      if (j.allocations[t] && j.allocations[t]->node == name)
         TESSERA_RETURN_IF_ERROR(m.ReleaseTask(j, t));
   size_t at = it->second;
   m.nodes.erase(m.nodes.begin() + at);
@@ -491,34 +517,43 @@ Status ClusterState::UpsertPriorityClass(const PriorityClass& pc) {
 }
 
 Status ClusterState::AddJob(const Job& job) {
-  Impl& m = *impl_;
+  // Checked before the copy: a rejected job costs none.
   if (job.id.empty()) return InvalidArgument("job: id is required");
-  if (m.HasJob(job.id)) return AlreadyExists("job \"" + job.id + "\" already exists");
-  int32_t q = m.QueueOf(job.queue);
+  if (impl_->HasJob(job.id)) return AlreadyExists("job \"" + job.id + "\" already exists");
+  auto owned = std::make_unique<Job>(job);
+  const Job* spec = owned.get();
+  return impl_->AddJob(spec, std::move(owned));
+}
+
+Status ClusterState::Impl::AddJob(const Job* spec, std::unique_ptr<Job> owned) {
+  const Job& job = *spec;
+  if (job.id.empty()) return InvalidArgument("job: id is required");
+  if (HasJob(job.id)) return AlreadyExists("job \"" + job.id + "\" already exists");
+  int32_t q = QueueOf(job.queue);
   if (q < 0) return NotFound("job " + job.id + ": queue: unknown queue \"" + job.queue + "\"");
   if (job.TaskCount() <= 0)
     return InvalidArgument("job " + job.id + ": tasks: a job needs at least one task");
-  JobRec rec;
-  rec.job = job;
-  rec.job.allocations.assign(job.TaskCount(), std::nullopt);
-  rec.queue = q;
   // Hints at the end: snapshots list jobs by id, so each insertion is O(1) there.
-  JobRec& j = m.jobs.emplace_hint(m.jobs.end(), job.id, std::move(rec))->second;
+  JobRec& j = jobs.emplace_hint(jobs.end(), job.id, JobRec{})->second;
+  j.spec = spec;
+  j.owned = std::move(owned);
+  j.allocations.resize(job.TaskCount());
+  j.queue = q;
   for (int32_t t = 0; t < static_cast<int32_t>(job.allocations.size()) && t < job.TaskCount();
        ++t) {
     if (!job.allocations[t]) continue;
-    Status s = m.BindTask(j, t, *job.allocations[t], job.start_time);
+    Status s = BindTask(j, t, *job.allocations[t], job.start_time);
     if (!s.ok()) {
       for (int32_t u = 0; u < t; ++u)
-        if (j.job.allocations[u]) (void)m.ReleaseTask(j, u);
-      m.pending.erase(job.id);
-      m.jobs.erase(job.id);
+        if (j.allocations[u]) (void)ReleaseTask(j, u);
+      pending.erase(job.id);
+      jobs.erase(job.id);
       return s;
     }
   }
-  j.job.start_time = job.start_time >= 0 || j.running == 0 ? job.start_time : 0;
-  if (j.pending()) m.pending.emplace_hint(m.pending.end(), job.id);
-  m.CountShapes(j.job, +1);
+  j.start_time = job.start_time >= 0 || j.running == 0 ? job.start_time : 0;
+  if (j.pending() && !borrowed) pending.emplace_hint(pending.end(), job.id);
+  CountShapes(job, +1);
   return Status::Ok();
 }
 
@@ -527,9 +562,9 @@ Status ClusterState::RemoveJob(const std::string& id) {
   auto it = m.jobs.find(id);
   if (it == m.jobs.end()) return NotFound("job \"" + id + "\" not found");
   JobRec& j = it->second;
-  for (int32_t t = 0; t < static_cast<int32_t>(j.job.allocations.size()); ++t)
-    if (j.job.allocations[t]) TESSERA_RETURN_IF_ERROR(m.ReleaseTask(j, t));
-  m.CountShapes(j.job, -1);
+  for (int32_t t = 0; t < static_cast<int32_t>(j.allocations.size()); ++t)
+    if (j.allocations[t]) TESSERA_RETURN_IF_ERROR(m.ReleaseTask(j, t));
+  m.CountShapes(*j.spec, -1);
   m.pending.erase(id);
   m.jobs.erase(it);
   return Status::Ok();
@@ -555,9 +590,10 @@ Status ClusterState::ApplyPlan(const Plan& plan) {
   return Status::Ok();
 }
 
-const Job* ClusterState::FindJob(const std::string& id) const {
+std::optional<Job> ClusterState::FindJob(const std::string& id) const {
   auto it = impl_->jobs.find(id);
-  return it == impl_->jobs.end() ? nullptr : &it->second.job;
+  if (it == impl_->jobs.end()) return std::nullopt;
+  return it->second.Materialize();
 }
 
 const NodeState* ClusterState::FindNode(const std::string& name) const {
@@ -567,14 +603,19 @@ const NodeState* ClusterState::FindNode(const std::string& name) const {
 
 size_t ClusterState::node_count() const { return impl_->nodes.size(); }
 size_t ClusterState::job_count() const { return impl_->jobs.size(); }
-size_t ClusterState::pending_count() const { return impl_->pending.size(); }
+size_t ClusterState::pending_count() const {
+  if (!impl_->borrowed) return impl_->pending.size();
+  size_t n = 0;
+  for (const auto& [id, j] : impl_->jobs) n += j.pending();
+  return n;
+}
 
 Snapshot ClusterState::ToSnapshot() const {
   Snapshot s;
-  for (const auto& n : impl_->statics) s.nodes.push_back(*n);
+  for (const auto& n : impl_->nodes) s.nodes.push_back(*n.node);
   for (const auto& q : impl_->queues) s.queues.push_back(q.q);
   for (const auto& [name, pc] : impl_->priority_classes) s.priority_classes.push_back(pc);
-  for (const auto& [id, j] : impl_->jobs) s.jobs.push_back(j.job);
+  for (const auto& [id, j] : impl_->jobs) s.jobs.push_back(j.Materialize());
   s.Canonicalize();
   return s;
 }

@@ -38,6 +38,12 @@ class ClusterState {
   static StatusOr<std::unique_ptr<ClusterState>> FromSnapshot(
       const Snapshot& snapshot, std::vector<std::pair<std::string, Status>>* rejected = nullptr);
 
+  // The same, but the state refers to the snapshot's nodes and jobs instead of copying
+  // them: the snapshot must outlive the state and not change (Engine::Cycle(snapshot), whose
+  // state lives for one cycle). Such a state takes no node deltas (AddNode, RemoveNode).
+  static StatusOr<std::unique_ptr<ClusterState>> Borrowing(
+      const Snapshot& snapshot, std::vector<std::pair<std::string, Status>>* rejected = nullptr);
+
   // ---- deltas ----
   Status AddNode(const Node& node);
   // Removes a node. Tasks bound to it lose their allocation (their jobs go back to pending
@@ -57,7 +63,8 @@ class ClusterState {
   Status ApplyPlan(const Plan& plan);
 
   // ---- reads ----
-  const Job* FindJob(const std::string& id) const;
+  // The job as the state holds it (its allocations and start time), or nullopt.
+  std::optional<Job> FindJob(const std::string& id) const;
   const NodeState* FindNode(const std::string& name) const;
   size_t node_count() const;
   size_t job_count() const;
@@ -70,6 +77,8 @@ class ClusterState {
   const Impl& impl() const { return *impl_; }
 
  private:
+  static StatusOr<std::unique_ptr<ClusterState>> Build(
+      const Snapshot& snapshot, std::vector<std::pair<std::string, Status>>* rejected, bool borrow);
   std::unique_ptr<Impl> impl_;
 };
 

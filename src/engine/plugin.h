@@ -58,18 +58,28 @@ struct TaskContext {
   int32_t shape_id = -1;
 };
 
+// A job's progress as the engine's state holds it at cycle time. Read this, not the Job's
+// own `allocations` and `start_time`: those are the definition the host submitted.
+struct JobProgress {
+  int64_t start_time = -1;  // when its gang started; -1 if it is not running
+  int64_t gpu_milli = 0;    // GPU milli its running tasks hold
+  int32_t running_tasks = 0;
+};
+
 class JobOrderPlugin {
  public:
   virtual ~JobOrderPlugin() = default;
   // The job's key under this order: lower goes first; equal keys leave it to the next
   // plugin, then submit time, then job id. Asked once per job per cycle (the sort then
   // compares integers, not jobs scattered over the heap).
-  virtual int64_t Key(const Job& job, const CycleContext& ctx) const = 0;
+  virtual int64_t Key(const Job& job, const JobProgress& progress,
+                      const CycleContext& ctx) const = 0;
   // Optional, for the preempt action: a preemption rank (lower = more urgent). A waiting
   // job may evict running jobs of its own priority whose rank is strictly higher (e.g. the
   // least-attained-service levels of `las`). The engine asks the first order plugin that
   // returns a value; nullopt (the default) means "this order never preempts".
-  virtual std::optional<int64_t> PreemptionRank(const Job& job, const CycleContext& ctx) const {
+  virtual std::optional<int64_t> PreemptionRank(const Job& job, const JobProgress& progress,
+                                                const CycleContext& ctx) const {
     return std::nullopt;
   }
 };

@@ -45,13 +45,22 @@ struct Failure {
 // the plan (CycleRun::Decision) and the job itself is touched only where needed.
 struct PendingJob {
   JobRec* rec = nullptr;
+  const TaskGroup* groups = nullptr;  // rec->spec->groups.data(): one pointer less per task
   JState state = JState::kAdmitted;
   bool tried = false;
-  int32_t task_count = 0;  // rec->job.TaskCount()
-  int32_t gang_min = 0;    // rec->job.GangMinimum()
+  int32_t task_count = 0;  // rec->spec->TaskCount()
+  int32_t gang_min = 0;    // rec->spec->GangMinimum()
   int32_t queue = -1;      // rec->queue
   int32_t shapes_at = 0;   // its task groups' shape ids: CycleRun::group_shapes_[shapes_at + g]
   int32_t failure = -1;    // index into CycleRun::failures_ of the last failed attempt
+  bool one_task_per_node = false;  // rec->spec->one_task_per_node
+
+  // The task group of `task`, and its index.
+  int32_t GroupOf(int32_t task) const {
+    int32_t g = 0;
+    for (; task >= groups[g].replicas; task -= groups[g].replicas) ++g;
+    return g;
+  }
 };
 
 // Geometric growth for the per-class caches (classes appear throughout a cycle).
@@ -167,8 +176,8 @@ class CycleRun {
 
  private:
   // ---- ordering ----
-  void SortJobs();                    // order_: by the order plugins' keys, submit time, id
-  void AppendSortKeys(const Job& j);  // to sort_keys_, K per job in jobs_ order
+  void SortJobs();                       // order_: by the order plugins' keys, submit time, id
+  void AppendSortKeys(const JobRec& j);  // to sort_keys_, K per job in jobs_ order
   std::vector<int64_t> sort_keys_;
   // The job's entry in the plan (plan_.decisions is parallel to jobs_).
   JobDecision& Decision(const PendingJob& pj) { return plan_.decisions[&pj - jobs_.data()]; }
@@ -204,9 +213,9 @@ class CycleRun {
   void Allocate();
   void Attempt(PendingJob& pj);
   void EvictFor(bool reclaim);
-  std::optional<int64_t> PreemptionRank(const Job& j) const;
+  std::optional<int64_t> PreemptionRank(const JobRec& j) const;
   void Backfill();
-  void RecordBindings(size_t mark, const Job& job);
+  void RecordBindings(size_t mark, const PendingJob& pj);
 
   const EngineImpl& e_;
   ClusterState::Impl& m_;
@@ -268,9 +277,10 @@ class CycleRun {
 
 // ---------------------------------------------------------------------------------------
 
-void CycleRun::AppendSortKeys(const Job& j) {
-  for (const auto& o : e_.orders) sort_keys_.push_back(o->Key(j, ctx_));
-  sort_keys_.push_back(j.submit_time);
+void CycleRun::AppendSortKeys(const JobRec& j) {
+  const JobProgress progress = j.progress();
+  for (const auto& o : e_.orders) sort_keys_.push_back(o->Key(*j.spec, progress, ctx_));
+  sort_keys_.push_back(j.spec->submit_time);
 }
 
 void CycleRun::SortJobs() {
@@ -284,7 +294,7 @@ void CycleRun::SortJobs() {
     const int64_t* y = &keys[(b - base) * K];
     for (size_t k = 0; k < K; ++k)
       if (x[k] != y[k]) return x[k] < y[k];
-    return plan_.decisions[a - base].job < plan_.decisions[b - base].job;
+    return a < b;  // jobs_ is in id order
   });
 }
 
@@ -471,10 +481,9 @@ void CycleRun::CatchUp(int32_t shape) {
 
 int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
                             Failure* why) {
-  const Job& job = pj.rec->job;
-  int32_t group = 0;
-  for (int32_t t = task; t >= job.groups[group].replicas; t -= job.groups[group].replicas) ++group;
-  const TaskRequest& req = job.groups[group].request;
+  const Job& job = *pj.rec->spec;  // only plugins read it, and only for new node classes
+  const int32_t group = pj.GroupOf(task);
+  const TaskRequest& req = pj.groups[group].request;
   TaskContext t{
       &job, task, &req, &ctx_, &gang_nodes, &m_.nodes, group_shapes_[pj.shapes_at + group]};
   const int32_t shape = t.shape_id;
@@ -487,7 +496,7 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   // One task per node: the nodes holding the job's tasks are out. Not a filter (verdicts are
   // cached per node class, and the shape index offers a class's lowest member), so such a
   // job takes the per-class path below, which offers each class's lowest member it lacks.
-  const bool distinct = job.one_task_per_node && !gang_nodes.empty();
+  const bool distinct = pj.one_task_per_node && !gang_nodes.empty();
   const bool indexed = !distinct && !node_specific && fenced_.empty() && !normalizes_ && P > 0;
   if (indexed) {
     ShapeIndex& ix = index_[shape];
@@ -591,9 +600,8 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
 
 void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
                            Failure* why) {
-  const Job& job = pj.rec->job;
-  int32_t group = 0;
-  for (int32_t t = task; t >= job.groups[group].replicas; t -= job.groups[group].replicas) ++group;
+  const Job& job = *pj.rec->spec;
+  const int32_t group = pj.GroupOf(task);
   why->deferred = true;
   why->code = "Unschedulable";
   why->task = task;
@@ -609,7 +617,7 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
 }
 
 Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
-  const Job& job = pj.rec->job;
+  const Job& job = *pj.rec->spec;
   const TaskRequest& req = job.GroupOfTask(task).request;
   std::vector<int32_t> none;
   TaskContext t{&job, task, &req, &ctx_, &none, &m_.nodes, -1};
@@ -657,7 +665,7 @@ void CycleRun::Finalize() {
         if (!f.fenced) saved.swap(fenced_);
       }
       const Failure& c = it->second;
-      const Job& job = pj.rec->job;
+      const Job& job = *pj.rec->spec;
       std::string msg = c.message;
       if (pj.task_count > 1) msg = "task " + std::to_string(f.task) + ": " + msg;
       std::map<std::string, int32_t> rejected = c.rejected;
@@ -677,7 +685,7 @@ void CycleRun::Finalize() {
 }
 
 bool CycleRun::Infeasible(PendingJob& pj, int32_t task) {
-  const Job& job = pj.rec->job;
+  const Job& job = *pj.rec->spec;
   const TaskRequest& req = job.GroupOfTask(task).request;
   std::vector<int32_t> none;
   TaskContext t{&job, task, &req, &ctx_, &none, &m_.nodes, -1};
@@ -719,7 +727,7 @@ int32_t CycleRun::NodesEverHolding(const Job& job) {
 // task's CountRejections (the cluster as the plan leaves it, the job's new tasks undone).
 void CycleRun::DistinctNodesReason(PendingJob& pj, const Failure& f, const Failure& counted,
                                    std::string& msg, std::map<std::string, int32_t>& rejected_out) {
-  const Job& job = pj.rec->job;
+  const Job& job = *pj.rec->spec;
   const int32_t need = job.GangMinimum();
   if (f.ever_nodes == 0) return;  // no node could ever hold it: the filters' words say why
   const std::string head = "needs " + std::to_string(need) + " distinct nodes (oneTaskPerNode)";
@@ -732,7 +740,7 @@ void CycleRun::DistinctNodesReason(PendingJob& pj, const Failure& f, const Failu
   int32_t available = static_cast<int32_t>(m_.nodes.size());
   for (const auto& [reason, n] : rejected) available -= n;
   std::set<int32_t> held;
-  for (const auto& a : job.allocations)
+  for (const auto& a : pj.rec->allocations)
     if (a) held.insert(m_.node_index.at(a->node));
   const TaskRequest& req = job.GroupOfTask(f.task).request;
   std::vector<int32_t> none;
@@ -751,22 +759,21 @@ void CycleRun::DistinctNodesReason(PendingJob& pj, const Failure& f, const Failu
 
 bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
   JobRec& j = *pj.rec;
-  const Job& job = j.job;
   const int32_t n = pj.task_count;
   const int32_t required = std::max(0, pj.gang_min - j.running);
   const bool limited = pj.queue >= 0 && limited_[pj.queue];
   size_t mark = m_.undo.size();
   std::vector<int32_t> gang_nodes;
-  for (const auto& a : job.allocations)
+  for (const auto& a : j.allocations)
     if (a) gang_nodes.push_back(m_.node_index.at(a->node));
   std::sort(gang_nodes.begin(), gang_nodes.end());  // TaskContext::gang_nodes is sorted
   int32_t placed = 0;
   Failure first;
   bool failed = false;
   for (int32_t t = 0; t < n; ++t) {
-    if (job.allocations[t]) continue;
+    if (j.allocations[t]) continue;
     std::string limit_why;
-    const TaskRequest& req = job.GroupOfTask(t).request;
+    const TaskRequest& req = pj.groups[pj.GroupOf(t)].request;
     if (limited && !QueueAdmits(j, RequestVector(req), &limit_why)) {
       if (!failed) {
         first.code = "QueueOverLimit";
@@ -801,10 +808,11 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
   return true;
 }
 
-void CycleRun::RecordBindings(size_t mark, const Job& job) {
+void CycleRun::RecordBindings(size_t mark, const PendingJob& pj) {
+  const std::string& id = Decision(pj).job;  // a line the attempt touches anyway
   for (size_t i = mark; i < m_.undo.size(); ++i)
     if (m_.undo[i].kind == UndoOp::kBind)
-      plan_.bindings.push_back({job.id, m_.undo[i].task, *job.allocations[m_.undo[i].task]});
+      plan_.bindings.push_back({id, m_.undo[i].task, *pj.rec->allocations[m_.undo[i].task]});
 }
 
 void CycleRun::Attempt(PendingJob& pj) {
@@ -812,10 +820,11 @@ void CycleRun::Attempt(PendingJob& pj) {
   Failure why;
   size_t mark = m_.undo.size();
   if (TryPlaceJob(pj, &why)) {
-    RecordBindings(mark, pj.rec->job);
+    RecordBindings(mark, pj);
     pj.state = JState::kPlaced;
-    Decision(pj).outcome = Outcome::kPlaced;
-    Decision(pj).reason = {};
+    JobDecision& d = Decision(pj);
+    d.outcome = Outcome::kPlaced;
+    if (!d.reason.code.empty()) d.reason = {};  // an earlier attempt's (backfill tries again)
     return;
   }
   if (why.code == "QueueOverLimit") {
@@ -846,8 +855,8 @@ void CycleRun::Enqueue() {
     ResourceVector need;
     int32_t required = std::max(0, pj->gang_min - j.running);
     for (int32_t t = 0, k = 0; t < pj->task_count && k < required; ++t)
-      if (!j.job.allocations[t]) {
-        need += RequestVector(j.job.GroupOfTask(t).request);
+      if (!j.allocations[t]) {
+        need += RequestVector(j.spec->GroupOfTask(t).request);
         ++k;
       }
     ResourceVector extra = need;
@@ -873,7 +882,7 @@ void CycleRun::Enqueue() {
     // of its queue forever. Allocate still reports it as Infeasible.
     bool holds = true;
     for (int32_t t = 0; holds && t < pj->task_count; ++t)
-      if (!j.job.allocations[t] && Infeasible(*pj, t)) holds = false;
+      if (!j.allocations[t] && Infeasible(*pj, t)) holds = false;
     if (holds)
       for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += extra;
   }
@@ -910,9 +919,10 @@ void CycleRun::Allocate() {
 }
 
 // ---- preempt / reclaim: minimal victim sets by a deterministic greedy ----
-std::optional<int64_t> CycleRun::PreemptionRank(const Job& j) const {
+std::optional<int64_t> CycleRun::PreemptionRank(const JobRec& j) const {
+  const JobProgress progress = j.progress();
   for (const auto& o : e_.orders)
-    if (auto r = o->PreemptionRank(j, ctx_)) return r;
+    if (auto r = o->PreemptionRank(*j.spec, progress, ctx_)) return r;
   return std::nullopt;
 }
 
@@ -937,8 +947,8 @@ void CycleRun::EvictFor(bool reclaim) {
   int64_t used_gpu = 0;
   for (auto& [id, j] : m_.jobs) {
     used_gpu += j.allocated.gpu_milli;
-    if (j.running == 0 || !j.job.preemptible || fresh.count(&j)) continue;
-    running.push_back({&j, reclaim ? std::nullopt : PreemptionRank(j.job)});
+    if (j.running == 0 || !j.spec->preemptible || fresh.count(&j)) continue;
+    running.push_back({&j, reclaim ? std::nullopt : PreemptionRank(j)});
   }
   const int64_t free_gpu = std::max<int64_t>(0, m_.capacity.gpu_milli - used_gpu);
   const bool cross_queue_rank = !e_.queue_drf && !e_.queue_proportion;
@@ -949,12 +959,12 @@ void CycleRun::EvictFor(bool reclaim) {
     if (failed_searches >= kMaxFailedSearches) break;
     if (pj->state != JState::kFailed) continue;
     const JobRec& pre = *pj->rec;
-    const Job& pjob = pre.job;
+    const Job& pjob = *pre.spec;
     auto pc = m_.priority_classes.find(pjob.priority_class);
     if (!reclaim && pc != m_.priority_classes.end() && !pc->second.preempt_lower) continue;
     ResourceVector need;
     for (int32_t t = 0; t < pjob.TaskCount(); ++t)
-      if (!pjob.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
+      if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
     if (reclaim) {
       // Only a queue within its guarantee (counting this job) may take capacity back.
       const QueueRec& q = m_.queues[pre.queue];
@@ -974,7 +984,7 @@ void CycleRun::EvictFor(bool reclaim) {
     };
     // Victims by priority (lower, same queue) or by preemption rank (same priority, strictly
     // higher rank, e.g. more attained service; any queue when no queue policy is on).
-    const std::optional<int64_t> pre_rank = reclaim ? std::nullopt : PreemptionRank(pjob);
+    const std::optional<int64_t> pre_rank = reclaim ? std::nullopt : PreemptionRank(pre);
     std::vector<const Running*> vjobs;
     int64_t victim_gpu = 0;
     for (const Running& r : running) {
@@ -984,14 +994,14 @@ void CycleRun::EvictFor(bool reclaim) {
         if (j.queue == pre.queue || !m_.queues[j.queue].q.reclaimable) continue;
         // Only from queues above their guarantee (checked again per unit below).
       } else {
-        bool by_priority = j.queue == pre.queue && j.job.priority < pjob.priority;
+        bool by_priority = j.queue == pre.queue && j.spec->priority < pjob.priority;
         bool by_rank = pre_rank && r.rank && *r.rank > *pre_rank &&
-                       j.job.priority == pjob.priority &&
+                       j.spec->priority == pjob.priority &&
                        (j.queue == pre.queue || cross_queue_rank);
         if (!by_priority && !by_rank) continue;
       }
       bool busy = false;
-      for (int32_t t = 0; t < j.job.TaskCount(); ++t) busy |= victims_.count({&j, t}) > 0;
+      for (int32_t t = 0; t < j.spec->TaskCount(); ++t) busy |= victims_.count({&j, t}) > 0;
       if (busy) continue;
       vjobs.push_back(&r);
       victim_gpu += j.allocated.gpu_milli;
@@ -999,21 +1009,22 @@ void CycleRun::EvictFor(bool reclaim) {
     // Cheap check: not even every candidate's GPUs plus the free ones would hold it.
     if (need.gpu_milli > free_gpu + victim_gpu) continue;
     std::sort(vjobs.begin(), vjobs.end(), [](const Running* x, const Running* y) {
-      const Job& a = x->job->job;
-      const Job& b = y->job->job;
+      const Job& a = *x->job->spec;
+      const Job& b = *y->job->spec;
       if (a.priority != b.priority) return a.priority < b.priority;
       int64_t ra = x->rank.value_or(INT64_MIN), rb = y->rank.value_or(INT64_MIN);
       if (ra != rb) return ra > rb;  // highest rank (least urgent) first
-      if (a.start_time != b.start_time) return a.start_time > b.start_time;  // youngest first
+      const int64_t sa = x->job->start_time, sb = y->job->start_time;
+      if (sa != sb) return sa > sb;  // youngest first
       return a.id < b.id;
     });
     std::vector<Unit> units;
     for (const Running* r : vjobs) {
       JobRec* j = r->job;
       std::vector<int32_t> run;
-      for (int32_t t = 0; t < j->job.TaskCount(); ++t)
-        if (j->job.allocations[t]) run.push_back(t);
-      int32_t extra = static_cast<int32_t>(run.size()) - j->job.GangMinimum();
+      for (int32_t t = 0; t < j->spec->TaskCount(); ++t)
+        if (j->allocations[t]) run.push_back(t);
+      int32_t extra = static_cast<int32_t>(run.size()) - j->spec->GangMinimum();
       for (int32_t k = 0; k < extra; ++k) {
         units.push_back({j, {run.back()}, false});
         run.pop_back();
@@ -1043,7 +1054,7 @@ void CycleRun::EvictFor(bool reclaim) {
       size_t mark = m_.undo.size();
       for (size_t u = 0; u < units.size(); ++u) {
         if (reclaim && !over_guarantee(units[u].job)) continue;
-        if (!units[u].job->job.allocations[units[u].tasks[0]]) continue;
+        if (!units[u].job->allocations[units[u].tasks[0]]) continue;
         for (int32_t t : units[u].tasks) (void)m_.ReleaseTask(*units[u].job, t);
         chosen.push_back(u);
         size_t inner = m_.undo.size();
@@ -1071,22 +1082,22 @@ void CycleRun::EvictFor(bool reclaim) {
     std::set<std::string> victim_jobs;
     for (size_t u : chosen) {
       JobRec& vj = *units[u].job;
-      victim_jobs.insert(vj.job.id);
+      victim_jobs.insert(vj.spec->id);
       for (int32_t t : units[u].tasks) {
         victims_.insert({&vj, t});
         ++count;
         std::string msg =
             reclaim ? "queue " + m_.queues[pre.queue].q.name + " is below its guarantee; queue " +
                           m_.queues[vj.queue].q.name + " is above its own"
-            : vj.job.priority < pjob.priority
+            : vj.spec->priority < pjob.priority
                 ? "priority " + std::to_string(pjob.priority) + " > " +
-                      std::to_string(vj.job.priority) + " in queue " + m_.queues[vj.queue].q.name
+                      std::to_string(vj.spec->priority) + " in queue " + m_.queues[vj.queue].q.name
                 : "preemption rank " + std::to_string(pre_rank.value_or(0)) + " < " +
-                      std::to_string(PreemptionRank(vj.job).value_or(0)) +
+                      std::to_string(PreemptionRank(vj).value_or(0)) +
                       " (job order, equal priority)";
-        plan_.evictions.push_back({vj.job.id, t, vj.job.allocations[t]->node,
+        plan_.evictions.push_back({vj.spec->id, t, vj.allocations[t]->node,
                                    reclaim ? "Reclaimed" : "Preempted", pjob.id, msg,
-                                   vj.job.grace_period_seconds});
+                                   vj.spec->grace_period_seconds});
       }
     }
     std::string names;
@@ -1124,13 +1135,13 @@ void CycleRun::Backfill() {
     std::vector<Ending> ends, unknown;
     for (auto& [id, j] : m_.jobs) {
       if (j.running == 0) continue;
-      if (j.job.runtime_estimate_seconds && j.job.start_time >= 0)
-        ends.push_back({j.job.start_time + *j.job.runtime_estimate_seconds, &j});
+      if (j.spec->runtime_estimate_seconds && j.start_time >= 0)
+        ends.push_back({j.start_time + *j.spec->runtime_estimate_seconds, &j});
       else
         unknown.push_back({INT64_MAX, &j});
     }
     std::sort(ends.begin(), ends.end(), [](const Ending& a, const Ending& b) {
-      return a.end != b.end ? a.end < b.end : a.job->job.id < b.job->job.id;
+      return a.end != b.end ? a.end < b.end : a.job->spec->id < b.job->spec->id;
     });
     auto try_head = [&](int64_t at) {
       size_t inner = m_.undo.size();
@@ -1138,7 +1149,7 @@ void CycleRun::Backfill() {
         for (size_t i = inner; i < m_.undo.size(); ++i)
           if (m_.undo[i].kind == UndoOp::kBind)
             reserved.push_back(
-                m_.node_index.at(m_.undo[i].job->job.allocations[m_.undo[i].task]->node));
+                m_.node_index.at(m_.undo[i].job->allocations[m_.undo[i].task]->node));
         earliest = at;
         m_.Rollback(inner);
         return true;
@@ -1148,14 +1159,14 @@ void CycleRun::Backfill() {
     // Cheap check before each trial: the head's GPUs must not exceed the free ones plus
     // those released so far (a trial costs a gang placement).
     int64_t head_gpu = 0, avail_gpu = m_.capacity.gpu_milli;
-    for (int32_t t = 0; t < head->rec->job.TaskCount(); ++t)
-      if (!head->rec->job.allocations[t])
-        head_gpu += RequestVector(head->rec->job.GroupOfTask(t).request).gpu_milli;
+    for (int32_t t = 0; t < head->rec->spec->TaskCount(); ++t)
+      if (!head->rec->allocations[t])
+        head_gpu += RequestVector(head->rec->spec->GroupOfTask(t).request).gpu_milli;
     for (const auto& [id, j] : m_.jobs) avail_gpu -= j.allocated.gpu_milli;
     auto release = [&](JobRec* j) {
       avail_gpu += j->allocated.gpu_milli;
-      for (int32_t t = 0; t < j->job.TaskCount(); ++t)
-        if (j->job.allocations[t]) (void)m_.ReleaseTask(*j, t);
+      for (int32_t t = 0; t < j->spec->TaskCount(); ++t)
+        if (j->allocations[t]) (void)m_.ReleaseTask(*j, t);
     };
     bool ok = false;
     for (const Ending& e : ends) {
@@ -1169,9 +1180,8 @@ void CycleRun::Backfill() {
       // unplaceable job made the default configuration quadratic on arrival-only workloads.)
       constexpr int kTrials = 8;
       std::sort(unknown.begin(), unknown.end(), [](const Ending& a, const Ending& b) {
-        return a.job->job.start_time != b.job->job.start_time
-                   ? a.job->job.start_time < b.job->job.start_time
-                   : a.job->job.id < b.job->job.id;
+        return a.job->start_time != b.job->start_time ? a.job->start_time < b.job->start_time
+                                                      : a.job->spec->id < b.job->spec->id;
       });
       size_t k = 0;
       for (int trials = 0; !ok && k < unknown.size() && trials < kTrials;) {
@@ -1191,7 +1201,7 @@ void CycleRun::Backfill() {
       std::sort(reserved.begin(), reserved.end());
       reserved.erase(std::unique(reserved.begin(), reserved.end()), reserved.end());
       Reservation r;
-      r.job = head->rec->job.id;
+      r.job = head->rec->spec->id;
       for (int32_t i : reserved) r.nodes.push_back(m_.nodes[i].name());
       r.earliest_start = earliest;
       plan_.reservations.push_back(r);
@@ -1201,13 +1211,13 @@ void CycleRun::Backfill() {
                                          : "; start time unknown.");
       fenced_.assign(m_.nodes.size(), false);
       for (int32_t i : reserved) fenced_[i] = true;
-      fence_owner_ = head->rec->job.id;
+      fence_owner_ = head->rec->spec->id;
     }
   }
   for (PendingJob* pj : seq) {
     if (pj == head) continue;
     if (!(pj->state == JState::kAdmitted || pj->state == JState::kFailed)) continue;
-    const auto& est = pj->rec->job.runtime_estimate_seconds;
+    const auto& est = pj->rec->spec->runtime_estimate_seconds;
     bool ends_before = est && earliest >= 0 && now_ + *est <= earliest;
     std::vector<bool> saved;
     if (ends_before) saved.swap(fenced_);
@@ -1239,31 +1249,34 @@ Plan CycleRun::Run() {
   for (size_t q = 0; q < m_.queues.size(); ++q)
     for (int32_t a = static_cast<int32_t>(q); a >= 0 && !limited_[q]; a = m_.queues[a].parent)
       limited_[q] = EffectiveLimit(m_.queues[a].q).has_value();
-  jobs_.reserve(m_.pending.size());
-  sort_keys_.reserve(m_.pending.size() * (e_.orders.size() + 1));
-  plan_.decisions.reserve(m_.pending.size());
-
-  // Both are sorted by id: when most jobs are pending, walk them together (no lookups).
-  const bool walk = m_.pending.size() * 8 >= m_.jobs.size();
-  auto rec = m_.jobs.begin();
+  // Both are sorted by id. When most jobs are pending, or the state keeps no pending set
+  // (borrowed: its build walked every job anyway), walk the jobs (no lookups).
+  const bool walk = m_.borrowed || m_.pending.size() * 8 >= m_.jobs.size();
+  const size_t most = walk ? m_.jobs.size() : m_.pending.size();
+  jobs_.reserve(most);
+  sort_keys_.reserve(most * (e_.orders.size() + 1));
+  plan_.decisions.reserve(most);
   size_t tasks = 0;
-  for (const std::string& id : m_.pending) {
+  auto add = [&](const std::string& id, JobRec& rec) {
     PendingJob& pj = jobs_.emplace_back();
     plan_.decisions.emplace_back().job = id;
-    if (walk) {
-      while (rec->first != id) ++rec;
-      pj.rec = &rec->second;
-    } else {
-      pj.rec = &m_.jobs.at(id);
-    }
-    const Job& job = pj.rec->job;
+    pj.rec = &rec;
+    const Job& job = *rec.spec;
     pj.task_count = job.TaskCount();
     pj.gang_min = job.GangMinimum();
-    pj.queue = pj.rec->queue;
+    pj.queue = rec.queue;
+    pj.groups = job.groups.data();
+    pj.one_task_per_node = job.one_task_per_node;
     pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
     for (const auto& g : job.groups) group_shapes_.push_back(ShapeId(job, g.request));
-    tasks += pj.task_count - pj.rec->running;
-    AppendSortKeys(job);
+    tasks += pj.task_count - rec.running;
+    AppendSortKeys(rec);
+  };
+  if (walk) {
+    for (auto& [id, rec] : m_.jobs)
+      if (rec.pending()) add(id, rec);
+  } else {
+    for (const std::string& id : m_.pending) add(id, m_.jobs.at(id));
   }
   // Upper bounds, so that these never grow by copying (untouched capacity costs no pages).
   plan_.bindings.reserve(tasks);
@@ -1326,7 +1339,8 @@ Plan EngineImpl::Cycle(ClusterState& state, int64_t now, Rng& rng) const {
 
 Plan EngineImpl::Cycle(const Snapshot& snapshot, int64_t now, Rng& rng) const {
   std::vector<std::pair<std::string, Status>> rejected;
-  auto state = ClusterState::FromSnapshot(snapshot, &rejected);
+  // The state lives for this call only: it refers to the snapshot's jobs, no copies.
+  auto state = ClusterState::Borrowing(snapshot, &rejected);
   if (!state.ok()) {
     Plan plan;
     plan.now = now;

@@ -13,6 +13,7 @@
 
 #include "engine/cluster_state.h"
 #include "engine/node_state.h"
+#include "engine/plugin.h"
 #include "model/snapshot.h"
 
 namespace tessera {
@@ -45,12 +46,22 @@ inline void AppendRequestKey(const TaskRequest& r, std::string& s) {
   }
 }
 
+// A job in the state: its definition, read-only and not copied when the state borrows a
+// snapshot (Engine::Cycle(snapshot) builds a state that dies with the cycle), and its
+// running state, which only the state keeps (the definition's own `allocations` and
+// `start_time` are never read).
 struct JobRec {
-  Job job;
+  const Job* spec = nullptr;   // the definition: `owned`, or a job of a borrowed snapshot
+  std::unique_ptr<Job> owned;  // null when borrowed
+  std::vector<std::optional<TaskAllocation>> allocations;  // per task; nullopt: waiting
+  int64_t start_time = -1;                                 // when the gang started; -1 never
   int32_t queue = -1;  // index into Impl::queues; -1 if the queue is unknown
-  ResourceVector allocated;
   int32_t running = 0;
-  bool pending() const { return running < static_cast<int32_t>(job.allocations.size()); }
+  ResourceVector allocated;
+  const std::string& id() const { return spec->id; }
+  bool pending() const { return running < static_cast<int32_t>(allocations.size()); }
+  JobProgress progress() const { return {start_time, allocated.gpu_milli, running}; }
+  Job Materialize() const;  // the definition with the state's running state
 };
 
 struct QueueRec {
@@ -85,7 +96,9 @@ struct UndoOp {
 };
 
 struct ClusterState::Impl {
-  std::vector<std::unique_ptr<Node>> statics;           // parallel to nodes; stable pointers
+  // Parallel to nodes (stable pointers), except in a borrowed state, whose nodes point
+  // into the snapshot and which takes no node deltas.
+  std::vector<std::unique_ptr<Node>> statics;
   std::vector<NodeState> nodes;                         // by name
   std::unordered_map<std::string, int32_t> node_index;  // lookups only, never iterated
   std::vector<int32_t> node_signature;                  // static signature id per node
@@ -106,7 +119,10 @@ struct ClusterState::Impl {
   std::vector<int32_t> live_classes;  // non-empty classes, in no particular order
 
   std::map<std::string, JobRec> jobs;
-  std::set<std::string> pending;  // ids of jobs with at least one unplaced task
+  std::set<std::string> pending;  // ids of jobs with at least one unplaced task; see borrowed
+  // Built by ClusterState::Borrowing for one cycle: its nodes' statics and its jobs are the
+  // snapshot's, and it keeps no `pending` set (the cycle walks every job instead).
+  bool borrowed = false;
   std::vector<QueueRec> queues;
   std::map<std::string, int32_t> queue_index;
   std::map<std::string, PriorityClass> priority_classes;
@@ -145,6 +161,8 @@ struct ClusterState::Impl {
   Status BindAt(JobRec& j, int32_t task, TaskAllocation a, int32_t node, int64_t now);
   void RebuildQueues();
   void CountShapes(const Job& j, int64_t sign);
+  // Adds a job defined by `*spec` (owned by the caller when `owned` is null).
+  Status AddJob(const Job* spec, std::unique_ptr<Job> owned);
   int32_t QueueOf(const std::string& name) const;
   bool HasJob(const std::string& id) const;
 };

@@ -191,8 +191,8 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     std::set<std::string> evicted;
     for (const Eviction& e : plan.evictions) {
       if (!released.insert({e.job, e.task}).second) continue;
-      const Job* j = state.FindJob(e.job);
-      if (j == nullptr || e.task < 0 || e.task >= static_cast<int32_t>(j->allocations.size()) ||
+      const std::optional<Job> j = state.FindJob(e.job);
+      if (!j || e.task < 0 || e.task >= static_cast<int32_t>(j->allocations.size()) ||
           !j->allocations[e.task]) {
         ++res.stale_evictions;
         continue;
@@ -209,9 +209,9 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       if (it == index_of.end()) return Internal("plan evicts unknown job " + id);
       size_t i = it->second;
       Live& L = live[i];
-      const Job* j = state.FindJob(id);
-      if (j == nullptr) return Internal("evicted job " + id + " is not in the state");
-      Job again_job = *j;
+      std::optional<Job> j = state.FindJob(id);
+      if (!j) return Internal("evicted job " + id + " is not in the state");
+      Job again_job = std::move(*j);
       if (L.running) {
         L.service += t - L.run_start;
         L.running = false;
@@ -248,8 +248,8 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       L.alloc_milli += milli;
       allocated += milli;
       queue_alloc[L.queue] += milli;
-      const Job* j = state.FindJob(id);
-      if (j != nullptr && !L.running && j->RunningTasks() >= j->GangMinimum()) {
+      const std::optional<Job> j = state.FindJob(id);
+      if (j && !L.running && j->RunningTasks() >= j->GangMinimum()) {
         L.running = true;
         L.run_start = t;
         --pending;

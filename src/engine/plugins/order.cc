@@ -12,18 +12,22 @@ namespace {
 
 class PriorityOrder : public JobOrderPlugin {
  public:
-  int64_t Key(const Job& j, const CycleContext&) const override { return -int64_t{j.priority}; }
+  int64_t Key(const Job& j, const JobProgress&, const CycleContext&) const override {
+    return -int64_t{j.priority};
+  }
 };
 
 class FifoOrder : public JobOrderPlugin {
  public:
-  int64_t Key(const Job& j, const CycleContext&) const override { return j.submit_time; }
+  int64_t Key(const Job& j, const JobProgress&, const CycleContext&) const override {
+    return j.submit_time;
+  }
 };
 
 // Shortest runtime estimate first; jobs without an estimate after all that have one.
 class SjfOrder : public JobOrderPlugin {
  public:
-  int64_t Key(const Job& j, const CycleContext&) const override {
+  int64_t Key(const Job& j, const JobProgress&, const CycleContext&) const override {
     return j.runtime_estimate_seconds.value_or(INT64_MAX);
   }
 };
@@ -50,13 +54,14 @@ class LasOrder : public JobOrderPlugin {
   LasOrder(std::vector<int64_t> thresholds, int64_t starvation, bool preempt)
       : thresholds_(std::move(thresholds)), starvation_(starvation), preempt_(preempt) {}
 
-  int64_t Key(const Job& j, const CycleContext& ctx) const override {
-    return thresholds_.empty() ? Attained(j, ctx.now) : Level(j, ctx.now);
+  int64_t Key(const Job& j, const JobProgress& p, const CycleContext& ctx) const override {
+    return thresholds_.empty() ? Attained(j, p, ctx.now) : Level(j, p, ctx.now);
   }
 
-  std::optional<int64_t> PreemptionRank(const Job& job, const CycleContext& ctx) const override {
+  std::optional<int64_t> PreemptionRank(const Job& job, const JobProgress& p,
+                                        const CycleContext& ctx) const override {
     if (!preempt_ || thresholds_.empty()) return std::nullopt;
-    return Level(job, ctx.now);
+    return Level(job, p, ctx.now);
   }
 
   static int64_t RequestedGpuMilli(const Job& j) {
@@ -71,24 +76,18 @@ class LasOrder : public JobOrderPlugin {
     return m;
   }
 
-  static int64_t Attained(const Job& j, int64_t now) {
+  static int64_t Attained(const Job& j, const JobProgress& p, int64_t now) {
     int64_t a = j.attained_gpu_milli_seconds;
-    if (j.start_time >= 0 && now > j.start_time) {
-      int64_t held = 0;
-      for (const auto& al : j.allocations)
-        if (al)
-          for (const DeviceAssignment& d : al->devices) held += d.milli;
-      a += (now - j.start_time) * held;
-    }
+    if (p.start_time >= 0 && now > p.start_time) a += (now - p.start_time) * p.gpu_milli;
     return a;
   }
 
-  int64_t Level(const Job& j, int64_t now) const {
-    const int64_t attained = Attained(j, now);
+  int64_t Level(const Job& j, const JobProgress& p, int64_t now) const {
+    const int64_t attained = Attained(j, p, now);
     if (starvation_ > 0 && attained > 0) {
       const int64_t service = attained / std::max<int64_t>(1, RequestedGpuMilli(j));
       const int64_t waited = now - j.submit_time - service;
-      const bool running = j.RunningTasks() > 0;
+      const bool running = p.running_tasks > 0;
       // Pending: promoted at K x service; running: kept while >= K/2 x service.
       if (service > 0 &&
           (running ? 2 * waited >= starvation_ * service : waited >= starvation_ * service))
