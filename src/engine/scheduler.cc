@@ -5,12 +5,15 @@
 // back at the end so the host's state is unchanged. Ordering (who goes next) lives in
 // SortJobs/QueueLess; placement (where) in PlaceTask. See docs/engine.md.
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <map>
 #include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
 
+#include "common/sort_rows.h"
 #include "engine/engine_impl.h"
 #include "engine/state_impl.h"
 
@@ -286,15 +289,23 @@ void CycleRun::AppendSortKeys(const JobRec& j) {
 void CycleRun::SortJobs() {
   // A sort over integers (the keys were taken while setting each job up, when it was in
   // cache): (plugin keys..., submit time), then job id, which is unique: a total order.
+  // jobs_ is in id order, so a job's index stands for its id.
   const size_t K = e_.orders.size() + 1;
+  order_.clear();
+  std::vector<uint32_t> rows;
+  if (RadixSortRows(sort_keys_, K, jobs_.size(), rows)) {
+    for (uint32_t r : rows) order_.push_back(&jobs_[r]);
+    return;
+  }
   const std::vector<int64_t>& keys = sort_keys_;
   const PendingJob* base = jobs_.data();
+  for (auto& pj : jobs_) order_.push_back(&pj);
   std::sort(order_.begin(), order_.end(), [&](const PendingJob* a, const PendingJob* b) {
     const int64_t* x = &keys[(a - base) * K];
     const int64_t* y = &keys[(b - base) * K];
     for (size_t k = 0; k < K; ++k)
       if (x[k] != y[k]) return x[k] < y[k];
-    return a < b;  // jobs_ is in id order
+    return a < b;
   });
 }
 
@@ -678,7 +689,7 @@ void CycleRun::Finalize() {
               " fit together; " + msg;
       }
       if (f.infeasible) msg = "can never fit on this cluster as it is: " + msg;
-      Decision(pj).reason = {code, msg, c.resource, std::move(rejected)};
+      Decision(pj).reason = {std::move(code), std::move(msg), c.resource, std::move(rejected)};
     }
   }
   if (reserved_head_ != nullptr) Decision(*reserved_head_).reason.message += reservation_note_;
@@ -1281,7 +1292,6 @@ Plan CycleRun::Run() {
   // Upper bounds, so that these never grow by copying (untouched capacity costs no pages).
   plan_.bindings.reserve(tasks);
   m_.undo.reserve(m_.undo.size() + tasks);
-  for (auto& pj : jobs_) order_.push_back(&pj);
   SortJobs();
   strict_ = std::find(e_.actions.begin(), e_.actions.end(), Action::kBackfill) != e_.actions.end();
 
