@@ -941,8 +941,34 @@ void CycleRun::EvictFor(bool reclaim) {
   // Nothing failed to place: nothing to evict for, and no pass over every job (most cycles
   // of a busy server or a replay).
   const std::vector<PendingJob*>& tried = visit_.empty() ? order_ : visit_;
+  // What a failed job would need, if it may evict at all: its priority class allows it;
+  // for reclaim, its queue has a guarantee that this job keeps it within.
+  auto may_evict = [&](const PendingJob* pj) -> std::optional<ResourceVector> {
+    if (pj->state != JState::kFailed) return std::nullopt;
+    const JobRec& pre = *pj->rec;
+    const Job& pjob = *pre.spec;
+    auto pc = m_.priority_classes.find(pjob.priority_class);
+    if (!reclaim && pc != m_.priority_classes.end() && !pc->second.preempt_lower)
+      return std::nullopt;
+    ResourceVector need;
+    for (int32_t t = 0; t < pjob.TaskCount(); ++t)
+      if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
+    if (reclaim) {
+      const QueueRec& q = m_.queues[pre.queue];
+      const ResourceVector& g = q.q.guarantee;
+      if (g.IsZero()) return std::nullopt;
+      ResourceVector after = q.allocated + need;
+      if ((g.cpu_milli && after.cpu_milli > g.cpu_milli) ||
+          (g.memory_bytes && after.memory_bytes > g.memory_bytes) ||
+          (g.gpu_milli && after.gpu_milli > g.gpu_milli))
+        return std::nullopt;
+    }
+    return need;
+  };
+  // No job that may evict failed to place: no pass over every job (most cycles of a busy
+  // server or a replay).
   if (std::none_of(tried.begin(), tried.end(),
-                   [](const PendingJob* pj) { return pj->state == JState::kFailed; }))
+                   [&](const PendingJob* pj) { return may_evict(pj).has_value(); }))
     return;
   std::vector<PendingJob*> candidates = tried;
   // Possible victims: jobs running when the cycle began. A job this cycle bound is not
@@ -963,30 +989,24 @@ void CycleRun::EvictFor(bool reclaim) {
   }
   const int64_t free_gpu = std::max<int64_t>(0, m_.capacity.gpu_milli - used_gpu);
   const bool cross_queue_rank = !e_.queue_drf && !e_.queue_proportion;
+  // Bounds that rule most preemptors out without a pass over the running jobs: a victim
+  // has a lower priority or a higher rank than its preemptor.
+  int32_t min_priority = INT32_MAX;
+  int64_t max_rank = INT64_MIN;
+  for (const Running& r : running) {
+    min_priority = std::min(min_priority, r.job->spec->priority);
+    if (r.rank) max_rank = std::max(max_rank, *r.rank);
+  }
   // Bound the work: after this many searches that found no victim set, stop (documented).
   int32_t failed_searches = 0;
   constexpr int32_t kMaxFailedSearches = 64;
   for (PendingJob* pj : candidates) {
     if (failed_searches >= kMaxFailedSearches) break;
-    if (pj->state != JState::kFailed) continue;
+    const std::optional<ResourceVector> may = may_evict(pj);
+    if (!may) continue;
+    const ResourceVector& need = *may;
     const JobRec& pre = *pj->rec;
     const Job& pjob = *pre.spec;
-    auto pc = m_.priority_classes.find(pjob.priority_class);
-    if (!reclaim && pc != m_.priority_classes.end() && !pc->second.preempt_lower) continue;
-    ResourceVector need;
-    for (int32_t t = 0; t < pjob.TaskCount(); ++t)
-      if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
-    if (reclaim) {
-      // Only a queue within its guarantee (counting this job) may take capacity back.
-      const QueueRec& q = m_.queues[pre.queue];
-      const ResourceVector& g = q.q.guarantee;
-      if (g.IsZero()) continue;
-      ResourceVector after = q.allocated + need;
-      if ((g.cpu_milli && after.cpu_milli > g.cpu_milli) ||
-          (g.memory_bytes && after.memory_bytes > g.memory_bytes) ||
-          (g.gpu_milli && after.gpu_milli > g.gpu_milli))
-        continue;
-    }
     // Victim units: a job's tasks above its gang minimum one by one, then the rest whole.
     struct Unit {
       JobRec* job;
@@ -996,6 +1016,7 @@ void CycleRun::EvictFor(bool reclaim) {
     // Victims by priority (lower, same queue) or by preemption rank (same priority, strictly
     // higher rank, e.g. more attained service; any queue when no queue policy is on).
     const std::optional<int64_t> pre_rank = reclaim ? std::nullopt : PreemptionRank(pre);
+    if (!reclaim && min_priority >= pjob.priority && !(pre_rank && max_rank > *pre_rank)) continue;
     std::vector<const Running*> vjobs;
     int64_t victim_gpu = 0;
     for (const Running& r : running) {
@@ -1151,9 +1172,9 @@ void CycleRun::Backfill() {
       else
         unknown.push_back({INT64_MAX, &j});
     }
-    std::sort(ends.begin(), ends.end(), [](const Ending& a, const Ending& b) {
-      return a.end != b.end ? a.end < b.end : a.job->spec->id < b.job->spec->id;
-    });
+    // Stable: ties stay in id order (the jobs map's), without comparing id strings.
+    std::stable_sort(ends.begin(), ends.end(),
+                     [](const Ending& a, const Ending& b) { return a.end < b.end; });
     auto try_head = [&](int64_t at) {
       size_t inner = m_.undo.size();
       if (TryPlaceJob(*head, nullptr)) {
@@ -1190,9 +1211,8 @@ void CycleRun::Backfill() {
       // release all the rest and try once more. (Releasing every running job for each
       // unplaceable job made the default configuration quadratic on arrival-only workloads.)
       constexpr int kTrials = 8;
-      std::sort(unknown.begin(), unknown.end(), [](const Ending& a, const Ending& b) {
-        return a.job->start_time != b.job->start_time ? a.job->start_time < b.job->start_time
-                                                      : a.job->spec->id < b.job->spec->id;
+      std::stable_sort(unknown.begin(), unknown.end(), [](const Ending& a, const Ending& b) {
+        return a.job->start_time < b.job->start_time;
       });
       size_t k = 0;
       for (int trials = 0; !ok && k < unknown.size() && trials < kTrials;) {
