@@ -5,7 +5,6 @@
 // back at the end so the host's state is unchanged. Ordering (who goes next) lives in
 // SortJobs/QueueLess; placement (where) in PlaceTask. See docs/engine.md.
 #include <algorithm>
-#include <bit>
 #include <climits>
 #include <map>
 #include <optional>
@@ -954,6 +953,7 @@ void CycleRun::EvictFor(bool reclaim) {
     for (int32_t t = 0; t < pjob.TaskCount(); ++t)
       if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
     if (reclaim) {
+      // Only a queue within its guarantee (counting this job) may take capacity back.
       const QueueRec& q = m_.queues[pre.queue];
       const ResourceVector& g = q.q.guarantee;
       if (g.IsZero()) return std::nullopt;
