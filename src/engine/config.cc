@@ -114,9 +114,12 @@ EngineConfig DefaultEngineConfig() {
   // of a higher level in its queue; starvation guard K = 8). Needs no runtime hints.
   EngineConfig::PluginConfig las = P("las");
   las.arguments = Json{{"thresholds", Json::array({3600, 36000})}, {"starvationFactor", 8}};
+  // Placement: fragmentation (which packs: its near-ties go to the lowest node), topology,
+  // preferred affinity. No binpack: as a tie-breaker it prefers small nodes by percent
+  // used, which in mixed-model pools are often the scarce models (docs/engine.md).
   c.tiers = {{P("priority"), P("gang"), las},
-             {P("drf"), P("proportion"), P("predicates"), P("fragmentation", 1), P("binpack", 1),
-              P("topology", 1), P("nodeaffinity", 1)}};
+             {P("drf"), P("proportion"), P("predicates"), P("fragmentation", 1), P("topology", 1),
+              P("nodeaffinity", 1)}};
   return c;
 }
 

@@ -1,24 +1,51 @@
-// The `fragmentation` score's resolution: exact by default (any difference decides); with
-// `resolutionMilli: 20`, differences in expected fragmentation below 20 milli-GPU tie (the
-// lowest node wins) and larger ones decide.
+// The `fragmentation` score's resolution: by default differences in expected fragmentation
+// below 100 milli-GPU (a tenth of a GPU) tie and the lowest node wins; `resolutionMilli: R`
+// sets another step, and `resolutionMilli: 0` makes every difference decide. The default
+// configuration breaks such ties by node, not by node size (no binpack).
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include "engine/engine.h"
 
 namespace tessera {
 namespace {
 
-Node OneGpuNode(const std::string& name, const std::string& model) {
+Node GpuNode(const std::string& name, const std::string& model, int32_t gpus = 1) {
   Node n;
   n.name = name;
-  n.cpu_milli = 8000;
-  n.memory_bytes = int64_t{64} << 30;
-  Device d;
-  d.index = 0;
-  d.model = model;
-  d.uuid = "GPU-" + name;
-  n.devices.push_back(d);
+  n.cpu_milli = 8000 * gpus;
+  n.memory_bytes = int64_t{64} * gpus << 30;
+  for (int32_t i = 0; i < gpus; ++i) {
+    Device d;
+    d.index = i;
+    d.model = model;
+    d.uuid = "GPU-" + name + "-" + std::to_string(i);
+    n.devices.push_back(d);
+  }
   return n;
+}
+
+// The node that `config` gives one task of `request` on `nodes`.
+std::string NodeChosen(const EngineConfig& config, std::vector<Node> nodes,
+                       const TaskRequest& request) {
+  auto engine = Engine::Create(config);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  if (!engine.ok()) return "";
+  Snapshot s;
+  s.nodes = std::move(nodes);
+  Queue q;
+  q.name = "default";
+  s.queues.push_back(q);
+  Job job;
+  job.id = "task";
+  job.groups.push_back(TaskGroup{"pod", 1, request});
+  job.allocations.resize(1);
+  s.jobs.push_back(job);
+  Rng rng(1);
+  Plan plan = (*engine)->Cycle(s, 0, rng);
+  EXPECT_EQ(plan.bindings.size(), 1u);
+  return plan.bindings.empty() ? "" : plan.bindings[0].allocation.node;
 }
 
 TaskRequest WholeGpu(std::vector<std::string> models = {}) {
@@ -34,41 +61,33 @@ TaskRequest WholeGpu(std::vector<std::string> models = {}) {
 // workload of whole GPUs of any model (weight `any`) and whole A100s (weight `a100`).
 // Per unit of weight: on a the task fragments 500 milli for both shapes; on b, 500 for
 // any-model GPUs but -500 for A100-only ones (b's GPU was all fragment for them already),
-// so b is better by 1000 * a100 / (any + a100) milli-GPU.
-std::string NodeChosen(int64_t any, int64_t a100, int64_t resolution) {
+// so b is better by 1000 * a100 / (any + a100) milli-GPU. No `resolution`: the default.
+std::string NodeChosen(int64_t any, int64_t a100, std::optional<int64_t> resolution) {
   EngineConfig c;
   c.actions = {"allocate"};
   EngineConfig::PluginConfig pred, frag;
   pred.name = "predicates";
   frag.name = "fragmentation";
-  if (resolution > 0) frag.arguments = Json{{"resolutionMilli", resolution}};
+  if (resolution) frag.arguments = Json{{"resolutionMilli", *resolution}};
   c.tiers = {{pred, frag}};
   c.typical_requests = {{WholeGpu(), any}, {WholeGpu({"A100"}), a100}};
-  auto engine = Engine::Create(c);
-  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-  if (!engine.ok()) return "";
-  Snapshot s;
-  s.nodes = {OneGpuNode("a", "A100"), OneGpuNode("b", "V100")};
-  Queue q;
-  q.name = "default";
-  s.queues.push_back(q);
-  Job job;
-  job.id = "half";
   TaskRequest r;
   r.cpu_milli = 1000;
   r.gpu.kind = GpuRequestKind::kFraction;
   r.gpu.count = 1;
   r.gpu.milli = 500;
-  job.groups.push_back(TaskGroup{"pod", 1, r});
-  job.allocations.resize(1);
-  s.jobs.push_back(job);
-  Rng rng(1);
-  Plan plan = (*engine)->Cycle(s, 0, rng);
-  EXPECT_EQ(plan.bindings.size(), 1u);
-  return plan.bindings.empty() ? "" : plan.bindings[0].allocation.node;
+  return NodeChosen(c, {GpuNode("a", "A100"), GpuNode("b", "V100")}, r);
 }
 
-TEST(Fragmentation, ByDefaultEveryDifferenceDecides) {
+TEST(Fragmentation, ByDefaultDifferencesBelowATenthOfAGpuTieToTheLowestNode) {
+  // a scores -500 milli-GPU; b -500 + 1000 * a100 / (any + a100), rounded down to 100s.
+  EXPECT_EQ(NodeChosen(199, 1, std::nullopt), "a");  // b -495 -> -500: a tie
+  EXPECT_EQ(NodeChosen(19, 1, std::nullopt), "a");   // b -450 -> -500: a tie
+  EXPECT_EQ(NodeChosen(9, 1, std::nullopt), "b");    // b -400: better by 100
+  EXPECT_EQ(NodeChosen(1, 1, std::nullopt), "b");    // b 0: better by 500
+}
+
+TEST(Fragmentation, ResolutionZeroLetsEveryDifferenceDecide) {
   EXPECT_EQ(NodeChosen(199, 1, 0), "b");  // b better by 5 milli-GPU
   EXPECT_EQ(NodeChosen(9, 1, 0), "b");    // 100 milli-GPU
 }
@@ -81,6 +100,22 @@ TEST(Fragmentation, DifferencesBelowTheResolutionTieToTheLowestNode) {
 TEST(Fragmentation, DifferencesAboveTheResolutionDecide) {
   EXPECT_EQ(NodeChosen(9, 1, 20), "b");  // 100 milli-GPU
   EXPECT_EQ(NodeChosen(1, 1, 20), "b");  // 500 milli-GPU
+}
+
+// One whole GPU on an idle 8-GPU node "a" or an idle 2-GPU node "b", typical workload whole
+// GPUs: fragmentation is 0 on both before and after, a tie. The default configuration
+// gives it to the lowest node; a percent-of-capacity binpack would take the small node
+// (1/2 used against 1/8), and in mixed-model pools small nodes are often the scarce models.
+TEST(Fragmentation, TheDefaultConfigurationBreaksTiesByNodeNotBySize) {
+  EngineConfig c = DefaultEngineConfig();
+  c.typical_requests = {{WholeGpu(), 1}};
+  std::vector<Node> nodes = {GpuNode("a", "G2", 8), GpuNode("b", "T4", 2)};
+  EXPECT_EQ(NodeChosen(c, nodes, WholeGpu()), "a");
+
+  EngineConfig::PluginConfig binpack;
+  binpack.name = "binpack";
+  c.tiers.back().push_back(binpack);
+  EXPECT_EQ(NodeChosen(c, nodes, WholeGpu()), "b");
 }
 
 TEST(Fragmentation, ANegativeResolutionIsRefused) {
