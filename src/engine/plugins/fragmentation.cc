@@ -40,36 +40,70 @@ int64_t Avoided(int64_t before, int64_t after, int64_t weight, int64_t resolutio
   return q * resolution;
 }
 
-int64_t FragFor(const TaskRequest& t, const NodeState& n) {
-  int64_t g = 0;
-  for (size_t i = 0; i < n.devices.size(); ++i)
-    if (n.node->devices[i].healthy && !n.node->devices[i].mig_enabled())
-      g += std::max(0, n.devices[i].free_milli);
-  if (t.gpu.kind == GpuRequestKind::kNone) return g;
-  if (!Fits(t, n)) return g;
-  int64_t f = 0;
+// F(n), the same value as "Fits(t, n) ? remainder : G(n)" per typical request t. This runs
+// twice per (node class, shape) scored, for each typical request, so one pass over the
+// devices gathers what the requests share (G(n), the free milli on devices not wholly free,
+// the wholly free devices) and a flat copy of the usable devices, which a request with a GPU
+// memory or model condition walks instead of the node.
+int64_t Frag(const std::vector<TypicalRequest>& typical_requests, const NodeState& n) {
+  struct Usable {  // a healthy device without MIG
+    int32_t free_milli;
+    bool idle;  // wholly free: no task, all its compute
+    int64_t free_memory_bytes;
+    const std::string* model;
+  };
+  thread_local std::vector<Usable> usable;
+  usable.clear();
+  int64_t g = 0, partial = 0;
+  int32_t idle = 0, max_free = -1;
   for (size_t i = 0; i < n.devices.size(); ++i) {
     const Device& d = n.node->devices[i];
     if (!d.healthy || d.mig_enabled()) continue;
     const DeviceState& s = n.devices[i];
-    switch (t.gpu.kind) {
-      case GpuRequestKind::kWhole:
-        if (s.free_milli < 1000) f += std::max(0, s.free_milli);
-        break;
-      case GpuRequestKind::kFraction:
-        if (s.free_milli < t.gpu.milli) f += std::max(0, s.free_milli);
-        break;
-      default:
-        break;
-    }
+    const int64_t free = std::max(0, s.free_milli);
+    g += free;
+    if (s.free_milli < 1000) partial += free;
+    const bool is_idle = s.tasks == 0 && s.free_milli == 1000;
+    idle += is_idle;
+    max_free = std::max(max_free, s.free_milli);
+    usable.push_back({s.free_milli, is_idle, s.free_memory_bytes, &d.model});
   }
-  return f;
-}
-
-int64_t Frag(const CycleContext& ctx, const NodeState& n) {
-  int64_t f = 0;
-  for (const auto& t : *ctx.typical) f += t.weight * FragFor(t.request, n);
-  return f;
+  auto model_ok = [](const TaskRequest& t, const Usable& u) {
+    const auto& m = t.gpu.models;
+    return m.empty() || std::find(m.begin(), m.end(), *u.model) != m.end();
+  };
+  int64_t total = 0;
+  for (const auto& typical : typical_requests) {
+    const TaskRequest& t = typical.request;
+    const bool plain = t.gpu.memory_bytes == 0 && t.gpu.models.empty();
+    int64_t f = g;  // t does not fit n, or uses no GPU: all of G(n) is lost to it
+    if (t.gpu.kind == GpuRequestKind::kMig) {
+      if (Fits(t, n)) f = 0;
+    } else if (t.gpu.kind == GpuRequestKind::kNone || n.free_cpu_milli < t.cpu_milli ||
+               n.free_memory_bytes < t.memory_bytes) {
+      // f = g
+    } else if (t.gpu.kind == GpuRequestKind::kWhole) {
+      int32_t fit = idle;  // wholly free devices t may use
+      if (!plain) {
+        fit = 0;
+        for (const Usable& u : usable)
+          fit += u.idle && u.free_memory_bytes >= t.gpu.memory_bytes && model_ok(t, u);
+      }
+      if (fit >= t.gpu.count) f = partial;
+    } else if (max_free >= t.gpu.milli) {
+      bool fits = false;
+      int64_t small = 0;  // free milli on devices with less free than t asks
+      for (const Usable& u : usable) {
+        if (u.free_milli < t.gpu.milli)
+          small += std::max(0, u.free_milli);
+        else
+          fits = fits || plain || (u.free_memory_bytes >= t.gpu.memory_bytes && model_ok(t, u));
+      }
+      if (fits) f = small;
+    }
+    total += typical.weight * f;
+  }
+  return total;
 }
 
 class Fragmentation : public ScorePlugin {
@@ -94,7 +128,7 @@ class Fragmentation : public ScorePlugin {
                std::vector<DeviceAssignment>& devs) const {
     const CycleContext& ctx = *t.cycle;
     if (ctx.typical == nullptr || ctx.typical->empty() || ctx.typical_total_weight <= 0) return 0;
-    const int64_t before = Frag(ctx, n);
+    const int64_t before = Frag(*ctx.typical, n);
     // Scratch copy of the node, reused across calls (assignment keeps the vectors'
     // capacity): this runs once per (node class, shape), hundreds of thousands of times.
     thread_local NodeState after;
@@ -113,7 +147,8 @@ class Fragmentation : public ScorePlugin {
         a.devices = {
             {static_cast<int32_t>(i), t.request->gpu.milli, t.request->gpu.memory_bytes, -1}};
         TakeAllocation(after, a);
-        int64_t score = Avoided(before, Frag(ctx, after), ctx.typical_total_weight, resolution_);
+        int64_t score =
+            Avoided(before, Frag(*ctx.typical, after), ctx.typical_total_weight, resolution_);
         GiveBackAllocation(after, a);
         if (score > best) {
           best = score;
@@ -124,11 +159,15 @@ class Fragmentation : public ScorePlugin {
     }
     if (!DefaultDevices(*t.request, n, a.devices)) return 0;
     TakeAllocation(after, a);
-    return Avoided(before, Frag(ctx, after), ctx.typical_total_weight, resolution_);
+    return Avoided(before, Frag(*ctx.typical, after), ctx.typical_total_weight, resolution_);
   }
 };
 
 }  // namespace
+
+int64_t ExpectedFragmentation(const std::vector<TypicalRequest>& typical, const NodeState& n) {
+  return Frag(typical, n);
+}
 
 StatusOr<PluginInstance> MakeFragmentation(const Json& args, const std::string& path) {
   PluginInstance p;

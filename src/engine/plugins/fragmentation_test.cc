@@ -6,7 +6,10 @@
 
 #include <optional>
 
+#include "common/rng.h"
 #include "engine/engine.h"
+#include "engine/node_state.h"
+#include "engine/plugins/builtin.h"
 
 namespace tessera {
 namespace {
@@ -129,6 +132,93 @@ TEST(Fragmentation, ANegativeResolutionIsRefused) {
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("resolutionMilli"), std::string::npos)
       << engine.status().ToString();
+}
+
+// F(n) as defined (plugin comment): per typical request, weight x (all free GPU milli G(n) if
+// it uses no GPU or does not fit n, else the free milli on devices too small for it). The
+// plugin computes it from one summary pass; this is the slow, obvious reading.
+int64_t FragmentationByDefinition(const std::vector<TypicalRequest>& typical, const NodeState& n) {
+  int64_t g = 0;
+  for (size_t i = 0; i < n.devices.size(); ++i)
+    if (n.node->devices[i].healthy && !n.node->devices[i].mig_enabled())
+      g += std::max(0, n.devices[i].free_milli);
+  int64_t total = 0;
+  for (const TypicalRequest& t : typical) {
+    const GpuRequest& r = t.request.gpu;
+    int64_t f = g;
+    if (r.kind != GpuRequestKind::kNone && Fits(t.request, n)) {
+      f = 0;
+      for (size_t i = 0; i < n.devices.size(); ++i) {
+        const Device& d = n.node->devices[i];
+        const int32_t free = n.devices[i].free_milli;
+        if (!d.healthy || d.mig_enabled()) continue;
+        if ((r.kind == GpuRequestKind::kWhole && free < 1000) ||
+            (r.kind == GpuRequestKind::kFraction && free < r.milli))
+          f += std::max(0, free);
+      }
+    }
+    total += t.weight * f;
+  }
+  return total;
+}
+
+TEST(Fragmentation, ExpectedFragmentationMatchesItsDefinitionOnRandomNodes) {
+  Rng rng(7);
+  const std::vector<std::string> models = {"A100", "H100"};
+  auto pick = [&](uint64_t n) { return static_cast<int32_t>(rng.Below(n)); };
+  for (int round = 0; round < 3000; ++round) {
+    // A node of 0-20 devices (the summary covers 16), mixed models, some unhealthy or MIG.
+    Node node = GpuNode("n", models[pick(2)], pick(21));
+    const bool mixed = pick(4) == 0;
+    for (Device& d : node.devices) {
+      d.memory_bytes = int64_t{pick(2) ? 40 : 80} << 30;
+      if (mixed) d.model = models[pick(2)];
+      d.healthy = pick(10) != 0;
+      if (pick(10) == 0) d.mig = {{"1g.10gb", 0, ""}, {"3g.40gb", 4, ""}};
+    }
+    NodeState n;
+    n.node = &node;
+    n.free_cpu_milli = pick(3) * 8000;
+    n.free_memory_bytes = int64_t{pick(3)} << 35;
+    for (const Device& d : node.devices) {
+      DeviceState s;
+      const int32_t used = std::vector<int32_t>{0, 0, 250, 500, 750, 1000, pick(1001)}[pick(7)];
+      s.free_milli = 1000 - used;
+      s.tasks = used > 0 ? 1 + pick(3) : pick(8) == 0;  // now and then a task using no compute
+      s.free_memory_bytes = d.memory_bytes - (int64_t{used} << 30) / 25 * 2;
+      if (d.mig_enabled()) s.mig_used = static_cast<uint32_t>(pick(4));
+      n.devices.push_back(s);
+    }
+    std::vector<TypicalRequest> typical;
+    for (int k = pick(6) + 1; k-- > 0;) {
+      TaskRequest r;
+      r.cpu_milli = pick(3) * 4000;
+      r.memory_bytes = int64_t{pick(3)} << 34;
+      switch (pick(4)) {
+        case 0:
+          break;  // CPU only
+        case 1:
+          r.gpu.kind = GpuRequestKind::kWhole;
+          r.gpu.count = 1 + pick(4);
+          break;
+        case 2:
+          r.gpu.kind = GpuRequestKind::kFraction;
+          r.gpu.count = 1;
+          r.gpu.milli = 1 + pick(999);
+          break;
+        default:
+          r.gpu.kind = GpuRequestKind::kMig;
+          r.gpu.count = 1;
+          r.gpu.mig_profile = pick(2) ? "1g.10gb" : "3g.40gb";
+      }
+      if (r.gpu.kind != GpuRequestKind::kMig && pick(3) == 0)
+        r.gpu.memory_bytes = int64_t{pick(81)} << 30;
+      if (pick(3) == 0) r.gpu.models = {models[pick(2)]};
+      typical.push_back({r, 1 + pick(100)});
+    }
+    ASSERT_EQ(ExpectedFragmentation(typical, n), FragmentationByDefinition(typical, n))
+        << "round " << round;
+  }
 }
 
 }  // namespace
