@@ -237,7 +237,19 @@ StatusOr<EngineConfig> FgdPolicyConfig(const std::string& policy, const FgdWorkl
 StatusOr<std::unique_ptr<EnginePlacer>> EnginePlacer::Create(const FgdWorkload& workload,
                                                              const EngineConfig& config,
                                                              uint64_t seed) {
-  auto engine = Engine::Create(config);
+  // The protocol places pods on arrival and never evicts or waits: of a configuration's
+  // actions only enqueue and allocate can act (preempt and reclaim would evict placed pods,
+  // backfill's reservation needs a clock and a next pod to hold back). The others are left
+  // out rather than run to no effect.
+  EngineConfig protocol = config;
+  std::erase_if(protocol.actions,
+                [](const std::string& a) { return a != "enqueue" && a != "allocate"; });
+  if (std::find(protocol.actions.begin(), protocol.actions.end(), "allocate") ==
+      protocol.actions.end())
+    return InvalidArgument(
+        "the FGD protocol places pods with the allocate action, which the "
+        "configuration lacks");
+  auto engine = Engine::Create(protocol);
   if (!engine.ok()) return engine.status();
   Snapshot s;
   s.nodes = workload.nodes;
@@ -259,8 +271,7 @@ StatusOr<bool> EnginePlacer::Place(const FgdPod& pod) {
   Job job;
   job.id = pod.name;
   // The protocol has no clock: pods arrive one by one and never finish. Every cycle runs at
-  // t=0, so no running pod accrues service and a least-attained-service order (the default
-  // configuration's `las`) sees no one to preempt, as the protocol requires.
+  // t=0 (orders by attained service see none).
   job.submit_time = 0;
   job.groups.push_back(TaskGroup{"pod", 1, RequestOf(pod)});
   job.allocations.resize(1);

@@ -226,7 +226,9 @@ TEST(FgdEngine, EngineHostedPoliciesMatchTheTranscription) {
   }
 }
 
-TEST(FgdEngine, EveryPolicyRunsAndIsDeterministic) {
+// A small mixed cluster (T4 and V100 nodes of 2 and 8 GPUs) and 60 pods: whole, shared
+// and model-specific GPU requests and CPU-only ones.
+StatusOr<FgdWorkload> MixedWorkload(uint64_t seed) {
   std::vector<OpenbNode> nodes;
   for (int i = 0; i < 12; ++i)
     nodes.push_back({"n" + std::to_string(i), 64000 + 32000 * (i % 3), 262144, i % 2 ? 8 : 2,
@@ -243,8 +245,45 @@ TEST(FgdEngine, EveryPolicyRunsAndIsDeterministic) {
     pods.push_back(p);
   }
   FgdWorkloadOptions o;
-  o.seed = 5;
-  auto w = BuildFgdWorkload(nodes, pods, o);
+  o.seed = seed;
+  return BuildFgdWorkload(nodes, pods, o);
+}
+
+// Of a configuration's actions the protocol runs enqueue and allocate only (it never evicts
+// and has no clock): the default configuration places exactly as its allocate-only self,
+// and a configuration without allocate is refused with a message that says so.
+TEST(FgdEngine, RunsOnlyTheActionsTheProtocolAllows) {
+  auto w = MixedWorkload(42);
+  ASSERT_TRUE(w.ok());
+  auto run = [&](const EngineConfig& c) {
+    auto placer = EnginePlacer::Create(*w, c, 42);
+    EXPECT_TRUE(placer.ok()) << placer.status().ToString();
+    std::vector<AllocSample> out;
+    if (placer.ok())
+      if (auto r = RunFgd(*w, **placer); r.ok()) out = r->samples;
+    return out;
+  };
+  auto full = FgdPolicyConfig("tessera", *w);
+  ASSERT_TRUE(full.ok());
+  ASSERT_EQ(full->actions.size(), 5u);  // enqueue, allocate, preempt, reclaim, backfill
+  EngineConfig allocate_only = *full;
+  allocate_only.actions = {"enqueue", "allocate"};
+  auto a = run(*full), b = run(allocate_only);
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i].allocated_milli, b[i].allocated_milli) << "pod " << i;
+
+  EngineConfig no_allocate = *full;
+  no_allocate.actions = {"enqueue", "backfill"};
+  auto refused = EnginePlacer::Create(*w, no_allocate, 42);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("allocate action"), std::string::npos)
+      << refused.status().ToString();
+}
+
+TEST(FgdEngine, EveryPolicyRunsAndIsDeterministic) {
+  auto w = MixedWorkload(5);
   ASSERT_TRUE(w.ok());
   for (const std::string& policy : FgdPolicyNames()) {
     double first = -1;
