@@ -225,7 +225,7 @@ class CycleRun {
   Rng& rng_;
   bool restore_;
   CycleContext ctx_;
-  std::vector<TypicalRequest> typical_;
+  std::vector<TypicalRequest> typical_;  // when learnt (else ctx_.typical is the engine's)
   Plan plan_;
   std::vector<PendingJob> jobs_;               // by id
   std::vector<char> limited_;                  // per queue: it or an ancestor has a limit
@@ -1261,8 +1261,9 @@ Plan CycleRun::Run() {
   plan_.now = now_;
   // The typical workload: configured, or learnt from the jobs in the state (heaviest first,
   // ties by shape key, at most 32 shapes).
+  ctx_.typical = &typical_;
   if (!e_.typical.empty()) {
-    typical_ = e_.typical;
+    ctx_.typical = &e_.typical;
   } else {
     std::vector<std::pair<int64_t, const std::pair<TaskRequest, int64_t>*>> v;
     for (const auto& [key, slot] : m_.shape_counts) v.push_back({slot.second, &slot});
@@ -1273,8 +1274,7 @@ Plan CycleRun::Run() {
   }
   ctx_.now = now_;
   ctx_.rng = &rng_;
-  ctx_.typical = &typical_;
-  for (const auto& t : typical_) ctx_.typical_total_weight += t.weight;
+  for (const auto& t : *ctx_.typical) ctx_.typical_total_weight += t.weight;
 
   limited_.assign(m_.queues.size(), 0);
   for (size_t q = 0; q < m_.queues.size(); ++q)
