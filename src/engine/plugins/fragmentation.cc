@@ -106,6 +106,24 @@ int64_t Frag(const std::vector<TypicalRequest>& typical_requests, const NodeStat
   return total;
 }
 
+// TakeAllocation (sign +1) or GiveBackAllocation (-1) on what F reads only.
+void Take(NodeState& n, const TaskAllocation& a, int sign) {
+  n.free_cpu_milli -= sign * a.cpu_milli;
+  n.free_memory_bytes -= sign * a.memory_bytes;
+  for (const DeviceAssignment& d : a.devices) {
+    DeviceState& s = n.devices[d.device];
+    s.free_milli -= sign * d.milli;
+    s.free_memory_bytes -= sign * d.memory_bytes;
+    s.tasks += sign;
+    if (d.mig_instance >= 0) {
+      if (sign > 0)
+        s.mig_used |= 1u << d.mig_instance;
+      else
+        s.mig_used &= ~(1u << d.mig_instance);
+    }
+  }
+}
+
 class Fragmentation : public ScorePlugin {
  public:
   explicit Fragmentation(int64_t resolution) : resolution_(resolution) {}
@@ -129,27 +147,45 @@ class Fragmentation : public ScorePlugin {
     const CycleContext& ctx = *t.cycle;
     if (ctx.typical == nullptr || ctx.typical->empty() || ctx.typical_total_weight <= 0) return 0;
     const int64_t before = Frag(*ctx.typical, n);
-    // Scratch copy of the node, reused across calls (assignment keeps the vectors'
-    // capacity): this runs once per (node class, shape), hundreds of thousands of times.
+    // Scratch copy of what F reads of the node (its free CPU and memory, its devices),
+    // reused across calls (assignment keeps the vector's capacity): this runs once per
+    // (node class, shape), hundreds of thousands of times per cycle.
     thread_local NodeState after;
-    after = n;
+    after.node = n.node;
+    after.free_cpu_milli = n.free_cpu_milli;
+    after.free_memory_bytes = n.free_memory_bytes;
+    after.devices = n.devices;
     TaskAllocation a;
     a.cpu_milli = t.request->cpu_milli;
     a.memory_bytes = t.request->memory_bytes;
     int64_t best = INT64_MIN;
     if (t.request->gpu.kind == GpuRequestKind::kFraction) {
+      // Devices alike (same state, same model) leave equal F behind: only the first of each
+      // kind is tried, which is the one a tie would pick. Nodes have few kinds of device
+      // state, often one (all idle).
+      constexpr size_t kMaxKinds = 32;
+      size_t kinds[kMaxKinds];
+      size_t nkinds = 0;
       for (size_t i = 0; i < n.devices.size(); ++i) {
         const DeviceState& s = n.devices[i];
         if (!DeviceMatches(*t.request, n, static_cast<int32_t>(i)) ||
             s.free_milli < t.request->gpu.milli ||
             s.free_memory_bytes < t.request->gpu.memory_bytes)
           continue;
+        const std::string& model = n.node->devices[i].model;
+        auto alike = [&](size_t k) {
+          return n.devices[kinds[k]] == s && n.node->devices[kinds[k]].model == model;
+        };
+        size_t k = 0;
+        while (k < nkinds && !alike(k)) ++k;
+        if (k < nkinds) continue;
+        if (nkinds < kMaxKinds) kinds[nkinds++] = i;
         a.devices = {
             {static_cast<int32_t>(i), t.request->gpu.milli, t.request->gpu.memory_bytes, -1}};
-        TakeAllocation(after, a);
+        Take(after, a, +1);
         int64_t score =
             Avoided(before, Frag(*ctx.typical, after), ctx.typical_total_weight, resolution_);
-        GiveBackAllocation(after, a);
+        Take(after, a, -1);
         if (score > best) {
           best = score;
           devs = a.devices;
@@ -158,7 +194,7 @@ class Fragmentation : public ScorePlugin {
       return best == INT64_MIN ? 0 : best;
     }
     if (!DefaultDevices(*t.request, n, a.devices)) return 0;
-    TakeAllocation(after, a);
+    Take(after, a, +1);
     return Avoided(before, Frag(*ctx.typical, after), ctx.typical_total_weight, resolution_);
   }
 };
