@@ -1,7 +1,8 @@
-// The `fragmentation` score's resolution: by default differences in expected fragmentation
-// below 100 milli-GPU (a tenth of a GPU) tie and the lowest node wins; `resolutionMilli: R`
-// sets another step, and `resolutionMilli: 0` makes every difference decide. The default
-// configuration breaks such ties by node, not by node size (no binpack).
+// The `fragmentation` score's resolution: by default changes in expected fragmentation are
+// rounded toward zero to 100 milli-GPU (a tenth of a GPU), nodes in the same step tie and the
+// lowest node wins; `resolutionMilli: R` sets another step, and `resolutionMilli: 0` makes
+// every difference decide. The default configuration breaks such ties by node, not by node
+// size (no binpack); CPU-only tasks break them towards nodes without free GPUs.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -60,10 +61,10 @@ TaskRequest WholeGpu(std::vector<std::string> models = {}) {
   return r;
 }
 
-// Places one half-GPU task on nodes "a" (A100) and "b" (V100), both idle, with a typical
+// Places one 450-milli task on nodes "a" (A100) and "b" (V100), both idle, with a typical
 // workload of whole GPUs of any model (weight `any`) and whole A100s (weight `a100`).
-// Per unit of weight: on a the task fragments 500 milli for both shapes; on b, 500 for
-// any-model GPUs but -500 for A100-only ones (b's GPU was all fragment for them already),
+// Per unit of weight: on a the task fragments 550 milli for both shapes; on b, 550 for
+// any-model GPUs but -450 for A100-only ones (b's GPU was all fragment for them already),
 // so b is better by 1000 * a100 / (any + a100) milli-GPU. No `resolution`: the default.
 std::string NodeChosen(int64_t any, int64_t a100, std::optional<int64_t> resolution) {
   EngineConfig c;
@@ -78,16 +79,17 @@ std::string NodeChosen(int64_t any, int64_t a100, std::optional<int64_t> resolut
   r.cpu_milli = 1000;
   r.gpu.kind = GpuRequestKind::kFraction;
   r.gpu.count = 1;
-  r.gpu.milli = 500;
+  r.gpu.milli = 450;
   return NodeChosen(c, {GpuNode("a", "A100"), GpuNode("b", "V100")}, r);
 }
 
 TEST(Fragmentation, ByDefaultDifferencesBelowATenthOfAGpuTieToTheLowestNode) {
-  // a scores -500 milli-GPU; b -500 + 1000 * a100 / (any + a100), rounded down to 100s.
-  EXPECT_EQ(NodeChosen(199, 1, std::nullopt), "a");  // b -495 -> -500: a tie
-  EXPECT_EQ(NodeChosen(19, 1, std::nullopt), "a");   // b -450 -> -500: a tie
-  EXPECT_EQ(NodeChosen(9, 1, std::nullopt), "b");    // b -400: better by 100
-  EXPECT_EQ(NodeChosen(1, 1, std::nullopt), "b");    // b 0: better by 500
+  // a scores -550 -> -500 milli-GPU; b -550 + 1000 * a100 / (any + a100), rounded toward
+  // zero to 100s.
+  EXPECT_EQ(NodeChosen(199, 1, std::nullopt), "a");  // b -545 -> -500: a tie
+  EXPECT_EQ(NodeChosen(19, 1, std::nullopt), "a");   // b -500 -> -500: a tie
+  EXPECT_EQ(NodeChosen(9, 1, std::nullopt), "b");    // b -450 -> -400: better by 100
+  EXPECT_EQ(NodeChosen(1, 1, std::nullopt), "b");    // b -50 -> 0: better by 500
 }
 
 TEST(Fragmentation, ResolutionZeroLetsEveryDifferenceDecide) {
@@ -96,6 +98,7 @@ TEST(Fragmentation, ResolutionZeroLetsEveryDifferenceDecide) {
 }
 
 TEST(Fragmentation, DifferencesBelowTheResolutionTieToTheLowestNode) {
+  // a -550 -> -540; b -545 and -540 -> -540.
   EXPECT_EQ(NodeChosen(199, 1, 20), "a");  // b better by 5 milli-GPU: a tie
   EXPECT_EQ(NodeChosen(99, 1, 20), "a");   // 10 milli-GPU: still a tie
 }
@@ -119,6 +122,50 @@ TEST(Fragmentation, TheDefaultConfigurationBreaksTiesByNodeNotBySize) {
   binpack.name = "binpack";
   c.tiers.back().push_back(binpack);
   EXPECT_EQ(NodeChosen(c, nodes, WholeGpu()), "b");
+}
+
+EngineConfig FragmentationOnly(std::vector<TypicalRequest> typical) {
+  EngineConfig c;
+  c.actions = {"allocate"};
+  EngineConfig::PluginConfig frag;
+  frag.name = "fragmentation";
+  c.tiers = {{frag}};
+  c.typical_requests = std::move(typical);
+  return c;
+}
+
+TaskRequest CpuOnly(int64_t cpu_milli) {
+  TaskRequest r;
+  r.cpu_milli = cpu_milli;
+  return r;
+}
+
+// A CPU-only task on idle 1-GPU nodes "a" (8 cores) and "b" (16 cores). Typical workload:
+// a whole GPU with 1 core (weight 100 - w) and with 8 cores (weight w). On a the task leaves
+// 7 cores, so the 8-core shape no longer fits: F rises by w * 1000 / 100 = 10 * w milli-GPU;
+// on b nothing changes. Rounding toward zero makes a rise below 100 milli count as none (a
+// tie, the lowest node wins); rounding down would have put a a whole step behind b.
+TEST(Fragmentation, AChangeSmallerThanTheResolutionCountsAsNone) {
+  for (int64_t w : {5, 9, 10, 15}) {
+    TaskRequest small = WholeGpu(), large = WholeGpu();
+    large.cpu_milli = 8000;
+    EngineConfig c = FragmentationOnly({{small, 100 - w}, {large, w}});
+    Node a = GpuNode("a", "G", 1), b = GpuNode("b", "G", 1);
+    b.cpu_milli = 16000;
+    EXPECT_EQ(NodeChosen(c, {a, b}, CpuOnly(1000)), w < 10 ? "a" : "b") << "w = " << w;
+  }
+}
+
+// A CPU-only task where it changes no fragmentation: on an idle 1-GPU node "a" or a node "b"
+// whose GPU is taken (here: one without GPUs). Same step; the task takes b's CPU and leaves
+// a's for the GPU tasks, which need a's CPU and GPU together.
+TEST(Fragmentation, ACpuOnlyTaskPrefersTheNodeWithoutFreeGpus) {
+  EngineConfig c = FragmentationOnly({{WholeGpu(), 1}});
+  Node a = GpuNode("a", "G", 1), b = GpuNode("b", "G", 1);
+  b.devices.clear();
+  EXPECT_EQ(NodeChosen(c, {a, b}, CpuOnly(1000)), "b");
+  // GPU tasks are not affected: a whole GPU goes to the lowest node that has one.
+  EXPECT_EQ(NodeChosen(c, {a, GpuNode("b", "G", 1)}, WholeGpu()), "a");
 }
 
 TEST(Fragmentation, ANegativeResolutionIsRefused) {
