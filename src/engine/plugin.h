@@ -114,11 +114,10 @@ class ScorePlugin {
                              std::vector<DeviceAssignment>& out) const {
     return false;
   }
-  // True when, for this task, the score or the device choice depends on more than (the
-  // node's static info, its free state and the task shape): the node's name, the random
-  // generator, or `gang_nodes`. The engine then scores and chooses devices node by node
-  // instead of once per equivalence class of identical nodes. Slower; correct. Filters
-  // must never depend on the node's name.
+  // True when, for this task, the score depends on more than (the node's static info, its
+  // free state and the task shape): the node's name, the random generator, or `gang_nodes`.
+  // The engine then scores node by node instead of once per equivalence class of
+  // identical nodes. Slower; correct. Filters must never depend on the node's name.
   virtual bool NodeSpecific(const TaskContext& task) const { return false; }
 };
 

@@ -243,10 +243,7 @@ class CycleRun {
   std::vector<std::pair<TaskRequest, int32_t>> plain_shapes_;
   std::vector<std::vector<int8_t>> pass_cache_;    // 0 unknown, 1 pass, 2 fail
   std::vector<std::vector<int64_t>> score_cache_;  // [shape][class * P + p]
-  // The devices chosen on a node of a class for a shape (empty: not chosen yet). Device
-  // states are in the class key in device order, so every member gets the same choice.
-  std::vector<std::vector<std::vector<DeviceAssignment>>> device_cache_;  // [shape][class]
-  std::vector<bool> fenced_;  // nodes held by the reservation
+  std::vector<bool> fenced_;                       // nodes held by the reservation
   std::string fence_owner_;
   std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
   std::vector<int64_t> scratch_;
@@ -367,7 +364,6 @@ int32_t CycleRun::ShapeIdByKey(const Job& j, const TaskRequest& r) {
   it = shape_ids_.emplace(shape_scratch_, static_cast<int32_t>(shape_ids_.size())).first;
   pass_cache_.emplace_back();
   score_cache_.emplace_back();
-  device_cache_.emplace_back();
   index_.emplace_back();
   index_.back().job = &j;
   for (size_t g = 0; g < j.groups.size(); ++g)
@@ -588,32 +584,18 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   a.node = node.name();
   a.cpu_milli = req.cpu_milli;
   a.memory_bytes = req.memory_bytes;
-  // Device choosers follow the NodeSpecific contract of scores: without it, a choice holds
-  // for the node's whole class (a fractional task's choice costs a score per device).
-  std::vector<DeviceAssignment>* cached = nullptr;
-  if (!node_specific && shape >= 0 && req.gpu.kind != GpuRequestKind::kNone) {
-    auto& per_class = device_cache_[shape];
-    const size_t cls = static_cast<size_t>(m_.node_class[best]);
-    if (per_class.size() <= cls) per_class.resize(Grow(per_class.size(), m_.classes.size()));
-    cached = &per_class[cls];
+  bool chosen = false;
+  for (size_t idx : e_.device_choosers) {
+    std::vector<DeviceAssignment> devs;
+    if (e_.scores[idx].plugin->ChooseDevices(t, node, devs) && ValidDevices(req, node, devs)) {
+      a.devices = std::move(devs);
+      chosen = true;
+      break;
+    }
   }
-  if (cached != nullptr && !cached->empty()) {
-    a.devices = *cached;
-  } else {
-    bool chosen = false;
-    for (size_t idx : e_.device_choosers) {
-      std::vector<DeviceAssignment> devs;
-      if (e_.scores[idx].plugin->ChooseDevices(t, node, devs) && ValidDevices(req, node, devs)) {
-        a.devices = std::move(devs);
-        chosen = true;
-        break;
-      }
-    }
-    if (!chosen && !DefaultDevices(req, node, a.devices)) {
-      if (why) FillFailure(pj, task, gang_nodes, why);
-      return -1;  // unreachable when filters and CheckFit agree
-    }
-    if (cached != nullptr) *cached = a.devices;
+  if (!chosen && !DefaultDevices(req, node, a.devices)) {
+    if (why) FillFailure(pj, task, gang_nodes, why);
+    return -1;  // unreachable when filters and CheckFit agree
   }
   Status s = m_.BindAt(*pj.rec, task, std::move(a), best, now_);
   if (!s.ok()) {
