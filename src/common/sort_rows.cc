@@ -32,8 +32,13 @@ bool RadixSortRows(const std::vector<int64_t>& keys, size_t K, size_t n,
             (static_cast<uint64_t>(keys[r * K + k]) - static_cast<uint64_t>(lo[k]));
     a[r] = (w << std::bit_width(static_cast<uint64_t>(n - 1))) | r;
   }
+  // The words are distinct (the index is in them). Below a few thousand rows a comparison
+  // sort of them is cheaper than radix passes over 2^16 counters each (a replay's cycles
+  // have few pending jobs; the counters then cost more than the sort).
+  constexpr size_t kRadixFrom = 1 << 14;
+  if (n < kRadixFrom) std::sort(a.begin(), a.end());
   // LSD radix, 16 bits per pass: stable, so lower digits keep their order.
-  for (int shift = 0; shift < total; shift += 16) {
+  for (int shift = 0; n >= kRadixFrom && shift < total; shift += 16) {
     std::vector<uint32_t> count(1 << 16, 0);
     for (uint64_t w : a) ++count[(w >> shift) & 0xffff];
     uint32_t sum = 0;
