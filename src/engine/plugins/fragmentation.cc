@@ -36,6 +36,7 @@
 // them from the pods that need them (gpuspec20, seed 42: 5.01% with ties to the lowest node, 11.05%
 // with binpack deciding them); the default configuration therefore has no binpack (docs/engine.md).
 #include <algorithm>
+#include <cstdint>
 
 #include "engine/plugins/builtin.h"
 #include "engine/plugins/registry.h"
@@ -70,6 +71,7 @@ int64_t Frag(const std::vector<TypicalRequest>& typical_requests, const NodeStat
   usable.clear();
   int64_t g = 0, partial = 0;
   int32_t idle = 0, max_free = -1;
+  int64_t least_memory = INT64_MAX;  // the least free GPU memory of a usable device
   for (size_t i = 0; i < n.devices.size(); ++i) {
     const Device& d = n.node->devices[i];
     if (!d.healthy || d.mig_enabled()) continue;
@@ -80,6 +82,7 @@ int64_t Frag(const std::vector<TypicalRequest>& typical_requests, const NodeStat
     const bool is_idle = s.tasks == 0 && s.free_milli == 1000;
     idle += is_idle;
     max_free = std::max(max_free, s.free_milli);
+    least_memory = std::min(least_memory, s.free_memory_bytes);
     usable.push_back({s.free_milli, is_idle, s.free_memory_bytes, &d.model});
   }
   auto model_ok = [](const TaskRequest& t, const Usable& u) {
@@ -89,7 +92,8 @@ int64_t Frag(const std::vector<TypicalRequest>& typical_requests, const NodeStat
   int64_t total = 0;
   for (const auto& typical : typical_requests) {
     const TaskRequest& t = typical.request;
-    const bool plain = t.gpu.memory_bytes == 0 && t.gpu.models.empty();
+    // Plain: no device needs checking for memory or model.
+    const bool plain = t.gpu.memory_bytes <= least_memory && t.gpu.models.empty();
     int64_t f = g;  // t does not fit n, or uses no GPU: all of G(n) is lost to it
     if (t.gpu.kind == GpuRequestKind::kMig) {
       if (Fits(t, n)) f = 0;

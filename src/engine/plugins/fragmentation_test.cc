@@ -213,7 +213,7 @@ TEST(Fragmentation, ExpectedFragmentationMatchesItsDefinitionOnRandomNodes) {
   Rng rng(7);
   const std::vector<std::string> models = {"A100", "H100"};
   auto pick = [&](uint64_t n) { return static_cast<int32_t>(rng.Below(n)); };
-  for (int round = 0; round < 3000; ++round) {
+  for (int round = 0; round < 20000; ++round) {
     // A node of 0-20 devices (the summary covers 16), mixed models, some unhealthy or MIG.
     Node node = GpuNode("n", models[pick(2)], pick(21));
     const bool mixed = pick(4) == 0;
