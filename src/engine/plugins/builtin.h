@@ -31,11 +31,11 @@ StatusOr<PluginInstance> MakeTopology(const Json& args, const std::string& path)
 
 // Label matching (Kubernetes semantics).
 bool MatchesTerm(const NodeSelectorTerm& term, const std::map<std::string, std::string>& labels);
-// Percent of a node's capacity used after placing `r` (binpack's view): weighted over cpu,
-// memory and GPU with the given weights; resources the node lacks are skipped.
 // F(n) of the `fragmentation` score: sum over `typical` of weight x the free GPU milli on n
 // that the request could not use (all of it if the request does not fit n or uses no GPU).
 int64_t ExpectedFragmentation(const std::vector<TypicalRequest>& typical, const NodeState& n);
+// Percent of a node's capacity used after placing `r` (binpack's view): weighted over cpu,
+// memory and GPU with the given weights; resources the node lacks are skipped.
 int64_t UsedAfterPercent(const NodeState& n, const TaskRequest& r, int64_t w_cpu, int64_t w_mem,
                          int64_t w_gpu);
 
