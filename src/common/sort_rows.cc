@@ -23,7 +23,7 @@ bool RadixSortRows(const std::vector<int64_t>& keys, size_t K, size_t n,
     total += bits[k];
   }
   if (total > 64) return false;
-  std::vector<uint64_t> a(n), b(n);
+  std::vector<uint64_t> a(n);
   for (size_t r = 0; r < n; ++r) {
     uint64_t w = 0;
     for (size_t k = 0; k < K; ++k)
@@ -36,15 +36,19 @@ bool RadixSortRows(const std::vector<int64_t>& keys, size_t K, size_t n,
   // sort of them is cheaper than radix passes over 2^16 counters each (a replay's cycles
   // have few pending jobs; the counters then cost more than the sort).
   constexpr size_t kRadixFrom = 1 << 14;
-  if (n < kRadixFrom) std::sort(a.begin(), a.end());
-  // LSD radix, 16 bits per pass: stable, so lower digits keep their order.
-  for (int shift = 0; n >= kRadixFrom && shift < total; shift += 16) {
-    std::vector<uint32_t> count(1 << 16, 0);
-    for (uint64_t w : a) ++count[(w >> shift) & 0xffff];
-    uint32_t sum = 0;
-    for (uint32_t& c : count) sum += std::exchange(c, sum);
-    for (uint64_t w : a) b[count[(w >> shift) & 0xffff]++] = w;
-    a.swap(b);
+  if (n < kRadixFrom) {
+    std::sort(a.begin(), a.end());
+  } else {
+    // LSD radix, 16 bits per pass: stable, so lower digits keep their order.
+    std::vector<uint64_t> b(n);
+    for (int shift = 0; shift < total; shift += 16) {
+      std::vector<uint32_t> count(1 << 16, 0);
+      for (uint64_t w : a) ++count[(w >> shift) & 0xffff];
+      uint32_t sum = 0;
+      for (uint32_t& c : count) sum += std::exchange(c, sum);
+      for (uint64_t w : a) b[count[(w >> shift) & 0xffff]++] = w;
+      a.swap(b);
+    }
   }
   const uint64_t mask = (uint64_t{1} << std::bit_width(static_cast<uint64_t>(n - 1))) - 1;
   rows.resize(n);

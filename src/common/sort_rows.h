@@ -1,4 +1,4 @@
-// Sorting rows of integer keys without comparisons, for the engine's job order.
+// Sorting rows of integer keys packed into single words, for the engine's job order.
 #pragma once
 
 #include <cstddef>
@@ -9,11 +9,12 @@ namespace tessera {
 
 // Sorts the `n` rows of K integer keys (row-major in `keys`, n * K values) by (keys...,
 // row index) and writes the row indices in that order to `rows`. It packs each row into
-// one 64-bit word (every column offset by its minimum, then the index) and radix-sorts the
-// words: no data-dependent branches, where a comparison sort of such keys spends most of
-// its time in branch mispredictions (below 16,384 rows it sorts the words by comparison). Returns
-// false, leaving `rows` as it was, when the columns' ranges and the index do not fit 64 bits
-// together (the caller then sorts by comparison); the order is the same either way.
+// one 64-bit word (every column offset by its minimum, then the index) and sorts the words:
+// by radix from 16,384 rows (no data-dependent branches, where a comparison sort of such
+// keys spends most of its time in branch mispredictions), by comparison below that (the
+// radix passes cost 2^16 counters each, whatever the row count). Returns false, leaving
+// `rows` as it was, when the columns' ranges and the index do not fit 64 bits together (the
+// caller then sorts by comparison); the order is the same either way.
 bool RadixSortRows(const std::vector<int64_t>& keys, size_t K, size_t n,
                    std::vector<uint32_t>& rows);
 
