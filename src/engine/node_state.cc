@@ -283,30 +283,31 @@ void AdjustShape(NodeState& node, const TaskAllocation& a, int32_t delta) {
 }
 }  // namespace
 
-void TakeAllocation(NodeState& node, const TaskAllocation& a) {
-  node.free_cpu_milli -= a.cpu_milli;
-  node.free_memory_bytes -= a.memory_bytes;
+void AdjustFree(NodeState& node, const TaskAllocation& a, int sign) {
+  node.free_cpu_milli -= sign * a.cpu_milli;
+  node.free_memory_bytes -= sign * a.memory_bytes;
   for (const auto& da : a.devices) {
     DeviceState& ds = node.devices[da.device];
-    ds.free_milli -= da.milli;
-    ds.free_memory_bytes -= da.memory_bytes;
-    ds.tasks += 1;
-    if (da.mig_instance >= 0) ds.mig_used |= (1u << da.mig_instance);
+    ds.free_milli -= sign * da.milli;
+    ds.free_memory_bytes -= sign * da.memory_bytes;
+    ds.tasks += sign;
+    if (da.mig_instance >= 0) {
+      if (sign > 0)
+        ds.mig_used |= (1u << da.mig_instance);
+      else
+        ds.mig_used &= ~(1u << da.mig_instance);
+    }
   }
+}
+
+void TakeAllocation(NodeState& node, const TaskAllocation& a) {
+  AdjustFree(node, a, +1);
   node.tasks += 1;
   AdjustShape(node, a, +1);
 }
 
 void GiveBackAllocation(NodeState& node, const TaskAllocation& a) {
-  node.free_cpu_milli += a.cpu_milli;
-  node.free_memory_bytes += a.memory_bytes;
-  for (const auto& da : a.devices) {
-    DeviceState& ds = node.devices[da.device];
-    ds.free_milli += da.milli;
-    ds.free_memory_bytes += da.memory_bytes;
-    ds.tasks -= 1;
-    if (da.mig_instance >= 0) ds.mig_used &= ~(1u << da.mig_instance);
-  }
+  AdjustFree(node, a, -1);
   node.tasks -= 1;
   AdjustShape(node, a, -1);
 }

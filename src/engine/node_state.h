@@ -91,6 +91,10 @@ bool ValidDevices(const TaskRequest& r, const NodeState& node,
 // Takes / gives back the capacity of an allocation on `node` (no checks).
 void TakeAllocation(NodeState& node, const TaskAllocation& a);
 void GiveBackAllocation(NodeState& node, const TaskAllocation& a);
+// Their part on the free capacity only (CPU, memory, each device's share, tasks and MIG
+// instances), sign +1 to take, -1 to give back: no task count or task-shape list, for
+// scratch copies that read only the free capacity.
+void AdjustFree(NodeState& node, const TaskAllocation& a, int sign);
 // A fresh state with everything free (capacity view) for `node`.
 NodeState EmptyNodeState(const Node* node, int32_t index);
 

@@ -133,24 +133,6 @@ int64_t Frag(const std::vector<TypicalRequest>& typical_requests, const NodeStat
   return total;
 }
 
-// TakeAllocation (sign +1) or GiveBackAllocation (-1) on what F reads only.
-void Take(NodeState& n, const TaskAllocation& a, int sign) {
-  n.free_cpu_milli -= sign * a.cpu_milli;
-  n.free_memory_bytes -= sign * a.memory_bytes;
-  for (const DeviceAssignment& d : a.devices) {
-    DeviceState& s = n.devices[d.device];
-    s.free_milli -= sign * d.milli;
-    s.free_memory_bytes -= sign * d.memory_bytes;
-    s.tasks += sign;
-    if (d.mig_instance >= 0) {
-      if (sign > 0)
-        s.mig_used |= 1u << d.mig_instance;
-      else
-        s.mig_used &= ~(1u << d.mig_instance);
-    }
-  }
-}
-
 class Fragmentation : public ScorePlugin {
  public:
   explicit Fragmentation(int64_t resolution) : resolution_(resolution) {}
@@ -209,14 +191,14 @@ class Fragmentation : public ScorePlugin {
         if (nkinds < kMaxKinds) kinds[nkinds++] = i;
         a.devices = {
             {static_cast<int32_t>(i), t.request->gpu.milli, t.request->gpu.memory_bytes, -1}};
-        Take(after, a, +1);
+        AdjustFree(after, a, +1);
         int64_t score =
             Avoided(before, Frag(*ctx.typical, after), ctx.typical_total_weight, resolution_);
         // Best fit among the devices (and nodes) in the same step: the least free share left.
         if (resolution_ > 1)
           score -=
               std::min<int64_t>(std::max(0, after.devices[i].free_milli) / 10, resolution_ - 1);
-        Take(after, a, -1);
+        AdjustFree(after, a, -1);
         if (score > best) {
           best = score;
           devs = a.devices;
@@ -225,7 +207,7 @@ class Fragmentation : public ScorePlugin {
       return best == INT64_MIN ? 0 : best;
     }
     if (!DefaultDevices(*t.request, n, a.devices)) return 0;
-    Take(after, a, +1);
+    AdjustFree(after, a, +1);
     int64_t score =
         Avoided(before, Frag(*ctx.typical, after), ctx.typical_total_weight, resolution_);
     if (t.request->gpu.kind == GpuRequestKind::kNone && resolution_ > 1)
