@@ -255,14 +255,14 @@ class CycleRun {
     const Job* job = nullptr;  // a job with this shape (for filters), and its group
     int32_t group = 0;
     // Min-heap of (-total, first member, class); an element is live while entry[class]
-    // still equals it (stale ones are dropped when they surface: no allocation per update).
+    // still names its first member (stale ones are dropped when they surface: no allocation
+    // per update). A class's total is fixed for the cycle (ClassTotal caches it), so the
+    // member alone tells a live element, and an entry takes 4 bytes per class and shape.
     std::vector<std::tuple<int64_t, int32_t, int32_t>> best;
-    std::vector<std::pair<int64_t, int32_t>>
-        entry;         // per class: (-total, first member) or first -1
-    int32_t live = 0;  // live elements in `best`
+    std::vector<int32_t> entry;  // per class: its first member in `best`, or -1
+    int32_t live = 0;            // live elements in `best`
     bool Live(const std::tuple<int64_t, int32_t, int32_t>& b) const {
-      const auto& e = entry[std::get<2>(b)];
-      return e.second >= 0 && e.first == std::get<0>(b) && e.second == std::get<1>(b);
+      return entry[std::get<2>(b)] == std::get<1>(b);
     }
   };
   std::vector<ShapeIndex> index_;
@@ -444,10 +444,10 @@ bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int6
 void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
   ShapeIndex& ix = index_[shape];
   if (ix.entry.size() <= static_cast<size_t>(cls))
-    ix.entry.resize(Grow(ix.entry.size(), m_.classes.size()), {0, -1});
-  auto& e = ix.entry[cls];
-  if (e.second >= 0) {  // its heap entry goes stale
-    e.second = -1;
+    ix.entry.resize(Grow(ix.entry.size(), m_.classes.size()), -1);
+  int32_t& e = ix.entry[cls];
+  if (e >= 0) {  // its heap entry goes stale
+    e = -1;
     --ix.live;
   }
   if (m_.classes[cls].count == 0) return;
@@ -456,9 +456,9 @@ void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
   TaskContext t{&job, 0, &job.groups[ix.group].request, &ctx_, &none, &m_.nodes, shape};
   int64_t total;
   if (!ClassTotal(shape, cls, t, &total)) return;
-  e = {-total, m_.LowestMember(cls)};
+  e = m_.LowestMember(cls);
   ++ix.live;
-  ix.best.push_back({e.first, e.second, cls});
+  ix.best.push_back({-total, e, cls});
   std::push_heap(ix.best.begin(), ix.best.end(), std::greater<>());
   if (ix.best.size() > 2 * static_cast<size_t>(ix.live) + 64) {
     // Compact: keep one copy of each live entry (a sorted array is a heap).
