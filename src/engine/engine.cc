@@ -67,7 +67,24 @@ StatusOr<std::unique_ptr<Engine>> EngineImpl::Build(const EngineConfig& config) 
   std::stable_sort(e->device_choosers.begin(), e->device_choosers.end(),
                    [&](size_t a, size_t b) { return e->scores[a].weight > e->scores[b].weight; });
   e->typical = config.typical_requests;
+  e->typical_by_gpu = GroupTypicalByGpu(e->typical);
   return std::unique_ptr<Engine>(std::move(e));
+}
+
+std::vector<TypicalGpuGroup> GroupTypicalByGpu(const std::vector<TypicalRequest>& typical) {
+  std::vector<TypicalGpuGroup> groups;
+  for (const TypicalRequest& t : typical) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const TypicalGpuGroup& x) {
+      return x.gpu_only.gpu == t.request.gpu;
+    });
+    if (g == groups.end()) {
+      g = groups.emplace(groups.end());
+      g->gpu_only.gpu = t.request.gpu;
+    }
+    g->members.push_back({t.request.cpu_milli, t.request.memory_bytes, t.weight});
+    g->weight += t.weight;
+  }
+  return groups;
 }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {

@@ -35,7 +35,8 @@ class EngineImpl : public Engine {
   std::vector<size_t> device_choosers;  // indices into scores, highest weight first
   bool queue_drf = false;
   bool queue_proportion = false;
-  std::vector<TypicalRequest> typical;  // configured; empty = learnt per cycle
+  std::vector<TypicalRequest> typical;          // configured; empty = learnt per cycle
+  std::vector<TypicalGpuGroup> typical_by_gpu;  // GroupTypicalByGpu(typical)
 };
 
 }  // namespace tessera

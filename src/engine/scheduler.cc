@@ -225,7 +225,8 @@ class CycleRun {
   Rng& rng_;
   bool restore_;
   CycleContext ctx_;
-  std::vector<TypicalRequest> typical_;  // when learnt (else ctx_.typical is the engine's)
+  std::vector<TypicalRequest> typical_;          // when learnt (else ctx_.typical is the engine's)
+  std::vector<TypicalGpuGroup> typical_by_gpu_;  // likewise
   Plan plan_;
   std::vector<PendingJob> jobs_;               // by id
   std::vector<char> limited_;                  // per queue: it or an ancestor has a limit
@@ -1262,8 +1263,10 @@ Plan CycleRun::Run() {
   // The typical workload: configured, or learnt from the jobs in the state (heaviest first,
   // ties by shape key, at most 32 shapes).
   ctx_.typical = &typical_;
+  ctx_.typical_by_gpu = &typical_by_gpu_;
   if (!e_.typical.empty()) {
     ctx_.typical = &e_.typical;
+    ctx_.typical_by_gpu = &e_.typical_by_gpu;
   } else {
     std::vector<std::pair<int64_t, const std::pair<TaskRequest, int64_t>*>> v;
     for (const auto& [key, slot] : m_.shape_counts) v.push_back({slot.second, &slot});
@@ -1271,6 +1274,7 @@ Plan CycleRun::Run() {
                      [](const auto& a, const auto& b) { return a.first > b.first; });
     for (size_t i = 0; i < v.size() && i < 32; ++i)
       typical_.push_back({v[i].second->first, v[i].first});
+    typical_by_gpu_ = GroupTypicalByGpu(typical_);
   }
   ctx_.now = now_;
   ctx_.rng = &rng_;

@@ -65,11 +65,13 @@ int64_t Avoided(int64_t before, int64_t after, int64_t weight, int64_t resolutio
 }
 
 // F(n), the same value as "Fits(t, n) ? remainder : G(n)" per typical request t. This runs
-// twice per (node class, shape) scored, for each typical request, so one pass over the
-// devices gathers what the requests share (G(n), the free milli on devices not wholly free,
-// the wholly free devices) and a flat copy of the usable devices, which a request with a GPU
-// memory or model condition walks instead of the node.
-int64_t Frag(const std::vector<TypicalRequest>& typical_requests, const NodeState& n) {
+// twice per (node class, shape) scored, so one pass over the devices gathers what the
+// requests share (G(n), the free milli on devices not wholly free, the wholly free devices)
+// and a flat copy of the usable devices, which a request with a GPU memory or model condition
+// walks instead of the node. Requests come grouped by GPU part: whether the GPU part fits,
+// and what it leaves unusable, is worked out once per group; a member whose CPU or memory
+// does not fit loses all of G(n).
+int64_t Frag(const std::vector<TypicalGpuGroup>& groups, const NodeState& n) {
   struct Usable {  // a healthy device without MIG
     int32_t free_milli;
     bool idle;  // wholly free: no task, all its compute
@@ -99,16 +101,21 @@ int64_t Frag(const std::vector<TypicalRequest>& typical_requests, const NodeStat
     return m.empty() || std::find(m.begin(), m.end(), *u.model) != m.end();
   };
   int64_t total = 0;
-  for (const auto& typical : typical_requests) {
-    const TaskRequest& t = typical.request;
+  for (const TypicalGpuGroup& group : groups) {
+    const TaskRequest& t = group.gpu_only;
+    // The members whose CPU and memory fit; the others lose G(n).
+    int64_t fit_weight = 0;
+    if (t.gpu.kind != GpuRequestKind::kNone)
+      for (const auto& m : group.members)
+        if (n.free_cpu_milli >= m.cpu_milli && n.free_memory_bytes >= m.memory_bytes)
+          fit_weight += m.weight;
+    total += (group.weight - fit_weight) * g;
+    if (fit_weight == 0) continue;
     // Plain: no device needs checking for memory or model.
     const bool plain = t.gpu.memory_bytes <= least_memory && t.gpu.models.empty();
-    int64_t f = g;  // t does not fit n, or uses no GPU: all of G(n) is lost to it
+    int64_t f = g;  // the GPU part does not fit n: all of G(n) is lost to it
     if (t.gpu.kind == GpuRequestKind::kMig) {
       if (Fits(t, n)) f = 0;
-    } else if (t.gpu.kind == GpuRequestKind::kNone || n.free_cpu_milli < t.cpu_milli ||
-               n.free_memory_bytes < t.memory_bytes) {
-      // f = g
     } else if (t.gpu.kind == GpuRequestKind::kWhole) {
       int32_t fit = idle;  // wholly free devices t may use
       if (!plain) {
@@ -128,7 +135,7 @@ int64_t Frag(const std::vector<TypicalRequest>& typical_requests, const NodeStat
       }
       if (fits) f = small;
     }
-    total += typical.weight * f;
+    total += fit_weight * f;
   }
   return total;
 }
@@ -154,8 +161,10 @@ class Fragmentation : public ScorePlugin {
   int64_t Best(const TaskContext& t, const NodeState& n,
                std::vector<DeviceAssignment>& devs) const {
     const CycleContext& ctx = *t.cycle;
-    if (ctx.typical == nullptr || ctx.typical->empty() || ctx.typical_total_weight <= 0) return 0;
-    const int64_t before = Frag(*ctx.typical, n);
+    if (ctx.typical_by_gpu == nullptr || ctx.typical_by_gpu->empty() ||
+        ctx.typical_total_weight <= 0)
+      return 0;
+    const int64_t before = Frag(*ctx.typical_by_gpu, n);
     // Scratch copy of what F reads of the node (its free CPU and memory, its devices),
     // reused across calls (assignment keeps the vector's capacity): this runs once per
     // (node class, shape), hundreds of thousands of times per cycle.
@@ -192,8 +201,8 @@ class Fragmentation : public ScorePlugin {
         a.devices = {
             {static_cast<int32_t>(i), t.request->gpu.milli, t.request->gpu.memory_bytes, -1}};
         AdjustFree(after, a, +1);
-        int64_t score =
-            Avoided(before, Frag(*ctx.typical, after), ctx.typical_total_weight, resolution_);
+        int64_t score = Avoided(before, Frag(*ctx.typical_by_gpu, after), ctx.typical_total_weight,
+                                resolution_);
         // Best fit among the devices (and nodes) in the same step: the least free share left.
         if (resolution_ > 1)
           score -=
@@ -209,7 +218,7 @@ class Fragmentation : public ScorePlugin {
     if (!DefaultDevices(*t.request, n, a.devices)) return 0;
     AdjustFree(after, a, +1);
     int64_t score =
-        Avoided(before, Frag(*ctx.typical, after), ctx.typical_total_weight, resolution_);
+        Avoided(before, Frag(*ctx.typical_by_gpu, after), ctx.typical_total_weight, resolution_);
     if (t.request->gpu.kind == GpuRequestKind::kNone && resolution_ > 1)
       score -= std::min(n.FreeGpuMilli() / 100, resolution_ - 1);
     return score;
@@ -219,7 +228,7 @@ class Fragmentation : public ScorePlugin {
 }  // namespace
 
 int64_t ExpectedFragmentation(const std::vector<TypicalRequest>& typical, const NodeState& n) {
-  return Frag(typical, n);
+  return Frag(GroupTypicalByGpu(typical), n);
 }
 
 StatusOr<PluginInstance> MakeFragmentation(const Json& args, const std::string& path) {
