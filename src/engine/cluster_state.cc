@@ -253,6 +253,7 @@ const std::vector<int32_t>& ClusterState::Impl::SortedMembers(int32_t cls) {
 }
 
 void ClusterState::Impl::RebuildNodeIndexes() {
+  ++class_epoch;
   node_index.clear();
   signatures.clear();
   signature_rep.clear();

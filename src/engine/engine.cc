@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "engine/engine_impl.h"
 #include "engine/plugins/registry.h"
@@ -8,7 +9,9 @@
 namespace tessera {
 
 StatusOr<std::unique_ptr<Engine>> EngineImpl::Build(const EngineConfig& config) {
+  static std::atomic<uint64_t> last_id{0};
   auto e = std::make_unique<EngineImpl>();
+  e->id = ++last_id;
   for (size_t i = 0; i < config.actions.size(); ++i) {
     const std::string& a = config.actions[i];
     if (a == "enqueue")

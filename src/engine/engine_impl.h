@@ -28,6 +28,7 @@ class EngineImpl : public Engine {
   Plan Cycle(const Snapshot& snapshot, int64_t now, Rng& rng) const override;
   Plan Cycle(ClusterState& state, int64_t now, Rng& rng) const override;
 
+  uint64_t id = 0;  // unique per engine built in this process (PlacementMemo's owner)
   std::vector<Action> actions;
   std::vector<std::shared_ptr<const JobOrderPlugin>> orders;
   std::vector<std::shared_ptr<const FilterPlugin>> filters;

@@ -271,6 +271,58 @@ TEST(ClusterState, DeltasEqualRebuildingFromSnapshot) {
   }
 }
 
+TEST(ClusterState, KeptFilterAndScoreResultsNeverChangeAPlan) {
+  // A kept state remembers filter verdicts and scores per (shape, node class) across cycles
+  // (PlacementMemo). Alternate engines (each with its own plugins and typical workload), add
+  // a node (class ids are then reused) and finish jobs; every plan must equal the plan of a
+  // fresh state rebuilt from the same snapshot, which remembers nothing.
+  std::vector<std::unique_ptr<Engine>> engines;
+  auto add = [&](const EngineConfig& c) {
+    auto e = Engine::Create(c);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engines.push_back(std::move(*e));
+  };
+  for (const char* scores : {"binpack", "fragmentation", "spread"}) {
+    Json conf = {{"actions", "enqueue, allocate"},
+                 {"order", Json::array({"priority"})},
+                 {"filters", Json::array({"predicates"})},
+                 {"scores", Json::array({scores, "topology"})}};
+    add(*ParseEngineConfig(conf));
+  }
+  EngineConfig configured = DefaultEngineConfig();
+  TaskRequest one_gpu;
+  one_gpu.cpu_milli = 1000;
+  one_gpu.gpu.kind = GpuRequestKind::kWhole;
+  one_gpu.gpu.count = 1;
+  configured.typical_requests = {{one_gpu, 3}};
+  add(configured);
+  add(DefaultEngineConfig());
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Snapshot s = RandomCluster(seed);
+    auto state = ClusterState::FromSnapshot(s);
+    ASSERT_TRUE(state.ok());
+    for (int cycle = 0; cycle < 10; ++cycle) {
+      const Engine& engine = *engines[(cycle / 2 + seed) % engines.size()];  // two cycles each
+      Rng r1(cycle), r2(cycle);
+      Snapshot rebuilt = (*state)->ToSnapshot();
+      Plan kept = engine.Cycle(**state, 100 * cycle, r1);
+      Plan fresh = engine.Cycle(rebuilt, 100 * cycle, r2);
+      ASSERT_EQ(PlanToJson(kept).dump(), PlanToJson(fresh).dump())
+          << "seed " << seed << " cycle " << cycle;
+      ASSERT_TRUE((*state)->ApplyPlan(kept).ok());
+      if (cycle == 4) {
+        Node extra = s.nodes.front();
+        extra.name = "zz-added";
+        ASSERT_TRUE((*state)->AddNode(extra).ok());
+      }
+      for (const Job& j : (*state)->ToSnapshot().jobs)
+        if (cycle % 3 == 2 && j.RunningTasks() > 0 && j.id.size() % 2 == 0) {
+          ASSERT_TRUE((*state)->RemoveJob(j.id).ok());
+        }
+    }
+  }
+}
+
 TEST(ClusterState, RejectsWhatItCannotHold) {
   auto st = std::make_unique<ClusterState>();
   Node n;

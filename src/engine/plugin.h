@@ -30,6 +30,7 @@ namespace tessera {
 struct TypicalRequest {
   TaskRequest request;
   int64_t weight = 1;  // relative frequency (integer: a count, or parts per million)
+  friend bool operator==(const TypicalRequest&, const TypicalRequest&) = default;
 };
 
 // The typical requests that share a GPU part (kind, count, milli, GPU memory, MIG profile,

@@ -242,9 +242,11 @@ class CycleRun {
   std::string shape_scratch_;
   // Shapes of jobs without constraints, by request (see ShapeId).
   std::vector<std::pair<TaskRequest, int32_t>> plain_shapes_;
-  std::vector<std::vector<int8_t>> pass_cache_;    // 0 unknown, 1 pass, 2 fail
-  std::vector<std::vector<int64_t>> score_cache_;  // [shape][class * P + p]
-  std::vector<bool> fenced_;                       // nodes held by the reservation
+  // Per shape, its entries in the state's PlacementMemo (kept across cycles).
+  std::vector<std::vector<int8_t>*> pass_cache_;    // [shape][class]: 0 unknown, 1 pass, 2 fail
+  std::vector<std::vector<int64_t>*> score_cache_;  // [shape][class * P + p]
+  void BindMemo();            // at the start of the cycle: keep the state's memo or start it over
+  std::vector<bool> fenced_;  // nodes held by the reservation
   std::string fence_owner_;
   std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
   std::vector<int64_t> scratch_;
@@ -363,8 +365,9 @@ int32_t CycleRun::ShapeIdByKey(const Job& j, const TaskRequest& r) {
   auto it = shape_ids_.find(shape_scratch_);
   if (it != shape_ids_.end()) return it->second;
   it = shape_ids_.emplace(shape_scratch_, static_cast<int32_t>(shape_ids_.size())).first;
-  pass_cache_.emplace_back();
-  score_cache_.emplace_back();
+  PlacementMemo::Shape& memo = m_.memo.shapes[shape_scratch_];
+  pass_cache_.push_back(&memo.pass);
+  score_cache_.push_back(&memo.scores);
   index_.emplace_back();
   index_.back().job = &j;
   for (size_t g = 0; g < j.groups.size(); ++g)
@@ -423,11 +426,18 @@ bool CycleRun::QueueAdmits(const JobRec& j, const ResourceVector& extra, std::st
 
 bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total) {
   const size_t P = e_.scores.size();
-  auto& pass = pass_cache_[shape];
-  auto& cache = score_cache_[shape];
-  if (pass.size() <= static_cast<size_t>(cls)) pass.resize(Grow(pass.size(), m_.classes.size()), 0);
-  if (cache.size() < (static_cast<size_t>(cls) + 1) * P)
+  auto& pass = *pass_cache_[shape];
+  auto& cache = *score_cache_[shape];
+  if (pass.size() <= static_cast<size_t>(cls)) {
+    m_.memo.bytes -= pass.size();
+    pass.resize(Grow(pass.size(), m_.classes.size()), 0);
+    m_.memo.bytes += pass.size();
+  }
+  if (cache.size() < (static_cast<size_t>(cls) + 1) * P) {
+    m_.memo.bytes -= cache.size() * sizeof(int64_t);
     cache.resize(Grow(cache.size() / std::max<size_t>(P, 1), m_.classes.size()) * P, kUnknown);
+    m_.memo.bytes += cache.size() * sizeof(int64_t);
+  }
   const NodeState& rep = m_.nodes[m_.LowestMember(cls)];
   int8_t& p = pass[cls];
   if (p == 0) p = Passes(t, rep) ? 1 : 2;
@@ -522,11 +532,18 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
     }
     best = std::get<1>(ix.best.front());
   } else {
-    auto& pass = pass_cache_[shape];
-    auto& cache = score_cache_[shape];
-    if (pass.size() < m_.classes.size()) pass.resize(Grow(pass.size(), m_.classes.size()), 0);
-    if (!node_specific && cache.size() < m_.classes.size() * P)
+    auto& pass = *pass_cache_[shape];
+    auto& cache = *score_cache_[shape];
+    if (pass.size() < m_.classes.size()) {
+      m_.memo.bytes -= pass.size();
+      pass.resize(Grow(pass.size(), m_.classes.size()), 0);
+      m_.memo.bytes += pass.size();
+    }
+    if (!node_specific && cache.size() < m_.classes.size() * P) {
+      m_.memo.bytes -= cache.size() * sizeof(int64_t);
       cache.resize(Grow(cache.size() / std::max<size_t>(P, 1), m_.classes.size()) * P, kUnknown);
+      m_.memo.bytes += cache.size() * sizeof(int64_t);
+    }
 
     // Candidates: (node index) of feasible classes' representatives, or every member when
     // scores are node-specific.
@@ -897,6 +914,22 @@ void CycleRun::Enqueue() {
     if (holds)
       for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += extra;
   }
+}
+
+void CycleRun::BindMemo() {
+  PlacementMemo& memo = m_.memo;
+  const bool configured = ctx_.typical == &e_.typical;
+  const bool same = memo.engine == e_.id && memo.class_epoch == m_.class_epoch &&
+                    memo.configured_typical == configured &&
+                    (configured || memo.typical == *ctx_.typical) &&
+                    memo.bytes <= PlacementMemo::kMaxBytes;
+  if (same) return;
+  memo.shapes.clear();
+  memo.bytes = 0;
+  memo.engine = e_.id;
+  memo.class_epoch = m_.class_epoch;
+  memo.configured_typical = configured;
+  memo.typical = configured ? std::vector<TypicalRequest>{} : *ctx_.typical;
 }
 
 // ---- allocate: queue order, then job order; gang transactions ----
@@ -1279,6 +1312,7 @@ Plan CycleRun::Run() {
   ctx_.now = now_;
   ctx_.rng = &rng_;
   for (const auto& t : *ctx_.typical) ctx_.typical_total_weight += t.weight;
+  BindMemo();
 
   limited_.assign(m_.queues.size(), 0);
   for (size_t q = 0; q < m_.queues.size(); ++q)

@@ -95,6 +95,25 @@ struct UndoOp {
   int64_t old_start_time;
 };
 
+// Filter verdicts and scores per (task shape, node class), kept across cycles: a class id
+// always names the same node state (until the classes are rebuilt: class_epoch), and a
+// shape's filters and node-class scores depend on nothing else but the engine's plugins
+// and the typical workload (see plugin.h). The simulators place one task per cycle on a
+// kept state; without this every cycle re-scored every class.
+struct PlacementMemo {
+  struct Shape {
+    std::vector<int8_t> pass;     // per class: 0 unknown, 1 pass, 2 fail
+    std::vector<int64_t> scores;  // per class and score plugin
+  };
+  uint64_t engine = 0;  // the EngineImpl::id that computed them; 0 none
+  uint64_t class_epoch = 0;
+  bool configured_typical = false;  // the engine's own typical workload, else `typical`
+  std::vector<TypicalRequest> typical;
+  std::unordered_map<std::string, Shape> shapes;         // by shape key
+  size_t bytes = 0;                                      // what the shapes hold, roughly
+  static constexpr size_t kMaxBytes = size_t{64} << 20;  // then it starts over
+};
+
 struct ClusterState::Impl {
   // Parallel to nodes (stable pointers), except in a borrowed state, whose nodes point
   // into the snapshot and which takes no node deltas.
@@ -117,6 +136,8 @@ struct ClusterState::Impl {
   std::vector<int32_t> class_table;
   std::vector<uint64_t> class_hash;   // per class, its key's hash
   std::vector<int32_t> live_classes;  // non-empty classes, in no particular order
+  uint64_t class_epoch = 0;           // bumped when class ids are reused (RebuildNodeIndexes)
+  PlacementMemo memo;
 
   std::map<std::string, JobRec> jobs;
   std::set<std::string> pending;  // ids of jobs with at least one unplaced task; see borrowed
