@@ -214,6 +214,7 @@ class CycleRun {
   void Enqueue();
   void Allocate();
   void Attempt(PendingJob& pj);
+  void PrefetchAhead(size_t i);  // for the attempt at order_[i]
   void EvictFor(bool reclaim);
   std::optional<int64_t> PreemptionRank(const JobRec& j) const;
   void Backfill();
@@ -932,11 +933,44 @@ void CycleRun::BindMemo() {
   memo.typical = configured ? std::vector<TypicalRequest>{} : *ctx_.typical;
 }
 
+// A hint to fetch the cache line at `p`. GCC 12 deletes __builtin_prefetch once
+// PrefetchAhead is inlined into allocate's loop (checked in the object code: none were
+// left, and the cycle did not change); an asm statement stays.
+inline void Prefetch(const void* p) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
+// Allocate walks the jobs in job order, and each job's first touches (its cycle record,
+// JobRec and task allocations, task groups, shape ids, plan entry) land on memory laid
+// out by job id: with jobs of mixed priorities every one was a cache miss. Fetched a few
+// jobs ahead, one level of pointers per step: 100k jobs, binpack, about -20 ms per cycle
+// (the jobs visited in id order, with nothing to fetch, take ~50 ms less than unfetched).
+void CycleRun::PrefetchAhead(size_t i) {
+  const size_t n = order_.size();
+  if (i + 16 < n) Prefetch(order_[i + 16]);
+  if (i + 8 < n) {
+    const PendingJob* pj = order_[i + 8];
+    const char* rec = reinterpret_cast<const char*>(pj->rec);
+    Prefetch(rec);
+    Prefetch(rec + 56);  // a JobRec spans two lines: `running` and `allocated` are in the second
+    Prefetch(pj->groups);
+    Prefetch(&plan_.decisions[pj - jobs_.data()]);
+    Prefetch(&group_shapes_[pj->shapes_at]);
+  }
+  if (i + 4 < n) Prefetch(order_[i + 4]->rec->allocations.data());
+}
+
 // ---- allocate: queue order, then job order; gang transactions ----
 void CycleRun::Allocate() {
   auto eligible = [](const PendingJob* pj) { return pj->state == JState::kAdmitted && !pj->tried; };
   if (!e_.queue_drf && !e_.queue_proportion) {
-    for (PendingJob* pj : order_) {
+    for (size_t i = 0; i < order_.size(); ++i) {
+      PrefetchAhead(i);
+      PendingJob* pj = order_[i];
       if (!eligible(pj)) continue;
       Attempt(*pj);
       visit_.push_back(pj);
