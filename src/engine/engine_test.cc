@@ -164,8 +164,9 @@ void ExpectWithinCapacity(const Snapshot& s, const Plan& plan) {
     mem[a.node] += a.memory_bytes;
     for (const auto& d : a.devices) {
       milli[{a.node, d.device}] += d.milli;
-      if (d.mig_instance >= 0)
+      if (d.mig_instance >= 0) {
         EXPECT_TRUE(mig.insert({a.node, d.device, d.mig_instance}).second) << "MIG instance twice";
+      }
     }
   };
   for (const Job& j : s.jobs)

@@ -115,9 +115,10 @@ TEST_P(ScenarioTest, PlanMatchesExpected) {
       submitted.start_time = -1;
       all_held &= kept.AddJob(submitted).ok();
       for (int32_t t = 0; t < static_cast<int32_t>(j.allocations.size()); ++t)
-        if (j.allocations[t])
+        if (j.allocations[t]) {
           ASSERT_TRUE(
               kept.Bind(j.id, t, *j.allocations[t], std::max<int64_t>(0, j.start_time)).ok());
+        }
     }
     if (all_held) {  // else the snapshot's plan has error decisions the kept state cannot
       Rng rng3(1);
@@ -164,8 +165,9 @@ TEST_P(ScenarioTest, PlanMatchesExpected) {
       const auto& r = ex["reservations"][i];
       EXPECT_EQ(r.at("job").get<std::string>(), plan.reservations[i].job);
       EXPECT_EQ(r.at("nodes").get<std::vector<std::string>>(), plan.reservations[i].nodes);
-      if (r.contains("earliestStart"))
+      if (r.contains("earliestStart")) {
         EXPECT_EQ(r["earliestStart"].get<int64_t>(), plan.reservations[i].earliest_start);
+      }
     }
   }
   if (ex.contains("decisions")) {
@@ -176,16 +178,24 @@ TEST_P(ScenarioTest, PlanMatchesExpected) {
       ASSERT_NE(it, plan.decisions.end()) << "no decision for " << job;
       SCOPED_TRACE("job " + job);
       EXPECT_EQ(d.at("outcome").get<std::string>(), OutcomeName(it->outcome));
-      if (d.contains("code")) EXPECT_EQ(d["code"].get<std::string>(), it->reason.code);
-      if (d.contains("resource")) EXPECT_EQ(d["resource"].get<std::string>(), it->reason.resource);
-      if (d.contains("message")) EXPECT_EQ(d["message"].get<std::string>(), it->reason.message);
-      if (d.contains("messageContains"))
+      if (d.contains("code")) {
+        EXPECT_EQ(d["code"].get<std::string>(), it->reason.code);
+      }
+      if (d.contains("resource")) {
+        EXPECT_EQ(d["resource"].get<std::string>(), it->reason.resource);
+      }
+      if (d.contains("message")) {
+        EXPECT_EQ(d["message"].get<std::string>(), it->reason.message);
+      }
+      if (d.contains("messageContains")) {
         EXPECT_NE(it->reason.message.find(d["messageContains"].get<std::string>()),
                   std::string::npos)
             << it->reason.message;
-      if (d.contains("rejectedNodes"))
+      }
+      if (d.contains("rejectedNodes")) {
         EXPECT_EQ((d["rejectedNodes"].get<std::map<std::string, int32_t>>()),
                   it->reason.rejected_nodes);
+      }
     }
   }
 }
