@@ -22,6 +22,7 @@ struct BenchOptions {
   int32_t gpus_per_node = 8;
   int32_t jobs = 100000;
   std::string policy = "binpack";
+  int32_t queues = 1;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -53,11 +54,15 @@ int RunCycleBench(const BenchOptions& o) {
     second.push_back({{"name", "fragmentation"}});
   } else if (o.policy == "spread") {
     second.push_back({{"name", "spread"}});
-  } else {
-    std::cerr << "bench cycle: --policy: unknown \"" << o.policy << "\" (binpack, fgd, spread)\n";
+  } else if (o.policy != "default") {
+    std::cerr << "bench cycle: --policy: unknown \"" << o.policy
+              << "\" (binpack, fgd, spread, default)\n";
     return 2;
   }
-  auto config = ParseEngineConfig(conf);
+  // `default` is the server's own configuration: every action, queue order by DRF and
+  // guarantees, las, fragmentation (docs/engine.md).
+  auto config = o.policy == "default" ? StatusOr<EngineConfig>(DefaultEngineConfig())
+                                      : ParseEngineConfig(conf);
   if (!config.ok()) {
     std::cerr << config.status().ToString() << "\n";
     return 1;
@@ -72,6 +77,7 @@ int RunCycleBench(const BenchOptions& o) {
   spec.gpus_per_node = o.gpus_per_node;
   spec.jobs = o.jobs;
   spec.seed = o.seed;
+  spec.queues = o.queues;
   Snapshot snap = SyntheticSnapshot(spec);
 
   // What is timed, in this order (the first run is in a fresh process: a cold heap, every
@@ -132,6 +138,7 @@ int RunCycleBench(const BenchOptions& o) {
               {"gpus_per_node", o.gpus_per_node},
               {"jobs", o.jobs},
               {"policy", o.policy},
+              {"queues", o.queues},
               {"seed", o.seed},
               {"cycle", "Engine::Cycle(snapshot): state build + enqueue + allocate + plan"},
               {"placements", plan.bindings.size()},
@@ -180,7 +187,9 @@ void AddBenchCommands(CLI::App& app) {
       ->check(CLI::Range(0, 32));
   cycle->add_option("--jobs", opts->jobs, "pending single-task jobs")
       ->check(CLI::Range(0, 100000000));
-  cycle->add_option("--policy", opts->policy, "binpack | fgd | spread");
+  cycle->add_option("--policy", opts->policy, "binpack | fgd | spread | default");
+  cycle->add_option("--queues", opts->queues, "queues with equal guarantees (1: none)")
+      ->check(CLI::Range(1, 1000));
   cycle->add_option("--seed", opts->seed, "workload seed");
   cycle->add_flag("--json", opts->json, "print one JSON object");
   cycle->callback([opts] { SetExitCode(RunCycleBench(*opts)); });

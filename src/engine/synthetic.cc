@@ -28,6 +28,16 @@ Snapshot SyntheticSnapshot(const SyntheticSpec& spec) {
     }
     s.nodes.push_back(std::move(n));
   }
+  if (spec.queues > 1) {
+    for (int32_t q = 0; q < spec.queues; ++q) {
+      Queue queue;
+      char name[16];
+      std::snprintf(name, sizeof name, "q%02d", q);
+      queue.name = name;
+      queue.guarantee.gpu_milli = int64_t{spec.nodes} * g * 1000 / spec.queues;
+      s.queues.push_back(queue);
+    }
+  }
   s.jobs.reserve(spec.jobs);
   for (int32_t i = 0; i < spec.jobs; ++i) {
     Job j;
@@ -74,6 +84,7 @@ Snapshot SyntheticSnapshot(const SyntheticSpec& spec) {
       r.gpu.kind = GpuRequestKind::kWhole;
       r.gpu.count = 1;
     }
+    if (spec.queues > 1) j.queue = s.queues[rng.Below(spec.queues)].name;
     j.groups.push_back(grp);
     j.allocations.assign(j.TaskCount(), std::nullopt);
     s.jobs.push_back(std::move(j));

@@ -21,10 +21,14 @@ struct SyntheticSpec {
           eight_percent = 1;
   int32_t gang_percent = 0;     // jobs that are gangs of 2..4 one-GPU tasks (property tests)
   int32_t running_percent = 0;  // not used yet: every job starts pending
+  // Queues "q00".."qNN" with equal guarantees (the GPUs / queues) and borrowing, jobs spread
+  // over them at random; 1 = every job in "default" (no queues defined).
+  int32_t queues = 1;
 };
 
 // Nodes "n000000".. with 8 cores and 64 GiB per GPU (128 cores, 1 TiB for 8 GPUs), H100-80GB
-// devices; jobs "j0000000".. in queue "default", submit time = index, priority 0..3.
+// devices; jobs "j0000000".. in queue "default" (or spec.queues queues), submit time =
+// index, priority 0..3.
 Snapshot SyntheticSnapshot(const SyntheticSpec& spec);
 
 }  // namespace tessera
