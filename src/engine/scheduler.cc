@@ -284,6 +284,7 @@ class CycleRun {
   // that shape is placed next (most binds change classes that few shapes will ask about).
   std::vector<int32_t> touched_log_;
   std::vector<int32_t> scratch_classes_;
+  std::vector<std::tuple<int64_t, int32_t, int32_t>> fence_scratch_;  // see PlaceTask
   bool normalizes_ = false;
   bool ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total);
   void UpdateIndex(int32_t shape, int32_t cls);
@@ -542,19 +543,50 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   // cached per node class, and the shape index offers a class's lowest member), so such a
   // job takes the per-class path below, which offers each class's lowest member it lacks.
   const bool distinct = pj.one_task_per_node && !gang_nodes.empty();
-  const bool indexed = !distinct && !node_specific && fenced_.empty() && !normalizes_ && P > 0;
+  const bool indexed = !distinct && !node_specific && !normalizes_ && P > 0;
   if (indexed) {
     ShapeIndex& ix = index_[shape];
     CatchUp(shape);
-    while (!ix.best.empty() && !ix.Live(ix.best.front())) {
-      std::pop_heap(ix.best.begin(), ix.best.end(), std::greater<>());
-      ix.best.pop_back();
+    auto drop_stale = [&] {
+      while (!ix.best.empty() && !ix.Live(ix.best.front())) {
+        std::pop_heap(ix.best.begin(), ix.best.end(), std::greater<>());
+        ix.best.pop_back();
+      }
+    };
+    drop_stale();
+    if (fenced_.empty()) {
+      if (!ix.best.empty()) best = std::get<1>(ix.best.front());
+    } else {
+      // Backfill's fence: a class counts with its lowest unfenced member (RepOf). Entries
+      // come off the heap by (-total, lowest member); the first class with an unfenced
+      // member sets the best total, and among classes of that total the lowest unfenced
+      // member wins, which no class whose lowest member is above it can beat. The entries
+      // taken off go back. (The fence holds a few nodes: few entries are taken.)
+      int64_t best_total = 0;
+      std::vector<std::tuple<int64_t, int32_t, int32_t>>& taken = fence_scratch_;
+      taken.clear();
+      while (!ix.best.empty()) {
+        const auto top = ix.best.front();
+        if (best >= 0 && (std::get<0>(top) != best_total || std::get<1>(top) > best)) break;
+        std::pop_heap(ix.best.begin(), ix.best.end(), std::greater<>());
+        ix.best.pop_back();
+        taken.push_back(top);
+        const int32_t rep = RepOf(std::get<2>(top));
+        if (rep >= 0 && (best < 0 || rep < best)) {
+          best = rep;
+          best_total = std::get<0>(top);
+        }
+        drop_stale();
+      }
+      for (const auto& e : taken) {
+        ix.best.push_back(e);
+        std::push_heap(ix.best.begin(), ix.best.end(), std::greater<>());
+      }
     }
-    if (ix.best.empty()) {
+    if (best < 0) {
       if (why) FillFailure(pj, task, gang_nodes, why);
       return -1;
     }
-    best = std::get<1>(ix.best.front());
   } else {
     auto& pass = *pass_cache_[shape];
     auto& cache = *score_cache_[shape];
