@@ -74,6 +74,8 @@ struct FilterVerdict {
 
 // ---- resource arithmetic shared by the engine and by plugins ----
 
+// True if `g` names no models or names `model`.
+bool ModelAllowed(const GpuRequest& g, const std::string& model);
 // True if device `d` of `node` may serve `r` at all: healthy, model allowed, MIG mode
 // matching the request kind.
 bool DeviceMatches(const TaskRequest& r, const NodeState& node, int32_t d);

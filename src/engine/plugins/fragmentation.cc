@@ -96,10 +96,6 @@ int64_t Frag(const std::vector<TypicalGpuGroup>& groups, const NodeState& n) {
     least_memory = std::min(least_memory, s.free_memory_bytes);
     usable.push_back({s.free_milli, is_idle, s.free_memory_bytes, &d.model});
   }
-  auto model_ok = [](const TaskRequest& t, const Usable& u) {
-    const auto& m = t.gpu.models;
-    return m.empty() || std::find(m.begin(), m.end(), *u.model) != m.end();
-  };
   int64_t total = 0;
   for (const TypicalGpuGroup& group : groups) {
     const TaskRequest& t = group.gpu_only;
@@ -121,7 +117,8 @@ int64_t Frag(const std::vector<TypicalGpuGroup>& groups, const NodeState& n) {
       if (!plain) {
         fit = 0;
         for (const Usable& u : usable)
-          fit += u.idle && u.free_memory_bytes >= t.gpu.memory_bytes && model_ok(t, u);
+          fit +=
+              u.idle && u.free_memory_bytes >= t.gpu.memory_bytes && ModelAllowed(t.gpu, *u.model);
       }
       if (fit >= t.gpu.count) f = partial;
     } else if (max_free >= t.gpu.milli) {
@@ -131,7 +128,8 @@ int64_t Frag(const std::vector<TypicalGpuGroup>& groups, const NodeState& n) {
         if (u.free_milli < t.gpu.milli)
           small += std::max(0, u.free_milli);
         else
-          fits = fits || plain || (u.free_memory_bytes >= t.gpu.memory_bytes && model_ok(t, u));
+          fits = fits || plain ||
+                 (u.free_memory_bytes >= t.gpu.memory_bytes && ModelAllowed(t.gpu, *u.model));
       }
       if (fits) f = small;
     }
