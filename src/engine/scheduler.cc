@@ -256,7 +256,9 @@ class CycleRun {
   // Per shape, its entries in the state's PlacementMemo (kept across cycles).
   std::vector<std::vector<int8_t>*> pass_cache_;    // [shape][class]: 0 unknown, 1 pass, 2 fail
   std::vector<std::vector<int64_t>*> score_cache_;  // [shape][class * P + p]
-  void BindMemo();            // at the start of the cycle: keep the state's memo or start it over
+  void BindMemo();  // at the start of the cycle: keep the state's memo or start it over
+  // Sizes the shape's memo entries for `classes` classes (verdicts; scores too if asked).
+  void GrowMemo(int32_t shape, size_t classes, bool scores);
   std::vector<bool> fenced_;  // nodes held by the reservation
   std::string fence_owner_;
   std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
@@ -329,10 +331,7 @@ std::pair<int64_t, int64_t> CycleRun::QueueKey(int32_t q) {
   if (queue_keys_.size() < m_.queues.size()) queue_keys_.resize(m_.queues.size());
   CachedQueueKey& cached = queue_keys_[q];
   const ResourceVector& now = r.allocated;
-  if (cached.valid && cached.allocated.cpu_milli == now.cpu_milli &&
-      cached.allocated.memory_bytes == now.memory_bytes &&
-      cached.allocated.gpu_milli == now.gpu_milli)
-    return cached.key;
+  if (cached.valid && cached.allocated == now) return cached.key;
   int64_t below = 1;
   if (e_.queue_proportion) {
     // Below its guarantee in some guaranteed resource: served before every queue that is not.
@@ -449,20 +448,27 @@ bool CycleRun::QueueAdmits(const JobRec& j, const ResourceVector& extra, std::st
   return true;
 }
 
-bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total) {
+void CycleRun::GrowMemo(int32_t shape, size_t classes, bool scores) {
   const size_t P = e_.scores.size();
   auto& pass = *pass_cache_[shape];
   auto& cache = *score_cache_[shape];
-  if (pass.size() <= static_cast<size_t>(cls)) {
+  if (pass.size() < classes) {
     m_.memo.bytes -= pass.size();
     pass.resize(Grow(pass.size(), m_.classes.size()), 0);
     m_.memo.bytes += pass.size();
   }
-  if (cache.size() < (static_cast<size_t>(cls) + 1) * P) {
+  if (scores && cache.size() < classes * P) {
     m_.memo.bytes -= cache.size() * sizeof(int64_t);
     cache.resize(Grow(cache.size() / std::max<size_t>(P, 1), m_.classes.size()) * P, kUnknown);
     m_.memo.bytes += cache.size() * sizeof(int64_t);
   }
+}
+
+bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total) {
+  const size_t P = e_.scores.size();
+  GrowMemo(shape, static_cast<size_t>(cls) + 1, /*scores=*/true);
+  auto& pass = *pass_cache_[shape];
+  auto& cache = *score_cache_[shape];
   const NodeState& rep = m_.nodes[m_.LowestMember(cls)];
   int8_t& p = pass[cls];
   if (p == 0) p = Passes(t, rep) ? 1 : 2;
@@ -588,18 +594,9 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
       return -1;
     }
   } else {
+    GrowMemo(shape, m_.classes.size(), /*scores=*/!node_specific);
     auto& pass = *pass_cache_[shape];
     auto& cache = *score_cache_[shape];
-    if (pass.size() < m_.classes.size()) {
-      m_.memo.bytes -= pass.size();
-      pass.resize(Grow(pass.size(), m_.classes.size()), 0);
-      m_.memo.bytes += pass.size();
-    }
-    if (!node_specific && cache.size() < m_.classes.size() * P) {
-      m_.memo.bytes -= cache.size() * sizeof(int64_t);
-      cache.resize(Grow(cache.size() / std::max<size_t>(P, 1), m_.classes.size()) * P, kUnknown);
-      m_.memo.bytes += cache.size() * sizeof(int64_t);
-    }
 
     // Candidates: (node index) of feasible classes' representatives, or every member when
     // scores are node-specific.
@@ -1013,7 +1010,7 @@ void CycleRun::PrefetchAhead(const std::vector<PendingJob*>& seq, size_t i) {
     Prefetch(rec);
     Prefetch(rec + 56);  // a JobRec spans two lines: `running` and `allocated` are in the second
     Prefetch(pj->groups);
-    Prefetch(&plan_.decisions[pj - jobs_.data()]);
+    Prefetch(&Decision(*pj));
     Prefetch(&group_shapes_[pj->shapes_at]);
   }
   if (i + 4 < n) Prefetch(seq[i + 4]->rec->allocations.data());
