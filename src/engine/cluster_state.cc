@@ -47,7 +47,7 @@ Job JobRec::Materialize() const {
 namespace {
 
 // Keys are built with to_chars into one buffer: these run once per node and per job.
-std::string SignatureOf(const Node& n) {
+std::string SignatureOf(const Node& n, const std::set<std::string>& label_keys) {
   std::string s;
   s.reserve(256);
   auto add = [&](const std::string& x) {
@@ -56,10 +56,12 @@ std::string SignatureOf(const Node& n) {
     s += x;
   };
   add(n.pool);
-  for (const auto& [k, v] : n.labels) {
-    add(k);
-    add(v);
-  }
+  if (!label_keys.empty())
+    for (const auto& [k, v] : n.labels) {
+      if (!label_keys.count(k)) continue;
+      add(k);
+      add(v);
+    }
   s += '|';
   for (const auto& t : n.taints) {
     add(t.key);
@@ -270,8 +272,8 @@ void ClusterState::Impl::RebuildNodeIndexes() {
   for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()); ++i) {
     nodes[i].index = i;
     node_index[nodes[i].name()] = i;
-    auto [it, inserted] =
-        signatures.emplace(SignatureOf(*nodes[i].node), static_cast<int32_t>(signatures.size()));
+    auto [it, inserted] = signatures.emplace(SignatureOf(*nodes[i].node, label_keys),
+                                             static_cast<int32_t>(signatures.size()));
     if (inserted) signature_rep.push_back(i);
     node_signature[i] = it->second;
     Reclassify(i);
@@ -283,6 +285,17 @@ void ClusterState::Impl::RebuildNodeIndexes() {
         if (d.healthy) capacity.gpu_milli += 1000;
     }
   }
+}
+
+bool ClusterState::Impl::NoteLabelKeys(const Job& j) {
+  bool added = false;
+  for (const auto& [k, v] : j.node_selector) added |= label_keys.insert(k).second;
+  auto note = [&](const NodeSelectorTerm& t) {
+    for (const auto& e : t.match_expressions) added |= label_keys.insert(e.key).second;
+  };
+  for (const auto& t : j.affinity.required) note(t);
+  for (const auto& p : j.affinity.preferred) note(p.term);
+  return added;
 }
 
 void ClusterState::Impl::RebuildQueues() {
@@ -449,6 +462,9 @@ StatusOr<std::unique_ptr<ClusterState>> ClusterState::Build(
     }
     m.nodes.push_back(EmptyNodeState(node, static_cast<int32_t>(i)));
   }
+  // The jobs' label keys first: adding them one job at a time would rebuild the node
+  // indexes at each new key.
+  for (const Job& j : snapshot.jobs) m.NoteLabelKeys(j);
   m.RebuildNodeIndexes();
   for (const Queue& q : snapshot.queues) TESSERA_RETURN_IF_ERROR(st->UpsertQueue(q));
   for (const PriorityClass& pc : snapshot.priority_classes)
@@ -534,6 +550,7 @@ Status ClusterState::Impl::AddJob(const Job* spec, std::unique_ptr<Job> owned) {
   if (q < 0) return NotFound("job " + job.id + ": queue: unknown queue \"" + job.queue + "\"");
   if (job.TaskCount() <= 0)
     return InvalidArgument("job " + job.id + ": tasks: a job needs at least one task");
+  if (NoteLabelKeys(job)) RebuildNodeIndexes();
   // Hints at the end: snapshots list jobs by id, so each insertion is O(1) there.
   JobRec& j = jobs.emplace_hint(jobs.end(), job.id, JobRec{})->second;
   j.spec = spec;

@@ -324,6 +324,73 @@ TEST(ClusterState, KeptFilterAndScoreResultsNeverChangeAPlan) {
   }
 }
 
+TEST(ClusterState, LabelsNoJobNamesDoNotSplitClassesButStillFilterWhenNamed) {
+  // Node classes ignore the labels no job names (a unique hostname would otherwise make a
+  // class per node). A job that names one later must still see it: on a kept state as on a
+  // fresh one, its selector, required and preferred affinity hold.
+  SyntheticSpec spec;
+  spec.nodes = 8;
+  spec.gpus_per_node = 2;
+  spec.jobs = 0;
+  Snapshot s = SyntheticSnapshot(spec);
+  // Each job below names a key of its own; in a class of idle nodes, the lowest (node 0)
+  // matches none of them.
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    s.nodes[i].labels["kubernetes.io/hostname"] = s.nodes[i].name;
+    s.nodes[i].labels["zone"] = i == 5 || i == 6 ? "b" : "a";
+    s.nodes[i].labels["rack"] = i == 7 ? "r2" : "r1";
+  }
+  Json conf = {{"actions", "enqueue, allocate"},
+               {"filters", Json::array({"predicates"})},
+               {"scores", Json::array({"nodeaffinity"})}};
+  auto engine = Engine::Create(*ParseEngineConfig(conf));
+  ASSERT_TRUE(engine.ok());
+  auto state = ClusterState::FromSnapshot(s);
+  ASSERT_TRUE(state.ok());
+  auto one_gpu_job = [&](const std::string& id) {
+    Job j;
+    j.id = id;
+    j.groups.push_back({});
+    j.groups[0].request.cpu_milli = 1000;
+    j.groups[0].request.gpu.kind = GpuRequestKind::kWhole;
+    j.groups[0].request.gpu.count = 1;
+    j.allocations.assign(1, std::nullopt);
+    return j;
+  };
+  std::vector<Job> named;
+  named.push_back(one_gpu_job("zz-preferred"));
+  named.back().affinity.preferred.push_back(
+      {100, {{{"zone", NodeSelectorRequirement::Op::kIn, {"b"}}}}});
+  named.push_back(one_gpu_job("zz-selector"));
+  named.back().node_selector["rack"] = "r2";
+  named.push_back(one_gpu_job("zz-required"));
+  named.back().affinity.required.push_back(
+      {{{"kubernetes.io/hostname", NodeSelectorRequirement::Op::kIn, {s.nodes[2].name}}}});
+  const std::map<std::string, std::set<std::string>> allowed = {
+      {"zz-preferred", {s.nodes[5].name, s.nodes[6].name}},
+      {"zz-selector", {s.nodes[7].name}},
+      {"zz-required", {s.nodes[2].name}}};
+  int cycle = 0;
+  for (const Job& j : named) {
+    Rng r0(cycle);
+    ASSERT_TRUE((*state)->ApplyPlan((*engine)->Cycle(**state, 10 * cycle, r0)).ok());
+    ASSERT_TRUE((*state)->AddJob(j).ok());
+    Rng r1(cycle), r2(cycle);
+    Snapshot rebuilt = (*state)->ToSnapshot();
+    Plan kept = (*engine)->Cycle(**state, 10 * cycle + 5, r1);
+    Plan fresh = (*engine)->Cycle(rebuilt, 10 * cycle + 5, r2);
+    ASSERT_EQ(PlanToJson(kept).dump(), PlanToJson(fresh).dump()) << j.id;
+    bool bound = false;
+    for (const Binding& b : kept.bindings) {
+      if (b.job != j.id) continue;
+      bound = true;
+      EXPECT_TRUE(allowed.at(j.id).count(b.allocation.node)) << j.id << " on " << b.allocation.node;
+    }
+    EXPECT_TRUE(bound) << j.id;
+    ++cycle;
+  }
+}
+
 TEST(ClusterState, RejectsWhatItCannotHold) {
   auto st = std::make_unique<ClusterState>();
   Node n;

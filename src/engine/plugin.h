@@ -134,9 +134,12 @@ class ScorePlugin {
     return false;
   }
   // True when, for this task, the score depends on more than (the node's static info, its
-  // free state and the task shape): the node's name, the random generator, or `gang_nodes`.
-  // The engine then scores node by node instead of once per equivalence class of
-  // identical nodes. Slower; correct. Filters must never depend on the node's name.
+  // free state and the task shape): the node's name, the random generator, `gang_nodes`, or
+  // a label whose key the task's job does not name. The engine then scores node by node
+  // instead of once per equivalence class of identical nodes. Slower; correct.
+  // Filters must never depend on the node's name, nor on a label whose key the job does not
+  // name in its node selector or affinity: nodes that differ only in such labels (a
+  // hostname, a rack) share an equivalence class.
   virtual bool NodeSpecific(const TaskContext& task) const { return false; }
 };
 

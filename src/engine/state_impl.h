@@ -123,6 +123,10 @@ struct ClusterState::Impl {
   std::vector<int32_t> node_signature;                  // static signature id per node
   std::vector<int32_t> node_class;                      // class id per node
 
+  // The label keys a node's signature includes: those some job in the state names (node
+  // selector, affinity). Other labels (a hostname, a rack) decide no filter or class-level
+  // score (plugin.h), and would split identical nodes into classes of one. Grows only.
+  std::set<std::string> label_keys;
   std::map<std::string, int32_t> signatures;  // serialized static signature -> id
   std::vector<int32_t> signature_rep;         // a node index per signature (for capacity views)
 
@@ -181,6 +185,9 @@ struct ClusterState::Impl {
   // Binds with the node given by index (the cycle knows it); `a.node` must name it.
   Status BindAt(JobRec& j, int32_t task, TaskAllocation a, int32_t node, int64_t now);
   void RebuildQueues();
+  // Adds the label keys `j` names to label_keys; true if there were new ones (the
+  // signatures must then be rebuilt).
+  bool NoteLabelKeys(const Job& j);
   void CountShapes(const Job& j, int64_t sign);
   // Adds a job defined by `*spec` (owned by the caller when `owned` is null).
   Status AddJob(const Job* spec, std::unique_ptr<Job> owned);
