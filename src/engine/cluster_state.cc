@@ -537,6 +537,7 @@ Status ClusterState::AddJob(const Job& job) {
   // Checked before the copy: a rejected job costs none.
   if (job.id.empty()) return InvalidArgument("job: id is required");
   if (impl_->HasJob(job.id)) return AlreadyExists("job \"" + job.id + "\" already exists");
+  if (impl_->NoteLabelKeys(job)) impl_->RebuildNodeIndexes();
   auto owned = std::make_unique<Job>(job);
   const Job* spec = owned.get();
   return impl_->AddJob(spec, std::move(owned));
@@ -550,7 +551,6 @@ Status ClusterState::Impl::AddJob(const Job* spec, std::unique_ptr<Job> owned) {
   if (q < 0) return NotFound("job " + job.id + ": queue: unknown queue \"" + job.queue + "\"");
   if (job.TaskCount() <= 0)
     return InvalidArgument("job " + job.id + ": tasks: a job needs at least one task");
-  if (NoteLabelKeys(job)) RebuildNodeIndexes();
   // Hints at the end: snapshots list jobs by id, so each insertion is O(1) there.
   JobRec& j = jobs.emplace_hint(jobs.end(), job.id, JobRec{})->second;
   j.spec = spec;

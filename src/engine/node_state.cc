@@ -6,11 +6,6 @@
 
 namespace tessera {
 
-bool ModelAllowed(const GpuRequest& g, const std::string& model) {
-  if (g.models.empty()) return true;
-  return std::find(g.models.begin(), g.models.end(), model) != g.models.end();
-}
-
 namespace {
 
 bool WholeFree(const TaskRequest& r, const NodeState& n, int32_t d) {

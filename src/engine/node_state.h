@@ -6,6 +6,7 @@
 // bound and released. All integers. Thread-compatible; owned by ClusterState.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -75,7 +76,10 @@ struct FilterVerdict {
 // ---- resource arithmetic shared by the engine and by plugins ----
 
 // True if `g` names no models or names `model`.
-bool ModelAllowed(const GpuRequest& g, const std::string& model);
+// (Inline: placement asks it per device, millions of times per cycle.)
+inline bool ModelAllowed(const GpuRequest& g, const std::string& model) {
+  return g.models.empty() || std::find(g.models.begin(), g.models.end(), model) != g.models.end();
+}
 // True if device `d` of `node` may serve `r` at all: healthy, model allowed, MIG mode
 // matching the request kind.
 bool DeviceMatches(const TaskRequest& r, const NodeState& node, int32_t d);

@@ -285,7 +285,9 @@ class CycleRun {
   // Classes touched this cycle, in order; each shape's index catches up with it only when
   // that shape is placed next (most binds change classes that few shapes will ask about).
   std::vector<int32_t> touched_log_;
-  std::vector<int32_t> scratch_classes_;
+  // Per class, the last CatchUp that updated it (dedupes the touched log).
+  std::vector<uint32_t> caught_up_;
+  uint32_t catch_up_ = 0;
   std::vector<std::tuple<int64_t, int32_t, int32_t>> fence_scratch_;  // see PlaceTask
   bool normalizes_ = false;
   bool ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total);
@@ -523,12 +525,20 @@ void CycleRun::CatchUp(int32_t shape) {
     return;
   }
   if (ix.seen == touched_log_.size()) return;
-  scratch_classes_.assign(touched_log_.begin() + ix.seen, touched_log_.end());
+  // Each class once (the order does not matter: the index's first entry is its least).
+  if (++catch_up_ == 0) {  // wrapped
+    std::fill(caught_up_.begin(), caught_up_.end(), 0);
+    catch_up_ = 1;
+  }
+  if (caught_up_.size() < m_.classes.size())
+    caught_up_.resize(Grow(caught_up_.size(), m_.classes.size()), 0);
+  for (size_t k = ix.seen; k < touched_log_.size(); ++k) {
+    const int32_t cls = touched_log_[k];
+    if (caught_up_[cls] == catch_up_) continue;
+    caught_up_[cls] = catch_up_;
+    UpdateIndex(shape, cls);
+  }
   ix.seen = touched_log_.size();
-  std::sort(scratch_classes_.begin(), scratch_classes_.end());
-  scratch_classes_.erase(std::unique(scratch_classes_.begin(), scratch_classes_.end()),
-                         scratch_classes_.end());
-  for (int32_t cls : scratch_classes_) UpdateIndex(shape, cls);
 }
 
 int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
@@ -1425,8 +1435,8 @@ Plan CycleRun::Run() {
     plan_.decisions.emplace_back().job = id;
     pj.rec = &rec;
     const Job& job = *rec.spec;
-    pj.task_count = job.TaskCount();
-    pj.gang_min = job.GangMinimum();
+    pj.task_count = static_cast<int32_t>(rec.allocations.size());             // job.TaskCount()
+    pj.gang_min = job.min_available > 0 ? job.min_available : pj.task_count;  // GangMinimum()
     pj.queue = rec.queue;
     pj.groups = job.groups.data();
     pj.one_task_per_node = job.one_task_per_node;

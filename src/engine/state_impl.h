@@ -189,7 +189,8 @@ struct ClusterState::Impl {
   // signatures must then be rebuilt).
   bool NoteLabelKeys(const Job& j);
   void CountShapes(const Job& j, int64_t sign);
-  // Adds a job defined by `*spec` (owned by the caller when `owned` is null).
+  // Adds a job defined by `*spec` (owned by the caller when `owned` is null). The caller
+  // has noted its label keys (NoteLabelKeys) and rebuilt the node indexes if they were new.
   Status AddJob(const Job* spec, std::unique_ptr<Job> owned);
   int32_t QueueOf(const std::string& name) const;
   bool HasJob(const std::string& id) const;
