@@ -133,6 +133,14 @@ class ScorePlugin {
                              std::vector<DeviceAssignment>& out) const {
     return false;
   }
+  // Optional: Score() and, when ChooseDevices would choose for this task and node, that
+  // choice in `devices` (left empty otherwise), from one evaluation. The engine keeps a
+  // one-device choice with the class's score, and then does not ask ChooseDevices for a node
+  // of that class. For plugins whose choice comes out of their score (fragmentation).
+  virtual int64_t ScoreChoosing(const TaskContext& task, const NodeState& node,
+                                std::vector<DeviceAssignment>& devices) const {
+    return Score(task, node);
+  }
   // True when, for this task, the score depends on more than (the node's static info, its
   // free state and the task shape): the node's name, the random generator, `gang_nodes`, or
   // a label whose key the task's job does not name. The engine then scores node by node

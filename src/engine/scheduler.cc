@@ -256,6 +256,12 @@ class CycleRun {
   // Per shape, its entries in the state's PlacementMemo (kept across cycles).
   std::vector<std::vector<int8_t>*> pass_cache_;    // [shape][class]: 0 unknown, 1 pass, 2 fail
   std::vector<std::vector<int64_t>*> score_cache_;  // [shape][class * P + p]
+  std::vector<std::vector<PlacementMemo::Shape::Choice>*> choice_cache_;  // [shape][class]
+  std::vector<DeviceAssignment> choice_scratch_;
+  // Score plugin k's score of class `cls` (node: one of its members) for the task, keeping
+  // a one-device choice it makes along (ScoreChoosing) for PlaceTask.
+  int64_t ClassScore(int32_t shape, size_t k, const TaskContext& t, const NodeState& node,
+                     int32_t cls);
   void BindMemo();  // at the start of the cycle: keep the state's memo or start it over
   // Sizes the shape's memo entries for `classes` classes (verdicts; scores too if asked).
   void GrowMemo(int32_t shape, size_t classes, bool scores);
@@ -394,6 +400,7 @@ int32_t CycleRun::ShapeIdByKey(const Job& j, const TaskRequest& r) {
   PlacementMemo::Shape& memo = m_.memo.shapes[shape_scratch_];
   pass_cache_.push_back(&memo.pass);
   score_cache_.push_back(&memo.scores);
+  choice_cache_.push_back(&memo.choices);
   index_.emplace_back();
   index_.back().job = &j;
   for (size_t g = 0; g < j.groups.size(); ++g)
@@ -478,11 +485,27 @@ bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int6
   int64_t sum = 0;
   for (size_t k = 0; k < P; ++k) {
     int64_t& slot = cache[cls * P + k];
-    if (slot == kUnknown) slot = e_.scores[k].plugin->Score(t, rep);
+    if (slot == kUnknown) slot = ClassScore(shape, k, t, rep, cls);
     sum += e_.scores[k].weight * slot;
   }
   *total = sum;
   return true;
+}
+
+int64_t CycleRun::ClassScore(int32_t shape, size_t k, const TaskContext& t, const NodeState& node,
+                             int32_t cls) {
+  choice_scratch_.clear();
+  const int64_t score = e_.scores[k].plugin->ScoreChoosing(t, node, choice_scratch_);
+  if (choice_scratch_.size() == 1) {
+    auto& choices = *choice_cache_[shape];
+    if (choices.size() <= static_cast<size_t>(cls)) {
+      m_.memo.bytes -= choices.size() * sizeof(choices[0]);
+      choices.resize(Grow(choices.size(), m_.classes.size()));
+      m_.memo.bytes += choices.size() * sizeof(choices[0]);
+    }
+    choices[cls] = {static_cast<int32_t>(k), choice_scratch_[0]};
+  }
+  return score;
 }
 
 void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
@@ -647,7 +670,7 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
             raw[c] = sp.Score(t, m_.nodes[cand[c]]);
           } else {
             int64_t& slot = cache[cand_cls[c] * P + p];
-            if (slot == kUnknown) slot = sp.Score(t, m_.nodes[cand[c]]);
+            if (slot == kUnknown) slot = ClassScore(shape, p, t, m_.nodes[cand[c]], cand_cls[c]);
             raw[c] = slot;
           }
         }
@@ -666,9 +689,19 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   a.cpu_milli = req.cpu_milli;
   a.memory_bytes = req.memory_bytes;
   bool chosen = false;
+  // A class-level choice kept with the score is the one ChooseDevices would make here.
+  const PlacementMemo::Shape::Choice* kept = nullptr;
+  if (!node_specific) {
+    const auto& choices = *choice_cache_[shape];
+    const size_t cls = static_cast<size_t>(m_.node_class[best]);
+    if (cls < choices.size() && choices[cls].plugin >= 0) kept = &choices[cls];
+  }
   for (size_t idx : e_.device_choosers) {
     std::vector<DeviceAssignment> devs;
-    if (e_.scores[idx].plugin->ChooseDevices(t, node, devs) && ValidDevices(req, node, devs)) {
+    const bool chooses = kept != nullptr && kept->plugin == static_cast<int32_t>(idx)
+                             ? (devs.push_back(kept->device), true)
+                             : e_.scores[idx].plugin->ChooseDevices(t, node, devs);
+    if (chooses && ValidDevices(req, node, devs)) {
       a.devices = std::move(devs);
       chosen = true;
       break;

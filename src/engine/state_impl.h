@@ -104,6 +104,13 @@ struct PlacementMemo {
   struct Shape {
     std::vector<int8_t> pass;     // per class: 0 unknown, 1 pass, 2 fail
     std::vector<int64_t> scores;  // per class and score plugin
+    // Per class, a score plugin's one-device choice made with its score (ScoreChoosing),
+    // and which plugin made it (-1: none kept); grown only when one is made.
+    struct Choice {
+      int32_t plugin = -1;
+      DeviceAssignment device;
+    };
+    std::vector<Choice> choices;
   };
   uint64_t engine = 0;  // the EngineImpl::id that computed them; 0 none
   uint64_t class_epoch = 0;

@@ -151,6 +151,11 @@ class Fragmentation : public ScorePlugin {
     Best(t, n, out);
     return !out.empty();
   }
+  int64_t ScoreChoosing(const TaskContext& t, const NodeState& n,
+                        std::vector<DeviceAssignment>& devices) const override {
+    // Best leaves `devices` alone unless it tries a fraction on a device.
+    return Best(t, n, devices);
+  }
 
  private:
   int64_t resolution_;  // milli-GPU; 0 = exact

@@ -5,12 +5,15 @@
 // size (no binpack); CPU-only tasks break them towards nodes without free GPUs.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 
 #include "common/rng.h"
+#include "engine/cluster_state.h"
 #include "engine/engine.h"
 #include "engine/node_state.h"
 #include "engine/plugins/builtin.h"
+#include "engine/synthetic.h"
 
 namespace tessera {
 namespace {
@@ -209,63 +212,172 @@ int64_t FragmentationByDefinition(const std::vector<TypicalRequest>& typical, co
   return total;
 }
 
-TEST(Fragmentation, ExpectedFragmentationMatchesItsDefinitionOnRandomNodes) {
-  Rng rng(7);
+// A random node of 0-20 devices (Frag's summary covers 16), mixed models, some unhealthy
+// or MIG, partly used; `node` holds its static side.
+NodeState RandomNode(Rng& rng, Node& node) {
   const std::vector<std::string> models = {"A100", "H100"};
   auto pick = [&](uint64_t n) { return static_cast<int32_t>(rng.Below(n)); };
+  node = GpuNode("n", models[pick(2)], pick(21));
+  const bool mixed = pick(4) == 0;
+  for (Device& d : node.devices) {
+    d.memory_bytes = int64_t{pick(2) ? 40 : 80} << 30;
+    if (mixed) d.model = models[pick(2)];
+    d.healthy = pick(10) != 0;
+    if (pick(10) == 0) d.mig = {{"1g.10gb", 0, ""}, {"3g.40gb", 4, ""}};
+  }
+  NodeState n;
+  n.node = &node;
+  n.free_cpu_milli = pick(3) * 8000;
+  n.free_memory_bytes = int64_t{pick(3)} << 35;
+  for (const Device& d : node.devices) {
+    DeviceState s;
+    const int32_t used = std::vector<int32_t>{0, 0, 250, 500, 750, 1000, pick(1001)}[pick(7)];
+    s.free_milli = 1000 - used;
+    s.tasks = used > 0 ? 1 + pick(3) : pick(8) == 0;  // now and then a task using no compute
+    s.free_memory_bytes = d.memory_bytes - (int64_t{used} << 30) / 25 * 2;
+    if (d.mig_enabled()) s.mig_used = static_cast<uint32_t>(pick(4));
+    n.devices.push_back(s);
+  }
+  return n;
+}
+
+// A random request: CPU only, whole GPUs, a fraction or a MIG slice; some with GPU memory
+// or a model.
+TaskRequest RandomRequest(Rng& rng) {
+  const std::vector<std::string> models = {"A100", "H100"};
+  auto pick = [&](uint64_t n) { return static_cast<int32_t>(rng.Below(n)); };
+  TaskRequest r;
+  r.cpu_milli = pick(3) * 4000;
+  r.memory_bytes = int64_t{pick(3)} << 34;
+  switch (pick(4)) {
+    case 0:
+      break;  // CPU only
+    case 1:
+      r.gpu.kind = GpuRequestKind::kWhole;
+      r.gpu.count = 1 + pick(4);
+      break;
+    case 2:
+      r.gpu.kind = GpuRequestKind::kFraction;
+      r.gpu.count = 1;
+      r.gpu.milli = 1 + pick(999);
+      break;
+    default:
+      r.gpu.kind = GpuRequestKind::kMig;
+      r.gpu.count = 1;
+      r.gpu.mig_profile = pick(2) ? "1g.10gb" : "3g.40gb";
+  }
+  if (r.gpu.kind != GpuRequestKind::kMig && pick(3) == 0)
+    r.gpu.memory_bytes = int64_t{pick(81)} << 30;
+  if (pick(3) == 0) r.gpu.models = {models[pick(2)]};
+  return r;
+}
+
+std::vector<TypicalRequest> RandomTypical(Rng& rng) {
+  std::vector<TypicalRequest> typical;
+  for (int k = static_cast<int>(rng.Below(6)) + 1; k-- > 0;)
+    typical.push_back({RandomRequest(rng), 1 + static_cast<int64_t>(rng.Below(100))});
+  return typical;
+}
+
+TEST(Fragmentation, ExpectedFragmentationMatchesItsDefinitionOnRandomNodes) {
+  Rng rng(7);
   for (int round = 0; round < 20000; ++round) {
-    // A node of 0-20 devices (the summary covers 16), mixed models, some unhealthy or MIG.
-    Node node = GpuNode("n", models[pick(2)], pick(21));
-    const bool mixed = pick(4) == 0;
-    for (Device& d : node.devices) {
-      d.memory_bytes = int64_t{pick(2) ? 40 : 80} << 30;
-      if (mixed) d.model = models[pick(2)];
-      d.healthy = pick(10) != 0;
-      if (pick(10) == 0) d.mig = {{"1g.10gb", 0, ""}, {"3g.40gb", 4, ""}};
-    }
-    NodeState n;
-    n.node = &node;
-    n.free_cpu_milli = pick(3) * 8000;
-    n.free_memory_bytes = int64_t{pick(3)} << 35;
-    for (const Device& d : node.devices) {
-      DeviceState s;
-      const int32_t used = std::vector<int32_t>{0, 0, 250, 500, 750, 1000, pick(1001)}[pick(7)];
-      s.free_milli = 1000 - used;
-      s.tasks = used > 0 ? 1 + pick(3) : pick(8) == 0;  // now and then a task using no compute
-      s.free_memory_bytes = d.memory_bytes - (int64_t{used} << 30) / 25 * 2;
-      if (d.mig_enabled()) s.mig_used = static_cast<uint32_t>(pick(4));
-      n.devices.push_back(s);
-    }
-    std::vector<TypicalRequest> typical;
-    for (int k = pick(6) + 1; k-- > 0;) {
-      TaskRequest r;
-      r.cpu_milli = pick(3) * 4000;
-      r.memory_bytes = int64_t{pick(3)} << 34;
-      switch (pick(4)) {
-        case 0:
-          break;  // CPU only
-        case 1:
-          r.gpu.kind = GpuRequestKind::kWhole;
-          r.gpu.count = 1 + pick(4);
-          break;
-        case 2:
-          r.gpu.kind = GpuRequestKind::kFraction;
-          r.gpu.count = 1;
-          r.gpu.milli = 1 + pick(999);
-          break;
-        default:
-          r.gpu.kind = GpuRequestKind::kMig;
-          r.gpu.count = 1;
-          r.gpu.mig_profile = pick(2) ? "1g.10gb" : "3g.40gb";
-      }
-      if (r.gpu.kind != GpuRequestKind::kMig && pick(3) == 0)
-        r.gpu.memory_bytes = int64_t{pick(81)} << 30;
-      if (pick(3) == 0) r.gpu.models = {models[pick(2)]};
-      typical.push_back({r, 1 + pick(100)});
-    }
+    Node node;
+    const NodeState n = RandomNode(rng, node);
+    const std::vector<TypicalRequest> typical = RandomTypical(rng);
     ASSERT_EQ(ExpectedFragmentation(typical, n), FragmentationByDefinition(typical, n))
         << "round " << round;
   }
+}
+
+// The engine keeps the device choice that ScoreChoosing makes with a node class's score and
+// uses it instead of asking ChooseDevices: both must agree, and the score must be Score's.
+TEST(Fragmentation, ScoreChoosingAgreesWithScoreAndChooseDevices) {
+  auto plugin = MakeFragmentation(Json::object(), "fragmentation");
+  ASSERT_TRUE(plugin.ok());
+  const ScorePlugin& frag = *plugin->score;
+  Rng rng(11);
+  int chosen = 0;
+  for (int round = 0; round < 5000; ++round) {
+    Node node;
+    const NodeState n = RandomNode(rng, node);
+    const std::vector<TypicalRequest> typical = RandomTypical(rng);
+    const std::vector<TypicalGpuGroup> groups = GroupTypicalByGpu(typical);
+    CycleContext ctx;
+    ctx.typical = &typical;
+    ctx.typical_by_gpu = &groups;
+    for (const auto& t : typical) ctx.typical_total_weight += t.weight;
+    Job job;
+    job.groups.push_back({"pod", 1, RandomRequest(rng)});
+    const std::vector<int32_t> none;
+    TaskContext t{&job, 0, &job.groups[0].request, &ctx, &none, nullptr, 0};
+    std::vector<DeviceAssignment> with_score, asked;
+    const int64_t score = frag.ScoreChoosing(t, n, with_score);
+    EXPECT_EQ(score, frag.Score(t, n)) << "round " << round;
+    const bool chooses = frag.ChooseDevices(t, n, asked);
+    EXPECT_EQ(chooses, !with_score.empty()) << "round " << round;
+    if (chooses) EXPECT_EQ(with_score, asked) << "round " << round;
+    chosen += chooses;
+  }
+  EXPECT_GT(chosen, 200) << "too few rounds where a fraction fits to check the choice";
+}
+
+// The same through the engine, which reuses choices across the nodes of a class: replaying
+// a plan's bindings in order, each fraction's devices are what ChooseDevices picks on its
+// node at that point.
+TEST(Fragmentation, EveryFractionGetsTheDevicesChooseDevicesPicksThen) {
+  EngineConfig c;
+  c.actions = {"allocate"};
+  EngineConfig::PluginConfig pred, frag;
+  pred.name = "predicates";
+  frag.name = "fragmentation";
+  c.tiers = {{pred, frag}};
+  TaskRequest half;
+  half.cpu_milli = 1000;
+  half.gpu.kind = GpuRequestKind::kFraction;
+  half.gpu.count = 1;
+  half.gpu.milli = 500;
+  c.typical_requests = {{WholeGpu(), 5}, {half, 3}};
+  auto engine = Engine::Create(c);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  auto plugin = MakeFragmentation(Json::object(), "fragmentation");
+  ASSERT_TRUE(plugin.ok());
+  const std::vector<TypicalGpuGroup> groups = GroupTypicalByGpu(c.typical_requests);
+  CycleContext ctx;
+  ctx.typical = &c.typical_requests;
+  ctx.typical_by_gpu = &groups;
+  ctx.typical_total_weight = 8;
+  int fractions = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SyntheticSpec spec;
+    spec.nodes = 4 + static_cast<int32_t>(seed % 7);
+    spec.gpus_per_node = 1 + static_cast<int32_t>(seed % 8);
+    spec.jobs = 12 * spec.nodes;
+    spec.seed = seed;
+    spec.fraction_percent = 70;
+    spec.one_percent = 20;
+    Snapshot s = SyntheticSnapshot(spec);
+    Rng rng(seed);
+    const Plan plan = (*engine)->Cycle(s, 0, rng);
+    auto state = ClusterState::FromSnapshot(s);
+    ASSERT_TRUE(state.ok());
+    std::map<std::string, const Job*> jobs;
+    for (const Job& j : s.jobs) jobs[j.id] = &j;
+    for (const Binding& b : plan.bindings) {
+      const Job& job = *jobs.at(b.job);
+      const TaskRequest& r = job.groups[0].request;
+      if (r.gpu.kind == GpuRequestKind::kFraction) {
+        const std::vector<int32_t> none;
+        TaskContext t{&job, b.task, &r, &ctx, &none, nullptr, 0};
+        std::vector<DeviceAssignment> devs;
+        ASSERT_TRUE(plugin->score->ChooseDevices(t, *(*state)->FindNode(b.allocation.node), devs));
+        EXPECT_EQ(devs, b.allocation.devices) << "seed " << seed << ", " << b.job;
+        ++fractions;
+      }
+      ASSERT_TRUE((*state)->Bind(b.job, b.task, b.allocation, 0).ok());
+    }
+  }
+  EXPECT_GT(fractions, 300);
 }
 
 }  // namespace
