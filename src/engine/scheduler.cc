@@ -3,7 +3,7 @@
 // Every tentative change goes through ClusterState::Impl's undo log: a gang transaction is
 // a mark plus a rollback, a preemption trial is the same, and the whole cycle is rolled
 // back at the end so the host's state is unchanged. Ordering (who goes next) lives in
-// SortJobs/QueueLess; placement (where) in PlaceTask. See docs/engine.md.
+// SortJobs and Allocate's queue tree; placement (where) in PlaceTask. See docs/engine.md.
 #include <algorithm>
 #include <climits>
 #include <map>
@@ -183,17 +183,8 @@ class CycleRun {
   std::vector<int64_t> sort_keys_;
   // The job's entry in the plan (plan_.decisions is parallel to jobs_).
   JobDecision& Decision(const PendingJob& pj) { return plan_.decisions[&pj - jobs_.data()]; }
-  std::pair<int64_t, int64_t> QueueKey(int32_t q);
-  bool QueueLess(int32_t a, int32_t b);
-  // QueueLess runs for every queue at every job allocate serves: a queue's key is kept
-  // until its allocation changes, and its path from the root is built once per cycle.
-  struct CachedQueueKey {
-    bool valid = false;
-    ResourceVector allocated;
-    std::pair<int64_t, int64_t> key;
-  };
-  std::vector<CachedQueueKey> queue_keys_;
-  std::vector<std::vector<int32_t>> queue_paths_;  // root first, at most 64 levels
+  // Siblings go in the order of (below guarantee first, weighted dominant share), then name.
+  std::pair<int64_t, int64_t> QueueKey(int32_t q) const;
 
   // ---- placement ----
   int32_t ShapeId(const Job& j, const TaskRequest& r);
@@ -334,12 +325,8 @@ void CycleRun::SortJobs() {
 }
 
 // (below guarantee ? 0 : 1 [proportion], weighted dominant share ppm [drf/proportion], name)
-std::pair<int64_t, int64_t> CycleRun::QueueKey(int32_t q) {
+std::pair<int64_t, int64_t> CycleRun::QueueKey(int32_t q) const {
   const QueueRec& r = m_.queues[q];
-  if (queue_keys_.size() < m_.queues.size()) queue_keys_.resize(m_.queues.size());
-  CachedQueueKey& cached = queue_keys_[q];
-  const ResourceVector& now = r.allocated;
-  if (cached.valid && cached.allocated == now) return cached.key;
   int64_t below = 1;
   if (e_.queue_proportion) {
     // Below its guarantee in some guaranteed resource: served before every queue that is not.
@@ -353,30 +340,7 @@ std::pair<int64_t, int64_t> CycleRun::QueueKey(int32_t q) {
   int64_t share = std::max({Ppm(r.allocated.cpu_milli, m_.capacity.cpu_milli),
                             Ppm(r.allocated.memory_bytes, m_.capacity.memory_bytes),
                             Ppm(r.allocated.gpu_milli, m_.capacity.gpu_milli)});
-  cached = {true, now, {below, share * 1000 / std::max(1, r.q.weight)}};
-  return cached.key;
-}
-
-bool CycleRun::QueueLess(int32_t a, int32_t b) {
-  // Compare along the two paths from the root: at the first level where the ancestors
-  // differ, the siblings' keys decide, then their names.
-  if (queue_paths_.size() < m_.queues.size()) {
-    queue_paths_.assign(m_.queues.size(), {});
-    for (int32_t q0 = 0; q0 < static_cast<int32_t>(m_.queues.size()); ++q0) {
-      auto& path = queue_paths_[q0];
-      for (int32_t q = q0; q >= 0 && path.size() < 64; q = m_.queues[q].parent) path.push_back(q);
-      std::reverse(path.begin(), path.end());
-    }
-  }
-  const std::vector<int32_t>& pa = queue_paths_[a];
-  const std::vector<int32_t>& pb = queue_paths_[b];
-  for (size_t i = 0; i < std::min(pa.size(), pb.size()); ++i) {
-    if (pa[i] == pb[i]) continue;
-    auto ka = QueueKey(pa[i]), kb = QueueKey(pb[i]);
-    if (ka != kb) return ka < kb;
-    return m_.queues[pa[i]].q.name < m_.queues[pb[i]].q.name;
-  }
-  return pa.size() < pb.size();
+  return {below, share * 1000 / std::max(1, r.q.weight)};
 }
 
 int32_t CycleRun::ShapeId(const Job& j, const TaskRequest& r) {
@@ -1073,23 +1037,56 @@ void CycleRun::Allocate() {
     }
     return;
   }
-  std::map<int32_t, std::vector<PendingJob*>> per_queue;
+  // Queue order, hierarchical: from the root down, a queue with jobs of its own goes before
+  // its children, and among siblings whose subtrees hold jobs the least (QueueKey, name)
+  // goes first. Each queue with jobs left in its subtree sits in its parent's ordered set
+  // (index Q: the roots' set); serving a job changes the keys of its queue and ancestors
+  // only, which move in their parents' sets. Per job: O(depth x log(siblings)).
+  const int32_t Q = static_cast<int32_t>(m_.queues.size());
+  std::vector<std::vector<PendingJob*>> lists(Q);
   for (PendingJob* pj : order_)
-    if (eligible(pj)) per_queue[pj->queue].push_back(pj);
-  std::map<int32_t, size_t> cursor;
+    if (eligible(pj) && pj->queue >= 0) lists[pj->queue].push_back(pj);
+  std::vector<size_t> cursor(Q, 0);
+  std::vector<int64_t> left(Q, 0);  // jobs left in the queue's subtree
+  for (int32_t q = 0; q < Q; ++q)
+    for (int32_t p = q; p >= 0 && !lists[q].empty(); p = m_.queues[p].parent)
+      left[p] += static_cast<int64_t>(lists[q].size());
+  std::vector<int32_t> by_name(Q), name_rank(Q);
+  for (int32_t q = 0; q < Q; ++q) by_name[q] = q;
+  std::sort(by_name.begin(), by_name.end(),
+            [&](int32_t a, int32_t b) { return m_.queues[a].q.name < m_.queues[b].q.name; });
+  for (int32_t r = 0; r < Q; ++r) name_rank[by_name[r]] = r;
+  using Entry = std::tuple<int64_t, int64_t, int32_t, int32_t>;  // key, name rank, queue
+  std::vector<std::set<Entry>> children(Q + 1);
+  std::vector<Entry> entry(Q);
+  auto parent_set = [&](int32_t q) -> std::set<Entry>& {
+    const int32_t p = m_.queues[q].parent;
+    return children[p < 0 ? Q : p];
+  };
+  auto enter = [&](int32_t q) {
+    const auto key = QueueKey(q);
+    entry[q] = {key.first, key.second, name_rank[q], q};
+    parent_set(q).insert(entry[q]);
+  };
+  for (int32_t q = 0; q < Q; ++q)
+    if (left[q] > 0) enter(q);
   while (true) {
     int32_t best = -1;
-    for (auto& [q, list] : per_queue) {
-      if (cursor[q] >= list.size()) continue;
-      if (best < 0 || QueueLess(q, best)) best = q;
+    for (int32_t at = Q; best < 0 && !children[at].empty();) {
+      at = std::get<3>(*children[at].begin());
+      if (cursor[at] < lists[at].size()) best = at;
     }
     if (best < 0) return;
-    const std::vector<PendingJob*>& list = per_queue[best];
+    const std::vector<PendingJob*>& list = lists[best];
     PrefetchAhead(list, cursor[best]);  // the queue served is likely served again next
     PendingJob* pj = list[cursor[best]++];
     Attempt(*pj);
     visit_.push_back(pj);
     if (strict_ && pj->state == JState::kFailed) return;
+    for (int32_t p = best; p >= 0; p = m_.queues[p].parent) {
+      parent_set(p).erase(entry[p]);
+      if (--left[p] > 0) enter(p);
+    }
   }
 }
 
