@@ -219,8 +219,9 @@ TEST_P(PropertyTest, CapacityNeverExceededAndPlansAreByteIdentical) {
         EXPECT_GE(bound[d.job] + job->RunningTasks(), job->GangMinimum()) << d.job;
       } else {
         EXPECT_EQ(bound[d.job], 0) << d.job << " has bindings but is " << OutcomeName(d.outcome);
-        EXPECT_FALSE(d.reason.code.empty()) << d.job;
-        EXPECT_FALSE(d.reason.message.empty()) << d.job;
+        ASSERT_NE(d.reason, nullptr) << d.job;
+        EXPECT_FALSE(d.reason->code.empty()) << d.job;
+        EXPECT_FALSE(d.reason->message.empty()) << d.job;
       }
     }
   }
@@ -434,7 +435,8 @@ jobs: [{id: j, queue: missing, tasks: [{resources: {cpu: 1}}]}]
   Plan p = (*engine)->Cycle(*s, 0, rng);
   ASSERT_EQ(p.decisions.size(), 1u);
   EXPECT_EQ(p.decisions[0].outcome, Outcome::kError);
-  EXPECT_EQ(p.decisions[0].reason.code, "UnknownQueue");
+  ASSERT_NE(p.decisions[0].reason, nullptr);
+  EXPECT_EQ(p.decisions[0].reason->code, "UnknownQueue");
 }
 
 }  // namespace

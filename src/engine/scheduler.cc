@@ -183,6 +183,9 @@ class CycleRun {
   std::vector<int64_t> sort_keys_;
   // The job's entry in the plan (plan_.decisions is parallel to jobs_).
   JobDecision& Decision(const PendingJob& pj) { return plan_.decisions[&pj - jobs_.data()]; }
+  void SetReason(const PendingJob& pj, PendingReason r) {
+    Decision(pj).reason = std::make_shared<const PendingReason>(std::move(r));
+  }
   // Siblings go in the order of (below guarantee first, weighted dominant share), then name.
   std::pair<int64_t, int64_t> QueueKey(int32_t q) const;
 
@@ -766,10 +769,14 @@ void CycleRun::Finalize() {
               " fit together; " + msg;
       }
       if (f.infeasible) msg = "can never fit on this cluster as it is: " + msg;
-      Decision(pj).reason = {std::move(code), std::move(msg), c.resource, std::move(rejected)};
+      SetReason(pj, {std::move(code), std::move(msg), c.resource, std::move(rejected)});
     }
   }
-  if (reserved_head_ != nullptr) Decision(*reserved_head_).reason.message += reservation_note_;
+  if (reserved_head_ != nullptr && Decision(*reserved_head_).reason != nullptr) {
+    PendingReason r = *Decision(*reserved_head_).reason;
+    r.message += reservation_note_;
+    SetReason(*reserved_head_, std::move(r));
+  }
 }
 
 bool CycleRun::Infeasible(PendingJob& pj, int32_t task) {
@@ -912,7 +919,7 @@ void CycleRun::Attempt(PendingJob& pj) {
     pj.state = JState::kPlaced;
     JobDecision& d = Decision(pj);
     d.outcome = Outcome::kPlaced;
-    if (!d.reason.code.empty()) d.reason = {};  // an earlier attempt's (backfill tries again)
+    d.reason.reset();  // an earlier attempt's (backfill tries again)
     return;
   }
   if (why.code == "QueueOverLimit") {
@@ -928,7 +935,7 @@ void CycleRun::Attempt(PendingJob& pj) {
     pj.state = JState::kFailed;
     Decision(pj).outcome = Outcome::kUnschedulable;
   }
-  Decision(pj).reason = {why.code, why.message, why.resource, why.rejected};
+  SetReason(pj, {why.code, why.message, why.resource, why.rejected});
   pj.failure = static_cast<int32_t>(failures_.size());
   failures_.push_back(std::move(why));
 }
@@ -955,13 +962,13 @@ void CycleRun::Enqueue() {
       if (!WithinLimit(m_.queues[q].allocated + admitted[q] + need, *lim)) {
         pj->state = JState::kWaiting;
         Decision(*pj).outcome = Outcome::kWaiting;
-        Decision(*pj).reason = {"QueueOverLimit",
-                                "queue " + m_.queues[q].q.name + " would exceed its limit (" +
-                                    ResourceWords(*lim) + "): in use " +
-                                    ResourceWords(m_.queues[q].allocated + admitted[q]) +
-                                    ", this job needs " + ResourceWords(need),
-                                "",
-                                {}};
+        SetReason(*pj, {"QueueOverLimit",
+                        "queue " + m_.queues[q].q.name + " would exceed its limit (" +
+                            ResourceWords(*lim) + "): in use " +
+                            ResourceWords(m_.queues[q].allocated + admitted[q]) +
+                            ", this job needs " + ResourceWords(need),
+                        "",
+                        {}});
         break;
       }
     }
@@ -1298,11 +1305,11 @@ void CycleRun::EvictFor(bool reclaim) {
     for (const auto& v : victim_jobs) names += (names.empty() ? "" : ", ") + v;
     pj->state = JState::kWaiting;
     Decision(*pj).outcome = Outcome::kWaiting;
-    Decision(*pj).reason = {"PreemptionInProgress",
-                            "waiting for " + std::to_string(count) + " task(s) of " + names +
-                                " to exit (" + (reclaim ? "reclaimed" : "preempted") + ")",
-                            "",
-                            {}};
+    SetReason(*pj, {"PreemptionInProgress",
+                    "waiting for " + std::to_string(count) + " task(s) of " + names + " to exit (" +
+                        (reclaim ? "reclaimed" : "preempted") + ")",
+                    "",
+                    {}});
   }
 }
 
@@ -1523,10 +1530,10 @@ Plan CycleRun::Run() {
   for (auto& pj : jobs_) {
     if (!pj.tried && pj.state == JState::kAdmitted) {
       Decision(pj).outcome = Outcome::kWaiting;
-      Decision(pj).reason = {"NotConsidered",
-                             "not considered this cycle (behind a blocked job; no backfill ran)",
-                             "",
-                             {}};
+      SetReason(pj, {"NotConsidered",
+                     "not considered this cycle (behind a blocked job; no backfill ran)",
+                     "",
+                     {}});
     }
   }
   return std::move(plan_);
@@ -1548,8 +1555,9 @@ Plan EngineImpl::Cycle(const Snapshot& snapshot, int64_t now, Rng& rng) const {
     plan.now = now;
     for (const Job& j : snapshot.jobs)
       if (j.RunningTasks() < j.TaskCount())
-        plan.decisions.push_back(
-            {j.id, Outcome::kError, {"InvalidSnapshot", state.status().message(), "", {}}});
+        plan.decisions.push_back({j.id, Outcome::kError,
+                                  std::make_shared<const PendingReason>(PendingReason{
+                                      "InvalidSnapshot", state.status().message(), "", {}})});
     return plan;
   }
   // The state is ours and dies here: no need to undo the cycle's changes.
@@ -1557,12 +1565,13 @@ Plan EngineImpl::Cycle(const Snapshot& snapshot, int64_t now, Rng& rng) const {
   Plan plan = run.Run();
   if (!rejected.empty()) {
     for (const auto& [id, st] : rejected)
-      plan.decisions.push_back({id,
-                                Outcome::kError,
-                                {st.code() == StatusCode::kNotFound ? "UnknownQueue" : "InvalidJob",
-                                 st.message(),
-                                 "",
-                                 {}}});
+      plan.decisions.push_back(
+          {id, Outcome::kError,
+           std::make_shared<const PendingReason>(
+               PendingReason{st.code() == StatusCode::kNotFound ? "UnknownQueue" : "InvalidJob",
+                             st.message(),
+                             "",
+                             {}})});
     std::sort(plan.decisions.begin(), plan.decisions.end(),
               [](const JobDecision& a, const JobDecision& b) { return a.job < b.job; });
   }

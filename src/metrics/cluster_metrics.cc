@@ -302,7 +302,8 @@ void ClusterMetrics::Update(const ClusterView& view) {
   if (view.plan) {
     plan_reason.reserve(view.plan->decisions.size());
     for (const JobDecision& d : view.plan->decisions) {
-      if (d.outcome != Outcome::kPlaced) plan_reason.emplace(d.job, d.reason.code);
+      if (d.outcome != Outcome::kPlaced)
+        plan_reason.emplace(d.job, d.reason != nullptr ? std::string_view(d.reason->code) : "");
     }
   }
   struct QueueJobs {

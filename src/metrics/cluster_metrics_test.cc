@@ -247,7 +247,7 @@ TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
   JobDecision d;
   d.job = "waiting";
   d.outcome = Outcome::kWaiting;
-  d.reason.code = "QueueOverLimit";
+  d.reason = std::make_shared<const PendingReason>(PendingReason{"QueueOverLimit", "", "", {}});
   plan.decisions.push_back(d);
   view_.plan = &plan;
   m_.Update(view_);

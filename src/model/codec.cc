@@ -909,10 +909,11 @@ Json PlanToJson(const Plan& plan) {
   j["decisions"] = Json::array();
   for (const auto& d : plan.decisions) {
     Json x = {{"job", d.job}, {"outcome", OutcomeName(d.outcome)}};
-    if (!d.reason.code.empty()) {
-      Json reason = {{"code", d.reason.code}, {"message", d.reason.message}};
-      if (!d.reason.resource.empty()) reason["resource"] = d.reason.resource;
-      if (!d.reason.rejected_nodes.empty()) reason["rejectedNodes"] = d.reason.rejected_nodes;
+    if (d.reason != nullptr && !d.reason->code.empty()) {
+      const PendingReason& r = *d.reason;
+      Json reason = {{"code", r.code}, {"message", r.message}};
+      if (!r.resource.empty()) reason["resource"] = r.resource;
+      if (!r.rejected_nodes.empty()) reason["rejectedNodes"] = r.rejected_nodes;
       x["reason"] = reason;
     }
     j["decisions"].push_back(x);
@@ -950,10 +951,9 @@ StatusOr<Plan> PlanFromJson(const Json& doc) {
         if (o == OutcomeName(x)) dec.outcome = x;
       if (d.contains("reason")) {
         const Json& r = d["reason"];
-        dec.reason.code = r.value("code", "");
-        dec.reason.message = r.value("message", "");
-        dec.reason.resource = r.value("resource", "");
-        dec.reason.rejected_nodes = r.value("rejectedNodes", std::map<std::string, int32_t>{});
+        dec.reason = std::make_shared<const PendingReason>(
+            PendingReason{r.value("code", ""), r.value("message", ""), r.value("resource", ""),
+                          r.value("rejectedNodes", std::map<std::string, int32_t>{})});
       }
       p.decisions.push_back(dec);
     }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,9 @@ struct PendingReason {
 struct JobDecision {
   std::string job;
   Outcome outcome = Outcome::kUnschedulable;
-  PendingReason reason;  // empty code when placed
+  // Null when placed. Shared and immutable: most jobs are placed, and an inline reason made
+  // every decision 184 bytes (18 MiB of plan at 100k jobs, written by every cycle).
+  std::shared_ptr<const PendingReason> reason;
 };
 
 struct Plan {

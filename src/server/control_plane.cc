@@ -1468,9 +1468,9 @@ Status ControlPlane::RunCycle() {
   const auto started = std::chrono::steady_clock::now();
   Plan plan = engine_->Cycle(snap, now, rng);
   if (options_.on_cycle) {
-    options_.on_cycle(snap, plan, summaries, now,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-                          .count());
+    options_.on_cycle(
+        snap, plan, summaries, now,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
   std::lock_guard<std::mutex> l(mu_);
   return ApplyPlan(plan, owner);
@@ -1680,14 +1680,14 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
         d.outcome == Outcome::kPlaced)
       continue;
     JobRecord& j = ji->second;
-    j.pending = d.reason;
-    std::string key =
-        std::string(OutcomeName(d.outcome)) + "/" + d.reason.code + "/" + d.reason.message;
+    j.pending = d.reason != nullptr ? *d.reason : PendingReason{};
+    const PendingReason& why = j.pending;
+    std::string key = std::string(OutcomeName(d.outcome)) + "/" + why.code + "/" + why.message;
     if (key != j.last_failed_scheduling) {
       j.last_failed_scheduling = key;
       AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(),
-               std::string(OutcomeName(d.outcome)) + ": " + d.reason.code +
-                   (d.reason.message.empty() ? "" : ": " + d.reason.message));
+               std::string(OutcomeName(d.outcome)) + ": " + why.code +
+                   (why.message.empty() ? "" : ": " + why.message));
     }
   }
   return Commit(std::move(ops));

@@ -85,12 +85,13 @@ class ScriptedEngine : public Engine {
         for (auto& b : binds) plan.bindings.push_back(b);
         plan.decisions.push_back({j.id, Outcome::kPlaced, {}});
       } else {
-        plan.decisions.push_back({j.id,
-                                  Outcome::kUnschedulable,
-                                  {"Insufficient",
-                                   "0/" + std::to_string(s.nodes.size()) + " nodes have free GPUs",
-                                   "nvidia.com/gpu",
-                                   {}}});
+        plan.decisions.push_back(
+            {j.id, Outcome::kUnschedulable,
+             std::make_shared<const PendingReason>(
+                 PendingReason{"Insufficient",
+                               "0/" + std::to_string(s.nodes.size()) + " nodes have free GPUs",
+                               "nvidia.com/gpu",
+                               {}})});
       }
     }
     return plan;
