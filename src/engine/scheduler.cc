@@ -743,6 +743,9 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
 
 void CycleRun::Finalize() {
   std::map<std::pair<int32_t, bool>, Failure> cache;
+  // Single-task jobs of one shape that failed alike share one reason (most of the jobs not
+  // placed in a busy cycle): by (shape, fenced, infeasible).
+  std::map<std::tuple<int32_t, bool, bool>, std::shared_ptr<const PendingReason>> shared;
   std::vector<bool> saved;
   for (auto& pj : jobs_) {
     if (pj.failure < 0) continue;
@@ -757,6 +760,15 @@ void CycleRun::Finalize() {
       }
       const Failure& c = it->second;
       const Job& job = *pj.rec->spec;
+      const bool plain = pj.task_count == 1 && !job.one_task_per_node && !f.gang;
+      std::shared_ptr<const PendingReason>* one = nullptr;
+      if (plain) {
+        one = &shared[{f.shape, f.fenced, f.infeasible}];
+        if (*one != nullptr) {
+          Decision(pj).reason = *one;
+          continue;
+        }
+      }
       std::string msg = c.message;
       if (pj.task_count > 1) msg = "task " + std::to_string(f.task) + ": " + msg;
       std::map<std::string, int32_t> rejected = c.rejected;
@@ -770,6 +782,7 @@ void CycleRun::Finalize() {
       }
       if (f.infeasible) msg = "can never fit on this cluster as it is: " + msg;
       SetReason(pj, {std::move(code), std::move(msg), c.resource, std::move(rejected)});
+      if (one != nullptr) *one = Decision(pj).reason;
     }
   }
   if (reserved_head_ != nullptr && Decision(*reserved_head_).reason != nullptr) {
@@ -935,7 +948,10 @@ void CycleRun::Attempt(PendingJob& pj) {
     pj.state = JState::kFailed;
     Decision(pj).outcome = Outcome::kUnschedulable;
   }
-  SetReason(pj, {why.code, why.message, why.resource, why.rejected});
+  if (why.deferred)
+    Decision(pj).reason.reset();  // Finalize words it, once per failure kind
+  else
+    SetReason(pj, {why.code, why.message, why.resource, why.rejected});
   pj.failure = static_cast<int32_t>(failures_.size());
   failures_.push_back(std::move(why));
 }
