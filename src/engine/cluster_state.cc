@@ -471,7 +471,10 @@ StatusOr<std::unique_ptr<ClusterState>> ClusterState::Build(
     TESSERA_RETURN_IF_ERROR(st->UpsertPriorityClass(pc));
   for (const Job& j : snapshot.jobs) {
     if (m.HasJob(j.id)) return InvalidArgument("jobs: duplicate id \"" + j.id + "\"");
-    Status s = borrow ? m.AddJob(&j, nullptr) : st->AddJob(j);
+    // (Not the public AddJob: the checks above and the label keys are done already.)
+    std::unique_ptr<Job> owned = borrow ? nullptr : std::make_unique<Job>(j);
+    const Job* spec = borrow ? &j : owned.get();
+    Status s = m.AddJob(spec, std::move(owned));
     if (!s.ok()) {
       if (rejected == nullptr) return s;
       rejected->push_back({j.id, s});

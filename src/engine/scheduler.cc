@@ -259,6 +259,13 @@ class CycleRun {
   void BindMemo();  // at the start of the cycle: keep the state's memo or start it over
   // Sizes the shape's memo entries for `classes` classes (verdicts; scores too if asked).
   void GrowMemo(int32_t shape, size_t classes, bool scores);
+  // Resizes one of the memo's vectors to `size`, keeping PlacementMemo::bytes.
+  template <typename T>
+  void ResizeMemo(std::vector<T>& v, size_t size, const T& fill) {
+    m_.memo.bytes -= v.size() * sizeof(T);
+    v.resize(size, fill);
+    m_.memo.bytes += v.size() * sizeof(T);
+  }
   std::vector<bool> fenced_;  // nodes held by the reservation
   std::string fence_owner_;
   std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
@@ -428,16 +435,9 @@ void CycleRun::GrowMemo(int32_t shape, size_t classes, bool scores) {
   const size_t P = e_.scores.size();
   auto& pass = *pass_cache_[shape];
   auto& cache = *score_cache_[shape];
-  if (pass.size() < classes) {
-    m_.memo.bytes -= pass.size();
-    pass.resize(Grow(pass.size(), m_.classes.size()), 0);
-    m_.memo.bytes += pass.size();
-  }
-  if (scores && cache.size() < classes * P) {
-    m_.memo.bytes -= cache.size() * sizeof(int64_t);
-    cache.resize(Grow(cache.size() / std::max<size_t>(P, 1), m_.classes.size()) * P, kUnknown);
-    m_.memo.bytes += cache.size() * sizeof(int64_t);
-  }
+  if (pass.size() < classes) ResizeMemo<int8_t>(pass, Grow(pass.size(), m_.classes.size()), 0);
+  if (scores && cache.size() < classes * P)
+    ResizeMemo(cache, Grow(cache.size() / std::max<size_t>(P, 1), m_.classes.size()) * P, kUnknown);
 }
 
 bool CycleRun::ClassTotal(int32_t shape, int32_t cls, const TaskContext& t, int64_t* total) {
@@ -465,11 +465,8 @@ int64_t CycleRun::ClassScore(int32_t shape, size_t k, const TaskContext& t, cons
   const int64_t score = e_.scores[k].plugin->ScoreChoosing(t, node, choice_scratch_);
   if (choice_scratch_.size() == 1) {
     auto& choices = *choice_cache_[shape];
-    if (choices.size() <= static_cast<size_t>(cls)) {
-      m_.memo.bytes -= choices.size() * sizeof(choices[0]);
-      choices.resize(Grow(choices.size(), m_.classes.size()));
-      m_.memo.bytes += choices.size() * sizeof(choices[0]);
-    }
+    if (choices.size() <= static_cast<size_t>(cls))
+      ResizeMemo(choices, Grow(choices.size(), m_.classes.size()), {});
     choices[cls] = {static_cast<int32_t>(k), choice_scratch_[0]};
   }
   return score;
@@ -665,9 +662,13 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   }
   for (size_t idx : e_.device_choosers) {
     std::vector<DeviceAssignment> devs;
-    const bool chooses = kept != nullptr && kept->plugin == static_cast<int32_t>(idx)
-                             ? (devs.push_back(kept->device), true)
-                             : e_.scores[idx].plugin->ChooseDevices(t, node, devs);
+    bool chooses;
+    if (kept != nullptr && kept->plugin == static_cast<int32_t>(idx)) {
+      devs.push_back(kept->device);
+      chooses = true;
+    } else {
+      chooses = e_.scores[idx].plugin->ChooseDevices(t, node, devs);
+    }
     if (chooses && ValidDevices(req, node, devs)) {
       a.devices = std::move(devs);
       chosen = true;
@@ -742,10 +743,14 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
 }
 
 void CycleRun::Finalize() {
-  std::map<std::pair<int32_t, bool>, Failure> cache;
-  // Single-task jobs of one shape that failed alike share one reason (most of the jobs not
-  // placed in a busy cycle): by (shape, fenced, infeasible).
-  std::map<std::tuple<int32_t, bool, bool>, std::shared_ptr<const PendingReason>> shared;
+  // Per (shape, fenced): the rejections counted, and the reason of a single-task job without
+  // gang or one-task-per-node terms, which depends on nothing else (its `infeasible` is the
+  // shape's): such jobs, most of those not placed in a busy cycle, share it.
+  struct Counted {
+    Failure failure;
+    std::shared_ptr<const PendingReason> plain;
+  };
+  std::map<std::pair<int32_t, bool>, Counted> cache;
   std::vector<bool> saved;
   for (auto& pj : jobs_) {
     if (pj.failure < 0) continue;
@@ -755,19 +760,15 @@ void CycleRun::Finalize() {
       auto it = cache.find(key);
       if (it == cache.end()) {
         if (!f.fenced) saved.swap(fenced_);
-        it = cache.emplace(key, CountRejections(pj, f.task)).first;
+        it = cache.emplace(key, Counted{CountRejections(pj, f.task), nullptr}).first;
         if (!f.fenced) saved.swap(fenced_);
       }
-      const Failure& c = it->second;
+      const Failure& c = it->second.failure;
       const Job& job = *pj.rec->spec;
       const bool plain = pj.task_count == 1 && !job.one_task_per_node && !f.gang;
-      std::shared_ptr<const PendingReason>* one = nullptr;
-      if (plain) {
-        one = &shared[{f.shape, f.fenced, f.infeasible}];
-        if (*one != nullptr) {
-          Decision(pj).reason = *one;
-          continue;
-        }
+      if (plain && it->second.plain != nullptr) {
+        Decision(pj).reason = it->second.plain;
+        continue;
       }
       std::string msg = c.message;
       if (pj.task_count > 1) msg = "task " + std::to_string(f.task) + ": " + msg;
@@ -782,7 +783,7 @@ void CycleRun::Finalize() {
       }
       if (f.infeasible) msg = "can never fit on this cluster as it is: " + msg;
       SetReason(pj, {std::move(code), std::move(msg), c.resource, std::move(rejected)});
-      if (one != nullptr) *one = Decision(pj).reason;
+      if (plain) it->second.plain = Decision(pj).reason;
     }
   }
   if (reserved_head_ != nullptr && Decision(*reserved_head_).reason != nullptr) {
@@ -1036,9 +1037,8 @@ void CycleRun::PrefetchAhead(const std::vector<PendingJob*>& seq, size_t i) {
   if (i + 16 < n) Prefetch(seq[i + 16]);
   if (i + 8 < n) {
     const PendingJob* pj = seq[i + 8];
-    const char* rec = reinterpret_cast<const char*>(pj->rec);
-    Prefetch(rec);
-    Prefetch(rec + 56);  // a JobRec spans two lines: `running` and `allocated` are in the second
+    Prefetch(pj->rec);
+    Prefetch(&pj->rec->running);  // a JobRec spans two lines: `running` is in the second
     Prefetch(pj->groups);
     Prefetch(&Decision(*pj));
     Prefetch(&group_shapes_[pj->shapes_at]);
