@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
@@ -39,8 +40,19 @@ Json YamlNodeToJson(const YAML::Node& n, int depth) {
       return arr;
     }
     case YAML::NodeType::Map: {
+      // yaml-cpp keeps the last of repeated keys; a repeated key is almost always a paste
+      // error that would silently drop the first block, so it is refused (as kubectl does).
       Json obj = Json::object();
-      for (const auto& kv : n) obj[kv.first.as<std::string>()] = YamlNodeToJson(kv.second, depth + 1);
+      std::map<std::string, int> first_line;
+      for (const auto& kv : n) {
+        std::string key = kv.first.as<std::string>();
+        const int line = kv.first.Mark().line + 1;
+        if (auto [it, fresh] = first_line.emplace(key, line); !fresh)
+          throw YAML::ParserException(
+              kv.first.Mark(),
+              "key \"" + key + "\" repeats the one at line " + std::to_string(it->second));
+        obj[key] = YamlNodeToJson(kv.second, depth + 1);
+      }
       return obj;
     }
   }

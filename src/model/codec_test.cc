@@ -100,6 +100,19 @@ TEST(CodecTest, ErrorsNameTheFieldPath) {
   }
 }
 
+// A repeated key would silently replace the first block (yaml-cpp keeps the last one).
+TEST(CodecTest, RejectsRepeatedKeysNamingBothLines) {
+  auto doc = ParseYaml("nodeGroups: [a]\nqueues: []\nnodeGroups: [b]\n");
+  ASSERT_FALSE(doc.ok());
+  EXPECT_NE(doc.status().message().find("line 3"), std::string::npos) << doc.status().message();
+  EXPECT_NE(doc.status().message().find("key \"nodeGroups\" repeats the one at line 1"),
+            std::string::npos)
+      << doc.status().message();
+  auto nested = ParseYaml("a: {b: 1, c: 2, b: 3}");
+  EXPECT_FALSE(nested.ok());
+  EXPECT_TRUE(ParseYaml("a: {b: 1}\nc: {b: 2}").ok());  // same key in two maps is fine
+}
+
 TEST(CodecTest, RejectsDeepNesting) {
   std::string deep(200, '[');
   deep += std::string(200, ']');

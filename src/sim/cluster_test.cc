@@ -53,11 +53,18 @@ TEST(Cluster, ErrorsNameThePath) {
 TEST(Cluster, ShippedExamplesLoad) {
   const char* src = std::getenv("TESSERA_SOURCE_DIR");
   std::string root = src ? src : ".";
-  for (const char* f : {"philly.yaml", "small-8gpu.yaml", "openb.yaml"}) {
+  for (const char* f : {"philly.yaml", "philly-loaded.yaml", "small-8gpu.yaml", "openb.yaml"}) {
     auto c = LoadCluster(root + "/examples/clusters/" + f);
     ASSERT_TRUE(c.ok()) << f << ": " << c.status().ToString();
     EXPECT_FALSE(c->nodes.empty());
   }
+  // The loaded what-if is philly.yaml with 20 % fewer machines and the same queues.
+  auto full = LoadCluster(root + "/examples/clusters/philly.yaml");
+  auto loaded = LoadCluster(root + "/examples/clusters/philly-loaded.yaml");
+  ASSERT_TRUE(full.ok() && loaded.ok());
+  EXPECT_EQ(full->nodes.size(), 80u);
+  EXPECT_EQ(loaded->nodes.size(), 64u);
+  ASSERT_EQ(loaded->queues.size(), full->queues.size());
 }
 
 }  // namespace
