@@ -32,21 +32,23 @@ bool RadixSortRows(const std::vector<int64_t>& keys, size_t K, size_t n,
             (static_cast<uint64_t>(keys[r * K + k]) - static_cast<uint64_t>(lo[k]));
     a[r] = (w << std::bit_width(static_cast<uint64_t>(n - 1))) | r;
   }
-  // The words are distinct (the index is in them). Below a few thousand rows a comparison
-  // sort of them is cheaper than radix passes over 2^16 counters each (a replay's cycles
-  // have few pending jobs; the counters then cost more than the sort).
-  constexpr size_t kRadixFrom = 1 << 14;
-  if (n < kRadixFrom) {
+  // The words are distinct (the index is in them). LSD radix passes are stable, so lower
+  // digits keep their order; a pass costs the rows plus 2^digit counters. Small counts sort
+  // by comparison; up to 16k rows 11-bit digits (a replay's cycles have a few thousand
+  // pending jobs: 2,048 counters per pass), then 16-bit digits.
+  if (n < 256) {
     std::sort(a.begin(), a.end());
   } else {
-    // LSD radix, 16 bits per pass: stable, so lower digits keep their order.
+    const int digit = n < (1 << 14) ? 11 : 16;
+    const uint64_t digit_mask = (uint64_t{1} << digit) - 1;
     std::vector<uint64_t> b(n);
-    for (int shift = 0; shift < total; shift += 16) {
-      std::vector<uint32_t> count(1 << 16, 0);
-      for (uint64_t w : a) ++count[(w >> shift) & 0xffff];
+    std::vector<uint32_t> count(size_t{1} << digit);
+    for (int shift = 0; shift < total; shift += digit) {
+      std::fill(count.begin(), count.end(), 0);
+      for (uint64_t w : a) ++count[(w >> shift) & digit_mask];
       uint32_t sum = 0;
       for (uint32_t& c : count) sum += std::exchange(c, sum);
-      for (uint64_t w : a) b[count[(w >> shift) & 0xffff]++] = w;
+      for (uint64_t w : a) b[count[(w >> shift) & digit_mask]++] = w;
       a.swap(b);
     }
   }

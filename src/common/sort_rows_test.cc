@@ -26,7 +26,8 @@ TEST(RadixSortRows, EqualsComparisonSortOnRandomKeys) {
   Rng rng(7);
   for (int round = 0; round < 200; ++round) {
     const size_t K = 1 + rng.Below(3);
-    // Mostly small (sorted by comparison), every tenth round past 16,384 rows (radix).
+    // Mostly below 3,000 rows (by comparison below 256, then 11-bit radix digits), every
+    // tenth round past 16,384 rows (16-bit digits).
     const size_t n = round % 10 == 0 ? 16384 + rng.Below(20000) : rng.Below(3000);
     // Ranges from a few values (ties, decided by the index) to 2^16, negative ones too:
     // three such columns and the index still fit 64 bits.
