@@ -241,6 +241,10 @@ class CycleRun {
   std::vector<Failure> failures_;              // why attempts failed; see PendingJob
   std::vector<PendingJob*> order_;             // job order (static keys)
   std::vector<PendingJob*> visit_;             // the order allocate visited them
+  // While allocate runs (and nothing is fenced): per shape id, the failure (index into
+  // failures_) of a single-task job of that shape that found no node, or -1. See Attempt.
+  std::vector<int32_t> shape_failed_;
+  bool allocating_ = false;
   bool strict_ = false;  // backfill configured: allocate stops at the blocked head
   // Placement caches, valid for this cycle: per shape, per class.
   std::unordered_map<std::string, int32_t> shape_ids_;
@@ -764,8 +768,8 @@ void CycleRun::Finalize() {
         if (!f.fenced) saved.swap(fenced_);
       }
       const Failure& c = it->second.failure;
-      const Job& job = *pj.rec->spec;
-      const bool plain = pj.task_count == 1 && !job.one_task_per_node && !f.gang;
+      // pj's copies: the job's definition is long out of cache by now.
+      const bool plain = pj.task_count == 1 && !pj.one_task_per_node && !f.gang;
       if (plain && it->second.plain != nullptr) {
         Decision(pj).reason = it->second.plain;
         continue;
@@ -773,7 +777,7 @@ void CycleRun::Finalize() {
       std::string msg = c.message;
       if (pj.task_count > 1) msg = "task " + std::to_string(f.task) + ": " + msg;
       std::map<std::string, int32_t> rejected = c.rejected;
-      if (job.one_task_per_node) DistinctNodesReason(pj, f, c, msg, rejected);
+      if (pj.one_task_per_node) DistinctNodesReason(pj, f, c, msg, rejected);
       std::string code = c.code;
       if (f.gang && !f.infeasible) {
         code = "GangUnsatisfied";
@@ -926,6 +930,29 @@ void CycleRun::RecordBindings(size_t mark, const PendingJob& pj) {
 
 void CycleRun::Attempt(PendingJob& pj) {
   pj.tried = true;
+  // Allocate only binds (a gang attempt that fails undoes only its own binds), so no node
+  // gains free capacity while it runs: a single-task job whose shape found no node earlier
+  // in the pass finds none now, and shares that failure instead of searching again. (A
+  // replay's backlog is thousands of such jobs in every cycle.) Filters see only the shape
+  // and the node, and a failed search scores nothing, so the outcome is the same. Not with
+  // a fence (backfill's), nor on a path with queue limits, which depend on the job.
+  int32_t* repeat = nullptr;
+  if (allocating_ && fenced_.empty() && pj.task_count == 1 && !pj.one_task_per_node &&
+      !(pj.queue >= 0 && limited_[pj.queue])) {
+    const int32_t shape = group_shapes_[pj.shapes_at];
+    if (shape_failed_.size() <= static_cast<size_t>(shape))
+      shape_failed_.resize(static_cast<size_t>(shape) + 1, -1);
+    repeat = &shape_failed_[shape];
+    if (*repeat >= 0) {
+      const bool infeasible = failures_[*repeat].infeasible;
+      pj.state = infeasible ? JState::kInfeasible : JState::kFailed;
+      JobDecision& d = Decision(pj);
+      d.outcome = infeasible ? Outcome::kInfeasible : Outcome::kUnschedulable;
+      d.reason.reset();  // Finalize words it
+      pj.failure = *repeat;
+      return;
+    }
+  }
   Failure why;
   size_t mark = m_.undo.size();
   if (TryPlaceJob(pj, &why)) {
@@ -954,6 +981,7 @@ void CycleRun::Attempt(PendingJob& pj) {
   else
     SetReason(pj, {why.code, why.message, why.resource, why.rejected});
   pj.failure = static_cast<int32_t>(failures_.size());
+  if (repeat != nullptr && why.deferred && why.code == "Unschedulable") *repeat = pj.failure;
   failures_.push_back(std::move(why));
 }
 
@@ -1048,6 +1076,12 @@ void CycleRun::PrefetchAhead(const std::vector<PendingJob*>& seq, size_t i) {
 
 // ---- allocate: queue order, then job order; gang transactions ----
 void CycleRun::Allocate() {
+  allocating_ = true;
+  shape_failed_.assign(shape_failed_.size(), -1);
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{allocating_};
   auto eligible = [](const PendingJob* pj) { return pj->state == JState::kAdmitted && !pj->tried; };
   if (!e_.queue_drf && !e_.queue_proportion) {
     for (size_t i = 0; i < order_.size(); ++i) {
