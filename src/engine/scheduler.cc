@@ -241,10 +241,12 @@ class CycleRun {
   std::vector<Failure> failures_;              // why attempts failed; see PendingJob
   std::vector<PendingJob*> order_;             // job order (static keys)
   std::vector<PendingJob*> visit_;             // the order allocate visited them
-  // While allocate runs (and nothing is fenced): per shape id, the failure (index into
-  // failures_) of a single-task job of that shape that found no node, or -1. See Attempt.
-  std::vector<int32_t> shape_failed_;
-  bool allocating_ = false;
+  // During a pass that only binds (allocate's, backfill's after its reservation): per
+  // fence mode (none, backfill's fence) and shape id, the failure (index into failures_)
+  // of a single-task job of that shape that found no node in this pass, or -1. See Attempt.
+  std::vector<int32_t> shape_failed_[2];
+  bool binding_pass_ = false;
+  void StartBindingPass();
   bool strict_ = false;  // backfill configured: allocate stops at the blocked head
   // Placement caches, valid for this cycle: per shape, per class.
   std::unordered_map<std::string, int32_t> shape_ids_;
@@ -930,19 +932,21 @@ void CycleRun::RecordBindings(size_t mark, const PendingJob& pj) {
 
 void CycleRun::Attempt(PendingJob& pj) {
   pj.tried = true;
-  // Allocate only binds (a gang attempt that fails undoes only its own binds), so no node
-  // gains free capacity while it runs: a single-task job whose shape found no node earlier
-  // in the pass finds none now, and shares that failure instead of searching again. (A
-  // replay's backlog is thousands of such jobs in every cycle.) Filters see only the shape
-  // and the node, and a failed search scores nothing, so the outcome is the same. Not with
-  // a fence (backfill's), nor on a path with queue limits, which depend on the job.
+  // Allocate's and backfill's passes only bind (a gang attempt that fails undoes only its
+  // own binds), so no node gains free capacity while one runs: a single-task job whose
+  // shape found no node earlier in the pass, under the same fence, finds none now, and
+  // shares that failure instead of searching again. (A replay's backlog is thousands of
+  // such jobs in every cycle.) Filters see only the shape and the node, and a failed search
+  // draws and scores nothing that a later one would not, so the outcome is the same. Not on
+  // a path with queue limits, which depend on the job.
   int32_t* repeat = nullptr;
-  if (allocating_ && fenced_.empty() && pj.task_count == 1 && !pj.one_task_per_node &&
+  if (binding_pass_ && pj.task_count == 1 && !pj.one_task_per_node &&
       !(pj.queue >= 0 && limited_[pj.queue])) {
     const int32_t shape = group_shapes_[pj.shapes_at];
-    if (shape_failed_.size() <= static_cast<size_t>(shape))
-      shape_failed_.resize(static_cast<size_t>(shape) + 1, -1);
-    repeat = &shape_failed_[shape];
+    std::vector<int32_t>& failed = shape_failed_[fenced_.empty() ? 0 : 1];
+    if (failed.size() <= static_cast<size_t>(shape))
+      failed.resize(static_cast<size_t>(shape) + 1, -1);
+    repeat = &failed[shape];
     if (*repeat >= 0) {
       const bool infeasible = failures_[*repeat].infeasible;
       pj.state = infeasible ? JState::kInfeasible : JState::kFailed;
@@ -1075,13 +1079,17 @@ void CycleRun::PrefetchAhead(const std::vector<PendingJob*>& seq, size_t i) {
 }
 
 // ---- allocate: queue order, then job order; gang transactions ----
+void CycleRun::StartBindingPass() {
+  binding_pass_ = true;
+  for (auto& failed : shape_failed_) failed.assign(failed.size(), -1);
+}
+
 void CycleRun::Allocate() {
-  allocating_ = true;
-  shape_failed_.assign(shape_failed_.size(), -1);
+  StartBindingPass();
   struct Done {
     bool& flag;
     ~Done() { flag = false; }
-  } done{allocating_};
+  } done{binding_pass_};
   auto eligible = [](const PendingJob* pj) { return pj->state == JState::kAdmitted && !pj->tried; };
   if (!e_.queue_drf && !e_.queue_proportion) {
     for (size_t i = 0; i < order_.size(); ++i) {
@@ -1468,6 +1476,7 @@ void CycleRun::Backfill() {
       fence_owner_ = head->rec->spec->id;
     }
   }
+  StartBindingPass();  // the reservation's trials are undone: from here on it only binds
   for (size_t i = 0; i < seq.size(); ++i) {
     PrefetchAhead(seq, i);
     PendingJob* pj = seq[i];
@@ -1480,6 +1489,7 @@ void CycleRun::Backfill() {
     Attempt(*pj);
     if (ends_before) saved.swap(fenced_);
   }
+  binding_pass_ = false;
 }
 
 Plan CycleRun::Run() {
