@@ -1332,9 +1332,10 @@ void CycleRun::EvictFor(bool reclaim) {
     }
     // Minimise: drop units (most valuable first) whose eviction is not needed.
     for (size_t k = chosen.size(); k-- > 0;) {
-      std::vector<size_t> without = chosen;
-      without.erase(without.begin() + k);
-      if (!without.empty() && fits(without)) chosen = without;
+      std::vector<size_t> without;  // chosen less its k-th unit
+      for (size_t i = 0; i < chosen.size(); ++i)
+        if (i != k) without.push_back(chosen[i]);
+      if (!without.empty() && fits(without)) chosen = std::move(without);
     }
     std::sort(chosen.begin(), chosen.end());
     int32_t count = 0;
