@@ -190,6 +190,9 @@ struct ReplayArgs {
 };
 
 int RunReplayCommand(const ReplayArgs& a) {
+  if (a.options.restart_cost_seconds < 0)
+    return Fail(InvalidArgument("--restart-cost: expected seconds >= 0, got " +
+                                std::to_string(a.options.restart_cost_seconds)));
   auto jobs = LoadTraceJobs(a.trace, a.format);
   if (!jobs.ok()) return Fail(jobs.status());
   auto cluster = LoadCluster(a.cluster);
@@ -197,6 +200,7 @@ int RunReplayCommand(const ReplayArgs& a) {
   ReplayReport report;
   report.trace_file = fs::path(a.trace).filename().string();
   report.cluster_file = fs::path(a.cluster).filename().string();
+  report.restart_cost_seconds = a.options.restart_cost_seconds;
   report.jobs = a.options.max_jobs > 0
                     ? std::min<int64_t>(a.options.max_jobs, static_cast<int64_t>(jobs->size()))
                     : static_cast<int64_t>(jobs->size());
@@ -301,6 +305,10 @@ void AddSimCommands(CLI::App& app) {
                  "MiB per GPU when the trace has none")
       ->capture_default_str();
   rp->add_option("--max-jobs", ra->options.max_jobs, "replay only the first N jobs (0 = all)")
+      ->capture_default_str();
+  rp->add_option("--restart-cost", ra->options.restart_cost_seconds,
+                 "seconds a preempted job spends restarting, without progress, each time it "
+                 "runs again")
       ->capture_default_str();
   rp->add_option("--out", ra->out,
                  "write replay.json, summary.csv, jobs-<policy>.csv and report.html here");

@@ -12,8 +12,11 @@ namespace tessera::sim {
 namespace {
 
 struct Live {
-  int64_t service = 0;  // seconds of run time received so far
+  int64_t service = 0;  // seconds of progress so far
+  int64_t held = 0;     // seconds it held its GPUs in earlier runs (progress and restarts)
   int64_t run_start = -1;
+  int64_t overhead = 0;     // restart seconds due at the start of the current run
+  bool started = false;     // it ran before: its next start is a restart
   uint64_t generation = 0;  // bumped on eviction: stale completion events are ignored
   int64_t alloc_milli = 0;
   int32_t queue = 0;
@@ -170,7 +173,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     TESSERA_RETURN_IF_ERROR(state.RemoveJob(trace[i].id));
     L.in_state = false;
     L.running = false;
-    L.service += t - L.run_start;
+    L.service += std::max<int64_t>(0, t - L.run_start - L.overhead);
     allocated -= L.alloc_milli;
     queue_alloc[L.queue] -= L.alloc_milli;
     L.alloc_milli = 0;
@@ -213,7 +216,8 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       if (!j) return Internal("evicted job " + id + " is not in the state");
       Job again_job = std::move(*j);
       if (L.running) {
-        L.service += t - L.run_start;
+        L.service += std::max<int64_t>(0, t - L.run_start - L.overhead);
+        L.held += t - L.run_start;
         L.running = false;
         --running;
         ++pending;
@@ -225,11 +229,12 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       res.jobs[record_of[i]].preemptions++;
       ++res.preemptions;
       // Re-admit as pending (releasing any task the plan left bound) with the service it
-      // attained, which is what least-attained-service orders by.
+      // attained (the GPU time it held, restarts included), which is what
+      // least-attained-service orders by.
       TESSERA_RETURN_IF_ERROR(state.RemoveJob(id));
       for (auto& a : again_job.allocations) a.reset();
       again_job.start_time = -1;  // the next run starts when it is bound again
-      again_job.attained_gpu_milli_seconds = L.service * L.total_milli;
+      again_job.attained_gpu_milli_seconds = L.held * L.total_milli;
       TESSERA_RETURN_IF_ERROR(state.AddJob(again_job));
     }
     // Bindings: account the devices; a job whose whole gang runs has started.
@@ -252,12 +257,14 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       if (j && !L.running && j->RunningTasks() >= j->GangMinimum()) {
         L.running = true;
         L.run_start = t;
+        L.overhead = L.started ? options.restart_cost_seconds : 0;
+        L.started = true;
         --pending;
         ++running;
         JobRecord& r = res.jobs[record_of[i]];
         if (r.start < 0) r.start = t;
-        events.push(
-            {t + std::max<int64_t>(0, trace[i].duration - L.service), 0, seq++, i, L.generation});
+        events.push({t + L.overhead + std::max<int64_t>(0, trace[i].duration - L.service), 0, seq++,
+                     i, L.generation});
       }
     }
     for (const JobDecision& d : plan.decisions) {

@@ -5,7 +5,8 @@
 // host runs a cycle, at most once per `cycle_interval` seconds of virtual time (the
 // scheduler's period), applies the plan to its ClusterState, starts the jobs whose gang is
 // complete, and schedules their completions. Evicted jobs go back to pending and keep the
-// service they received (checkpoint/restart, as Tiresias assumes); a job the engine calls
+// service they received (checkpoint/restart, as Tiresias assumes; each restart can cost
+// `restart_cost_seconds` of run time that makes no progress); a job the engine calls
 // infeasible is dropped and counted. The host never orders or places anything itself.
 // Deterministic: events at equal times run in a fixed order (completions, then arrivals by
 // trace order), and the engine's one Rng is seeded. Thread-compatible.
@@ -32,6 +33,10 @@ struct ReplayOptions {
   int64_t memory_mib_per_gpu = 0;  // request when the trace gives no memory
   int64_t max_jobs = 0;            // replay only the first N jobs (0 = all)
   int64_t series_points = 600;     // samples of the time series in the report
+  // Seconds a preempted job spends restarting (reloading its checkpoint, warming up) each
+  // time it runs again before it progresses: 0 models free checkpoint/restart, which
+  // flatters the preempting policies.
+  int64_t restart_cost_seconds = 0;
 };
 
 struct JobRecord {

@@ -68,23 +68,49 @@ TEST(Replay, FifoAndSjfOnATinyCluster) {
 
 // Tiresias-like LAS: a long 8-GPU gang has 40,000 GPU-s of service (level 2 of thresholds
 // 3,600 / 36,000) when a 1-GPU job arrives at t=5,000: the engine evicts the gang, the short
-// jobs run at once, and the gang restarts with its service kept (checkpoint/restart, no
-// restart cost): it finishes 95,000 s after it restarts. FIFO would start c at 100,000.
+// jobs run at once, and the gang restarts with its service kept (checkpoint/restart): it
+// finishes 95,000 s after it restarts, plus the restart cost when one is modelled. FIFO
+// would start c at 100,000.
 TEST(Replay, LasPreemptsTheLongJobForShortOnesAndKeepsItsService) {
   std::vector<TraceJob> jobs = {J("a", 0, 100000, 4, 2), J("c", 5000, 10, 1), J("d", 5010, 10, 1)};
   auto config = ReplayBaselineConfig("las");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
+  for (int64_t cost : {0, 300}) {
+    ReplayOptions o;
+    o.cycle_interval = 1;
+    o.restart_cost_seconds = cost;
+    auto r = RunReplay(TwoNodes(), jobs, *config, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->jobs[1].start, 5001);  // the cycle at 5,000 evicts a; the next one binds c
+    EXPECT_EQ(r->jobs[2].start, 5010);  // level 0 before a (level 2); 7 GPUs are free
+    EXPECT_EQ(r->jobs[1].finish, 5011) << "a first start costs nothing";
+    EXPECT_EQ(r->jobs[0].start, 0);  // first start
+    EXPECT_EQ(r->jobs[0].preemptions, 1);
+    EXPECT_EQ(r->jobs[0].finish, 5020 + cost + 95000);  // restarted when d finished
+    EXPECT_EQ(r->preemptions, 1);
+    EXPECT_EQ(r->stale_evictions, 0);
+  }
+}
+
+// A job evicted again while it is still restarting made no progress in that run: every
+// restart pays the full cost again, and nothing it held counts as progress.
+TEST(Replay, AnEvictionDuringARestartKeepsNoProgress) {
+  // a: 8 GPUs for 100,000 s. c arrives at 5,000 (evicts a at 5,000; c runs 5,001..5,011, a
+  // restarts at 5,011 with 1,000 s of restart time); e arrives at 5,500, during a's restart:
+  // a has held 8 GPUs for ~5,500 s (restarts count: LAS orders by GPU time held), still
+  // level 2, so it is evicted again; e runs 5,501..5,511.
+  std::vector<TraceJob> jobs = {J("a", 0, 100000, 4, 2), J("c", 5000, 10, 1), J("e", 5500, 10, 1)};
+  auto config = ReplayBaselineConfig("las");
+  ASSERT_TRUE(config.ok());
   ReplayOptions o;
   o.cycle_interval = 1;
+  o.restart_cost_seconds = 1000;
   auto r = RunReplay(TwoNodes(), jobs, *config, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->jobs[1].start, 5001);  // the cycle at 5,000 evicts a; the next one binds c
-  EXPECT_EQ(r->jobs[2].start, 5010);  // level 0 before a (level 2); 7 GPUs are free
-  EXPECT_EQ(r->jobs[0].start, 0);     // first start
-  EXPECT_EQ(r->jobs[0].preemptions, 1);
-  EXPECT_EQ(r->jobs[0].finish, 5020 + 95000);  // restarted when d finished
-  EXPECT_EQ(r->preemptions, 1);
-  EXPECT_EQ(r->stale_evictions, 0);
+  EXPECT_EQ(r->jobs[0].preemptions, 2);
+  EXPECT_EQ(r->jobs[2].start, 5501);
+  // a restarts at 5,511 with 95,000 s of work left, after another 1,000 s of restart.
+  EXPECT_EQ(r->jobs[0].finish, 5511 + 1000 + 95000);
 }
 
 TEST(Replay, InfeasibleJobsAreDroppedAndCounted) {

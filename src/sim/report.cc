@@ -377,6 +377,7 @@ Json ReplayReportToJson(const ReplayReport& r) {
   j["trace"] = r.trace_file;
   j["cluster"] = r.cluster_file;
   j["jobs"] = r.jobs;
+  j["restartCostSeconds"] = r.restart_cost_seconds;
   Json runs = Json::array();
   for (const ReplayRun& run : r.runs) {
     const ReplaySummary& s = run.summary;
@@ -475,7 +476,11 @@ std::string ReplayReportHtml(const ReplayReport& r) {
   s << "<p class=\"note\">" << r.jobs << " jobs on " << Escape(r.cluster_file);
   if (!r.runs.empty()) s << " (" << r.runs.front().result.total_gpu_milli / 1000 << " GPUs)";
   s << ". JCT = completion - submission; wait = first start - submission. Same engine, one "
-       "configuration per row.</p>";
+       "configuration per row. A preempted job restarts from its checkpoint ";
+  if (r.restart_cost_seconds > 0)
+    s << "after " << r.restart_cost_seconds << " s of restart time.</p>";
+  else
+    s << "at no cost (no restart time is modelled).</p>";
   s << "<table><tr><th>policy</th><th>avg JCT</th><th>p50 JCT</th><th>p95 JCT</th><th>p99 "
        "JCT</th><th>avg wait</th>"
        "<th>p99 wait</th><th>max wait</th><th>makespan</th><th>preemptions</th><th>GPU "

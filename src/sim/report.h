@@ -44,6 +44,7 @@ struct ReplayRun {
 struct ReplayReport {
   std::string trace_file, cluster_file;
   int64_t jobs = 0;
+  int64_t restart_cost_seconds = 0;  // ReplayOptions::restart_cost_seconds of every run
   std::vector<ReplayRun> runs;
 };
 Json ReplayReportToJson(const ReplayReport& r);

@@ -45,7 +45,7 @@ TEST(Determinism, SameCommandTwiceGivesByteIdenticalOutputs) {
         RunQuiet(b + " sim replay --quiet --trace " + traces +
                  "/small/tiresias_60_job.csv --cluster " + s +
                  "/examples/clusters/small-8gpu.yaml --policy fifo,las,tessera --cycle-interval "
-                 "10 --out " +
+                 "10 --restart-cost 120 --out " +
                  out),
         0);
     ASSERT_EQ(RunQuiet(b + " sim fgd --quiet --policy random,fgd --seeds 43 --load 20 --json " +
@@ -62,6 +62,22 @@ TEST(Determinism, SameCommandTwiceGivesByteIdenticalOutputs) {
   }
   EXPECT_GE(compared, 8);  // replay.json, summary.csv, report.html, 3 jobs CSVs, fgd.json/csv/html
   std::filesystem::remove_all(dir);
+}
+
+// Bad input names what is wrong, before any trace is read.
+TEST(ReplayCli, NegativeRestartCostIsRejectedByName) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  std::string cmd = std::string(bin) +
+                    " sim replay --trace no-such.csv --cluster no-such.yaml --restart-cost -5 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_NE(::pclose(p), 0);
+  EXPECT_NE(out.find("--restart-cost: expected seconds >= 0, got -5"), std::string::npos) << out;
 }
 
 }  // namespace
