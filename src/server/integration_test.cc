@@ -122,9 +122,10 @@ void ExpectNoDoubleAllocation(const ServerProcess& s, int& placed) {
         int dev = d["device"];
         milli[dev] += d["milli"].get<int64_t>();
         EXPECT_LE(milli[dev], 1000) << "device " << n["name"] << "/" << dev << " allocated twice";
-        if (d.contains("migInstance"))
+        if (d.contains("migInstance")) {
           EXPECT_TRUE(mig.insert({dev, d["migInstance"].get<int>()}).second)
               << "MIG instance allocated twice";
+        }
       }
     }
   }

@@ -283,6 +283,9 @@ TEST_F(SlurmIntegrationTest, SbatchScriptThroughTheServerBackend) {
   spec->job.id = "mpi";
   std::mutex mu;
   std::vector<TaskReport> reports;
+  ServerAdapterOptions fast;
+  fast.poll = std::chrono::milliseconds(200);
+  fast.retry = std::chrono::milliseconds(1000);
   {
     SlurmServerBackend backend(
         std::make_shared<SlurmPool>(runner_, SlurmPoolOptions{}),
@@ -294,8 +297,7 @@ TEST_F(SlurmIntegrationTest, SbatchScriptThroughTheServerBackend) {
           std::lock_guard<std::mutex> lock(mu);
           reports.push_back(r);
         },
-        ServerAdapterOptions{std::chrono::milliseconds(200), std::chrono::milliseconds(200),
-                             std::chrono::milliseconds(1000)});
+        fast);
     // What the engine decided: node2 and node4, 8 CPUs and 2 GPUs each.
     for (int32_t t = 0; t < 2; ++t) {
       server::Dispatch d;

@@ -316,7 +316,9 @@ TEST(Fragmentation, ScoreChoosingAgreesWithScoreAndChooseDevices) {
     EXPECT_EQ(score, frag.Score(t, n)) << "round " << round;
     const bool chooses = frag.ChooseDevices(t, n, asked);
     EXPECT_EQ(chooses, !with_score.empty()) << "round " << round;
-    if (chooses) EXPECT_EQ(with_score, asked) << "round " << round;
+    if (chooses) {
+      EXPECT_EQ(with_score, asked) << "round " << round;
+    }
     chosen += chooses;
   }
   EXPECT_GT(chosen, 200) << "too few rounds where a fraction fits to check the choice";
