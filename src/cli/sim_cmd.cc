@@ -189,10 +189,29 @@ struct ReplayArgs {
   bool quiet = false;
 };
 
+// The numeric options, checked before any trace is read: a typo names itself instead of
+// quietly skewing an hour's replay.
+Status CheckReplayOptions(const ReplayOptions& o) {
+  const struct {
+    const char* flag;
+    int64_t value, min;
+    const char* unit;
+  } checks[] = {
+      {"--cycle-interval", o.cycle_interval, 1, "seconds"},
+      {"--cpu-per-gpu", o.cpu_milli_per_gpu, 0, "milli-CPU"},
+      {"--memory-mib-per-gpu", o.memory_mib_per_gpu, 0, "MiB"},
+      {"--max-jobs", o.max_jobs, 0, "a job count"},
+      {"--restart-cost", o.restart_cost_seconds, 0, "seconds"},
+  };
+  for (const auto& c : checks)
+    if (c.value < c.min)
+      return InvalidArgument(std::string(c.flag) + ": expected " + c.unit +
+                             " >= " + std::to_string(c.min) + ", got " + std::to_string(c.value));
+  return Status::Ok();
+}
+
 int RunReplayCommand(const ReplayArgs& a) {
-  if (a.options.restart_cost_seconds < 0)
-    return Fail(InvalidArgument("--restart-cost: expected seconds >= 0, got " +
-                                std::to_string(a.options.restart_cost_seconds)));
+  if (Status s = CheckReplayOptions(a.options); !s.ok()) return Fail(s);
   auto jobs = LoadTraceJobs(a.trace, a.format);
   if (!jobs.ok()) return Fail(jobs.status());
   auto cluster = LoadCluster(a.cluster);

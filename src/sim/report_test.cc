@@ -65,19 +65,27 @@ TEST(Determinism, SameCommandTwiceGivesByteIdenticalOutputs) {
 }
 
 // Bad input names what is wrong, before any trace is read.
-TEST(ReplayCli, NegativeRestartCostIsRejectedByName) {
+TEST(ReplayCli, BadNumbersAreRejectedByName) {
   const char* bin = std::getenv("TESSERA_BINARY");
   if (bin == nullptr || !std::filesystem::exists(bin))
     GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
-  std::string cmd = std::string(bin) +
-                    " sim replay --trace no-such.csv --cluster no-such.yaml --restart-cost -5 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_NE(::pclose(p), 0);
-  EXPECT_NE(out.find("--restart-cost: expected seconds >= 0, got -5"), std::string::npos) << out;
+  const std::pair<std::string, std::string> cases[] = {
+      {"--restart-cost -5", "--restart-cost: expected seconds >= 0, got -5"},
+      {"--cycle-interval 0", "--cycle-interval: expected seconds >= 1, got 0"},
+      {"--max-jobs -1", "--max-jobs: expected a job count >= 0, got -1"},
+      {"--cpu-per-gpu -100", "--cpu-per-gpu: expected milli-CPU >= 0, got -100"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::string cmd = std::string(bin) + " sim replay --trace no-such.csv --cluster no-such.yaml " +
+                      args + " 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[512];
+    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    EXPECT_NE(::pclose(p), 0) << args;
+    EXPECT_NE(out.find(message), std::string::npos) << args << ": " << out;
+  }
 }
 
 }  // namespace
