@@ -174,6 +174,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     L.in_state = false;
     L.running = false;
     L.service += std::max<int64_t>(0, t - L.run_start - L.overhead);
+    res.restart_gpu_milli_seconds += L.overhead * L.total_milli;
     allocated -= L.alloc_milli;
     queue_alloc[L.queue] -= L.alloc_milli;
     L.alloc_milli = 0;
@@ -218,6 +219,8 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       if (L.running) {
         L.service += std::max<int64_t>(0, t - L.run_start - L.overhead);
         L.held += t - L.run_start;
+        res.restart_gpu_milli_seconds +=
+            std::min<int64_t>(t - L.run_start, L.overhead) * L.total_milli;
         L.running = false;
         --running;
         ++pending;
@@ -394,6 +397,7 @@ ReplaySummary Summarise(const ReplayResult& r) {
   s.max_wait = wait.empty() ? 0 : *std::max_element(wait.begin(), wait.end());
   s.makespan = r.last_finish > r.first_submit ? r.last_finish - r.first_submit : 0;
   s.preemptions = r.preemptions;
+  s.restart_gpu_hours = static_cast<double>(r.restart_gpu_milli_seconds) / 3.6e6;
   int64_t used = 0;
   for (const QueueRecord& q : r.queues) used += q.used_gpu_milli_seconds;
   if (s.makespan > 0 && r.total_gpu_milli > 0)

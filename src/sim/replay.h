@@ -78,9 +78,9 @@ struct ReplayResult {
   int64_t bindings = 0;
   int64_t first_submit = 0;
   int64_t last_finish = 0;
-  int64_t created_queues = 0;
-  int64_t stale_evictions = 0;  // plan evictions of tasks that were not running (ignored)  // trace
-                                // queues missing from the cluster file, added with weight 1
+  int64_t created_queues = 0;             // trace queues missing from the cluster file (weight 1)
+  int64_t stale_evictions = 0;            // plan evictions of tasks that were not running (ignored)
+  int64_t restart_gpu_milli_seconds = 0;  // GPU time held while restarting (no progress)
 };
 
 // Runs the jobs on the cluster (nodes, queues, priority classes of `cluster`; its jobs are
@@ -97,6 +97,7 @@ struct ReplaySummary {
   int64_t makespan = 0;
   int64_t preemptions = 0;
   double avg_gpu_utilisation_percent = 0;  // allocated GPU-time / (capacity x makespan)
+  double restart_gpu_hours = 0;            // GPU time held while restarting (--restart-cost)
 };
 ReplaySummary Summarise(const ReplayResult& r);
 

@@ -87,6 +87,7 @@ TEST(Replay, LasPreemptsTheLongJobForShortOnesAndKeepsItsService) {
     EXPECT_EQ(r->jobs[0].start, 0);  // first start
     EXPECT_EQ(r->jobs[0].preemptions, 1);
     EXPECT_EQ(r->jobs[0].finish, 5020 + cost + 95000);  // restarted when d finished
+    EXPECT_EQ(r->restart_gpu_milli_seconds, cost * 8000);  // one restart of 8 GPUs
     EXPECT_EQ(r->preemptions, 1);
     EXPECT_EQ(r->stale_evictions, 0);
   }
@@ -111,6 +112,8 @@ TEST(Replay, AnEvictionDuringARestartKeepsNoProgress) {
   EXPECT_EQ(r->jobs[2].start, 5501);
   // a restarts at 5,511 with 95,000 s of work left, after another 1,000 s of restart.
   EXPECT_EQ(r->jobs[0].finish, 5511 + 1000 + 95000);
+  // Restarting: 5,011..5,500 (cut short) and 5,511..6,511, 8 GPUs each time.
+  EXPECT_EQ(r->restart_gpu_milli_seconds, (489 + 1000) * 8000);
 }
 
 TEST(Replay, InfeasibleJobsAreDroppedAndCounted) {

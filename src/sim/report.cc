@@ -396,6 +396,7 @@ Json ReplayReportToJson(const ReplayReport& r) {
                                  {"max", s.max_wait}};
     x["makespanSeconds"] = s.makespan;
     x["preemptions"] = s.preemptions;
+    x["restartGpuHours"] = R2(s.restart_gpu_hours);
     x["cycles"] = run.result.cycles;
     x["bindings"] = run.result.bindings;
     x["avgGpuAllocationPercent"] = R2(s.avg_gpu_utilisation_percent);
@@ -444,14 +445,15 @@ std::string ReplaySummaryCsv(const ReplayReport& r) {
   std::ostringstream s;
   s << "policy,jobs,finished,infeasible,unfinished,avg_jct_s,p50_jct_s,p95_jct_s,p99_jct_s,avg_"
        "wait_s,p50_wait_s,"
-       "p95_wait_s,p99_wait_s,max_wait_s,makespan_s,preemptions,avg_gpu_allocation_percent\n";
+       "p95_wait_s,p99_wait_s,max_wait_s,makespan_s,preemptions,avg_gpu_allocation_percent,"
+       "restart_gpu_hours\n";
   for (const ReplayRun& run : r.runs) {
     const ReplaySummary& x = run.summary;
     s << run.policy << "," << x.jobs << "," << x.finished << "," << x.infeasible << ","
       << x.unfinished << "," << Fixed(x.avg_jct, 2) << "," << x.p50_jct << "," << x.p95_jct << ","
       << x.p99_jct << "," << Fixed(x.avg_wait, 2) << "," << x.p50_wait << "," << x.p95_wait << ","
       << x.p99_wait << "," << x.max_wait << "," << x.makespan << "," << x.preemptions << ","
-      << Fixed(x.avg_gpu_utilisation_percent, 2) << "\n";
+      << Fixed(x.avg_gpu_utilisation_percent, 2) << "," << Fixed(x.restart_gpu_hours, 2) << "\n";
   }
   return s.str();
 }
@@ -478,13 +480,15 @@ std::string ReplayReportHtml(const ReplayReport& r) {
   s << ". JCT = completion - submission; wait = first start - submission. Same engine, one "
        "configuration per row. A preempted job restarts from its checkpoint ";
   if (r.restart_cost_seconds > 0)
-    s << "after " << r.restart_cost_seconds << " s of restart time.</p>";
+    s << "after " << r.restart_cost_seconds
+      << " s of restart time, holding its GPUs without progress (the GPU time that costs is "
+         "under 'restarting').</p>";
   else
     s << "at no cost (no restart time is modelled).</p>";
   s << "<table><tr><th>policy</th><th>avg JCT</th><th>p50 JCT</th><th>p95 JCT</th><th>p99 "
        "JCT</th><th>avg wait</th>"
        "<th>p99 wait</th><th>max wait</th><th>makespan</th><th>preemptions</th><th>GPU "
-       "alloc.</th><th>finished</th>"
+       "alloc.</th><th>restarting</th><th>finished</th>"
        "<th>infeasible</th></tr>";
   for (const ReplayRun& run : r.runs) {
     const ReplaySummary& x = run.summary;
@@ -494,7 +498,8 @@ std::string ReplayReportHtml(const ReplayReport& r) {
       << Duration(static_cast<int64_t>(x.avg_wait)) << "</td><td>" << Duration(x.p99_wait)
       << "</td><td>" << Duration(x.max_wait) << "</td><td>" << Duration(x.makespan) << "</td><td>"
       << x.preemptions << "</td><td>" << Fixed(x.avg_gpu_utilisation_percent, 1) << " %</td><td>"
-      << x.finished << "</td><td>" << x.infeasible << "</td></tr>";
+      << Fixed(x.restart_gpu_hours, 1) << " GPU-h</td><td>" << x.finished << "</td><td>"
+      << x.infeasible << "</td></tr>";
   }
   s << "</table><div class=\"charts\">";
   if (!r.runs.empty()) {
