@@ -162,11 +162,15 @@ StatusOr<EngineConfig> ParseEngineConfig(const Json& doc) {
         TESSERA_RETURN_IF_ERROR(r.Finish());
         c.typical_requests.push_back(std::move(t));
       }
+    } else if (k == "preemptExemptSeconds") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0)
+        return InvalidArgument("preemptExemptSeconds: expected an integer >= 0, got " + v.dump());
+      c.preempt_exempt_seconds = v.get<int64_t>();
     } else {
       return InvalidArgument(
           k +
           ": unknown field (known: actions, tiers, order, filters, scores, policies, "
-          "typicalRequests)");
+          "typicalRequests, preemptExemptSeconds)");
     }
   }
   if (!native.empty()) {

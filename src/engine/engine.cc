@@ -70,6 +70,7 @@ StatusOr<std::unique_ptr<Engine>> EngineImpl::Build(const EngineConfig& config) 
   std::stable_sort(e->device_choosers.begin(), e->device_choosers.end(),
                    [&](size_t a, size_t b) { return e->scores[a].weight > e->scores[b].weight; });
   e->typical = config.typical_requests;
+  e->preempt_exempt_seconds = config.preempt_exempt_seconds;
   e->typical_by_gpu = GroupTypicalByGpu(e->typical);
   return std::unique_ptr<Engine>(std::move(e));
 }

@@ -34,6 +34,10 @@ struct EngineConfig {
   // The workload's typical requests for fragmentation-aware scoring; empty = learn them
   // from the jobs in the cluster state (every job's task groups, weighted by replicas).
   std::vector<TypicalRequest> typical_requests;
+  // A running job is no victim of preempt or reclaim until its current run has lasted this
+  // long (Slurm's PreemptExemptTime): with a real checkpoint/restart cost, a job evicted
+  // soon after it (re)started loses its restart and has made no progress.
+  int64_t preempt_exempt_seconds = 0;
 };
 
 StatusOr<EngineConfig> ParseEngineConfig(const Json& doc);

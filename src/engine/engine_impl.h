@@ -36,6 +36,7 @@ class EngineImpl : public Engine {
   std::vector<size_t> device_choosers;  // indices into scores, highest weight first
   bool queue_drf = false;
   bool queue_proportion = false;
+  int64_t preempt_exempt_seconds = 0;           // EngineConfig::preempt_exempt_seconds
   std::vector<TypicalRequest> typical;          // configured; empty = learnt per cycle
   std::vector<TypicalGpuGroup> typical_by_gpu;  // GroupTypicalByGpu(typical)
 };

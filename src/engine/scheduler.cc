@@ -1212,6 +1212,9 @@ void CycleRun::EvictFor(bool reclaim) {
   for (auto& [id, j] : m_.jobs) {
     used_gpu += j.allocated.gpu_milli;
     if (j.running == 0 || !j.spec->preemptible || fresh.count(&j)) continue;
+    if (e_.preempt_exempt_seconds > 0 && j.start_time >= 0 &&
+        now_ - j.start_time < e_.preempt_exempt_seconds)
+      continue;  // exempt: its current run is too young (preemptExemptSeconds)
     running.push_back({&j, reclaim ? std::nullopt : PreemptionRank(j)});
   }
   const int64_t free_gpu = std::max<int64_t>(0, m_.capacity.gpu_milli - used_gpu);
