@@ -194,6 +194,10 @@ Status ControlPlane::Load() {
     r.created_at = j.value("createdAt", int64_t{0});
     r.started_at = j.value("startedAt", int64_t{-1});
     r.finished_at = j.value("finishedAt", int64_t{-1});
+    // Records written before these fields existed: an active attempt started when the job did.
+    r.run_started_at = j.value(
+        "runStartedAt", r.state == JobState::kPending || IsTerminal(r.state) ? -1 : r.started_at);
+    r.attained_gpu_milli_seconds = j.value("attainedGpuMilliSeconds", int64_t{0});
     r.message = j.value("message", "");
     next_job_seq_ = std::max(next_job_seq_, r.seq + 1);
     std::string id = r.id();
@@ -283,6 +287,8 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
   o["createdAt"] = j.created_at;
   o["startedAt"] = j.started_at;
   o["finishedAt"] = j.finished_at;
+  if (j.run_started_at >= 0) o["runStartedAt"] = j.run_started_at;
+  if (j.attained_gpu_milli_seconds) o["attainedGpuMilliSeconds"] = j.attained_gpu_milli_seconds;
   if (!j.message.empty()) o["message"] = j.message;
   return store::Op::Put("jobs/" + j.id(), o.dump());
 }
@@ -966,11 +972,26 @@ void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState
     ops.push_back(JobOp(j));
 }
 
+// The attempt's GPU time (its devices' milli x how long it held them) joins the service of
+// the earlier ones: a requeued job keeps its place in least-attained-service order.
+void ControlPlane::EndAttempt(JobRecord& j) {
+  if (j.run_started_at < 0) return;
+  int64_t milli = 0;
+  for (const auto& id : j.allocations) {
+    const Allocation& a = allocations_.at(id);
+    if (a.attempt != j.attempt) continue;
+    for (const DeviceAssignment& d : a.placement.devices) milli += d.milli;
+  }
+  j.attained_gpu_milli_seconds += std::max<int64_t>(0, Now() - j.run_started_at) * milli;
+  j.run_started_at = -1;
+}
+
 void ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j) {
   if (j.state != JobState::kTerminating) return;
   for (const auto& id : j.allocations)
     if (allocations_.at(id).Live()) return;
   JobState next = j.after_termination;
+  EndAttempt(j);
   if (next == JobState::kPending) {
     j.attempt += 1;
     j.state = JobState::kPending;
@@ -1393,7 +1414,10 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     job.priority = PriorityOf(j);
     if (job.priority_class.empty()) job.priority_class = DefaultPriorityClass();
     job.allocations.assign(job.TaskCount(), std::nullopt);
-    job.start_time = j.started_at;
+    // The engine sees the current attempt: when it was bound, and the service of the earlier
+    // ones (las); a pending job has no start.
+    job.start_time = j.run_started_at;
+    job.attained_gpu_milli_seconds = j.attained_gpu_milli_seconds;
     std::vector<const Allocation*> hold =
         holding.count(id) ? holding.at(id) : std::vector<const Allocation*>{};
     bool pending = j.state == JobState::kPending;
@@ -1435,7 +1459,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
           job.preemptible && a->state != AllocState::kStopping && a->state != AllocState::kLost;
       ph.grace_period_seconds = job.grace_period_seconds;
       ph.allocations = {a->placement};
-      ph.start_time = j.started_at >= 0 ? j.started_at : j.created_at;
+      ph.start_time = j.run_started_at >= 0 ? j.run_started_at : j.created_at;
       owner[ph.id] = id;
       s.jobs.push_back(std::move(ph));
     }
@@ -1644,6 +1668,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     }
     if (pending) {
       j.state = JobState::kScheduled;
+      j.run_started_at = plan.now;
       j.pending = {};
       j.last_failed_scheduling.clear();
       ops.push_back(JobOp(j));

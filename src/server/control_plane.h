@@ -95,7 +95,11 @@ struct JobRecord {
   std::string idempotency_key;  // of the submission that created it ("" = none)
   std::string user;
   int64_t seq = 0;
-  int64_t created_at = 0, started_at = -1, finished_at = -1;
+  int64_t created_at = 0, started_at = -1, finished_at = -1;  // started_at: first attempt
+  // The current attempt: bound at run_started_at (-1 while pending). GPU time held by the
+  // earlier attempts, for least-attained-service ordering (the engine's `las`).
+  int64_t run_started_at = -1;
+  int64_t attained_gpu_milli_seconds = 0;
   std::string message;
   std::vector<std::string> allocations;  // every allocation of every attempt, in order
   // Not persisted: the engine's latest verdict while pending.
@@ -253,6 +257,7 @@ class ControlPlane {
                  const std::string& reason, const std::string& message);
   // A Terminating job whose live allocations are all gone moves on.
   void MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j);
+  void EndAttempt(JobRecord& j);
   // Applies the job's restart policy after losing tasks (failure or eviction). `task` is the
   // failed task when one task failed (RestartTask restarts only it); -1 otherwise.
   void OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -383,6 +385,46 @@ TEST_F(ControlPlaneTest, PreemptionEvictsRequeuesAndNamesThePreemptor) {
   EXPECT_EQ(Job("victim")["attempt"], 2);
   ASSERT_TRUE(cp_->RunCycle().ok());
   EXPECT_EQ(State("vip"), "Scheduled");
+}
+
+// The engine sees the current attempt: a requeued job has no start time and keeps the GPU
+// time its earlier attempt held (least attained service), across a restart of the server;
+// its next attempt starts when it is bound again.
+TEST_F(ControlPlaneTest, ARequeuedJobKeepsItsServiceAndStartsAfresh) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("victim", 1, 8, "  priorityClass: low\n")).ok());
+  const int64_t bound = clock_.now;
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
+  clock_.now += 100;
+  Beat("node-a", epoch, {Task(id, "running")});
+  clock_.now += 900;
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("vip", 1, 8, "  priorityClass: high\n")).ok());
+  auto seen = std::make_shared<std::map<std::string, tessera::Job>>();
+  Reopen([seen](const Snapshot& s, int64_t now) {
+    for (const auto& j : s.jobs) (*seen)[j.id] = j;
+    Plan p = ScriptedEngine::FirstFit(s, now);
+    for (const auto& j : s.jobs)
+      if (j.id == "victim" && j.RunningTasks() > 0)
+        p.evictions.push_back({"victim", 0, "node-a", "Preempted", "vip", "priority", 5});
+    return p;
+  });
+  epoch = (*cp_->RegisterAgent(kAdmin, NodeDoc("node-a", 8)))["epoch"];
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(seen->at("victim").start_time, bound);  // the running attempt, as bound
+  EXPECT_EQ(seen->at("victim").attained_gpu_milli_seconds, 0);
+  Beat("node-a", epoch, {});  // stopped 1,000 s after it was bound
+  ASSERT_EQ(State("victim"), "Pending");
+  auto fn = [seen](const Snapshot& s, int64_t now) {
+    for (const auto& j : s.jobs) (*seen)[j.id] = j;
+    return ScriptedEngine::FirstFit(s, now);
+  };
+  Reopen(fn);  // what it held survives a restart of the server
+  clock_.now += 50;
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(seen->at("victim").start_time, -1);
+  EXPECT_EQ(seen->at("victim").attained_gpu_milli_seconds, 1000 * 8000);
+  EXPECT_EQ(Job("victim")["startedAt"], bound + 100);  // the first start, for people
 }
 
 TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
