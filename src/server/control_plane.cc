@@ -976,12 +976,17 @@ void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState
 // the earlier ones: a requeued job keeps its place in least-attained-service order.
 void ControlPlane::EndAttempt(JobRecord& j) {
   if (j.run_started_at < 0) return;
-  int64_t milli = 0;
+  // Per task, its latest allocation of the attempt (RestartTask adds one per restart).
+  std::map<int32_t, int64_t> task_milli;
   for (const auto& id : j.allocations) {
     const Allocation& a = allocations_.at(id);
     if (a.attempt != j.attempt) continue;
+    int64_t& milli = task_milli[a.task];
+    milli = 0;
     for (const DeviceAssignment& d : a.placement.devices) milli += d.milli;
   }
+  int64_t milli = 0;
+  for (const auto& [task, m] : task_milli) milli += m;
   j.attained_gpu_milli_seconds += std::max<int64_t>(0, Now() - j.run_started_at) * milli;
   j.run_started_at = -1;
 }
