@@ -670,6 +670,8 @@ void AddClientCommands(CLI::App& app) {
       std::printf("User:           %s\n", S(j, "user").c_str());
       std::printf("State:          %s\n", S(j, "state").c_str());
       std::printf("Attempt:        %s\n", S(j, "attempt").c_str());
+      if (j.value("attainedGpuSeconds", int64_t{0}) > 0)  // what `las` orders a requeued job by
+        std::printf("Earlier runs:   %s GPU-seconds held\n", S(j, "attainedGpuSeconds").c_str());
       std::printf("Tasks:          %s (gang minimum %s), GPUs %s\n", S(j, "tasks").c_str(),
                   S(j, "minAvailable").c_str(), S(j, "gpus").c_str());
       std::printf("Restart policy: onFailure=%s onEviction=%s maxRetries=%s\n",

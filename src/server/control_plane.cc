@@ -471,6 +471,8 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["createdAt"] = j.created_at;
   o["startedAt"] = j.started_at;
   o["finishedAt"] = j.finished_at;
+  o["runStartedAt"] = j.run_started_at;
+  o["attainedGpuSeconds"] = j.attained_gpu_milli_seconds / 1000;
   o["tasks"] = job.TaskCount();
   o["minAvailable"] = job.GangMinimum();
   std::string gpus;

@@ -425,6 +425,8 @@ TEST_F(ControlPlaneTest, ARequeuedJobKeepsItsServiceAndStartsAfresh) {
   EXPECT_EQ(seen->at("victim").start_time, -1);
   EXPECT_EQ(seen->at("victim").attained_gpu_milli_seconds, 1000 * 8000);
   EXPECT_EQ(Job("victim")["startedAt"], bound + 100);  // the first start, for people
+  EXPECT_EQ(Job("victim")["runStartedAt"], -1);
+  EXPECT_EQ(Job("victim")["attainedGpuSeconds"], 8000);
 }
 
 TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
