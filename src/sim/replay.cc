@@ -16,7 +16,6 @@ struct Live {
   int64_t held = 0;     // seconds it held its GPUs in earlier runs (progress and restarts)
   int64_t run_start = -1;
   int64_t overhead = 0;     // restart seconds due at the start of the current run
-  bool started = false;     // it ran before: its next start is a restart
   uint64_t generation = 0;  // bumped on eviction: stale completion events are ignored
   int64_t alloc_milli = 0;
   int32_t queue = 0;
@@ -168,17 +167,24 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     else
       steps.push_back(p);
   };
+  // The job's current run ends at t (completion or eviction): progress after its restart
+  // time, GPU time held, and the restart time it spent (cut short by an early eviction).
+  auto end_run = [&](Live& L, int64_t t) {
+    const int64_t ran = t - L.run_start;
+    L.service += std::max<int64_t>(0, ran - L.overhead);
+    L.held += ran;
+    res.restart_gpu_milli_seconds += std::min(ran, L.overhead) * L.total_milli;
+    L.running = false;
+    --running;
+  };
   auto finish_job = [&](size_t i, int64_t t) -> Status {
     Live& L = live[i];
     TESSERA_RETURN_IF_ERROR(state.RemoveJob(trace[i].id));
     L.in_state = false;
-    L.running = false;
-    L.service += std::max<int64_t>(0, t - L.run_start - L.overhead);
-    res.restart_gpu_milli_seconds += L.overhead * L.total_milli;
+    end_run(L, t);
     allocated -= L.alloc_milli;
     queue_alloc[L.queue] -= L.alloc_milli;
     L.alloc_milli = 0;
-    --running;
     JobRecord& r = res.jobs[record_of[i]];
     r.finish = t;
     r.outcome = "finished";
@@ -217,12 +223,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       if (!j) return Internal("evicted job " + id + " is not in the state");
       Job again_job = std::move(*j);
       if (L.running) {
-        L.service += std::max<int64_t>(0, t - L.run_start - L.overhead);
-        L.held += t - L.run_start;
-        res.restart_gpu_milli_seconds +=
-            std::min<int64_t>(t - L.run_start, L.overhead) * L.total_milli;
-        L.running = false;
-        --running;
+        end_run(L, t);
         ++pending;
       }
       ++L.generation;
@@ -258,13 +259,12 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       queue_alloc[L.queue] += milli;
       const std::optional<Job> j = state.FindJob(id);
       if (j && !L.running && j->RunningTasks() >= j->GangMinimum()) {
+        JobRecord& r = res.jobs[record_of[i]];
         L.running = true;
         L.run_start = t;
-        L.overhead = L.started ? options.restart_cost_seconds : 0;
-        L.started = true;
+        L.overhead = r.start >= 0 ? options.restart_cost_seconds : 0;  // it ran before
         --pending;
         ++running;
-        JobRecord& r = res.jobs[record_of[i]];
         if (r.start < 0) r.start = t;
         events.push({t + L.overhead + std::max<int64_t>(0, trace[i].duration - L.service), 0, seq++,
                      i, L.generation});
