@@ -136,8 +136,7 @@ int RunCycleBench(const BenchOptions& o) {
   }
 
   int64_t gpu_milli = 0;
-  for (const auto& b : plan.bindings)
-    for (const auto& d : b.allocation.devices) gpu_milli += d.milli;
+  for (const auto& b : plan.bindings) gpu_milli += b.allocation.GpuMilli();
   int64_t placed_jobs = 0;
   for (const auto& d : plan.decisions) placed_jobs += d.outcome == Outcome::kPlaced;
   const int64_t capacity = static_cast<int64_t>(o.nodes) * o.gpus_per_node * 1000;

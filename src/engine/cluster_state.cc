@@ -10,9 +10,7 @@
 namespace tessera {
 
 ResourceVector AllocationVector(const TaskAllocation& a) {
-  ResourceVector v{a.cpu_milli, a.memory_bytes, 0};
-  for (const auto& d : a.devices) v.gpu_milli += d.milli;
-  return v;
+  return ResourceVector{a.cpu_milli, a.memory_bytes, a.GpuMilli()};
 }
 
 ResourceVector RequestVector(const TaskRequest& r) {

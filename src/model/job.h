@@ -67,6 +67,11 @@ struct TaskAllocation {
   int64_t cpu_milli = 0;
   int64_t memory_bytes = 0;
   std::vector<DeviceAssignment> devices;
+  int64_t GpuMilli() const {  // GPU compute taken on all its devices
+    int64_t m = 0;
+    for (const DeviceAssignment& d : devices) m += d.milli;
+    return m;
+  }
   friend bool operator==(const TaskAllocation&, const TaskAllocation&) = default;
 };
 

@@ -761,7 +761,7 @@ Json ControlPlane::ListQueues(const Principal& p) {
     if (!a.HoldsDevices()) continue;
     auto j = jobs_.find(a.job);
     if (j == jobs_.end()) continue;
-    for (const auto& d : a.placement.devices) stats[j->second.spec.job.queue][2] += d.milli;
+    stats[j->second.spec.job.queue][2] += a.placement.GpuMilli();
   }
   Json items = Json::array();
   for (const auto& [name, q] : queues_) {
@@ -803,7 +803,7 @@ Json ControlPlane::ListNodes(bool with_allocations) {
     int64_t used = 0;
     Json allocs = Json::array();
     for (const Allocation* a : by_node[name]) {
-      for (const auto& d : a->placement.devices) used += d.milli;
+      used += a->placement.GpuMilli();
       if (with_allocations) allocs.push_back(AllocView(*a));
     }
     o["gpus"] = static_cast<int64_t>(n.node.devices.size());
@@ -983,9 +983,7 @@ void ControlPlane::EndAttempt(JobRecord& j) {
   for (const auto& id : j.allocations) {
     const Allocation& a = allocations_.at(id);
     if (a.attempt != j.attempt) continue;
-    int64_t& milli = task_milli[a.task];
-    milli = 0;
-    for (const DeviceAssignment& d : a.placement.devices) milli += d.milli;
+    task_milli[a.task] = a.placement.GpuMilli();
   }
   int64_t milli = 0;
   for (const auto& [task, m] : task_milli) milli += m;

@@ -283,8 +283,7 @@ StatusOr<bool> EnginePlacer::Place(const FgdPod& pod) {
     return false;
   }
   TESSERA_RETURN_IF_ERROR(state_->ApplyPlan(plan));
-  for (const Binding& b : plan.bindings)
-    for (const DeviceAssignment& d : b.allocation.devices) allocated_ += d.milli;
+  for (const Binding& b : plan.bindings) allocated_ += b.allocation.GpuMilli();
   return true;
 }
 

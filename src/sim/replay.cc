@@ -243,11 +243,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     }
     // Bindings: account the devices; a job whose whole gang runs has started.
     std::map<std::string, int64_t> bound;
-    for (const Binding& b : plan.bindings) {
-      int64_t m = 0;
-      for (const DeviceAssignment& d : b.allocation.devices) m += d.milli;
-      bound[b.job] += m;
-    }
+    for (const Binding& b : plan.bindings) bound[b.job] += b.allocation.GpuMilli();
     res.bindings += static_cast<int64_t>(plan.bindings.size());
     for (const auto& [id, milli] : bound) {
       auto it = index_of.find(id);
