@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/capture_command.h"
 #include "server/test_util.h"
 
 namespace tessera::server {
@@ -519,12 +520,8 @@ TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
   reg("n-ok", false);
   std::string cmd = std::string(bin) + " get nodes --server " + api_->url() +
                     " --token root-token-0123456789 2>&1";
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  ASSERT_EQ(WEXITSTATUS(::pclose(p)), 0) << out;
+  const auto [rc, out] = CaptureCommand(cmd);
+  ASSERT_EQ(rc, 0) << out;
   std::map<std::string, std::string> status;  // NAME -> STATUS column
   std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);) {

@@ -1,12 +1,13 @@
 #include "sim/report.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
+
+#include "common/capture_command.h"
 
 namespace tessera::sim {
 namespace {
@@ -78,12 +79,8 @@ TEST(ReplayCli, BadNumbersAreRejectedByName) {
   for (const auto& [args, message] : cases) {
     std::string cmd = std::string(bin) + " sim replay --trace no-such.csv --cluster no-such.yaml " +
                       args + " 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[512];
-    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    EXPECT_NE(::pclose(p), 0) << args;
+    const auto [rc, out] = CaptureCommand(cmd);
+    EXPECT_NE(rc, 0) << args;
     EXPECT_NE(out.find(message), std::string::npos) << args << ": " << out;
   }
 }

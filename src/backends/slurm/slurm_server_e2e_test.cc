@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/slurm/live_cluster.h"
+#include "common/capture_command.h"
 
 extern char** environ;
 
@@ -46,17 +47,6 @@ std::string Binary() {
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   return s;
-}
-// Runs a command, returns its exit code and stdout.
-std::pair<int, std::string> Capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new testing::LiveClusterEnvironment);
@@ -125,8 +115,8 @@ class Server {
   }
   // The `tessera` CLI against this server.
   std::pair<int, std::string> Cli(const std::string& args) const {
-    return Capture("TESSERA_SERVER='" + url_ + "' TESSERA_TOKEN_FILE='" + data_ +
-                   "/admin.token' '" + Binary() + "' " + args + " 2>&1");
+    return CaptureCommand("TESSERA_SERVER='" + url_ + "' TESSERA_TOKEN_FILE='" + data_ +
+                          "/admin.token' '" + Binary() + "' " + args + " 2>&1");
   }
 
  private:
@@ -175,8 +165,8 @@ class SlurmServerE2ETest : public ::testing::Test {
   }
   // Slurm jobs whose comment tags them with a Tessera job (finished ones included).
   int SlurmJobsOf(const std::string& job) {
-    auto [rc, out] = Capture("SLURM_CONF='" + ClusterDir() +
-                             "/slurm.conf' squeue -h -t all -o '%k' 2>/dev/null");
+    auto [rc, out] = CaptureCommand("SLURM_CONF='" + ClusterDir() +
+                                    "/slurm.conf' squeue -h -t all -o '%k' 2>/dev/null");
     EXPECT_EQ(rc, 0);
     int n = 0;
     std::stringstream ss(out);
@@ -281,7 +271,7 @@ TEST_F(SlurmServerE2ETest, SbatchScriptsRunOnTheSlurmPoolThroughTheServer) {
   EXPECT_EQ(crc, 0) << cout;
   WaitState(N("e2e-cancel"), "Cancelled");
   auto [src, states] =
-      Capture("SLURM_CONF='" + ClusterDir() + "/slurm.conf' squeue -h -t all -o '%k %T'");
+      CaptureCommand("SLURM_CONF='" + ClusterDir() + "/slurm.conf' squeue -h -t all -o '%k %T'");
   bool cancelled = false;
   std::stringstream lines(states);
   for (std::string line; std::getline(lines, line);)
@@ -314,11 +304,11 @@ TEST_F(SlurmServerE2ETest, SbatchScriptsRunOnTheSlurmPoolThroughTheServer) {
   // 5. A drained Slurm node takes no work and `get nodes` says so, in kubectl's words.
   const std::string conf = "SLURM_CONF='" + ClusterDir() + "/slurm.conf' ";
   auto [drc, dout] =
-      Capture(conf + "scontrol update nodename=node4 state=drain reason=tessera-e2e 2>&1");
+      CaptureCommand(conf + "scontrol update nodename=node4 state=drain reason=tessera-e2e 2>&1");
   ASSERT_EQ(drc, 0) << dout;
   struct Resume {  // whatever happens: the cluster is shared with the other tests
     std::string conf;
-    ~Resume() { (void)Capture(conf + "scontrol update nodename=node4 state=resume 2>&1"); }
+    ~Resume() { (void)CaptureCommand(conf + "scontrol update nodename=node4 state=resume 2>&1"); }
   } resume{conf};
   auto status_of = [](const std::string& table, const std::string& node) {
     std::stringstream lines(table);
