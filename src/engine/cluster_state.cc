@@ -5,6 +5,7 @@
 #include <cstring>
 #include <span>
 
+#include "common/prefetch.h"
 #include "engine/state_impl.h"
 
 namespace tessera {
@@ -372,7 +373,6 @@ Status ClusterState::Impl::BindAt(JobRec& j, int32_t task, TaskAllocation a, int
   j.allocated += v;
   for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated += v;
   if (j.start_time < 0) j.start_time = now;
-  if (!j.pending() && !freeze_pending && !borrowed) pending.erase(j.id());
   if (logging) undo.push_back({UndoOp::kBind, task, &j, old_start});
   return Status::Ok();
 }
@@ -393,12 +393,57 @@ Status ClusterState::Impl::ReleaseTask(JobRec& j, int32_t task) {
   for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated -= v;
   int64_t old_start = j.start_time;
   if (j.running == 0) j.start_time = -1;
-  if (!freeze_pending && !borrowed) pending.insert(j.id());
+  if (!freeze_pending && !borrowed) ListPending(j);
   if (logging) {
     undo.push_back({UndoOp::kRelease, task, &j, old_start});
     released.push_back(std::move(a));
   }
   return Status::Ok();
+}
+
+void ClusterState::Impl::ListPending(JobRec& j) {
+  if (j.listed_at >= 0) return;
+  j.listed_at = static_cast<int32_t>(pending.size());
+  pending.push_back({&j.id(), &j});
+}
+
+void ClusterState::Impl::UnlistPending(JobRec& j) {
+  if (j.listed_at < 0) return;
+  pending[j.listed_at] = {nullptr, nullptr};
+  j.listed_at = -1;
+}
+
+void ClusterState::Impl::SortPending() {
+  using Entry = std::pair<const std::string*, JobRec*>;
+  auto by_id = [](const Entry& x, const Entry& y) { return *x.first < *y.first; };
+  // Moves the entries in [from, to) of jobs with a waiting task down to `w` on, dropping
+  // the others; returns the new end.
+  auto keep = [&](size_t from, size_t to, size_t w) {
+    for (size_t i = from; i < to; ++i) {
+      if (i + 8 < to && pending[i + 8].second != nullptr) Prefetch(pending[i + 8].second);
+      const Entry e = pending[i];
+      if (e.second == nullptr) continue;
+      if (e.second->pending()) {
+        e.second->listed_at = static_cast<int32_t>(w);
+        pending[w++] = e;
+      } else {
+        e.second->listed_at = -1;
+      }
+    }
+    return w;
+  };
+  const size_t sorted = keep(0, pending_sorted, 0);
+  pending.resize(keep(pending_sorted, pending.size(), sorted));
+  pending_sorted = pending.size();
+  const auto mid = pending.begin() + static_cast<ptrdiff_t>(sorted);
+  if (mid == pending.end()) return;
+  // The additions, sorted (a snapshot's jobs arrive by id: then they are already), merged
+  // from the first sorted entry that goes after them.
+  if (!std::is_sorted(mid, pending.end(), by_id)) std::sort(mid, pending.end(), by_id);
+  const auto from = std::upper_bound(pending.begin(), mid, *mid, by_id);
+  std::inplace_merge(from, mid, pending.end(), by_id);
+  for (auto it = from; it != pending.end(); ++it)
+    it->second->listed_at = static_cast<int32_t>(it - pending.begin());
 }
 
 void ClusterState::Impl::Rollback(size_t mark) {
@@ -558,6 +603,10 @@ Status ClusterState::Impl::AddJob(const Job* spec, std::unique_ptr<Job> owned) {
   j.owned = std::move(owned);
   j.allocations.resize(job.TaskCount());
   j.queue = q;
+  j.gang_min = job.GangMinimum();
+  j.one_task_per_node = job.one_task_per_node;
+  j.plain = job.node_selector.empty() && job.affinity.required.empty() &&
+            job.affinity.preferred.empty() && job.tolerations.empty();
   for (int32_t t = 0; t < static_cast<int32_t>(job.allocations.size()) && t < job.TaskCount();
        ++t) {
     if (!job.allocations[t]) continue;
@@ -565,13 +614,13 @@ Status ClusterState::Impl::AddJob(const Job* spec, std::unique_ptr<Job> owned) {
     if (!s.ok()) {
       for (int32_t u = 0; u < t; ++u)
         if (j.allocations[u]) (void)ReleaseTask(j, u);
-      pending.erase(job.id);
+      UnlistPending(j);
       jobs.erase(job.id);
       return s;
     }
   }
   j.start_time = job.start_time >= 0 || j.running == 0 ? job.start_time : 0;
-  if (j.pending() && !borrowed) pending.emplace_hint(pending.end(), job.id);
+  if (j.pending() && !borrowed) ListPending(j);
   CountShapes(job, +1);
   return Status::Ok();
 }
@@ -584,7 +633,7 @@ Status ClusterState::RemoveJob(const std::string& id) {
   for (int32_t t = 0; t < static_cast<int32_t>(j.allocations.size()); ++t)
     if (j.allocations[t]) TESSERA_RETURN_IF_ERROR(m.ReleaseTask(j, t));
   m.CountShapes(*j.spec, -1);
-  m.pending.erase(id);
+  m.UnlistPending(j);
   m.jobs.erase(it);
   return Status::Ok();
 }
@@ -623,7 +672,6 @@ const NodeState* ClusterState::FindNode(const std::string& name) const {
 size_t ClusterState::node_count() const { return impl_->nodes.size(); }
 size_t ClusterState::job_count() const { return impl_->jobs.size(); }
 size_t ClusterState::pending_count() const {
-  if (!impl_->borrowed) return impl_->pending.size();
   size_t n = 0;
   for (const auto& [id, j] : impl_->jobs) n += j.pending();
   return n;

@@ -4,7 +4,7 @@
 // builds it once and feeds it deltas: nodes added or removed, jobs submitted or finished,
 // plans applied. It keeps the indexes a cycle needs ready: per-node free capacity, nodes
 // grouped into equivalence classes of identical (static signature, free state), queue usage,
-// the pending set, and the counts of request shapes (the learnt typical workload).
+// the pending jobs, and the counts of request shapes (the learnt typical workload).
 //
 // Engine::Cycle(state, now, rng) uses the state as scratch space through an undo log and
 // leaves it as it found it. Thread-compatible: one cycle at a time per state.

@@ -427,6 +427,60 @@ TEST(ClusterState, RejectsWhatItCannotHold) {
   EXPECT_EQ(st->pending_count(), 1u);  // its task lost the node
 }
 
+// The state keeps its pending jobs in a list it updates lazily (binds leave it alone;
+// additions wait unsorted until the next cycle). Whatever happened between cycles, a cycle
+// decides for exactly the jobs with a waiting task, in id order.
+TEST(ClusterState, ACycleSeesExactlyThePendingJobsInIdOrder) {
+  auto st = std::make_unique<ClusterState>();
+  for (const char* name : {"n1", "n2"}) {
+    Node n;
+    n.name = name;
+    n.cpu_milli = 1000;
+    n.memory_bytes = 1 << 30;
+    ASSERT_TRUE(st->AddNode(n).ok());
+  }
+  auto add = [&](const std::string& id, int32_t tasks) {
+    Job j;
+    j.id = id;
+    j.groups.emplace_back();
+    j.groups[0].replicas = tasks;
+    j.groups[0].request.cpu_milli = 1000;  // a whole node: nothing fits until one is free
+    j.allocations.assign(tasks, std::nullopt);
+    ASSERT_TRUE(st->AddJob(j).ok()) << id;
+  };
+  auto bind = [&](const std::string& id, int32_t task, const char* node) {
+    TaskAllocation a;
+    a.node = node;
+    ASSERT_TRUE(st->Bind(id, task, a, 0).ok()) << id;
+  };
+  auto engine = Engine::Create(DefaultEngineConfig());
+  ASSERT_TRUE(engine.ok());
+  Rng rng(1);
+  auto decided = [&] {
+    std::vector<std::string> ids;
+    for (const auto& d : (*engine)->Cycle(*st, 0, rng).decisions) ids.push_back(d.job);
+    return ids;
+  };
+  using Ids = std::vector<std::string>;
+  for (const char* id : {"m", "c", "x", "a", "k"}) add(id, id[0] == 'k' ? 2 : 1);
+  bind("c", 0, "n1");  // placed before any cycle
+  EXPECT_EQ(decided(), (Ids{"a", "k", "m", "x"}));
+  bind("k", 0, "n2");  // one of its two tasks: still pending
+  ASSERT_TRUE(st->RemoveJob("x").ok());
+  add("b", 1);  // added after the list was sorted
+  add("z", 1);
+  ASSERT_TRUE(st->RemoveJob("z").ok());  // gone before any cycle saw it
+  EXPECT_EQ(decided(), (Ids{"a", "b", "k", "m"}));
+  ASSERT_TRUE(st->Release("c", 0).ok());  // waiting again
+  ASSERT_TRUE(st->RemoveJob("a").ok());
+  add("a", 1);  // the same id again
+  EXPECT_EQ(decided(), (Ids{"a", "b", "c", "k", "m"}));
+  ASSERT_TRUE(st->RemoveNode("n2").ok());  // k's task loses its node: k stays listed once
+  ASSERT_TRUE(st->RemoveJob("m").ok());
+  EXPECT_EQ(decided(), (Ids{"a", "b", "c", "k"}));
+  EXPECT_EQ(st->pending_count(), 4u);
+}
+
 TEST(Engine, UnknownQueueIsAnErrorDecision) {
   auto doc = ParseYaml(R"(
 nodes: [{name: a, cpu: 4, memory: 8Gi}]

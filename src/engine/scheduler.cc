@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/prefetch.h"
 #include "common/sort_rows.h"
 #include "engine/engine_impl.h"
 #include "engine/state_impl.h"
@@ -190,7 +191,7 @@ class CycleRun {
   std::pair<int64_t, int64_t> QueueKey(int32_t q) const;
 
   // ---- placement ----
-  int32_t ShapeId(const Job& j, const TaskRequest& r);
+  int32_t ShapeId(const JobRec& j, const TaskRequest& r);
   int32_t ShapeIdByKey(const Job& j, const TaskRequest& r);
   bool Passes(const TaskContext& t, const NodeState& n) const;
   FilterVerdict Verdict(const TaskContext& t, const NodeState& n) const;
@@ -359,16 +360,14 @@ std::pair<int64_t, int64_t> CycleRun::QueueKey(int32_t q) const {
   return {below, share * 1000 / std::max(1, r.q.weight)};
 }
 
-int32_t CycleRun::ShapeId(const Job& j, const TaskRequest& r) {
+int32_t CycleRun::ShapeId(const JobRec& j, const TaskRequest& r) {
   // Most jobs carry no selector, affinity or tolerations, and workloads have few distinct
   // requests: look those up by request first (no key string to build).
-  const bool plain = j.node_selector.empty() && j.affinity.required.empty() &&
-                     j.affinity.preferred.empty() && j.tolerations.empty();
-  if (plain)
+  if (j.plain)
     for (const auto& [req, id] : plain_shapes_)
       if (req == r) return id;
-  const int32_t id = ShapeIdByKey(j, r);
-  if (plain && plain_shapes_.size() < 16) plain_shapes_.push_back({r, id});
+  const int32_t id = ShapeIdByKey(*j.spec, r);
+  if (j.plain && plain_shapes_.size() < 16) plain_shapes_.push_back({r, id});
   return id;
 }
 
@@ -1048,17 +1047,6 @@ void CycleRun::BindMemo() {
   memo.typical = configured ? std::vector<TypicalRequest>{} : *ctx_.typical;
 }
 
-// A hint to fetch the cache line at `p`. GCC 12 deletes __builtin_prefetch once
-// PrefetchAhead is inlined into allocate's loop (checked in the object code: none were
-// left, and the cycle did not change); an asm statement stays.
-inline void Prefetch(const void* p) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p);
-#endif
-}
-
 // Allocate walks the jobs in job order, and each job's first touches (its cycle record,
 // JobRec and task allocations, task groups, shape ids, plan entry) land on memory laid
 // out by job id: with jobs of mixed priorities every one was a cache miss. Fetched a few
@@ -1523,10 +1511,9 @@ Plan CycleRun::Run() {
   for (size_t q = 0; q < m_.queues.size(); ++q)
     for (int32_t a = static_cast<int32_t>(q); a >= 0 && !limited_[q]; a = m_.queues[a].parent)
       limited_[q] = EffectiveLimit(m_.queues[a].q).has_value();
-  // Both are sorted by id. When most jobs are pending, or the state keeps no pending set
-  // (borrowed: its build walked every job anyway), walk the jobs (no lookups).
-  const bool walk = m_.borrowed || m_.pending.size() * 8 >= m_.jobs.size();
-  const size_t most = walk ? m_.jobs.size() : m_.pending.size();
+  // By id: a borrowed state's are found by walking its jobs (it keeps no pending list).
+  if (!m_.borrowed) m_.SortPending();
+  const size_t most = m_.borrowed ? m_.jobs.size() : m_.pending.size();
   jobs_.reserve(most);
   sort_keys_.reserve(most * (e_.orders.size() + 1));
   plan_.decisions.reserve(most);
@@ -1536,21 +1523,34 @@ Plan CycleRun::Run() {
     plan_.decisions.emplace_back().job = id;
     pj.rec = &rec;
     const Job& job = *rec.spec;
-    pj.task_count = static_cast<int32_t>(rec.allocations.size());             // job.TaskCount()
-    pj.gang_min = job.min_available > 0 ? job.min_available : pj.task_count;  // GangMinimum()
+    pj.task_count = static_cast<int32_t>(rec.allocations.size());  // job.TaskCount()
+    pj.gang_min = rec.gang_min;
     pj.queue = rec.queue;
     pj.groups = job.groups.data();
-    pj.one_task_per_node = job.one_task_per_node;
+    pj.one_task_per_node = rec.one_task_per_node;
     pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
-    for (const auto& g : job.groups) group_shapes_.push_back(ShapeId(job, g.request));
+    for (const auto& g : job.groups) group_shapes_.push_back(ShapeId(rec, g.request));
     tasks += pj.task_count - rec.running;
     AppendSortKeys(rec);
   };
-  if (walk) {
+  // Each job set up with its definition and task groups fetched a few jobs ahead: in a
+  // backlog of thousands both are cache misses, and setting them up one after the other
+  // was most of a replay's cycle.
+  std::vector<std::pair<const std::string*, JobRec*>> walked;
+  if (m_.borrowed)
     for (auto& [id, rec] : m_.jobs)
-      if (rec.pending()) add(id, rec);
-  } else {
-    for (const std::string& id : m_.pending) add(id, m_.jobs.at(id));
+      if (rec.pending()) walked.push_back({&id, &rec});
+  const auto& pending = m_.borrowed ? walked : m_.pending;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (i + 16 < pending.size()) Prefetch(pending[i + 16].second);
+    if (i + 8 < pending.size()) {
+      const Job* spec = pending[i + 8].second->spec;
+      Prefetch(&spec->priority);  // the order keys and the groups (96 bytes on)
+      Prefetch(&spec->min_available);
+      Prefetch(&spec->attained_gpu_milli_seconds);  // and the progress some orders read
+    }
+    if (i + 4 < pending.size()) Prefetch(pending[i + 4].second->spec->groups.data());
+    add(*pending[i].first, *pending[i].second);
   }
   // Upper bounds, so that these never grow by copying (untouched capacity costs no pages).
   plan_.bindings.reserve(tasks);

@@ -57,7 +57,13 @@ struct JobRec {
   int64_t start_time = -1;                                 // when the gang started; -1 never
   int32_t queue = -1;  // index into Impl::queues; -1 if the queue is unknown
   int32_t running = 0;
+  int32_t listed_at = -1;  // its entry in Impl::pending, or -1 when it has none
   ResourceVector allocated;
+  // Copies of the definition's fields that every cycle reads for every pending job (the
+  // definition spans six cache lines; these sit with the rest of the record).
+  int32_t gang_min = 0;  // spec->GangMinimum()
+  bool one_task_per_node = false;
+  bool plain = false;  // no node selector, affinity or tolerations: placed by its requests alone
   const std::string& id() const { return spec->id; }
   bool pending() const { return running < static_cast<int32_t>(allocations.size()); }
   JobProgress progress() const { return {start_time, allocated.gpu_milli, running}; }
@@ -151,9 +157,18 @@ struct ClusterState::Impl {
   PlacementMemo memo;
 
   std::map<std::string, JobRec> jobs;
-  std::set<std::string> pending;  // ids of jobs with at least one unplaced task; see borrowed
+  // The jobs with a waiting task, for the cycle, which reads them from this array with the
+  // records fetched ahead (a tree walk cannot fetch ahead: it was a third of a replay's
+  // time). Kept lazily, as no bind changes it: entries by id up to `pending_sorted`, then
+  // the jobs that got a waiting task since, unsorted; SortPending drops the entries of
+  // jobs without one and merges. A removed job's entry is emptied ({nullptr, nullptr}).
+  std::vector<std::pair<const std::string*, JobRec*>> pending;
+  size_t pending_sorted = 0;
+  void ListPending(JobRec& j);    // j has a waiting task: an entry, if it has none
+  void UnlistPending(JobRec& j);  // j goes away: empty its entry
+  void SortPending();             // then `pending` is exactly the pending jobs, by id
   // Built by ClusterState::Borrowing for one cycle: its nodes' statics and its jobs are the
-  // snapshot's, and it keeps no `pending` set (the cycle walks every job instead).
+  // snapshot's, and it keeps no `pending` list (the cycle walks every job instead).
   bool borrowed = false;
   std::vector<QueueRec> queues;
   std::map<std::string, int32_t> queue_index;
@@ -166,8 +181,8 @@ struct ClusterState::Impl {
   std::vector<UndoOp> undo;
   std::vector<TaskAllocation> released;  // one per kRelease entry of `undo`, in order
   bool logging = false;                  // record undo ops (during a cycle)
-  // During a cycle the pending set is left alone: every change is rolled back at the end
-  // (or the state is thrown away), and a std::set<string> update per bind is costly.
+  // During a cycle the pending list is left alone: every change is rolled back at the end
+  // (or the state is thrown away).
   bool freeze_pending = false;
   // Classes whose membership changed, for the cycle's per-shape indexes (drained by it).
   std::vector<int32_t> touched;
