@@ -302,9 +302,18 @@ void ClusterState::Impl::RebuildQueues() {
     q.parent = q.q.parent.empty() ? -1 : QueueOf(q.q.parent);
     q.allocated = {};
   }
+  // Parents that loop (a -> b -> a: hosts reject them, but a state may be given one) would
+  // make every walk up the tree endless: the loop is cut at its first queue (by index),
+  // which becomes a root.
+  const int32_t n = static_cast<int32_t>(queues.size());
+  for (int32_t q = 0; q < n; ++q) {
+    int32_t p = queues[q].parent;
+    for (int32_t steps = 0; p >= 0 && p != q && steps < n; ++steps) p = queues[p].parent;
+    if (p == q) queues[q].parent = -1;
+  }
   for (auto& q : queues) {
     q.depth = 0;
-    for (int32_t p = q.parent; p >= 0 && q.depth < 64; p = queues[p].parent) ++q.depth;
+    for (int32_t p = q.parent; p >= 0; p = queues[p].parent) ++q.depth;
   }
   for (auto& [id, j] : jobs) {
     j.queue = QueueOf(j.spec->queue);

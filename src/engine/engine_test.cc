@@ -481,6 +481,35 @@ TEST(ClusterState, ACycleSeesExactlyThePendingJobsInIdOrder) {
   EXPECT_EQ(st->pending_count(), 4u);
 }
 
+// A snapshot whose queue parents loop (the server refuses them; an old store or another
+// host may still hold one) must not hang the cycle: the loop is cut and jobs still place.
+TEST(Engine, QueueParentLoopsDoNotHangTheCycle) {
+  auto doc = ParseYaml(R"(
+nodes: [{name: a, cpu: 4, memory: 8Gi}]
+queues:
+  - {name: self, parent: self}
+  - {name: qa, parent: qb}
+  - {name: qb, parent: qa}
+  - {name: leaf, parent: qa}
+jobs:
+  - {id: j1, queue: self, tasks: [{resources: {cpu: 1}}]}
+  - {id: j2, queue: qb, tasks: [{resources: {cpu: 1}}]}
+  - {id: j3, queue: leaf, tasks: [{resources: {cpu: 1}}]}
+)");
+  ASSERT_TRUE(doc.ok());
+  auto s = SnapshotFromJson(*doc);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto engine = Engine::Create(DefaultEngineConfig());
+  ASSERT_TRUE(engine.ok());
+  Rng rng(1);
+  Plan p = (*engine)->Cycle(*s, 0, rng);
+  ASSERT_EQ(p.decisions.size(), 3u);
+  for (const auto& d : p.decisions) EXPECT_EQ(d.outcome, Outcome::kPlaced) << d.job;
+  auto st = ClusterState::FromSnapshot(*s);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ((*engine)->Cycle(**st, 0, rng).bindings.size(), 3u);
+}
+
 TEST(Engine, UnknownQueueIsAnErrorDecision) {
   auto doc = ParseYaml(R"(
 nodes: [{name: a, cpu: 4, memory: 8Gi}]

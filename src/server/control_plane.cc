@@ -890,9 +890,22 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       return InvalidArgument("kind: jobs go to POST /v1/jobs");
     }
   }
-  for (const auto& [name, q] : queues)
+  for (const auto& [name, q] : queues) {
     if (!q.parent.empty() && queues.count(q.parent) == 0)
       return InvalidArgument("queue " + name + ": spec.parent: unknown queue \"" + q.parent + "\"");
+    // A parent chain that comes back to the queue: no tree (and no end to a walk up it).
+    // (A chain into a loop elsewhere stops after as many steps as there are queues: that
+    // loop's own queues are refused.)
+    std::string path = name;
+    const Queue* at = &q;
+    for (size_t steps = 0; !at->parent.empty() && steps < queues.size(); ++steps) {
+      path += " -> " + at->parent;
+      if (at->parent == name)
+        return InvalidArgument("queue " + name + ": spec.parent: \"" + q.parent +
+                               "\" makes a loop (" + path + ")");
+      at = &queues.at(at->parent);
+    }
+  }
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   queues_ = std::move(queues);
   for (const auto& d : *docs)

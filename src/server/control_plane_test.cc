@@ -113,6 +113,29 @@ class ControlPlaneTest : public ::testing::Test {
   std::unique_ptr<ControlPlane> cp_;
 };
 
+TEST_F(ControlPlaneTest, QueueParentLoopsAreRefusedWithThePath) {
+  auto queue = [](const std::string& name, const std::string& parent) {
+    return "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: " + name +
+           "}\nspec: {weight: 1, parent: " + parent + "}\n";
+  };
+  auto self = cp_->Apply(kAdmin, queue("loop", "loop"));
+  EXPECT_EQ(self.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(self.status().message(),
+            "queue loop: spec.parent: \"loop\" makes a loop (loop -> loop)");
+  ASSERT_TRUE(cp_->Apply(kAdmin, queue("qa", "training")).ok());
+  ASSERT_TRUE(cp_->Apply(kAdmin, queue("qb", "qa")).ok());
+  auto closing = cp_->Apply(kAdmin, queue("qa", "qb"));  // re-parenting qa under its child
+  EXPECT_EQ(closing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(closing.status().message().find("(qa -> qb -> qa)"), std::string::npos)
+      << closing.status().message();
+  // Nothing of the refused documents was kept: the tree is as before, and cycles run.
+  Reopen();
+  Epoch("n1");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("in-qb", 1, 1, "", "qb")).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("in-qb"), "Scheduled");
+}
+
 TEST_F(ControlPlaneTest, SubmitIsDurableAndNamedErrorsAreReturned) {
   auto r = cp_->Submit(kAdmin, JobDoc("j1", 2, 1));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
