@@ -54,9 +54,11 @@ StatusOr<TaskSpec> SpecFromJson(const Json& a, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(integer("task", spec.task));
   TESSERA_RETURN_IF_ERROR(integer("attempt", spec.attempt));
   TESSERA_RETURN_IF_ERROR(integer("gracePeriodSeconds", spec.grace_period_seconds));
-  if (!a.contains("command") || !a["command"].is_array() || a["command"].empty())
-    return InvalidArgument(path + ".command: must be a non-empty list of strings");
-  for (size_t i = 0; i < a["command"].size(); ++i) {
+  // An empty command fails that task when it starts ("command: empty"), not the answer:
+  // refusing a whole answer stops the heartbeats, and the lease then stops every task here.
+  if (a.contains("command") && !a["command"].is_array())
+    return InvalidArgument(path + ".command: must be a list of strings");
+  for (size_t i = 0; a.contains("command") && i < a["command"].size(); ++i) {
     if (!a["command"][i].is_string())
       return InvalidArgument(path + ".command[" + std::to_string(i) + "]: must be a string");
     spec.command.push_back(a["command"][i].get<std::string>());

@@ -279,6 +279,24 @@ TEST_F(AgentTest, RunsDesiredTasksReportsExitServesLogsAndSamplesUtilisation) {
   agent->Stop(true);
 }
 
+// One allocation the agent cannot run (no command: an older server accepted such jobs)
+// fails alone; the answer is still taken, so the other tasks keep running and no lease
+// runs out.
+TEST_F(AgentTest, AnAllocationWithoutACommandFailsAloneAndOthersRun) {
+  FakeServer server;
+  Json bad = Alloc("a-bad", "");
+  bad.erase("command");
+  server.Want("gpu-node-1", Alloc("a-good", "sleep 30"));
+  server.Want("gpu-node-1", bad);
+  auto agent = StartAgent(Options(server.url()));
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-bad") == "failed"; }));
+  EXPECT_NE(server.LastStateOf("a-bad")["message"].get<std::string>().find("command: empty"),
+            std::string::npos)
+      << server.LastStateOf("a-bad");
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-good") == "running"; }));
+  EXPECT_TRUE(agent->last_error().empty()) << agent->last_error();
+}
+
 TEST_F(AgentTest, KillsEveryProcessWhoseAllocationIsNotListed) {
   FakeServer server;
   server.Want("gpu-node-1",

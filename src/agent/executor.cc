@@ -273,7 +273,7 @@ Status Executor::Start(const TaskSpec& spec) {
     Record(*p);
     return Status::Ok();
   };
-  if (spec.command.empty()) return fail("command: empty");
+  if (spec.command.empty()) return fail("command: empty (the job gives no program to run)");
   auto denv = DeviceEnvironment(opt_.node, spec.devices);
   if (!denv.ok()) return fail(denv.status().message());
   const std::string workdir = spec.working_dir.empty() ? dir : spec.working_dir;

@@ -286,7 +286,8 @@ TEST_F(ApiTest, IdempotencyKeyMakesARetryReturnTheStoredJobInsteadOfASecond) {
   EXPECT_EQ(Do("POST", "/v1/jobs", root, Job("idem", "debug")).status, 409);
   // Generated names: a retry does not create a second job either.
   const std::string unnamed =
-      "apiVersion: tessera.io/v1\nkind: Job\nspec:\n  queue: debug\n  tasks: [{replicas: 1}]\n";
+      "apiVersion: tessera.io/v1\nkind: Job\nspec:\n  queue: debug\n  tasks: [{replicas: 1, "
+      "command: [\"true\"]}]\n";
   httplib::Headers key2 = {{"Idempotency-Key", "unnamed-1"}};
   Resp g1 = Do("POST", "/v1/jobs", root, unnamed, key2);
   Resp g2 = Do("POST", "/v1/jobs", root, unnamed, key2);

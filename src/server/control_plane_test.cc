@@ -152,8 +152,9 @@ TEST_F(ControlPlaneTest, SubmitIsDurableAndNamedErrorsAreReturned) {
   EXPECT_EQ(Reasons("j1"), std::vector<std::string>{"Submitted"});
   EXPECT_EQ(Job("j1")["spec"]["templates"][0]["command"][0], "python3");
   // Generated names continue after a restart instead of colliding.
-  auto gen =
-      cp_->Submit(kAdmin, "apiVersion: tessera.io/v1\nkind: Job\nspec: {tasks: [{replicas: 1}]}\n");
+  auto gen = cp_->Submit(kAdmin,
+                         "apiVersion: tessera.io/v1\nkind: Job\nspec: {tasks: [{replicas: 1, "
+                         "command: [\"true\"]}]}\n");
   ASSERT_TRUE(gen.ok()) << gen.status().ToString();
   EXPECT_EQ((*gen)[0]["name"], "job-000002");
 }

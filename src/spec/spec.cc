@@ -748,6 +748,23 @@ StatusOr<Document> ParseDocument(const Json& doc) {
     while (out.job.templates.size() < out.job.job.groups.size()) out.job.templates.emplace_back();
   }
   TESSERA_RETURN_IF_ERROR(top.Finish());
+  // Last, so that what else is wrong is named first. Accepted without a command, a task
+  // could only fail where it lands.
+  for (size_t i = 0; out.kind == Document::Kind::kJob && i < out.job.templates.size(); ++i) {
+    if (!out.job.templates[i].command.empty()) continue;
+    const std::string container = "template.spec.containers[0].command";
+    const std::string path = api == "tessera.io/v1" ? Idx("spec.tasks", i) + ".command"
+                             : kind == "Pod"        ? "spec.containers[0].command"
+                             : api.starts_with("batch.volcano")
+                                 ? Idx("spec.tasks", i) + "." + container
+                                 : "spec." + container;
+    return InvalidArgument(path + ": required (" +
+                           (api == "tessera.io/v1"
+                                ? "the program and its arguments"
+                                : "Tessera runs the first container's command and args as a "
+                                  "process; an image's entrypoint is not run") +
+                           ")");
+  }
   return out;
 }
 

@@ -226,9 +226,26 @@ TEST(Spec, RejectsWithFieldPaths) {
        "nests deeper"},
       {"empty", "  \n# only a comment\n", "empty document"},
       {"multi-doc error names document",
-       "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n"
-       "---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: []}\n",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, command: "
+       "[x]}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: []}\n",
        "document[1]: spec.containers"},
+      {"pod without a command",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: "
+       "x}]}\n",
+       "spec.containers[0].command: required (Tessera runs the first container's command"},
+      {"volcano task without a command",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {name: a, replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}\n"
+       "  - {name: b, replicas: 1, template: {spec: {containers: [{name: c, args: []}]}}}\n",
+       "spec.tasks[1].template.spec.containers[0].command: required"},
+      {"deployment without a command",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: 2\n"
+       "  template: {spec: {containers: [{name: c, image: vllm}]}}\n",
+       "spec.template.spec.containers[0].command: required"},
+      {"tessera task without a command",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{replicas: "
+       "1}]}\n",
+       "spec.tasks[0].command: required (the program and its arguments)"},
   };
   for (const auto& c : cases) {
     auto r = ParseDocuments(c.text);
