@@ -171,12 +171,13 @@ int RunAgent(const AgentFlags& f) {
 void AddAgentCommands(CLI::App& app) {
 #ifdef TESSERA_HAVE_SERVER_HOOKS
   // `tessera server --local-agent`: in-process agents for the seed's inventory (2 nodes x 8
-  // virtual A100-80GB), work dirs under $TESSERA_LOCAL_AGENT_DIR (default data/agents).
-  server::LocalAgentHook() = [](const std::string& url,
-                                const std::string& token) -> server::StopFn {
+  // virtual A100-80GB), work dirs under $TESSERA_LOCAL_AGENT_DIR (default <data dir>/agents).
+  server::LocalAgentHook() = [](const std::string& url, const std::string& token,
+                                const std::string& data_dir) -> server::StopFn {
     agent::LocalAgentsOptions o;
     o.server_url = url;
     o.token = token;
+    o.work_dir = data_dir + "/agents";
     if (const char* d = std::getenv("TESSERA_LOCAL_AGENT_DIR"); d && *d) o.work_dir = d;
     if (const char* inv = std::getenv("TESSERA_LOCAL_AGENT_INVENTORY"); inv && *inv)
       o.inventory = inv;

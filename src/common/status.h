@@ -14,15 +14,16 @@ namespace tessera {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // the request is malformed; retrying the same request cannot help
-  kNotFound,           // a named object does not exist
-  kAlreadyExists,      // a create collided with an existing object
-  kFailedPrecondition, // the system is not in a state where this can happen (e.g. cancel a finished job)
-  kPermissionDenied,   // the caller may not do this
-  kUnauthenticated,    // the caller did not prove who it is
-  kResourceExhausted,  // a limit was hit (body too large, queue full); may succeed later
-  kUnavailable,        // transient: a dependency is down; retry with back-off
-  kInternal,           // a bug or a broken invariant
+  kInvalidArgument,     // the request is malformed; retrying the same request cannot help
+  kNotFound,            // a named object does not exist
+  kAlreadyExists,       // a create collided with an existing object
+  kFailedPrecondition,  // the system is not in a state where this can happen (e.g. cancel a
+                        // finished job)
+  kPermissionDenied,    // the caller may not do this
+  kUnauthenticated,     // the caller did not prove who it is
+  kResourceExhausted,   // a size limit was hit (body too large): the same request never fits
+  kUnavailable,         // transient: a dependency is down; retry with back-off
+  kInternal,            // a bug or a broken invariant
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -37,9 +38,7 @@ class [[nodiscard]] Status {
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
   // True where the same request may succeed later without change.
-  bool retryable() const {
-    return code_ == StatusCode::kUnavailable || code_ == StatusCode::kResourceExhausted;
-  }
+  bool retryable() const { return code_ == StatusCode::kUnavailable; }
   std::string ToString() const;
   // Prefixes the message with context, e.g. a field path: "spec.tasks[0]: " + message.
   Status WithContext(const std::string& context) const;

@@ -843,6 +843,10 @@ StatusOr<PriorityClass> PriorityClassFromJson(const Json& v, const std::string& 
   TESSERA_RETURN_IF_ERROR(r.String("name", pc.name, true));
   int64_t value = 0;
   TESSERA_RETURN_IF_ERROR(r.Int("value", value, true, -2000000000));
+  // Kubernetes' range (system classes go to 2e9); a bigger number must not wrap to 32 bits.
+  if (value > 2000000000)
+    return InvalidArgument(r.Path("value") + ": must be <= 2000000000, got " +
+                           std::to_string(value));
   pc.value = static_cast<int32_t>(value);
   TESSERA_RETURN_IF_ERROR(r.String("preemptionPolicy", policy));
   TESSERA_RETURN_IF_ERROR(r.Bool("globalDefault", pc.global_default));

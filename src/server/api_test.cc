@@ -151,6 +151,10 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
        400, "spec.colour: unknown field"},
       {"sbatch bad directive", "POST", "/v1/jobs", root, "#!/bin/bash\n#SBATCH --nodes=-3\n", 400,
        "line 2: --nodes"},
+      {"token without a name", "POST", "/v1/tokens", root, R"({"name": "", "role": "admin"})", 400,
+       "name: must not be empty"},
+      {"token name with a slash", "POST", "/v1/tokens", root, R"({"name": "a/b", "role": "admin"})",
+       400, "no spaces, control characters or '/'"},
       {"no token", "GET", "/v1/jobs", "", "", 401, "missing Authorization"},
       {"bad token", "GET", "/v1/jobs", "wrong-token-xxxxxxxxxx", "", 401, "unknown or revoked"},
       {"bad limit", "GET", "/v1/jobs?limit=abc", root, "", 400, "limit: expected an integer"},
@@ -172,6 +176,8 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
         << c.name << ": body " << r.raw.substr(0, 200);
     std::string msg = r.body["error"]["message"];
     EXPECT_NE(msg.find(c.want), std::string::npos) << c.name << ": message \"" << msg << "\"";
+    // Sending any of these again cannot help.
+    EXPECT_EQ(r.body["error"]["retryable"], false) << c.name;
   }
   // Still serving, nothing half-accepted.
   EXPECT_EQ(Do("GET", "/healthz", "").status, 200);

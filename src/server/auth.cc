@@ -113,6 +113,14 @@ StatusOr<TokenEntry> TokenRegistry::FromJson(const Json& v, const std::string& p
   TESSERA_RETURN_IF_ERROR(r.String("sha256", e.sha256_hex));
   TESSERA_RETURN_IF_ERROR(r.String("origin", e.origin));
   TESSERA_RETURN_IF_ERROR(r.Finish());
+  // The name is who the token is for (audit records, listings) and a store key.
+  if (e.principal.name.empty()) return InvalidArgument(r.Path("name") + ": must not be empty");
+  for (unsigned char c : e.principal.name)
+    if (c <= ' ' || c == '/' || c == 0x7f)
+      return InvalidArgument(r.Path("name") + ": \"" + e.principal.name +
+                             "\": no spaces, control characters or '/'");
+  if (e.principal.name.size() > 253)
+    return InvalidArgument(r.Path("name") + ": at most 253 characters");
   auto parsed = ParseRole(role);
   if (!parsed.ok()) return parsed.status().WithContext(r.Path("role"));
   e.principal.role = *parsed;

@@ -863,6 +863,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
   std::vector<store::Op> ops;
   std::vector<Json> out;
   std::map<std::string, Queue> queues = queues_;
+  std::map<std::string, PriorityClass> pcs = priority_classes_;
   for (const auto& d : *docs) {
     if (d.kind == spec::Document::Kind::kQueue) {
       const Queue& q = d.queue;
@@ -878,11 +879,12 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
                 {"value", pc.value},
                 {"preemptionPolicy", pc.preempt_lower ? "PreemptLowerPriority" : "Never"},
                 {"globalDefault", pc.global_default}};
-      auto old = priority_classes_.find(pc.name);
-      if (old != priority_classes_.end() && old->second.value == pc.value &&
+      auto old = pcs.find(pc.name);
+      if (old != pcs.end() && old->second.value == pc.value &&
           old->second.preempt_lower == pc.preempt_lower &&
           old->second.global_default == pc.global_default)
         continue;
+      pcs[pc.name] = pc;
       ops.push_back(store::Op::Put("pcs/" + pc.name, j.dump()));
       AddAudit(ops, p, "apply", "priorityclass/" + pc.name, "ok");
       out.push_back({{"kind", "PriorityClass"}, {"name", pc.name}});
@@ -906,11 +908,24 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       at = &queues.at(at->parent);
     }
   }
+  // One global default at most, as Kubernetes: with two, which one a job gets is a guess.
+  const PriorityClass* global = nullptr;
+  for (const auto& [name, pc] : pcs) {
+    if (!pc.global_default) continue;
+    if (global != nullptr) {
+      const bool second_is_new =
+          priority_classes_.count(name) == 0 || !priority_classes_.at(name).global_default;
+      const std::string& added = second_is_new ? name : global->name;
+      const std::string& kept = second_is_new ? global->name : name;
+      return InvalidArgument("priorityclass " + added + ": globalDefault: \"" + kept +
+                             "\" is the global default already (only one may be; set its "
+                             "globalDefault to false first)");
+    }
+    global = &pc;
+  }
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   queues_ = std::move(queues);
-  for (const auto& d : *docs)
-    if (d.kind == spec::Document::Kind::kPriorityClass)
-      priority_classes_[d.priority_class.name] = d.priority_class;
+  priority_classes_ = std::move(pcs);
   return out;
 }
 

@@ -136,6 +136,29 @@ TEST_F(ControlPlaneTest, QueueParentLoopsAreRefusedWithThePath) {
   EXPECT_EQ(State("in-qb"), "Scheduled");
 }
 
+TEST_F(ControlPlaneTest, OneGlobalDefaultPriorityClassAndNoWrappedValues) {
+  auto pc = [](const std::string& name, const std::string& value, bool global) {
+    return "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: " + name +
+           "}\nvalue: " + value + "\nglobalDefault: " + (global ? "true" : "false") + "\n";
+  };
+  ASSERT_TRUE(cp_->Apply(kAdmin, pc("low", "10", true)).ok());
+  auto second = cp_->Apply(kAdmin, pc("other", "20", true));
+  EXPECT_EQ(second.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(second.status().message(),
+            "priorityclass other: globalDefault: \"low\" is the global default already (only "
+            "one may be; set its globalDefault to false first)");
+  // Moving the default in one apply is fine.
+  ASSERT_TRUE(cp_->Apply(kAdmin, pc("low", "10", false) + "---\n" + pc("other", "20", true)).ok());
+  auto wrapped = cp_->Apply(kAdmin, pc("huge", "4294967301", false));
+  EXPECT_NE(wrapped.status().message().find("must be <= 2000000000, got 4294967301"),
+            std::string::npos)
+      << wrapped.status().message();
+  Reopen();
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("j", 1, 0)).ok());
+  EXPECT_EQ(Job("j")["priorityClass"], "other");
+  EXPECT_EQ(Job("j")["priority"], 20);
+}
+
 TEST_F(ControlPlaneTest, SubmitIsDurableAndNamedErrorsAreReturned) {
   auto r = cp_->Submit(kAdmin, JobDoc("j1", 2, 1));
   ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -1,9 +1,10 @@
 // Hooks the `tessera server` command offers to components linked above the server.
 //
 // LocalAgentHook: with --local-agent, the server command calls it once the API is up, with
-// the API's URL and an agent token; it starts in-process node agents (src/agent) and returns
-// a function that stops them. Unset (the default), --local-agent only prints a notice.
-// Set it before the command runs (e.g. from a static initialiser in src/cli/agent_cmd.cc).
+// the API's URL, an agent token and the server's data dir; it starts in-process node agents
+// (src/agent) and returns a function that stops them. Unset (the default), --local-agent only
+// prints a notice. Set it before the command runs (e.g. from a static initialiser in
+// src/cli/agent_cmd.cc).
 //
 // PoolHooks: each is called once the control plane is loaded and the API is up, before the
 // local agents; it connects a pool that another system runs (Slurm:
@@ -23,8 +24,8 @@ namespace tessera::server {
 class ControlPlane;
 
 using StopFn = std::function<void()>;
-using LocalAgentStarter =
-    std::function<StopFn(const std::string& server_url, const std::string& agent_token)>;
+using LocalAgentStarter = std::function<StopFn(
+    const std::string& server_url, const std::string& agent_token, const std::string& data_dir)>;
 LocalAgentStarter& LocalAgentHook();
 
 using PoolStarter = std::function<StatusOr<StopFn>(ControlPlane& cp)>;

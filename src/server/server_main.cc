@@ -199,7 +199,7 @@ Status RunServer(const ServerFlags& flags) {
   StopFn stop_agents;
   if (flags.local_agent) {
     if (LocalAgentHook()) {
-      stop_agents = LocalAgentHook()(server.url(), agent_token);
+      stop_agents = LocalAgentHook()(server.url(), agent_token, flags.data_dir);
     } else {
       std::fprintf(stderr,
                    "tessera server: --local-agent: no in-process agent is linked into this build; "

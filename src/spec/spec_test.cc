@@ -203,6 +203,14 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: x}\nspec: {running: [], tasks: "
        "[{}]}\n",
        "spec.running: set by the server"},
+      {"priority wider than 32 bits",
+       "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: p}\nvalue: "
+       "4294967301\n",
+       "value: must be <= 2000000000, got 4294967301"},
+      {"user priority above 1e9",
+       "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: p}\nvalue: "
+       "2000000000\n",
+       "must be <= 1000000000, got 2000000000"},
       {"sbatch unknown directive", "#!/bin/bash\n#SBATCH --frobnicate=3\necho\n",
        "line 2: --frobnicate"},
       {"sbatch bad gres", "#!/bin/bash\n#SBATCH --gres=gpu:-1\n", "line 2: --gres"},
