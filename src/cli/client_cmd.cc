@@ -670,8 +670,12 @@ void AddClientCommands(CLI::App& app) {
       std::printf("User:           %s\n", S(j, "user").c_str());
       std::printf("State:          %s\n", S(j, "state").c_str());
       std::printf("Attempt:        %s\n", S(j, "attempt").c_str());
-      if (j.value("attainedGpuSeconds", int64_t{0}) > 0)  // what `las` orders a requeued job by
-        std::printf("Earlier runs:   %s GPU-seconds held\n", S(j, "attainedGpuSeconds").c_str());
+      // What `las` orders a requeued job by: the runs that ended (the current one is apart).
+      if (j.value("attainedGpuSeconds", int64_t{0}) > 0)
+        std::printf(j.value("runStartedAt", int64_t{-1}) >= 0
+                        ? "Earlier runs:   %s GPU-seconds held\n"
+                        : "GPU time:       %s GPU-seconds held (runs that ended)\n",
+                    S(j, "attainedGpuSeconds").c_str());
       std::printf("Tasks:          %s (gang minimum %s), GPUs %s\n", S(j, "tasks").c_str(),
                   S(j, "minAvailable").c_str(), S(j, "gpus").c_str());
       std::printf("Restart policy: onFailure=%s onEviction=%s maxRetries=%s\n",

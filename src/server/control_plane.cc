@@ -1117,6 +1117,7 @@ void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j) {
   }
   if (static_cast<int32_t>(succeeded.size()) == j.spec.job.TaskCount() ||
       (!live && !succeeded.empty())) {
+    EndAttempt(j);
     j.state = JobState::kSucceeded;
     j.finished_at = Now();
     j.message = std::to_string(succeeded.size()) + " task(s) succeeded";
@@ -1270,24 +1271,30 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
       Allocation& a = ai->second;
       if (state == "running") reported.insert(aid);
       auto ji = jobs_.find(a.job);
+      // The job has started once a task of its attempt runs, also one that was over before
+      // any heartbeat saw it running (a quick task: it went from assigned to final).
+      auto started = [&] {
+        if (ji == jobs_.end() || ji->second.state != JobState::kScheduled ||
+            ji->second.attempt != a.attempt)
+          return;
+        JobRecord& j = ji->second;
+        j.state = JobState::kRunning;
+        if (j.started_at < 0) j.started_at = Now();
+        ops.push_back(JobOp(j));
+        AddEvent(ops, "Normal", "Started", "job/" + j.id(),
+                 "task " + std::to_string(a.task) + " running on " + node_name);
+      };
       if (state == "running") {
         if (a.state == AllocState::kAssigned) {
           a.state = AllocState::kRunning;
           ops.push_back(AllocOp(a));
-          if (ji != jobs_.end() && ji->second.state == JobState::kScheduled &&
-              ji->second.attempt == a.attempt) {
-            JobRecord& j = ji->second;
-            j.state = JobState::kRunning;
-            if (j.started_at < 0) j.started_at = Now();
-            ops.push_back(JobOp(j));
-            AddEvent(ops, "Normal", "Started", "job/" + j.id(),
-                     "task " + std::to_string(a.task) + " running on " + node_name);
-          }
+          started();
         }
         continue;
       }
       if (state != "succeeded" && state != "failed" && state != "killed") continue;
       if (!a.HoldsDevices()) continue;  // already final
+      if (a.state == AllocState::kAssigned) started();
       bool expected_stop = a.state == AllocState::kStopping || a.state == AllocState::kLost;
       a.exit_code = t.value("exitCode", 0);
       a.finished_at = Now();

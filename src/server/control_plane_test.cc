@@ -219,6 +219,36 @@ TEST_F(ControlPlaneTest, LifecycleScheduledRunningSucceededWithTorchrunEnv) {
                                       "TaskSucceeded", "Completed"}));
 }
 
+// A task over before any heartbeat saw it running (assigned, then succeeded) still started
+// its job; and a finished job's GPU time is counted whether it succeeded or not.
+TEST_F(ControlPlaneTest, AQuickJobHasStartedAndItsGpuTimeIsCounted) {
+  int64_t epoch = Epoch("node-a");
+  for (const char* name : {"quick", "cancelled"})
+    ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc(name, 1, 2)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json desired = Beat("node-a", epoch);
+  ASSERT_EQ(desired["allocations"].size(), 2u);
+  std::map<std::string, std::string> alloc;
+  for (const auto& a : desired["allocations"]) alloc[a["job"]] = a["allocation"];
+  const int64_t bound = clock_.now;
+  clock_.now += 30;
+  Beat("node-a", epoch, {Task(alloc["quick"], "succeeded"), Task(alloc["cancelled"], "running")});
+  Json quick = Job("quick");
+  EXPECT_EQ(quick["state"], "Succeeded");
+  EXPECT_EQ(quick["startedAt"], bound + 30);
+  EXPECT_EQ(quick["attainedGpuSeconds"], 60);  // 2 GPUs x 30 s
+  EXPECT_EQ(Reasons("quick"), (std::vector<std::string>{"Submitted", "Scheduled", "Started",
+                                                        "TaskSucceeded", "Completed"}));
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "cancelled").ok());
+  Beat("node-a", epoch, {Task(alloc["cancelled"], "killed")});
+  Json cancelled = Job("cancelled");
+  EXPECT_EQ(cancelled["state"], "Cancelled");
+  EXPECT_EQ(cancelled["attainedGpuSeconds"], 60);
+  // Ended either way, neither has a current run.
+  EXPECT_EQ(quick["runStartedAt"], -1);
+  EXPECT_EQ(cancelled["runStartedAt"], -1);
+}
+
 TEST_F(ControlPlaneTest, FailuresFollowTheRestartPolicyAndRetryLimit) {
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(
@@ -336,18 +366,18 @@ TEST_F(ControlPlaneTest, EventRetentionKeepsTheNewestPerJobAndCompactsTheStore) 
       cp_->Submit(kAdmin, JobDoc("flaky", 1, 1,
                                  "  restartPolicy: {onFailure: RestartJob, maxRetries: -1}\n"))
           .ok());
-  for (int i = 0; i < 3; ++i) {  // each round: Scheduled, TaskFailed, Requeued
+  for (int i = 0; i < 3; ++i) {  // each round: Scheduled, Started, TaskFailed, Requeued
     ASSERT_TRUE(cp_->RunCycle().ok());
     std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
     Beat("node-a", epoch, {Task(id, "failed", 1)});
   }
-  // 1 + 3 x 3 = 10 events happened; the job keeps its newest 4, in order.
+  // 1 + 3 x 4 = 13 events happened; the job keeps its newest 4, in order.
   auto ev = cp_->ListEvents(kAdmin, "flaky", 0, 100);
   ASSERT_TRUE(ev.ok());
   ASSERT_EQ((*ev)["items"].size(), 4u);
   EXPECT_EQ((*ev)["items"][3]["reason"], "Requeued");
   EXPECT_EQ(Reasons("flaky"),
-            (std::vector<std::string>{"Requeued", "Scheduled", "TaskFailed", "Requeued"}));
+            (std::vector<std::string>{"Scheduled", "Started", "TaskFailed", "Requeued"}));
   EXPECT_EQ(stored_events(), cp_->counts().events) << "dropped events are deleted from the store";
   EXPECT_EQ(cp_->counts().events, 5u);  // the job's 4 and node-a's NodeRegistered
 
