@@ -198,6 +198,8 @@ Status ControlPlane::Load() {
     r.run_started_at = j.value(
         "runStartedAt", r.state == JobState::kPending || IsTerminal(r.state) ? -1 : r.started_at);
     r.attained_gpu_milli_seconds = j.value("attainedGpuMilliSeconds", int64_t{0});
+    r.failures_in_a_row = j.value("failuresInARow", 0);
+    r.backoff_until = j.value("backoffUntil", int64_t{0});
     r.message = j.value("message", "");
     next_job_seq_ = std::max(next_job_seq_, r.seq + 1);
     std::string id = r.id();
@@ -289,6 +291,8 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
   o["finishedAt"] = j.finished_at;
   if (j.run_started_at >= 0) o["runStartedAt"] = j.run_started_at;
   if (j.attained_gpu_milli_seconds) o["attainedGpuMilliSeconds"] = j.attained_gpu_milli_seconds;
+  if (j.failures_in_a_row) o["failuresInARow"] = j.failures_in_a_row;
+  if (j.backoff_until) o["backoffUntil"] = j.backoff_until;
   if (!j.message.empty()) o["message"] = j.message;
   return store::Op::Put("jobs/" + j.id(), o.dump());
 }
@@ -501,7 +505,14 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["runningTasks"] = running;
   o["nodes"] = std::vector<std::string>(nodes.begin(), nodes.end());
   if (!j.message.empty()) o["message"] = j.message;
-  if (j.state == JobState::kPending && !j.pending.code.empty()) {
+  if (j.backoff_until > Now() && j.state != JobState::kTerminating && !IsTerminal(j.state)) {
+    o["backoffUntil"] = j.backoff_until;
+    if (j.state == JobState::kPending)
+      o["pendingReason"] = {{"code", "BackOff"},
+                            {"message", "restarting after " + std::to_string(j.failures_in_a_row) +
+                                            " failure(s) in a row: next try in " +
+                                            std::to_string(j.backoff_until - Now()) + " s"}};
+  } else if (j.state == JobState::kPending && !j.pending.code.empty()) {
     Json pr = {{"code", j.pending.code}, {"message", j.pending.message}};
     if (!j.pending.resource.empty()) pr["resource"] = j.pending.resource;
     if (!j.pending.rejected_nodes.empty()) pr["rejectedNodes"] = j.pending.rejected_nodes;
@@ -1067,25 +1078,49 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
   int32_t max = j.spec.restart.max_retries;
   int32_t retries = j.attempt - 1 + j.task_restarts;
   bool retries_left = eviction || max < 0 || retries < max;
+  // A failure restart waits (crash-loop back-off); an eviction restarts at once.
+  std::string wait;
+  if (!eviction && retries_left && action != spec::FailureAction::kFailJob) {
+    const int64_t wait_seconds = BackOff(j);
+    if (wait_seconds > 0)
+      wait = ", in " + std::to_string(wait_seconds) + " s (failure " +
+             std::to_string(j.failures_in_a_row) + " in a row)";
+  }
   if (action == spec::FailureAction::kRestartTask && retries_left) {
     // Volcano RestartTask: the failed task alone goes back to the engine (the job's snapshot
     // misses that one placement, so the next cycle places it); the rest keeps running.
     j.task_restarts += 1;
     AddEvent(ops, "Warning", reason, "job/" + j.id(),
              message + "; restarting task " + std::to_string(task) + " alone (retry " +
-                 std::to_string(retries + 1) + (max < 0 ? "" : " of " + std::to_string(max)) + ")");
+                 std::to_string(retries + 1) + (max < 0 ? "" : " of " + std::to_string(max)) + ")" +
+                 wait);
     ops.push_back(JobOp(j));
     return;
   }
   if (action == spec::FailureAction::kRestartJob && retries_left) {
-    Terminate(ops, j, JobState::kPending, reason,
-              message + "; restarting the job (attempt " + std::to_string(j.attempt + 1) + ")");
+    Terminate(
+        ops, j, JobState::kPending, reason,
+        message + "; restarting the job (attempt " + std::to_string(j.attempt + 1) + ")" + wait);
   } else {
     std::string why = action != spec::FailureAction::kFailJob
                           ? message + "; retry limit " + std::to_string(max) + " reached"
                           : message;
     Terminate(ops, j, JobState::kFailed, reason, why);
   }
+}
+
+int64_t ControlPlane::BackOff(JobRecord& j) {
+  const int64_t now = Now();
+  if (j.run_started_at >= 0 && now - j.run_started_at >= options_.restart_backoff_reset_seconds)
+    j.failures_in_a_row = 0;  // it ran a good while: this failure is not a crash loop
+  j.failures_in_a_row += 1;
+  if (options_.restart_backoff_seconds <= 0) return 0;
+  int64_t wait = options_.restart_backoff_seconds;
+  for (int32_t i = 1; i < j.failures_in_a_row && wait < options_.restart_backoff_max_seconds; ++i)
+    wait *= 2;
+  wait = std::min(wait, options_.restart_backoff_max_seconds);
+  j.backoff_until = now + wait;
+  return wait;
 }
 
 void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j) {
@@ -1461,12 +1496,15 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     std::vector<const Allocation*> hold =
         holding.count(id) ? holding.at(id) : std::vector<const Allocation*>{};
     bool pending = j.state == JobState::kPending;
+    // Backing off after a failure: nothing of it to place yet (a running job's own tasks are
+    // then placeholders below, so that its restarting task waits too).
+    const bool backing_off = j.backoff_until > Now();
     if (pending) {
-      s.jobs.push_back(job);
+      if (!backing_off) s.jobs.push_back(job);
       if (hold.empty()) continue;
     }
     // A job exactly as the engine models it: each live task of the current attempt placed once.
-    bool exact = j.state == JobState::kScheduled || j.state == JobState::kRunning;
+    bool exact = !backing_off && (j.state == JobState::kScheduled || j.state == JobState::kRunning);
     for (const Allocation* a : hold) {
       if (a->attempt != j.attempt || !a->Live() || job.allocations[a->task])
         exact = false;

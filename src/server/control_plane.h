@@ -100,6 +100,11 @@ struct JobRecord {
   // earlier attempts, for least-attained-service ordering (the engine's `las`).
   int64_t run_started_at = -1;
   int64_t attained_gpu_milli_seconds = 0;
+  // Crash-loop back-off: restarts after failures in a row (a run that lasted
+  // restart_backoff_reset_seconds starts the count over), and no placement before
+  // backoff_until. Evictions are the scheduler's doing and add none.
+  int32_t failures_in_a_row = 0;
+  int64_t backoff_until = 0;
   std::string message;
   std::vector<std::string> allocations;  // every allocation of every attempt, in order
   // Not persisted: the engine's latest verdict while pending.
@@ -143,6 +148,12 @@ struct ControlPlaneOptions {
   int64_t cycle_period_ms = 1000;      // scheduling cycles at least this often
   int64_t cycle_min_interval_ms = 50;  // and at most this often when events trigger them
   bool run_scheduler = true;           // false: cycles only through RunCycle() (tests)
+  // A job restarted after a failure waits restart_backoff_seconds, doubling with each failure
+  // in a row up to restart_backoff_max_seconds (Kubernetes' CrashLoopBackOff: 10 s to 5 min);
+  // a run of restart_backoff_reset_seconds starts the count over. 0 = restart at once.
+  int64_t restart_backoff_seconds = 10;
+  int64_t restart_backoff_max_seconds = 300;
+  int64_t restart_backoff_reset_seconds = 600;
   // Event retention (docs/lifecycle.md): a job keeps its newest max_events_per_job events;
   // in all at most max_events are kept, none older than event_ttl_seconds. The oldest go
   // first, deleted from the store too. 0 = no bound.
@@ -258,6 +269,9 @@ class ControlPlane {
   // A Terminating job whose live allocations are all gone moves on.
   void MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j);
   void EndAttempt(JobRecord& j);
+  // Counts a failure that restarts the job or a task, and sets when it may be placed again;
+  // returns the wait in seconds (0: at once).
+  int64_t BackOff(JobRecord& j);
   // Applies the job's restart policy after losing tasks (failure or eviction). `task` is the
   // failed task when one task failed (RestartTask restarts only it); -1 otherwise.
   void OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,

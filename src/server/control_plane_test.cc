@@ -262,6 +262,18 @@ TEST_F(ControlPlaneTest, FailuresFollowTheRestartPolicyAndRetryLimit) {
     EXPECT_EQ(d["allocations"][0]["attempt"], attempt);
     std::string id = d["allocations"][0]["allocation"];
     Beat("node-a", epoch, {Task(id, "failed", 3)});
+    if (attempt == 1) {
+      // Crash-loop back-off: pending, and not placed for 10 s.
+      Json j = Job("flaky");
+      EXPECT_EQ(j["state"], "Pending");
+      EXPECT_EQ(j["pendingReason"]["code"], "BackOff");
+      EXPECT_EQ(j["pendingReason"]["message"],
+                "restarting after 1 failure(s) in a row: next try in 10 s");
+      ASSERT_TRUE(cp_->RunCycle().ok());
+      EXPECT_EQ(State("flaky"), "Pending");
+      EXPECT_TRUE(Beat("node-a", epoch)["allocations"].empty());
+      clock_.now += 10;
+    }
   }
   Json j = Job("flaky");
   EXPECT_EQ(j["state"], "Failed");
@@ -271,6 +283,38 @@ TEST_F(ControlPlaneTest, FailuresFollowTheRestartPolicyAndRetryLimit) {
   EXPECT_NE(std::find(r.begin(), r.end(), "Requeued"), r.end());
   // Allocation ids are never reused.
   EXPECT_NE(j["allocations"][0]["id"], j["allocations"][1]["id"]);
+}
+
+// Crash-loop back-off, as Kubernetes': 10 s doubling to 5 min; a run of 10 minutes starts
+// the count over. Evictions restart at once.
+TEST_F(ControlPlaneTest, CrashLoopBackOffDoublesToFiveMinutesAndResetsAfterALongRun) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(
+      cp_->Submit(kAdmin, JobDoc("loop", 1, 1,
+                                 "  restartPolicy: {onFailure: RestartJob, maxRetries: -1}\n"))
+          .ok());
+  auto run_and_fail = [&](int64_t run_for) {
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    Json d = Beat("node-a", epoch);
+    ASSERT_EQ(d["allocations"].size(), 1u);
+    std::string id = d["allocations"][0]["allocation"];
+    Beat("node-a", epoch, {Task(id, "running")});
+    clock_.now += run_for;
+    Beat("node-a", epoch, {Task(id, "failed", 1)});
+  };
+  std::vector<int64_t> waits;
+  for (int i = 0; i < 7; ++i) {
+    run_and_fail(5);
+    Json j = Job("loop");
+    waits.push_back(j["backoffUntil"].get<int64_t>() - clock_.now);
+    clock_.now += waits.back() - 1;
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    EXPECT_EQ(State("loop"), "Pending") << "one second before the back-off ends";
+    clock_.now += 1;
+  }
+  EXPECT_EQ(waits, (std::vector<int64_t>{10, 20, 40, 80, 160, 300, 300}));
+  run_and_fail(600);  // a run of 10 minutes: not a crash loop any more
+  EXPECT_EQ(Job("loop")["backoffUntil"].get<int64_t>() - clock_.now, 10);
 }
 
 TEST_F(ControlPlaneTest, RestartTaskRestartsOnlyTheFailedTask) {
@@ -297,6 +341,11 @@ TEST_F(ControlPlaneTest, RestartTaskRestartsOnlyTheFailedTask) {
     EXPECT_EQ(j["state"], "Running") << retry;
     EXPECT_EQ(j["attempt"], 1);
     EXPECT_EQ(j["runningTasks"], 2);
+    // The task waits out its back-off (10 s, then 20 s: failures in a row) before it is
+    // placed again; the others keep their allocations meanwhile.
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    EXPECT_EQ(Beat("node-a", epoch)["allocations"].size(), 2u) << retry;
+    clock_.now += retry == 1 ? 10 : 20;
     ASSERT_TRUE(cp_->RunCycle().ok());
     d = Beat("node-a", epoch);
     ASSERT_EQ(d["allocations"].size(), 3u) << retry;
@@ -318,7 +367,7 @@ TEST_F(ControlPlaneTest, RestartTaskRestartsOnlyTheFailedTask) {
   auto r = Reasons("tt");
   EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
   EXPECT_NE(Job("tt")["events"][r.size() - 2]["message"].get<std::string>().find(
-                "restarting task 1 alone (retry 2 of 2)"),
+                "restarting task 1 alone (retry 2 of 2), in 20 s (failure 2 in a row)"),
             std::string::npos);
   // The retry count survives a restart of the server.
   Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
@@ -370,6 +419,7 @@ TEST_F(ControlPlaneTest, EventRetentionKeepsTheNewestPerJobAndCompactsTheStore) 
     ASSERT_TRUE(cp_->RunCycle().ok());
     std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
     Beat("node-a", epoch, {Task(id, "failed", 1)});
+    if (i < 2) clock_.now += 40;  // its crash-loop back-off (10 s, 20 s)
   }
   // 1 + 3 x 4 = 13 events happened; the job keeps its newest 4, in order.
   auto ev = cp_->ListEvents(kAdmin, "flaky", 0, 100);
