@@ -205,6 +205,7 @@ class CycleRun {
   bool QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const;
   bool Infeasible(PendingJob& pj, int32_t task);
   Failure CountRejections(PendingJob& pj, int32_t task);
+  Failure CountNeverFits(PendingJob& pj, int32_t task);
   void BuildCapacityNodes();
   int32_t NodesEverHolding(const Job& job);
   void DistinctNodesReason(PendingJob& pj, const Failure& f, const Failure& counted,
@@ -713,6 +714,21 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
   }
 }
 
+// The rejections' summary: the Kubernetes-style message, the code, the resource most
+// nodes lacked, over a cluster of `nodes` nodes.
+Failure SummariseRejections(Failure f, const std::map<std::string, int32_t>& by_resource,
+                            int32_t nodes) {
+  f.message = KubeMessage(nodes, f.rejected);
+  f.code = by_resource.empty() ? "NoMatchingNode" : "Insufficient";
+  int32_t most = 0;
+  for (const auto& [res, n] : by_resource)
+    if (n > most) {
+      most = n;
+      f.resource = res;
+    }
+  return f;
+}
+
 Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
   const Job& job = *pj.rec->spec;
   const TaskRequest& req = job.GroupOfTask(task).request;
@@ -720,7 +736,6 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
   TaskContext t{&job, task, &req, &ctx_, &none, &m_.nodes, -1};
   Failure f;
   std::map<std::string, int32_t> by_resource;
-  bool any_resource = false;
   for (int32_t cls : m_.live_classes) {
     const auto& members = m_.SortedMembers(cls);
     FilterVerdict v = Verdict(t, m_.nodes[members.front()]);
@@ -731,20 +746,31 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
       continue;
     }
     f.rejected[v.reason] += static_cast<int32_t>(members.size());
-    if (!v.resource.empty()) {
-      by_resource[v.resource] += static_cast<int32_t>(members.size());
-      any_resource = true;
-    }
+    if (!v.resource.empty()) by_resource[v.resource] += static_cast<int32_t>(members.size());
   }
-  f.message = KubeMessage(static_cast<int32_t>(m_.nodes.size()), f.rejected);
-  f.code = any_resource ? "Insufficient" : "NoMatchingNode";
-  int32_t most = 0;
-  for (const auto& [res, n] : by_resource)
-    if (n > most) {
-      most = n;
-      f.resource = res;
-    }
-  return f;
+  return SummariseRejections(std::move(f), by_resource, static_cast<int32_t>(m_.nodes.size()));
+}
+
+// Why a task can never fit: the verdicts against every node as it would be empty, ready and
+// uncordoned (as Infeasible decides). The busy cluster's verdicts would name what is short
+// at the moment (GPUs in use) rather than what no node has (the CPU asked for).
+Failure CycleRun::CountNeverFits(PendingJob& pj, int32_t task) {
+  const Job& job = *pj.rec->spec;
+  const TaskRequest& req = job.GroupOfTask(task).request;
+  std::vector<int32_t> none;
+  TaskContext t{&job, task, &req, &ctx_, &none, &m_.nodes, -1};
+  BuildCapacityNodes();
+  std::vector<int32_t> per_signature(capacity_nodes_.size(), 0);
+  for (int32_t s : m_.node_signature) ++per_signature[s];
+  Failure f;
+  std::map<std::string, int32_t> by_resource;
+  for (size_t s = 0; s < capacity_nodes_.size(); ++s) {
+    FilterVerdict v = Verdict(t, EmptyNodeState(capacity_nodes_[s].get(), 0));
+    if (v.ok()) continue;
+    f.rejected[v.reason] += per_signature[s];
+    if (!v.resource.empty()) by_resource[v.resource] += per_signature[s];
+  }
+  return SummariseRejections(std::move(f), by_resource, static_cast<int32_t>(m_.nodes.size()));
 }
 
 void CycleRun::Finalize() {
@@ -755,17 +781,21 @@ void CycleRun::Finalize() {
     Failure failure;
     std::shared_ptr<const PendingReason> plain;
   };
-  std::map<std::pair<int32_t, bool>, Counted> cache;
+  std::map<std::tuple<int32_t, bool, bool>, Counted> cache;  // (shape, fenced, infeasible)
   std::vector<bool> saved;
   for (auto& pj : jobs_) {
     if (pj.failure < 0) continue;
     Failure& f = failures_[pj.failure];
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
-      auto key = std::make_pair(f.shape, f.fenced);
+      auto key = std::make_tuple(f.shape, f.fenced, f.infeasible);
       auto it = cache.find(key);
       if (it == cache.end()) {
         if (!f.fenced) saved.swap(fenced_);
-        it = cache.emplace(key, Counted{CountRejections(pj, f.task), nullptr}).first;
+        it = cache
+                 .emplace(key, Counted{f.infeasible ? CountNeverFits(pj, f.task)
+                                                    : CountRejections(pj, f.task),
+                                       nullptr})
+                 .first;
         if (!f.fenced) saved.swap(fenced_);
       }
       const Failure& c = it->second.failure;
