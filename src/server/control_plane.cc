@@ -1005,8 +1005,10 @@ void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState
   j.state = JobState::kTerminating;
   j.after_termination = next;
   j.message = message;
-  AddEvent(ops, next == JobState::kCancelled || next == JobState::kFailed ? "Warning" : "Normal",
-           reason, "job/" + j.id(), message);
+  // A failed task is worth a warning also when the job restarts (docs/lifecycle.md).
+  const bool warn =
+      next == JobState::kCancelled || next == JobState::kFailed || reason == "TaskFailed";
+  AddEvent(ops, warn ? "Warning" : "Normal", reason, "job/" + j.id(), message);
   if (!any)
     MaybeFinishTermination(ops, j);
   else

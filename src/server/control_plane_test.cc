@@ -281,6 +281,13 @@ TEST_F(ControlPlaneTest, FailuresFollowTheRestartPolicyAndRetryLimit) {
   EXPECT_NE(j["message"].get<std::string>().find("retry limit 1 reached"), std::string::npos);
   auto r = Reasons("flaky");
   EXPECT_NE(std::find(r.begin(), r.end(), "Requeued"), r.end());
+  int failures = 0;  // a failure warns, also the one that restarted the job
+  for (const auto& e : j["events"])
+    if (e["reason"] == "TaskFailed") {
+      EXPECT_EQ(e["type"], "Warning") << e;
+      ++failures;
+    }
+  EXPECT_EQ(failures, 2);
   // Allocation ids are never reused.
   EXPECT_NE(j["allocations"][0]["id"], j["allocations"][1]["id"]);
 }
