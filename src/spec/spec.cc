@@ -88,6 +88,30 @@ Status AddRequests(TaskRequest& total, const TaskRequest& c, const std::string& 
   return Status::Ok();
 }
 
+// As Kubernetes: a request above its limit is an error (the scheduler would reserve what
+// the task may never use), and extended resources (GPUs) must request exactly their limit.
+Status CheckRequestsWithinLimits(const Json& requests, const Json& limits,
+                                 const std::string& path) {
+  for (const auto& [name, rv] : requests.items()) {
+    if (!limits.contains(name)) continue;
+    const Json& lv = limits[name];
+    std::string p = path + "." + name;
+    bool bytes = name == "memory" || name == "tessera.io/gpu-memory";
+    auto r = bytes ? JsonBytes(rv, p) : JsonMilli(rv, p);
+    auto l = bytes ? JsonBytes(lv, p) : JsonMilli(lv, p);
+    if (!r.ok()) return r.status();
+    if (!l.ok()) return l.status();
+    if (name == "cpu" || name == "memory") {
+      if (*r > *l)
+        return InvalidArgument(p + ": " + rv.dump() + " is more than its limit " + lv.dump());
+    } else if (*r != *l) {
+      return InvalidArgument(p + ": " + rv.dump() + " must equal its limit " + lv.dump() +
+                             " (GPUs cannot be overcommitted)");
+    }
+  }
+  return Status::Ok();
+}
+
 Status ReadContainer(const Json& c, const std::string& path, TaskRequest& req, TaskTemplate* tmpl) {
   ObjectReader r(c, path);
   std::string name;
@@ -132,6 +156,8 @@ Status ReadContainer(const Json& c, const std::string& path, TaskRequest& req, T
     if (const Json* l = rr.Get("limits")) {
       TaskRequest tmp;
       TESSERA_RETURN_IF_ERROR(ReadTaskResources(*l, rr.Path("limits"), tmp));
+      if (const Json* q = rr.Get("requests"))
+        TESSERA_RETURN_IF_ERROR(CheckRequestsWithinLimits(*q, *l, rr.Path("requests")));
     }
     TaskRequest c;
     TESSERA_RETURN_IF_ERROR(ReadTaskResources(merged, r.Path("resources"), c));
@@ -685,6 +711,40 @@ Status CheckText(const std::string& text) {
   return Status::Ok();
 }
 
+namespace {
+
+// Checks of a whole document, made here and not in the model codec, which also reads what
+// the server stored before a check existed (a server must start on its old records).
+
+// Task group names must be unique, as Volcano requires: groups are told apart by name.
+Status CheckUniqueGroupNames(const std::vector<TaskGroup>& groups) {
+  for (size_t i = 0; i < groups.size(); ++i)
+    for (size_t k = 0; k < i; ++k)
+      if (!groups[i].name.empty() && groups[i].name == groups[k].name)
+        return InvalidArgument(Idx("spec.tasks", i) + ".name: \"" + groups[i].name +
+                               "\" is also the name of task group " + std::to_string(k) +
+                               " (task names must be unique in a job)");
+  return Status::Ok();
+}
+
+// No guarantee above the limit, where the limit caps that resource (0: uncapped).
+Status CheckGuaranteeWithinLimit(const Queue& q, const std::string& guarantee_path,
+                                 const std::string& limit_path) {
+  if (!q.limit) return Status::Ok();
+  auto check = [&](const char* name, int64_t g, int64_t l, bool bytes) -> Status {
+    if (l == 0 || g <= l) return Status::Ok();
+    auto f = bytes ? FormatBytes : FormatMilli;
+    return InvalidArgument(guarantee_path + "." + name + ": " + f(g) + " is more than " +
+                           limit_path + "." + name + " " + f(l) +
+                           " (a queue cannot be guaranteed more than it may use)");
+  };
+  TESSERA_RETURN_IF_ERROR(check("cpu", q.guarantee.cpu_milli, q.limit->cpu_milli, false));
+  TESSERA_RETURN_IF_ERROR(check("memory", q.guarantee.memory_bytes, q.limit->memory_bytes, true));
+  return check("nvidia.com/gpu", q.guarantee.gpu_milli, q.limit->gpu_milli, false);
+}
+
+}  // namespace
+
 StatusOr<Document> ParseDocument(const Json& doc) {
   if (!doc.is_object()) return TypeError("document", "an object with apiVersion and kind", doc);
   ObjectReader top(doc, "");
@@ -727,6 +787,10 @@ StatusOr<Document> ParseDocument(const Json& doc) {
       if (!q.ok()) return q.status();
       out.queue = *q;
     }
+    bool volcano = api != "tessera.io/v1";
+    TESSERA_RETURN_IF_ERROR(
+        CheckGuaranteeWithinLimit(out.queue, volcano ? "spec.guarantee.resource" : "spec.guarantee",
+                                  volcano ? "spec.capability" : "spec.limit"));
   } else if ((api == "scheduling.k8s.io/v1" || api == "tessera.io/v1") && kind == "PriorityClass") {
     out.kind = Document::Kind::kPriorityClass;
     auto pc = KubePriorityClass(top, meta);
@@ -744,6 +808,7 @@ StatusOr<Document> ParseDocument(const Json& doc) {
     if (api != "tessera.io/v1" && meta.name.empty())
       return InvalidArgument("metadata.name: required");
     TESSERA_RETURN_IF_ERROR(CheckName(out.job.job.queue, "spec.queue"));
+    TESSERA_RETURN_IF_ERROR(CheckUniqueGroupNames(out.job.job.groups));
     out.job.job.allocations.assign(out.job.job.TaskCount(), std::nullopt);
     while (out.job.templates.size() < out.job.job.groups.size()) out.job.templates.emplace_back();
   }
@@ -897,6 +962,8 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   JobSpec s;
   s.source = "sbatch";
   s.job.queue = "default";
+  s.restart.on_failure = FailureAction::kFailJob;
+  s.restart.on_eviction = FailureAction::kRestartJob;  // Slurm's --requeue, unless --no-requeue
   int32_t nodes = 1, ntasks = 0, per_node = 0, cpus_per_task = 1, gpus_per_node = 0;
   std::string gpu_type;
   int64_t mem = 0;
@@ -991,9 +1058,21 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         if (!n.ok()) return n.status();
         gpus_per_node = *n;
         if (f.size() == 2) gpu_type = f[0];
+      } else if (opt == "--requeue" || opt == "--no-requeue") {
+        // Slurm requeues a job whose node fails or that is preempted unless --no-requeue.
+        s.restart.on_eviction =
+            opt == "--requeue" ? FailureAction::kRestartJob : FailureAction::kFailJob;
+      } else if (opt == "--hold" || opt == "--exclusive") {
+        // Refused rather than ignored: the job would run at once, or share its nodes.
+        return InvalidArgument(
+            p + (opt == "--hold"
+                     ? ": not supported (Tessera has no held state: submit the job when it "
+                       "should run)"
+                     : ": not supported (Tessera does not reserve whole nodes: ask for all of a "
+                       "node's GPUs, CPUs and memory with --gres, -c and --mem)"));
       } else if (opt == "-o" || opt == "--output" || opt == "-e" || opt == "--error" ||
                  opt == "-A" || opt == "--account" || opt == "--mail-type" ||
-                 opt == "--mail-user" || opt == "-D" || opt == "--chdir" || flag) {
+                 opt == "--mail-user" || opt == "-D" || opt == "--chdir") {
         if (opt == "-D" || opt == "--chdir")
           s.templates.resize(1), s.templates[0].working_dir = val;
         // accepted; not used by the scheduler
@@ -1002,7 +1081,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
             "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, "
-            "-o, -e, -A, -D)");
+            "--requeue, --no-requeue, -o, -e, -A, -D)");
       }
     }
   }
@@ -1040,8 +1119,6 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   s.templates[0].command = {"/bin/bash", "-c", text};
   s.templates[0].env["SLURM_NTASKS"] = std::to_string(ntasks);
   s.templates[0].env["SLURM_NNODES"] = std::to_string(nodes);
-  s.restart.on_failure = FailureAction::kFailJob;
-  s.restart.on_eviction = FailureAction::kRestartJob;  // Slurm's --requeue default for preemption
   return s;
 }
 

@@ -122,6 +122,11 @@ TEST(Spec, SbatchDirectives) {
   auto back = JobSpecFromJson(JobSpecToJson(j), "");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->job.one_task_per_node);
+  EXPECT_EQ(j.restart.on_eviction, FailureAction::kRestartJob);  // Slurm's default: requeue
+
+  auto nr = ParseDocuments("#!/bin/bash\n#SBATCH --no-requeue\ntrue\n");
+  ASSERT_TRUE(nr.ok()) << nr.status().ToString();
+  EXPECT_EQ((*nr)[0].job.restart.on_eviction, FailureAction::kFailJob);
 }
 
 TEST(Spec, TesseraOwnShapeRoundTrips) {
@@ -254,6 +259,36 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{replicas: "
        "1}]}\n",
        "spec.tasks[0].command: required (the program and its arguments)"},
+      {"request above its limit",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+       "    command: [x]\n    resources:\n      limits: {cpu: 1, memory: 1Gi}\n"
+       "      requests: {cpu: 500m, memory: 2Gi}\n",
+       "spec.containers[0].resources.requests.memory: \"2Gi\" is more than its limit \"1Gi\""},
+      {"gpu request unlike its limit",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+       "    command: [x]\n    resources:\n      limits: {nvidia.com/gpu: 2}\n"
+       "      requests: {nvidia.com/gpu: 1}\n",
+       "requests.nvidia.com/gpu: 1 must equal its limit 2"},
+      {"volcano duplicate task names",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {name: w, replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}\n"
+       "  - {name: w, replicas: 2, template: {spec: {containers: [{name: c, command: [x]}]}}}\n",
+       "spec.tasks[1].name: \"w\" is also the name of task group 0"},
+      {"tessera duplicate task names",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{name: a, "
+       "command: [x]}, {name: a, command: [y]}]}\n",
+       "spec.tasks[1].name: \"a\" is also the name of task group 0"},
+      {"volcano queue guaranteed above its capability",
+       "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
+       "  capability: {nvidia.com/gpu: 8}\n  guarantee: {resource: {nvidia.com/gpu: 16}}\n",
+       "spec.guarantee.resource.nvidia.com/gpu: 16 is more than spec.capability.nvidia.com/gpu 8"},
+      {"tessera queue guaranteed above its limit",
+       "apiVersion: tessera.io/v1\nkind: Queue\nmetadata: {name: q}\nspec: {limit: {cpu: 4}, "
+       "guarantee: {cpu: 8}}\n",
+       "guarantee.cpu: 8 is more than"},
+      {"sbatch hold", "#!/bin/bash\n#SBATCH --hold\ntrue\n", "line 2: --hold: not supported"},
+      {"sbatch exclusive", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --exclusive\ntrue\n",
+       "line 3: --exclusive: not supported"},
   };
   for (const auto& c : cases) {
     auto r = ParseDocuments(c.text);
