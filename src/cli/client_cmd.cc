@@ -499,21 +499,35 @@ void AddClientCommands(CLI::App& app) {
     AddCommon(c, *f);
     c->callback([f, files] {
       if (!ValidOutput(*f)) return;
-      Json all = Json::array();
+      // Every file is read before anything is sent: a missing one submits nothing.
+      std::vector<std::string> texts;
       for (const auto& file : *files) {
         if (file != "-" && !std::filesystem::is_regular_file(file)) {
           std::fprintf(stderr, "error: %s: no such file\n", file.c_str());
           SetExitCode(2);
           return;
         }
-        auto r = Call(*f, "POST", "/v1/jobs", ReadAll(file));
-        if (!Check(*f, r)) return;
+        texts.push_back(ReadAll(file));
+      }
+      // Each file is one request (all of its documents or none). When a later file is
+      // refused, what the earlier ones submitted is printed before the error.
+      Json all = Json::array();
+      auto print = [&] {
+        if (PrintStructured(*f, Json{{"items", all}})) return;
+        for (const auto& j : all)
+          std::printf("job/%s submitted (queue %s, %s)\n", S(j, "name").c_str(),
+                      S(j, "queue").c_str(), S(j, "state").c_str());
+      };
+      for (size_t i = 0; i < texts.size(); ++i) {
+        auto r = Call(*f, "POST", "/v1/jobs", texts[i]);
+        if (!Check(*f, r)) {
+          std::fprintf(stderr, "error: %s: nothing from it was submitted\n", (*files)[i].c_str());
+          print();
+          return;
+        }
         for (auto& j : r.body["items"]) all.push_back(j);
       }
-      if (PrintStructured(*f, Json{{"items", all}})) return;
-      for (const auto& j : all)
-        std::printf("job/%s submitted (queue %s, %s)\n", S(j, "name").c_str(),
-                    S(j, "queue").c_str(), S(j, "state").c_str());
+      print();
     });
   }
 
@@ -551,38 +565,80 @@ void AddClientCommands(CLI::App& app) {
                                "pc", "pools", "events"}));
     c->add_option("name", *name, "one object by name");
     c->add_option("--queue", *queue, "jobs: only this queue");
-    c->add_option("--state", *state, "jobs: only this state (Pending, Running, ...)");
-    c->add_option("--limit", *limit, "jobs: at most this many");
+    c->add_option("--state", *state, "jobs: only this state (Pending, Running, ...; any case)");
+    c->add_option("--limit", *limit, "at most this many (events: the newest)");
     AddCommon(c, *f);
     c->callback([f, what, name, queue, state, limit] {
       if (!ValidOutput(*f)) return;
       std::string k = *what;
-      if (k == "jobs" || k == "job") {
-        Json items;
+      bool jobs = k == "jobs" || k == "job";
+      if (!jobs && (!queue->empty() || !state->empty())) {
+        std::fprintf(stderr, "error: --queue and --state filter jobs only, not %s\n", k.c_str());
+        SetExitCode(2);
+        return;
+      }
+      if (k == "events" && !name->empty()) {
+        std::fprintf(stderr, "error: events have no name; for a job's: tessera events --job %s\n",
+                     name->c_str());
+        SetExitCode(2);
+        return;
+      }
+      if (*limit < 0) {
+        std::fprintf(stderr, "error: --limit: must be >= 1, got %d\n", *limit);
+        SetExitCode(2);
+        return;
+      }
+      // Every kind: fetch, keep the named object, keep at most --limit, then print.
+      Json items = Json::array();
+      auto fetch = [&](const std::string& path) {
+        auto r = Call(*f, "GET", path);
+        if (!Check(*f, r)) return false;
+        for (auto& x : r.body["items"])
+          if (name->empty() || S(x, "name") == *name) items.push_back(std::move(x));
+        return true;
+      };
+      size_t keep = *limit > 0 ? static_cast<size_t>(*limit) : 0;
+      if (jobs) {
         if (!name->empty()) {
           auto r = Call(*f, "GET", "/v1/jobs/" + Esc(*name));
           if (!Check(*f, r)) return;
-          items = Json::array();
           items.push_back(r.body);
         } else {
           std::string p = "/v1/jobs?queue=" + Esc(*queue) + "&state=" + Esc(*state);
-          if (!ListAll(*f, p, items, *limit > 0 ? *limit : 0)) return;
-          if (*limit > 0 && items.size() > static_cast<size_t>(*limit))
-            items.erase(items.begin() + *limit, items.end());
+          if (!ListAll(*f, p, items, keep)) return;
         }
-        if (PrintStructured(*f, Json{{"items", items}})) return;
-        if (items.empty()) {
-          std::fprintf(stderr, "No jobs found.\n");
-          return;
+      } else if (k == "events") {
+        // Oldest first, page by page: the newest are at the end.
+        for (int64_t after = 0;;) {
+          auto r = Call(*f, "GET", "/v1/events?limit=10000&after=" + std::to_string(after));
+          if (!Check(*f, r)) return;
+          for (auto& x : r.body["items"]) items.push_back(std::move(x));
+          if (r.body["items"].size() < 10000) break;
+          after = r.body["next"].get<int64_t>();
         }
+        if (keep && items.size() > keep) items.erase(items.begin(), items.end() - keep);
+      } else {
+        std::string path = k.starts_with("node")    ? "/v1/nodes"
+                           : k.starts_with("queue") ? "/v1/queues"
+                           : k == "pools"           ? "/v1/pools"
+                                                    : "/v1/priorityclasses";
+        if (!fetch(path)) return;
+      }
+      if (keep && items.size() > keep) items.erase(items.begin() + keep, items.end());
+      if (PrintStructured(*f, Json{{"items", items}})) return;
+      std::string plural = k == "pc" ? "priorityclasses" : k.ends_with("s") ? k : k + "s";
+      if (items.empty() && !name->empty()) {
+        std::fprintf(stderr, "error: %s \"%s\" not found\n", plural.c_str(), name->c_str());
+        SetExitCode(1);
+        return;
+      }
+      if (items.empty()) {
+        std::fprintf(stderr, "No %s found.\n", plural.c_str());
+        return;
+      }
+      if (jobs) {
         PrintJobs(*f, items);
       } else if (k == "nodes" || k == "node") {
-        auto r = Call(*f, "GET", "/v1/nodes");
-        if (!Check(*f, r)) return;
-        Json items = Json::array();
-        for (auto& n : r.body["items"])
-          if (name->empty() || S(n, "name") == *name) items.push_back(n);
-        if (PrintStructured(*f, Json{{"items", items}})) return;
         std::vector<std::vector<std::string>> rows;
         for (const auto& n : items) {
           std::string model = n["devices"].empty() ? "<none>" : S(n["devices"][0], "model");
@@ -606,12 +662,8 @@ void AddClientCommands(CLI::App& app) {
         if (f->output == "wide") h.insert(h.end(), {"CPU", "MEMORY", "EPOCH"});
         Table(h, rows);
       } else if (k == "queues" || k == "queue") {
-        auto r = Call(*f, "GET", "/v1/queues");
-        if (!Check(*f, r)) return;
-        if (PrintStructured(*f, r.body)) return;
         std::vector<std::vector<std::string>> rows;
-        for (const auto& q : r.body["items"]) {
-          if (!name->empty() && S(q, "name") != *name) continue;
+        for (const auto& q : items) {
           std::string limit = q.contains("limit") ? S(q["limit"], "nvidia.com/gpu") : "<none>";
           rows.push_back({S(q, "name"), S(q, "weight"), S(q["guarantee"], "nvidia.com/gpu"), limit,
                           FormatMilli(q.value("gpuMilliInUse", int64_t{0})), S(q, "pendingJobs"),
@@ -620,29 +672,20 @@ void AddClientCommands(CLI::App& app) {
         Table({"NAME", "WEIGHT", "GUARANTEE-GPU", "LIMIT-GPU", "GPU-IN-USE", "PENDING", "RUNNING"},
               rows);
       } else if (k == "priorityclasses" || k == "pc") {
-        auto r = Call(*f, "GET", "/v1/priorityclasses");
-        if (!Check(*f, r)) return;
-        if (PrintStructured(*f, r.body)) return;
         std::vector<std::vector<std::string>> rows;
-        for (const auto& p : r.body["items"])
+        for (const auto& p : items)
           rows.push_back({S(p, "name"), S(p, "value"),
                           p.value("globalDefault", false) ? "true" : "false",
                           S(p, "preemptionPolicy")});
         Table({"NAME", "VALUE", "GLOBAL-DEFAULT", "PREEMPTION"}, rows);
       } else if (k == "pools") {
-        auto r = Call(*f, "GET", "/v1/pools");
-        if (!Check(*f, r)) return;
-        if (PrintStructured(*f, r.body)) return;
         std::vector<std::vector<std::string>> rows;
-        for (const auto& p : r.body["items"])
+        for (const auto& p : items)
           rows.push_back({S(p, "name"), S(p, "backend"), S(p, "readyNodes") + "/" + S(p, "nodes"),
                           S(p, "gpus")});
         Table({"NAME", "BACKEND", "READY", "GPUS"}, rows);
       } else {
-        auto r = Call(*f, "GET", "/v1/events?limit=10000");
-        if (!Check(*f, r)) return;
-        if (PrintStructured(*f, r.body)) return;
-        PrintEvents(r.body["items"]);
+        PrintEvents(items);
       }
     });
   }

@@ -542,6 +542,57 @@ TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
   EXPECT_EQ(status["n-gone"], "NotReady,SchedulingDisabled") << out;
 }
 
+// `tessera get` filters every kind as it says (or refuses a filter it cannot apply), and
+// `submit` reads every file before it sends any.
+TEST_F(ApiTest, CliGetFiltersEveryKindAndSubmitReadsEveryFileFirst) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  const std::string cli = std::string(bin) + " ";
+  const std::string server = " --server " + api_->url() + " --token root-token-0123456789";
+  auto run = [&](const std::string& args) { return CaptureCommand(cli + args + server + " 2>&1"); };
+  auto json = [&](const std::string& args) {
+    auto [rc, out] = CaptureCommand(cli + args + server + " -o json");
+    EXPECT_EQ(rc, 0) << args << ": " << out;
+    return rc == 0 ? Json::parse(out)["items"] : Json::array();
+  };
+  for (const char* name : {"a1", "a2", "a3"})
+    ASSERT_TRUE(cp_->Submit(kAdmin, Job(name, "training")).ok());
+
+  // A name picks one object of every kind, in structured output too.
+  Json q = json("get queues debug");
+  ASSERT_EQ(q.size(), 1u) << q.dump();
+  EXPECT_EQ(q[0]["name"], "debug");
+  auto [rc_nf, out_nf] = run("get queues nope");
+  EXPECT_EQ(rc_nf, 1) << out_nf;
+  EXPECT_NE(out_nf.find("queues \"nope\" not found"), std::string::npos) << out_nf;
+  // --limit applies to every list; for events it keeps the newest.
+  EXPECT_EQ(json("get queues --limit 1").size(), 1u);
+  Json all_events = json("get events");
+  Json last = json("get events --limit 2");
+  ASSERT_GE(all_events.size(), 3u);
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[1]["seq"], all_events.back()["seq"]);
+  // --state is a job filter, in any case; on other kinds it is refused, not ignored.
+  EXPECT_EQ(json("get jobs --state pending").size(), 3u);
+  EXPECT_EQ(run("get nodes --state Pending").first, 2);
+  EXPECT_EQ(run("get events --queue training").first, 2);
+
+  // A missing second file: nothing is submitted.
+  const std::string good = dir_ + "/good.yaml", bad = dir_ + "/bad.yaml";
+  std::ofstream(good) << Job("b1", "training");
+  std::ofstream(bad) << Job("b2", "no-such-queue");
+  auto [rc_miss, out_miss] = run("submit -f " + good + " -f " + dir_ + "/missing.yaml");
+  EXPECT_EQ(rc_miss, 2) << out_miss;
+  EXPECT_EQ(json("get jobs").size(), 3u) << out_miss;
+  // A refused second file: the first one's job is submitted and said to be.
+  auto [rc_bad, out_bad] = run("submit -f " + good + " -f " + bad);
+  EXPECT_EQ(rc_bad, 1) << out_bad;
+  EXPECT_NE(out_bad.find("job/b1 submitted"), std::string::npos) << out_bad;
+  EXPECT_NE(out_bad.find(bad + ": nothing from it was submitted"), std::string::npos) << out_bad;
+  EXPECT_EQ(json("get jobs").size(), 4u);
+}
+
 TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
   const char* bin = std::getenv("TESSERA_BINARY");
   if (bin == nullptr || !std::filesystem::exists(bin))

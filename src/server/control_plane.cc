@@ -1,5 +1,6 @@
 #include "server/control_plane.h"
 
+#include <strings.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -681,7 +682,9 @@ StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& id, b
 StatusOr<Json> ControlPlane::ListJobs(const Principal& p, const ListOptions& o) {
   std::optional<JobState> want;
   if (!o.state.empty()) {
-    want = ParseJobState(o.state);
+    // A filter, unlike a stored state, may be written in any case (`--state running`).
+    for (int i = 0; i < 7 && !want; ++i)
+      if (strcasecmp(o.state.c_str(), kJobStates[i]) == 0) want = static_cast<JobState>(i);
     if (!want)
       return InvalidArgument(
           "state: unknown \"" + o.state +
