@@ -1,9 +1,12 @@
 // `tessera sim fgd` and `tessera sim replay`: the simulator's commands (docs/simulator.md).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <set>
 
 #include "cli/command.h"
 #include "sim/cluster.h"
@@ -71,6 +74,36 @@ int Fail(const Status& s) {
   return 1;
 }
 
+// A flag the command refuses: exit 2, as every usage error of the CLI (docs/cli.md).
+int Usage(const Status& s) {
+  Fail(s);
+  return 2;
+}
+
+// The policies to run, checked before any trace is read: each a known name (`known` says)
+// or a configuration file that loads, none twice (its label names the run and its files).
+StatusOr<std::vector<std::string>> PolicyList(
+    const std::string& list, const std::vector<std::string>& configs,
+    const std::function<Status(const std::string&)>& known) {
+  std::vector<std::string> names = SplitList(list);
+  names.insert(names.end(), configs.begin(), configs.end());
+  if (names.empty()) return InvalidArgument("--policy: no policy given");
+  std::set<std::string> labels;
+  for (const std::string& name : names) {
+    std::string label = name;
+    if (fs::exists(name)) {
+      auto c = LoadEngineConfig(name);
+      if (!c.ok()) return c.status();
+      label = fs::path(name).stem().string();
+    } else {
+      TESSERA_RETURN_IF_ERROR(known(name));
+    }
+    if (!labels.insert(label).second)
+      return InvalidArgument("--policy: \"" + label + "\" is given twice");
+  }
+  return names;
+}
+
 struct FgdArgs {
   std::string nodes, pods, arrival_order, node_order, json, csv, html;
   std::string policies = "random,dotprod,gpuclustering,gpupacking,bestfit,fgd,tessera";
@@ -90,14 +123,31 @@ int RunFgdCommand(const FgdArgs& a) {
   if (nodes_path.empty() || pods_path.empty())
     return Fail(InvalidArgument(
         "--nodes/--pods: not given and ../shared/traces not found (set TESSERA_TRACES)"));
+  auto seeds = ParseSeeds(a.seeds);
+  if (!seeds.ok()) return Usage(seeds.status());
+  if (a.load < 1 || a.load > 1000)
+    return Usage(InvalidArgument("--load: must be 1..1000 (% of GPU capacity), got " +
+                                 std::to_string(a.load)));
+  // The protocol's figure is the unallocated share at 100 % arrived load; a smaller load
+  // (a quick look at the curve's start) has none.
+  if (a.load < 100 && !a.quiet)
+    std::fprintf(stderr,
+                 "tessera sim: note: --load %lld: the curves end at %lld %% arrived load, so "
+                 "there is no value at 100 %%\n",
+                 static_cast<long long>(a.load), static_cast<long long>(a.load));
+  auto names = PolicyList(a.policies, a.configs, [](const std::string& name) {
+    auto known = FgdPolicyNames();
+    if (std::find(known.begin(), known.end(), name) != known.end()) return Status::Ok();
+    std::string list;
+    for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+    return InvalidArgument("--policy: unknown \"" + name + "\" (" + list +
+                           ", or a configuration file)");
+  });
+  if (!names.ok()) return Usage(names.status());
   auto nodes = LoadOpenbNodes(nodes_path);
   if (!nodes.ok()) return Fail(nodes.status());
   auto pods = LoadOpenbPods(pods_path);
   if (!pods.ok()) return Fail(pods.status());
-  auto seeds = ParseSeeds(a.seeds);
-  if (!seeds.ok()) return Fail(seeds.status());
-  if (a.load < 1 || a.load > 1000)
-    return Fail(InvalidArgument("--load: must be 1..1000 (% of GPU capacity)"));
   FgdWorkloadOptions wo;
   wo.load_percent = a.load;
   if (!a.arrival_order.empty()) {
@@ -111,16 +161,14 @@ int RunFgdCommand(const FgdArgs& a) {
     wo.node_order = *o;
   }
   if (wo.arrival_order && seeds->size() > 1)
-    return Fail(InvalidArgument("--arrival-order fixes one workload; give one seed"));
+    return Usage(InvalidArgument("--arrival-order fixes one workload; give one seed"));
 
   FgdReport report;
   report.nodes_file = fs::path(nodes_path).filename().string();
   report.pods_file = fs::path(pods_path).filename().string();
   report.load_percent = a.load;
   report.exact_order = wo.arrival_order.has_value();
-  std::vector<std::string> names = SplitList(a.policies);
-  for (const auto& c : a.configs) names.push_back(c);
-  for (const std::string& name : names) {
+  for (const std::string& name : *names) {
     FgdPolicyResult pr;
     pr.policy = fs::exists(name) ? fs::path(name).stem().string() : name;
     for (uint64_t seed : *seeds) {
@@ -211,7 +259,10 @@ Status CheckReplayOptions(const ReplayOptions& o) {
 }
 
 int RunReplayCommand(const ReplayArgs& a) {
-  if (Status s = CheckReplayOptions(a.options); !s.ok()) return Fail(s);
+  if (Status s = CheckReplayOptions(a.options); !s.ok()) return Usage(s);
+  auto names = PolicyList(
+      a.policies, {}, [](const std::string& name) { return ReplayBaselineConfig(name).status(); });
+  if (!names.ok()) return Usage(names.status());
   auto jobs = LoadTraceJobs(a.trace, a.format);
   if (!jobs.ok()) return Fail(jobs.status());
   auto cluster = LoadCluster(a.cluster);
@@ -223,7 +274,7 @@ int RunReplayCommand(const ReplayArgs& a) {
   report.jobs = a.options.max_jobs > 0
                     ? std::min<int64_t>(a.options.max_jobs, static_cast<int64_t>(jobs->size()))
                     : static_cast<int64_t>(jobs->size());
-  for (const std::string& name : SplitList(a.policies)) {
+  for (const std::string& name : *names) {
     ReplayOptions o = a.options;
     StatusOr<EngineConfig> config = InvalidArgument("");
     std::string label = name;

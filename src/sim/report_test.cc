@@ -85,5 +85,29 @@ TEST(ReplayCli, BadNumbersAreRejectedByName) {
   }
 }
 
+// A policy list is checked whole before any trace is read: an empty list, an unknown name
+// or one given twice (its label names the run's output files) is a usage error, exit 2.
+TEST(SimCli, PolicyListsAreCheckedBeforeAnyRun) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  const std::string replay = " sim replay --trace no-such.csv --cluster no-such.yaml";
+  const std::string fgd = " sim fgd --nodes no-such.csv --pods no-such.csv";
+  const std::pair<std::string, std::string> cases[] = {
+      {replay + " --policy ''", "--policy: no policy given"},
+      {replay + " --policy fifo,las,fifo", "--policy: \"fifo\" is given twice"},
+      {replay + " --policy fifo,lass", "unknown baseline \"lass\""},
+      {fgd + " --policy ''", "--policy: no policy given"},
+      {fgd + " --policy fgd,bestfit,fgd", "--policy: \"fgd\" is given twice"},
+      {fgd + " --policy fdg", "--policy: unknown \"fdg\""},
+      {fgd + " --load 0", "--load: must be 1..1000"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto [rc, out] = CaptureCommand(std::string(bin) + args + " 2>&1");
+    EXPECT_EQ(rc, 2) << args << ": " << out;
+    EXPECT_NE(out.find(message), std::string::npos) << args << ": " << out;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::sim
