@@ -557,12 +557,13 @@ void AddClientCommands(CLI::App& app) {
     auto queue = std::make_shared<std::string>();
     auto state = std::make_shared<std::string>();
     auto limit = std::make_shared<int>(0);
-    CLI::App* c =
-        app.add_subcommand("get", "list jobs, nodes, queues, priorityclasses, pools or events");
-    c->add_option("kind", *what, "jobs | nodes | queues | priorityclasses | pools | events")
+    CLI::App* c = app.add_subcommand(
+        "get", "list jobs, nodes, queues, priorityclasses, pools, events or tokens");
+    c->add_option("kind", *what,
+                  "jobs | nodes | queues | priorityclasses | pools | events | tokens")
         ->required()
         ->check(CLI::IsMember({"jobs", "job", "nodes", "node", "queues", "queue", "priorityclasses",
-                               "pc", "pools", "events"}));
+                               "pc", "pools", "events", "tokens", "token"}));
     c->add_option("name", *name, "one object by name");
     c->add_option("--queue", *queue, "jobs: only this queue");
     c->add_option("--state", *state, "jobs: only this state (Pending, Running, ...; any case)");
@@ -621,6 +622,7 @@ void AddClientCommands(CLI::App& app) {
         std::string path = k.starts_with("node")    ? "/v1/nodes"
                            : k.starts_with("queue") ? "/v1/queues"
                            : k == "pools"           ? "/v1/pools"
+                           : k.starts_with("token") ? "/v1/tokens"
                                                     : "/v1/priorityclasses";
         if (!fetch(path)) return;
       }
@@ -678,6 +680,16 @@ void AddClientCommands(CLI::App& app) {
                           p.value("globalDefault", false) ? "true" : "false",
                           S(p, "preemptionPolicy")});
         Table({"NAME", "VALUE", "GLOBAL-DEFAULT", "PREEMPTION"}, rows);
+      } else if (k == "tokens" || k == "token") {
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& t : items) {
+          std::string queues;
+          for (const auto& q : t["queues"])
+            queues += (queues.empty() ? "" : ",") + q.get<std::string>();
+          rows.push_back(
+              {S(t, "name"), S(t, "role"), queues.empty() ? "<none>" : queues, S(t, "origin")});
+        }
+        Table({"NAME", "ROLE", "QUEUES", "ORIGIN"}, rows);
       } else if (k == "pools") {
         std::vector<std::vector<std::string>> rows;
         for (const auto& p : items)
@@ -762,6 +774,32 @@ void AddClientCommands(CLI::App& app) {
         if (!Check(*f, r)) continue;
         std::printf("job/%s %s\n", n.c_str(),
                     S(r.body, "state") == "Cancelled" ? "cancelled" : "cancelling");
+      }
+    });
+  }
+
+  // delete (queues, priority classes, tokens; jobs are cancelled)
+  {
+    auto kind = std::make_shared<std::string>();
+    auto names = std::make_shared<std::vector<std::string>>();
+    CLI::App* c = app.add_subcommand(
+        "delete", "delete queues, priority classes or tokens (admin); jobs: tessera cancel");
+    c->add_option("kind", *kind, "queue | priorityclass | token")
+        ->required()
+        ->check(CLI::IsMember(
+            {"queue", "queues", "priorityclass", "priorityclasses", "pc", "token", "tokens"}));
+    c->add_option("names", *names, "names")->required();
+    AddCommon(c, *f, false);
+    c->callback([f, kind, names] {
+      const std::string k = kind->starts_with("queue")   ? "queue"
+                            : kind->starts_with("token") ? "token"
+                                                         : "priorityclass";
+      const std::string path = k == "queue"   ? "/v1/queues/"
+                               : k == "token" ? "/v1/tokens/"
+                                              : "/v1/priorityclasses/";
+      for (const auto& n : *names) {
+        auto r = Call(*f, "DELETE", path + Esc(n));
+        if (Check(*f, r)) std::printf("%s/%s deleted\n", k.c_str(), n.c_str());
       }
     });
   }

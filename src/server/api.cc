@@ -317,6 +317,23 @@ void ApiServer::Routes() {
           if (!r.ok()) return Fail(res, r.status());
           Reply(res, 200, *r);
         }));
+  s.Get("/v1/tokens",
+        Authed(cp, [&cp](const Principal& p, const httplib::Request&, httplib::Response& res) {
+          auto r = cp.ListTokens(p);
+          if (!r.ok()) return Fail(res, r.status());
+          Reply(res, 200, *r);
+        }));
+  for (const auto& [path, kind] : {std::pair{R"(/v1/queues/([^/]+))", "queue"},
+                                   std::pair{R"(/v1/priorityclasses/([^/]+))", "priorityclass"},
+                                   std::pair{R"(/v1/tokens/([^/]+))", "token"}}) {
+    s.Delete(path, Authed(cp, [&cp, kind](const Principal& p, const httplib::Request& req,
+                                          httplib::Response& res) {
+               const std::string name = req.matches[1];
+               Status st = cp.Delete(p, kind, name);
+               if (!st.ok()) return Fail(res, st);
+               Reply(res, 200, Json{{"kind", kind}, {"name", name}, {"deleted", true}});
+             }));
+  }
   s.Post("/v1/tokens",
          Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
            auto body = ParseYaml(req.body);

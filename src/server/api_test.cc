@@ -259,7 +259,8 @@ TEST_F(ApiTest, OpenApiDocumentDescribesTheVersionedPaths) {
   for (const char* p :
        {"/v1/jobs", "/v1/jobs/{name}", "/v1/jobs/{name}/describe", "/v1/jobs/{name}/cancel",
         "/v1/events", "/v1/queues", "/v1/priorityclasses", "/v1/nodes", "/v1/pools", "/v1/audit",
-        "/v1/tokens", "/v1/agents/register", "/v1/agents/{node}/heartbeat"})
+        "/v1/tokens", "/v1/agents/register", "/v1/agents/{node}/heartbeat", "/v1/queues/{name}",
+        "/v1/priorityclasses/{name}", "/v1/tokens/{name}"})
     EXPECT_TRUE(r.body["paths"].contains(p)) << p;
 }
 
@@ -542,9 +543,9 @@ TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
   EXPECT_EQ(status["n-gone"], "NotReady,SchedulingDisabled") << out;
 }
 
-// `tessera get` filters every kind as it says (or refuses a filter it cannot apply), and
-// `submit` reads every file before it sends any.
-TEST_F(ApiTest, CliGetFiltersEveryKindAndSubmitReadsEveryFileFirst) {
+// `tessera get` filters every kind as it says (or refuses a filter it cannot apply),
+// `submit` reads every file before it sends any, `delete` removes queues and revokes tokens.
+TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   const char* bin = std::getenv("TESSERA_BINARY");
   if (bin == nullptr || !std::filesystem::exists(bin))
     GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
@@ -591,6 +592,21 @@ TEST_F(ApiTest, CliGetFiltersEveryKindAndSubmitReadsEveryFileFirst) {
   EXPECT_NE(out_bad.find("job/b1 submitted"), std::string::npos) << out_bad;
   EXPECT_NE(out_bad.find(bad + ": nothing from it was submitted"), std::string::npos) << out_bad;
   EXPECT_EQ(json("get jobs").size(), 4u);
+
+  // delete: queues, tokens (revoked at once), over DELETE routes an admin alone may use.
+  EXPECT_EQ(Do("DELETE", "/v1/queues/debug", "team-b-token-0123456789").status, 403);
+  auto [rc_del, out_del] = run("delete queue debug");
+  EXPECT_EQ(rc_del, 0) << out_del;
+  EXPECT_NE(out_del.find("queue/debug deleted"), std::string::npos) << out_del;
+  auto [rc_busy, out_busy] = run("delete queue training");
+  EXPECT_EQ(rc_busy, 1) << out_busy;
+  EXPECT_NE(out_busy.find("FailedPrecondition"), std::string::npos) << out_busy;
+  Json tokens = json("get tokens");
+  ASSERT_EQ(tokens.size(), 4u) << tokens.dump();
+  EXPECT_EQ(tokens.dump().find("sha256"), std::string::npos);
+  EXPECT_EQ(Do("GET", "/v1/jobs", "team-b-token-0123456789").status, 200);
+  EXPECT_EQ(run("delete token team-b").first, 0);
+  EXPECT_EQ(Do("GET", "/v1/jobs", "team-b-token-0123456789").status, 401);
 }
 
 TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {

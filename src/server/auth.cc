@@ -83,6 +83,21 @@ StatusOr<Principal> TokenRegistry::Authenticate(const std::string& header) const
   return it->second.principal;
 }
 
+std::optional<TokenEntry> TokenRegistry::Find(const std::string& name) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = hash_by_name_.find(name);
+  if (it == hash_by_name_.end()) return std::nullopt;
+  return by_hash_.at(it->second);
+}
+
+void TokenRegistry::Remove(const std::string& name) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = hash_by_name_.find(name);
+  if (it == hash_by_name_.end()) return;
+  by_hash_.erase(it->second);
+  hash_by_name_.erase(it);
+}
+
 std::vector<TokenEntry> TokenRegistry::List() const {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<TokenEntry> out;

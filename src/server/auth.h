@@ -52,6 +52,8 @@ class TokenRegistry {
   // Resolves an `Authorization` header value ("Bearer <token>").
   StatusOr<Principal> Authenticate(const std::string& header) const;
   std::vector<TokenEntry> List() const;  // by name
+  std::optional<TokenEntry> Find(const std::string& name) const;
+  void Remove(const std::string& name);  // the token stops authenticating at once
 
   static Json ToJson(const TokenEntry& e);
   static StatusOr<TokenEntry> FromJson(const Json& v, const std::string& path);

@@ -441,6 +441,76 @@ Status ControlPlane::AddToken(const Principal& by, TokenEntry e) {
   return Status::Ok();
 }
 
+StatusOr<Json> ControlPlane::ListTokens(const Principal& p) const {
+  if (!p.IsAdmin()) return PermissionDenied("only an admin may list tokens");
+  Json items = Json::array();
+  for (const TokenEntry& e : tokens_.List()) {
+    Json j = TokenRegistry::ToJson(e);
+    j.erase("sha256");
+    items.push_back(std::move(j));
+  }
+  return Json{{"items", items}};
+}
+
+Status ControlPlane::Delete(const Principal& p, const std::string& kind, const std::string& name) {
+  if (!p.IsAdmin()) return PermissionDenied("only an admin may delete a " + kind);
+  std::lock_guard<std::mutex> l(mu_);
+  // The first unfinished job (by name) that `uses` says needs the object.
+  auto needed_by = [&](auto uses) -> std::string {
+    for (const auto& [id, j] : jobs_)
+      if (!IsTerminal(j.state) && uses(j)) return id;
+    return "";
+  };
+  auto refuse = [&](const std::string& why) {
+    return FailedPrecondition(kind + " \"" + name + "\" " + why);
+  };
+  std::string key;
+  if (kind == "queue") {
+    if (queues_.count(name) == 0) return NotFound("queue \"" + name + "\" not found");
+    for (const auto& [child, q] : queues_)
+      if (q.parent == name)
+        return refuse("is the parent of queue \"" + child + "\": delete or move that first");
+    std::string job = needed_by([&](const JobRecord& j) { return j.spec.job.queue == name; });
+    if (!job.empty())
+      return refuse("has unfinished jobs (job \"" + job + "\"): cancel them or let them end");
+    key = "queues/" + name;
+  } else if (kind == "priorityclass") {
+    if (priority_classes_.count(name) == 0)
+      return NotFound("priorityclass \"" + name + "\" not found");
+    const std::string fallback = DefaultPriorityClass();
+    std::string job = needed_by([&](const JobRecord& j) {
+      return (j.spec.job.priority_class.empty() ? fallback : j.spec.job.priority_class) == name;
+    });
+    if (!job.empty())
+      return refuse("is the priority of unfinished jobs (job \"" + job +
+                    "\"): they would drop to priority 0");
+    key = "pcs/" + name;
+  } else if (kind == "token") {
+    auto e = tokens_.Find(name);
+    if (!e) return NotFound("token \"" + name + "\" not found");
+    if (e->origin == "config")
+      return refuse(
+          "comes from the --auth-config file: remove it there (it would return at "
+          "the next start)");
+    if (e->principal.role == Role::kAdmin) {
+      int admins = 0;
+      for (const TokenEntry& t : tokens_.List()) admins += t.principal.role == Role::kAdmin;
+      if (admins == 1) return refuse("is the last admin token: create another admin first");
+    }
+    key = "tokens/" + name;
+  } else {
+    return InvalidArgument("kind: expected queue, priorityclass or token, got \"" + kind + "\"");
+  }
+  std::vector<store::Op> ops;
+  ops.push_back(store::Op::Delete(key));
+  AddAudit(ops, p, "delete", kind + "/" + name, "ok");
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  if (kind == "queue") queues_.erase(name);
+  if (kind == "priorityclass") priority_classes_.erase(name);
+  if (kind == "token") tokens_.Remove(name);
+  return Status::Ok();
+}
+
 // ---- views ----
 
 bool ControlPlane::Visible(const Principal& p, const JobRecord& j) const {

@@ -186,6 +186,8 @@ class ControlPlane {
   store::Store& store() { return *store_; }
   // Persists a token entry (API-created or bootstrap) and registers it.
   Status AddToken(const Principal& by, TokenEntry e);
+  // Every token's name, role, queues and origin; never a hash (admin).
+  StatusOr<Json> ListTokens(const Principal& p) const;
 
   // ---- user API; every call checks the principal ----
   // `idempotency_key` (the Idempotency-Key header; "" = none) names the submission: a retry
@@ -207,6 +209,12 @@ class ControlPlane {
   // Queue / PriorityClass documents (admin): create or replace.
   StatusOr<std::vector<Json>> Apply(const Principal& p, const std::string& body,
                                     bool bootstrap = false);
+  // Deletes a "queue", "priorityclass" or "token" (admin), durably and audited. Refused
+  // (FailedPrecondition, naming why) while something still needs it: a queue with child
+  // queues or unfinished jobs; a priority class an unfinished job resolves to (priorities
+  // are resolved every cycle); a token from --auth-config (it would return at restart);
+  // the last admin token.
+  Status Delete(const Principal& p, const std::string& kind, const std::string& name);
   // What `logs -f` follows: the task's allocation (`allocation`, or its latest when ""),
   // where its `stream` is (the agent's logs URL, or a file the server reads when the pool's
   // Backend::LogFile names one, e.g. Slurm), and whether it has ended (its process is gone,

@@ -113,6 +113,66 @@ class ControlPlaneTest : public ::testing::Test {
   std::unique_ptr<ControlPlane> cp_;
 };
 
+// Deleting is refused while something still needs the object, and what is deleted stays
+// deleted across a restart; a revoked token stops authenticating at once.
+TEST_F(ControlPlaneTest, DeleteRefusesWhatIsStillNeededAndIsDurable) {
+  const Principal member{"team", Role::kMember, {"training"}};
+  EXPECT_EQ(cp_->Delete(member, "queue", "training").code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(cp_->Delete(kAdmin, "queue", "nope").code(), StatusCode::kNotFound);
+  EXPECT_EQ(cp_->Delete(kAdmin, "widget", "x").code(), StatusCode::kInvalidArgument);
+
+  // A queue with an unfinished job, or with a child queue; a class an unfinished job uses.
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("t1", 1, 1, "  priorityClass: high\n", "training")).ok());
+  Status busy = cp_->Delete(kAdmin, "queue", "training");
+  EXPECT_EQ(busy.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(busy.message(),
+            "queue \"training\" has unfinished jobs (job \"t1\"): cancel them or let them end");
+  Status pc = cp_->Delete(kAdmin, "priorityclass", "high");
+  EXPECT_EQ(pc.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(pc.message().find("job \"t1\""), std::string::npos) << pc.message();
+  ASSERT_TRUE(cp_->Apply(kAdmin,
+                         "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: "
+                         "{name: child}\nspec: {parent: default}\n")
+                  .ok());
+  EXPECT_NE(cp_->Delete(kAdmin, "queue", "default").message().find("parent of queue \"child\""),
+            std::string::npos);
+
+  // Once the job has ended, both go; so does the child queue.
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "t1").ok());
+  ASSERT_EQ(State("t1"), "Cancelled");
+  EXPECT_TRUE(cp_->Delete(kAdmin, "queue", "training").ok());
+  EXPECT_TRUE(cp_->Delete(kAdmin, "priorityclass", "high").ok());
+  EXPECT_TRUE(cp_->Delete(kAdmin, "queue", "child").ok());
+
+  // Tokens: revoked at once; never the last admin, nor one from --auth-config.
+  ASSERT_TRUE(
+      cp_->AddToken(kAdmin, {{"root", Role::kAdmin, {"*"}}, Sha256Hex("root-t"), "api"}).ok());
+  ASSERT_TRUE(
+      cp_->AddToken(kAdmin, {{"bot", Role::kMember, {"default"}}, Sha256Hex("bot-t"), "api"}).ok());
+  cp_->tokens().Add({{"ops", Role::kMember, {"default"}}, Sha256Hex("ops-t"), "config"});
+  ASSERT_TRUE(cp_->tokens().Authenticate("Bearer bot-t").ok());
+  EXPECT_TRUE(cp_->Delete(kAdmin, "token", "bot").ok());
+  EXPECT_EQ(cp_->tokens().Authenticate("Bearer bot-t").status().code(),
+            StatusCode::kUnauthenticated);
+  EXPECT_NE(cp_->Delete(kAdmin, "token", "root").message().find("last admin token"),
+            std::string::npos);
+  EXPECT_NE(cp_->Delete(kAdmin, "token", "ops").message().find("--auth-config"), std::string::npos);
+  auto listed = cp_->ListTokens(kAdmin);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->dump().find("sha256"), std::string::npos) << listed->dump();
+
+  Reopen();
+  Json queues = cp_->ListQueues(kAdmin)["items"];
+  std::vector<std::string> names;
+  for (const auto& q : queues) names.push_back(q["name"]);
+  EXPECT_EQ(names, std::vector<std::string>{"default"});
+  EXPECT_EQ(cp_->ListPriorityClasses().dump().find("\"high\""), std::string::npos);
+  EXPECT_FALSE(cp_->tokens().HasName("bot"));
+  EXPECT_TRUE(cp_->tokens().HasName("root"));
+  EXPECT_EQ(cp_->Submit(kAdmin, JobDoc("t2", 1, 1, "", "training")).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(ControlPlaneTest, QueueParentLoopsAreRefusedWithThePath) {
   auto queue = [](const std::string& name, const std::string& parent) {
     return "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: " + name +
