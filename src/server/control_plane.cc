@@ -59,6 +59,11 @@ std::optional<JobState> ParseJobState(const std::string& s) {
 bool IsTerminal(JobState s) {
   return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
 }
+// A task of the job's current attempt that has finished for good: it exited 0, and the job
+// is not a service (whose replicas never finish: one that exits is placed again).
+static bool FinishedForGood(const JobRecord& j, const Allocation& a) {
+  return a.attempt == j.attempt && a.state == AllocState::kSucceeded && !j.spec.service;
+}
 const char* AllocStateName(AllocState s) { return kAllocStates[static_cast<int>(s)]; }
 static std::optional<AllocState> ParseAllocState(const std::string& s) {
   for (int i = 0; i < 7; ++i)
@@ -1143,12 +1148,10 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
     action = spec::FailureAction::kRestartJob;
   // The engine models a job as its placed tasks; one whose finished tasks must not run again
   // beside a task still to place has no such model, so then the whole attempt restarts.
+  // (A service's replicas never finish: one that exited is placed again like a failed one.)
   if (action == spec::FailureAction::kRestartTask) {
-    for (const auto& id : j.allocations) {
-      const Allocation& a = allocations_.at(id);
-      if (a.attempt == j.attempt && a.state == AllocState::kSucceeded)
-        action = spec::FailureAction::kRestartJob;
-    }
+    for (const auto& id : j.allocations)
+      if (FinishedForGood(j, allocations_.at(id))) action = spec::FailureAction::kRestartJob;
   }
   int32_t max = j.spec.restart.max_retries;
   int32_t retries = j.attempt - 1 + j.task_restarts;
@@ -1198,14 +1201,15 @@ int64_t ControlPlane::BackOff(JobRecord& j) {
   return wait;
 }
 
-void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j) {
+void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, int32_t task) {
   if (j.state == JobState::kTerminating) {
     MaybeFinishTermination(ops, j);
     return;
   }
   if (IsTerminal(j.state)) return;
   if (j.spec.service) {
-    OnTaskLoss(ops, j, false, "TaskFailed", "a service replica exited");
+    OnTaskLoss(ops, j, false, "TaskFailed", "service replica " + std::to_string(task) + " exited",
+               task);
     return;
   }
   std::set<int32_t> succeeded;
@@ -1421,7 +1425,7 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
       } else if (a.state == AllocState::kSucceeded) {
         AddEvent(ops, "Normal", "TaskSucceeded", "job/" + j.id(),
                  "task " + std::to_string(a.task) + " exited 0");
-        OnTaskSucceeded(ops, j);
+        OnTaskSucceeded(ops, j, a.task);
       } else {
         OnTaskLoss(ops, j, false, "TaskFailed",
                    "task " + std::to_string(a.task) + " on " + node_name + " " + state +
@@ -1586,10 +1590,8 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
       else
         job.allocations[a->task] = a->placement;
     }
-    for (const auto& aid : j.allocations) {
-      const Allocation& a = allocations_.at(aid);
-      if (a.attempt == j.attempt && a.state == AllocState::kSucceeded) exact = false;
-    }
+    for (const auto& aid : j.allocations)
+      if (FinishedForGood(j, allocations_.at(aid))) exact = false;
     if (exact) {
       if (job.start_time < 0) job.start_time = j.created_at;
       s.jobs.push_back(std::move(job));
@@ -1732,8 +1734,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     std::set<int32_t> taken;
     for (const auto& aid : j.allocations) {
       const Allocation& a = allocations_.at(aid);
-      if (a.attempt == j.attempt && (a.Live() || a.state == AllocState::kSucceeded))
-        taken.insert(a.task);
+      if ((a.attempt == j.attempt && a.Live()) || FinishedForGood(j, a)) taken.insert(a.task);
     }
     // Validate every binding of the job against current occupancy; all or nothing.
     auto milli = milli_used;

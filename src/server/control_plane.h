@@ -284,7 +284,7 @@ class ControlPlane {
   // failed task when one task failed (RestartTask restarts only it); -1 otherwise.
   void OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,
                   const std::string& reason, const std::string& message, int32_t task = -1);
-  void OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j);
+  void OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, int32_t task);
   Status Commit(std::vector<store::Op> ops);
   Snapshot BuildSnapshot(std::map<std::string, std::string>& placeholder_owner) const;
   Status ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& placeholder_owner);

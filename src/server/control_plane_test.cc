@@ -448,6 +448,50 @@ TEST_F(ControlPlaneTest, RestartTaskRestartsOnlyTheFailedTask) {
   EXPECT_EQ(State("tt"), "Failed");
 }
 
+// An inference Deployment: a replica that crashes, or exits 0, is replaced alone; the other
+// replicas keep their processes and devices (one bad replica is no outage).
+TEST_F(ControlPlaneTest, ADeploymentReplicaThatExitsIsReplacedAlone) {
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: svc}\nspec:\n"
+                          "  replicas: 3\n  template:\n    spec:\n      containers:\n"
+                          "      - name: server\n        command: [serve]\n"
+                          "        resources: {limits: {nvidia.com/gpu: 1}}\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 3u);
+  std::vector<std::string> ids;
+  for (const auto& a : d["allocations"]) ids.push_back(a["allocation"]);
+  Beat("node-a", epoch,
+       {Task(ids[0], "running"), Task(ids[1], "running"), Task(ids[2], "running")});
+  for (const char* how : {"failed", "succeeded"}) {
+    Beat("node-a", epoch, {Task(ids[0], "running"), Task(ids[1], how, 1), Task(ids[2], "running")});
+    Json j = Job("svc");
+    EXPECT_EQ(j["state"], "Running") << how;
+    EXPECT_EQ(j["attempt"], 1) << how;
+    EXPECT_EQ(j["runningTasks"], 2) << how;
+    clock_.now += 300;  // past the crash-loop back-off
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    d = Beat("node-a", epoch);
+    ASSERT_EQ(d["allocations"].size(), 3u) << how;
+    std::set<std::string> now;
+    for (const auto& a : d["allocations"]) {
+      now.insert(a["allocation"].get<std::string>());
+      if (a["allocation"] != ids[0] && a["allocation"] != ids[2]) {
+        EXPECT_EQ(a["task"], 1) << how;
+        ids[1] = a["allocation"];
+      }
+    }
+    EXPECT_TRUE(now.count(ids[0]) && now.count(ids[2])) << how << ": the others keep serving";
+    Beat("node-a", epoch,
+         {Task(ids[0], "running"), Task(ids[1], "running"), Task(ids[2], "running")});
+  }
+  auto r = Reasons("svc");
+  EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
+}
+
 TEST_F(ControlPlaneTest, RestartTaskAfterAnotherTaskSucceededRestartsTheJob) {
   Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
   int64_t epoch = Epoch("node-a");

@@ -460,10 +460,11 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
     Ignore(r, {"selector", "strategy", "revisionHistoryLimit", "minReadySeconds",
                "progressDeadlineSeconds", "paused"});
     TESSERA_RETURN_IF_ERROR(ReadPodTemplate(r.Get("template"), "spec.template", tmpl));
-    // Replicas serve independently: any one of them is useful (no gang), and a service
-    // restarts for ever.
+    // Replicas serve independently: any one of them is useful (no gang), one that fails
+    // is restarted alone while the others keep serving (as a ReplicaSet replaces one pod),
+    // and a service restarts for ever.
     s.job.min_available = 1;
-    s.restart.on_failure = FailureAction::kRestartJob;
+    s.restart.on_failure = FailureAction::kRestartTask;
     s.restart.max_retries = -1;
     TESSERA_RETURN_IF_ERROR(r.Finish());
   } else {
@@ -494,7 +495,10 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
           "spec.template.spec.restartPolicy: a batch/v1 Job needs Never or OnFailure");
     g.replicas = parallelism;
     s.job.min_available = 1;
-    s.restart.on_failure = FailureAction::kRestartJob;
+    // As the Job controller: a failed pod is replaced alone, each failure counting against
+    // backoffLimit (once another pod has succeeded, the whole attempt restarts: see
+    // docs/lifecycle.md).
+    s.restart.on_failure = FailureAction::kRestartTask;
     s.restart.max_retries = backoff;
   }
   g.request = tmpl.pod.request;
