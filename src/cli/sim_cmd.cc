@@ -267,6 +267,10 @@ int RunReplayCommand(const ReplayArgs& a) {
   if (!jobs.ok()) return Fail(jobs.status());
   auto cluster = LoadCluster(a.cluster);
   if (!cluster.ok()) return Fail(cluster.status());
+  int32_t max_gpus_per_node = 0;
+  for (const Node& n : cluster->nodes)
+    max_gpus_per_node = std::max(max_gpus_per_node, static_cast<int32_t>(n.devices.size()));
+  FitTasksToNodes(*jobs, max_gpus_per_node);
   ReplayReport report;
   report.trace_file = fs::path(a.trace).filename().string();
   report.cluster_file = fs::path(a.cluster).filename().string();

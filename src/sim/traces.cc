@@ -161,11 +161,12 @@ bool ParseTimestamp(std::string_view s, int64_t& out) {
   return true;
 }
 
-// `gpus` whole GPUs as the fewest equal tasks of at most 8 GPUs (one machine each):
-// 12 -> 2 x 6, 24 -> 3 x 8, 20 -> 4 x 5; a prime above 8 becomes that many 1-GPU tasks.
-void SplitGang(int64_t gpus, TraceJob& j) {
-  for (int64_t k = (gpus + 7) / 8; k <= gpus; ++k)
-    if (gpus % k == 0 && gpus / k <= 8) {
+// `gpus` whole GPUs as the fewest equal tasks of at most `per` GPUs (one machine each);
+// with 8: 12 -> 2 x 6, 24 -> 3 x 8, 20 -> 4 x 5; a prime above 8 becomes that many 1-GPU
+// tasks.
+void SplitGang(int64_t gpus, TraceJob& j, int64_t per = 8) {
+  for (int64_t k = (gpus + per - 1) / per; k <= gpus; ++k)
+    if (gpus % k == 0 && gpus / k <= per) {
       j.tasks = static_cast<int32_t>(k);
       j.gpus_per_task = static_cast<int32_t>(gpus / k);
       return;
@@ -395,6 +396,13 @@ std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods, int64_t
   if (skipped) *skipped = skip;
   SortBySubmit(out);
   return out;
+}
+
+void FitTasksToNodes(std::vector<TraceJob>& jobs, int32_t max_gpus_per_node) {
+  if (max_gpus_per_node < 1) return;
+  for (TraceJob& j : jobs)
+    if (j.gpus_per_task > max_gpus_per_node)
+      SplitGang(int64_t{j.tasks} * j.gpus_per_task, j, max_gpus_per_node);
 }
 
 StatusOr<std::vector<TraceJob>> LoadTraceJobs(const std::string& path, const std::string& format) {

@@ -83,6 +83,11 @@ StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOption
 std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods,
                                       int64_t* skipped = nullptr);
 
+// The traces name GPU counts, not machines, and are split for 8-GPU machines: on a cluster
+// whose largest node has fewer GPUs, a task asking more is re-split the same way (an 8-GPU
+// job on 4-GPU nodes: a gang of 2 x 4) instead of never fitting.
+void FitTasksToNodes(std::vector<TraceJob>& jobs, int32_t max_gpus_per_node);
+
 // Loads by file name: philly*.csv, *.swf / *.swf.gz, openb_pod_list*.csv, else Tiresias.
 StatusOr<std::vector<TraceJob>> LoadTraceJobs(const std::string& path,
                                               const std::string& format = "auto");

@@ -90,6 +90,16 @@ TEST(Traces, PhillySortedBySubmitWithQueuesAndGangs) {
   EXPECT_EQ((*jobs)[0].queue, "vc-6214e9");
   EXPECT_EQ((*jobs)[1].tasks, 2);  // 12 GPUs = two 6-GPU tasks
   EXPECT_EQ((*jobs)[1].gpus_per_task, 6);
+
+  // On 4-GPU machines the same jobs are re-split to fit one: 16 = 4 x 4, 12 = 3 x 4; the
+  // 1-GPU job is unchanged.
+  FitTasksToNodes(*jobs, 4);
+  EXPECT_EQ((*jobs)[0].tasks, 4);
+  EXPECT_EQ((*jobs)[0].gpus_per_task, 4);
+  EXPECT_EQ((*jobs)[1].tasks, 3);
+  EXPECT_EQ((*jobs)[1].gpus_per_task, 4);
+  EXPECT_EQ((*jobs)[2].tasks, 1);
+  EXPECT_EQ((*jobs)[2].gpus_per_task, 1);
 }
 
 TEST(Traces, TiresiasAndSwf) {
