@@ -39,6 +39,10 @@ void AddServerCommands(CLI::App& app) {
   cmd->add_option("--event-ttl-seconds", flags->event_ttl_seconds,
                   "events older than this are dropped (0: kept)")
       ->capture_default_str();
+  cmd->add_option("--finished-job-ttl-seconds", flags->finished_job_ttl_seconds,
+                  "finished jobs are deleted this long after they end, with their events "
+                  "(a job's ttlSecondsAfterFinished overrides it; 0: kept)")
+      ->capture_default_str();
   // A Slurm cluster as one pool (docs/slurm.md).
   auto slurm = std::make_shared<slurm::HookupOptions>();
   auto slurm_conf = std::make_shared<std::string>();

@@ -128,6 +128,7 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Open(std::unique_ptr<store
       new ControlPlane(std::move(store), std::move(engine), std::move(options)));
   TESSERA_RETURN_IF_ERROR(cp->Load());
   (void)cp->CompactEvents(true);
+  (void)cp->CompactFinishedJobs();
   if (cp->options_.run_scheduler) cp->loop_ = std::thread([p = cp.get()] { p->Loop(); });
   return cp;
 }
@@ -405,6 +406,44 @@ size_t ControlPlane::CompactEvents(bool per_job) {
   if (!ops.empty()) ops.push_back(EventSeqOp());
   (void)Commit(std::move(ops));
   return dropped;
+}
+
+size_t ControlPlane::CompactFinishedJobs() {
+  std::lock_guard<std::mutex> l(mu_);
+  const int64_t now = Now();
+  std::vector<store::Op> ops;
+  std::vector<std::string> gone;
+  // Bounded work per call (one store transaction); the next cycle goes on.
+  for (auto it = jobs_.begin(); it != jobs_.end() && ops.size() < 20000; ++it) {
+    const JobRecord& j = it->second;
+    if (!IsTerminal(j.state) || j.finished_at < 0) continue;
+    std::optional<int64_t> ttl = j.spec.ttl_seconds_after_finished;  // 0: at once
+    if (!ttl && options_.finished_job_ttl_seconds > 0) ttl = options_.finished_job_ttl_seconds;
+    if (!ttl || now < j.finished_at + *ttl) continue;
+    // A task still stopping (its node unreachable) keeps the job until the task is gone.
+    bool holding = false;
+    for (const auto& id : j.allocations) holding = holding || allocations_.at(id).HoldsDevices();
+    if (holding) continue;
+    ops.push_back(store::Op::Delete("jobs/" + j.id()));
+    for (const auto& id : j.allocations) ops.push_back(store::Op::Delete("allocs/" + id));
+    for (int64_t seq : j.events) ops.push_back(store::Op::Delete("events/" + Pad(seq, 16)));
+    gone.push_back(it->first);
+  }
+  if (gone.empty()) return 0;
+  ops.push_back(EventSeqOp());
+  if (!Commit(std::move(ops)).ok()) return 0;  // kept; the next call tries again
+  for (const std::string& id : gone) {
+    JobRecord& j = jobs_.at(id);
+    for (const auto& a : j.allocations) allocations_.erase(a);
+    for (int64_t seq : j.events) events_.erase(seq);
+    // The key answers for the submission's other jobs while any is kept.
+    if (auto k = idempotency_.find(j.idempotency_key); k != idempotency_.end()) {
+      std::erase(k->second, id);
+      if (k->second.empty()) idempotency_.erase(k);
+    }
+    jobs_.erase(id);
+  }
+  return gone.size();
 }
 
 void ControlPlane::AddAudit(std::vector<store::Op>& ops, const Principal& p,
@@ -1548,6 +1587,7 @@ void ControlPlane::Loop() {
     last = std::chrono::steady_clock::now();
     CheckNodes();
     (void)CompactEvents();
+    (void)CompactFinishedJobs();
     Status st = RunCycle();
     if (!st.ok()) std::fprintf(stderr, "tessera server: cycle: %s\n", st.ToString().c_str());
   }

@@ -160,6 +160,11 @@ struct ControlPlaneOptions {
   size_t max_events_per_job = 200;
   size_t max_events = 500000;
   int64_t event_ttl_seconds = 14 * 24 * 3600;
+  // Finished jobs (Succeeded, Failed, Cancelled) are deleted with their allocations and
+  // events this long after they finished (a job's ttlSecondsAfterFinished overrides it), so
+  // that a long-running server's memory, store and cycles do not grow with its history.
+  // 0 = kept for ever.
+  int64_t finished_job_ttl_seconds = 7 * 24 * 3600;
   // Called after each engine cycle with what the engine saw and decided, every job's
   // lifecycle state, and the cycle's wall time in seconds (observability:
   // src/server/observability_routes.h). No lock is held.
@@ -240,6 +245,10 @@ class ControlPlane {
   // it every cycle, Open() once with per_job (a restart may follow a change of the bounds).
   // Returns how many were dropped.
   size_t CompactEvents(bool per_job = false);
+  // Deletes finished jobs past their time to live (finished_job_ttl_seconds), durably, with
+  // their allocations, events and Idempotency-Key; the loop calls it every cycle. Returns
+  // how many jobs were deleted.
+  size_t CompactFinishedJobs();
   int64_t cycles() const;
 
   void RegisterBackend(const std::string& pool, std::shared_ptr<Backend> b);

@@ -509,6 +509,54 @@ TEST_F(ControlPlaneTest, RestartTaskAfterAnotherTaskSucceededRestartsTheJob) {
   EXPECT_EQ(j["attempt"], 2);
 }
 
+// A long-running server does not keep its whole history: a finished job is deleted, with
+// its allocations and events, once its time to live is over (ttlSecondsAfterFinished, else
+// the server's finished_job_ttl_seconds); unfinished jobs are never touched.
+TEST_F(ControlPlaneTest, FinishedJobsAreDeletedAfterTheirTimeToLive) {
+  tune_ = [](ControlPlaneOptions& o) { o.finished_job_ttl_seconds = 3600; };
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  auto stored = [&](const std::string& prefix) {
+    auto r = cp_->store().Range(prefix);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->size() : 0;
+  };
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("done", 1, 1)).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("keep", 1, 1)).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("brief", 1, 0, "  ttlSecondsAfterFinished: 0\n")).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 3u);
+  std::map<std::string, std::string> alloc;  // job -> allocation
+  for (const auto& a : d["allocations"]) alloc[a["job"]] = a["allocation"];
+  Beat("node-a", epoch,
+       {Task(alloc["done"], "succeeded"), Task(alloc["keep"], "running"),
+        Task(alloc["brief"], "failed", 1)});
+  ASSERT_EQ(State("done"), "Succeeded");
+  ASSERT_EQ(State("brief"), "Failed");
+  const size_t events_before = stored("events/");
+
+  // ttlSecondsAfterFinished: 0 goes at once, with its allocation and events; the others stay.
+  EXPECT_EQ(cp_->CompactFinishedJobs(), 1u);
+  EXPECT_EQ(cp_->GetJob(kAdmin, "brief", false).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(stored("allocs/"), 2u);
+  EXPECT_LT(stored("events/"), events_before);
+  clock_.now += 3599;
+  EXPECT_EQ(cp_->CompactFinishedJobs(), 0u);
+  clock_.now += 1;
+  EXPECT_EQ(cp_->CompactFinishedJobs(), 1u);
+  EXPECT_EQ(stored("jobs/"), 1u);
+  EXPECT_EQ(stored("allocs/"), 1u);
+
+  // Durable: after a restart only the running job is there, and the names are free again.
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  Json list = *cp_->ListJobs(kAdmin, {});
+  ASSERT_EQ(list["items"].size(), 1u);
+  EXPECT_EQ(list["items"][0]["name"], "keep");
+  EXPECT_EQ(State("keep"), "Running");
+  EXPECT_TRUE(cp_->Submit(kAdmin, JobDoc("done", 1, 1)).ok());
+}
+
 TEST_F(ControlPlaneTest, EventRetentionKeepsTheNewestPerJobAndCompactsTheStore) {
   tune_ = [](ControlPlaneOptions& o) {
     o.max_events_per_job = 4;

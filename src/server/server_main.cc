@@ -116,8 +116,12 @@ Status RunServer(const ServerFlags& flags) {
   ControlPlaneOptions cpo;
   cpo.seed = flags.seed;
   cpo.on_cycle = ObserveCycleForMetrics;  // /metrics (observability_routes.h)
-  if (flags.max_events_per_job < 0 || flags.max_events < 0 || flags.event_ttl_seconds < 0)
-    return InvalidArgument("--max-events-per-job, --max-events, --event-ttl-seconds: must be >= 0");
+  if (flags.max_events_per_job < 0 || flags.max_events < 0 || flags.event_ttl_seconds < 0 ||
+      flags.finished_job_ttl_seconds < 0)
+    return InvalidArgument(
+        "--max-events-per-job, --max-events, --event-ttl-seconds, --finished-job-ttl-seconds: "
+        "must be >= 0");
+  cpo.finished_job_ttl_seconds = flags.finished_job_ttl_seconds;
   cpo.max_events_per_job = static_cast<size_t>(flags.max_events_per_job);
   cpo.max_events = static_cast<size_t>(flags.max_events);
   cpo.event_ttl_seconds = flags.event_ttl_seconds;

@@ -26,6 +26,7 @@ struct ServerFlags {
   int64_t max_events_per_job = 200;
   int64_t max_events = 500000;
   int64_t event_ttl_seconds = 14 * 24 * 3600;
+  int64_t finished_job_ttl_seconds = 7 * 24 * 3600;
 };
 
 Status RunServer(const ServerFlags& flags);

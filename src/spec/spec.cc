@@ -358,6 +358,16 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
   });
 }
 
+// `ttlSecondsAfterFinished` (Volcano, batch/v1 and Tessera jobs): how long the finished
+// job is kept before it is deleted; 0 deletes it at once.
+Status ReadTtl(ObjectReader& r, JobSpec& s) {
+  if (!r.Has("ttlSecondsAfterFinished")) return Status::Ok();
+  int64_t ttl = 0;
+  TESSERA_RETURN_IF_ERROR(r.Int("ttlSecondsAfterFinished", ttl, false, 0));
+  s.ttl_seconds_after_finished = ttl;
+  return Status::Ok();
+}
+
 StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& meta) {
   JobSpec s;
   s.source = "batch.volcano.sh/v1alpha1 Job";
@@ -385,7 +395,8 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
         return InvalidArgument(r.Path("plugins") + "." + k +
                                ": unknown plugin (ssh, svc, env, pytorch, mpi, tensorflow)");
   }
-  Ignore(r, {"ttlSecondsAfterFinished", "volumes", "minSuccess", "runningEstimate"});
+  TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
+  Ignore(r, {"volumes", "minSuccess", "runningEstimate"});
   const Json* tasks = r.Get("tasks");
   if (tasks == nullptr) return InvalidArgument(r.Path("tasks") + ": required");
   bool first = true;
@@ -487,7 +498,8 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
       TESSERA_RETURN_IF_ERROR(r.Int("activeDeadlineSeconds", d, false, 1));
       s.job.runtime_estimate_seconds = d;
     }
-    Ignore(r, {"ttlSecondsAfterFinished", "completionMode", "selector", "manualSelector"});
+    TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
+    Ignore(r, {"completionMode", "selector", "manualSelector"});
     TESSERA_RETURN_IF_ERROR(ReadPodTemplate(r.Get("template"), "spec.template", tmpl));
     TESSERA_RETURN_IF_ERROR(r.Finish());
     if (tmpl.pod.restart_policy == "Always")
@@ -592,6 +604,11 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
                                "\" (FailJob, RestartJob, RestartTask)");
     }
     model.erase("restartPolicy");
+  }
+  if (model.contains("ttlSecondsAfterFinished")) {
+    ObjectReader r(model, "spec");
+    TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
+    model.erase("ttlSecondsAfterFinished");
   }
   if (model.contains("service")) {
     if (!model["service"].is_boolean())
@@ -1156,6 +1173,7 @@ Json JobSpecToJson(const JobSpec& s) {
   j["restartPolicy"] = RestartPolicyToJson(s.restart);
   j["source"] = s.source;
   if (s.service) j["service"] = true;
+  if (s.ttl_seconds_after_finished) j["ttlSecondsAfterFinished"] = *s.ttl_seconds_after_finished;
   if (!s.labels.empty()) j["labels"] = s.labels;
   if (!s.annotations.empty()) j["annotations"] = s.annotations;
   return j;
@@ -1198,6 +1216,7 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
   }
   TESSERA_RETURN_IF_ERROR(r.String("source", s.source));
   TESSERA_RETURN_IF_ERROR(r.Bool("service", s.service));
+  TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
   TESSERA_RETURN_IF_ERROR(r.StringMap("labels", s.labels));
   TESSERA_RETURN_IF_ERROR(r.StringMap("annotations", s.annotations));
   TESSERA_RETURN_IF_ERROR(r.Finish());

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ struct JobSpec {
   RestartPolicy restart;
   std::string source;    // "tessera.io/v1 Job", "batch.volcano.sh/v1alpha1 Job", "sbatch", ...
   bool service = false;  // long-running (Deployment): never "succeeds"
+  // Seconds a finished job is kept (then deleted with its allocations and events);
+  // nullopt: the server's --finished-job-ttl-seconds. `ttlSecondsAfterFinished`.
+  std::optional<int64_t> ttl_seconds_after_finished;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
 };

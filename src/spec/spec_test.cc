@@ -85,6 +85,21 @@ TEST(Spec, KubernetesWorkloads) {
   ASSERT_TRUE(bj.ok());
   EXPECT_EQ((*bj)[0].job.restart.max_retries, 2);
   EXPECT_EQ((*bj)[0].job.source, "batch/v1 Job");
+  EXPECT_FALSE((*bj)[0].job.ttl_seconds_after_finished);
+
+  // ttlSecondsAfterFinished is kept (Volcano and batch/v1 alike) and stored.
+  auto ttl = ParseDocuments(
+      "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n"
+      "  ttlSecondsAfterFinished: 600\n"
+      "  tasks: [{replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}]\n");
+  ASSERT_TRUE(ttl.ok()) << ttl.status().ToString();
+  EXPECT_EQ((*ttl)[0].job.ttl_seconds_after_finished, 600);
+  auto back = JobSpecFromJson(JobSpecToJson((*ttl)[0].job), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->ttl_seconds_after_finished, 600);
+  EXPECT_FALSE(ParseDocuments("apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\n"
+                              "spec: {ttlSecondsAfterFinished: -1, tasks: [{command: [x]}]}\n")
+                   .ok());
 }
 
 TEST(Spec, QueuesAndPriorityClasses) {
