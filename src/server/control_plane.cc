@@ -259,12 +259,14 @@ Status ControlPlane::Load() {
     events_[e.seq] = std::move(e);
     return Status::Ok();
   }));
-  {
-    auto c = store_->Get("counters/events");
+  // Numbers are never reused, even after the newest records were deleted (compactions).
+  for (auto [key, next] :
+       {std::pair{"counters/events", &next_event_seq_}, std::pair{"counters/jobs", &next_job_seq_},
+        std::pair{"counters/allocs", &next_alloc_}}) {
+    auto c = store_->Get(key);
     if (!c.ok()) return c.status();
     if (c->has_value())
-      next_event_seq_ =
-          std::max<int64_t>(next_event_seq_, std::strtoll((*c)->value.c_str(), nullptr, 10));
+      *next = std::max<int64_t>(*next, std::strtoll((*c)->value.c_str(), nullptr, 10));
   }
   TESSERA_RETURN_IF_ERROR(each("audit/", [&](const std::string&, const Json& j) -> Status {
     AuditRecord a;
@@ -419,7 +421,7 @@ size_t ControlPlane::CompactFinishedJobs() {
     if (!IsTerminal(j.state) || j.finished_at < 0) continue;
     std::optional<int64_t> ttl = j.spec.ttl_seconds_after_finished;  // 0: at once
     if (!ttl && options_.finished_job_ttl_seconds > 0) ttl = options_.finished_job_ttl_seconds;
-    if (!ttl || now < j.finished_at + *ttl) continue;
+    if (!ttl || now - j.finished_at < *ttl) continue;
     // A task still stopping (its node unreachable) keeps the job until the task is gone.
     bool holding = false;
     for (const auto& id : j.allocations) holding = holding || allocations_.at(id).HoldsDevices();
@@ -431,6 +433,10 @@ size_t ControlPlane::CompactFinishedJobs() {
   }
   if (gone.empty()) return 0;
   ops.push_back(EventSeqOp());
+  // Deleting the newest jobs must not let a restart hand out their numbers again (agents'
+  // task folders and Slurm tags are named by allocation id).
+  ops.push_back(store::Op::Put("counters/jobs", std::to_string(next_job_seq_)));
+  ops.push_back(store::Op::Put("counters/allocs", std::to_string(next_alloc_)));
   if (!Commit(std::move(ops)).ok()) return 0;  // kept; the next call tries again
   for (const std::string& id : gone) {
     JobRecord& j = jobs_.at(id);
@@ -499,31 +505,44 @@ StatusOr<Json> ControlPlane::ListTokens(const Principal& p) const {
 Status ControlPlane::Delete(const Principal& p, const std::string& kind, const std::string& name) {
   if (!p.IsAdmin()) return PermissionDenied("only an admin may delete a " + kind);
   std::lock_guard<std::mutex> l(mu_);
-  // The first unfinished job (by name) that `uses` says needs the object.
+  // The first job (by name) that `uses` says needs the object and that is unfinished or
+  // still holds devices (a task stopping on an unreachable node), else a submission being
+  // stored that would need it ("a submission in flight").
   auto needed_by = [&](auto uses) -> std::string {
-    for (const auto& [id, j] : jobs_)
-      if (!IsTerminal(j.state) && uses(j)) return id;
+    for (const auto& [id, j] : jobs_) {
+      if (!uses(j.spec.job.queue, j.spec.job.priority_class)) continue;
+      if (!IsTerminal(j.state)) return id;
+      for (const auto& a : j.allocations)
+        if (allocations_.at(a).HoldsDevices()) return id;
+    }
+    for (const auto& [queue, pc] : inflight_)
+      if (uses(queue, pc)) return "a submission in flight";
     return "";
   };
   auto refuse = [&](const std::string& why) {
     return FailedPrecondition(kind + " \"" + name + "\" " + why);
   };
+  static const char* kDeclared =
+      "is declared in the --bootstrap folder, applied at every start: remove it there";
   std::string key;
   if (kind == "queue") {
     if (queues_.count(name) == 0) return NotFound("queue \"" + name + "\" not found");
     for (const auto& [child, q] : queues_)
       if (q.parent == name)
         return refuse("is the parent of queue \"" + child + "\": delete or move that first");
-    std::string job = needed_by([&](const JobRecord& j) { return j.spec.job.queue == name; });
+    if (declared_.count("queue/" + name)) return refuse(kDeclared);
+    std::string job =
+        needed_by([&](const std::string& queue, const std::string&) { return queue == name; });
     if (!job.empty())
       return refuse("has unfinished jobs (job \"" + job + "\"): cancel them or let them end");
     key = "queues/" + name;
   } else if (kind == "priorityclass") {
     if (priority_classes_.count(name) == 0)
       return NotFound("priorityclass \"" + name + "\" not found");
+    if (declared_.count("priorityclass/" + name)) return refuse(kDeclared);
     const std::string fallback = DefaultPriorityClass();
-    std::string job = needed_by([&](const JobRecord& j) {
-      return (j.spec.job.priority_class.empty() ? fallback : j.spec.job.priority_class) == name;
+    std::string job = needed_by([&](const std::string&, const std::string& pc) {
+      return (pc.empty() ? fallback : pc) == name;
     });
     if (!job.empty())
       return refuse("is the priority of unfinished jobs (job \"" + job +
@@ -759,7 +778,10 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       records.push_back(std::move(r));
     }
     if (!key.empty()) reserved_keys_.insert(key);
-    for (const auto& r : records) reserved_ids_.insert(r.id());
+    for (const auto& r : records) {
+      reserved_ids_.insert(r.id());
+      inflight_.insert({r.spec.job.queue, r.spec.job.priority_class});
+    }
     // Queued under the lock: commit order = id/sequence order.
     done = store_->TxnAsyncAnnounced({}, std::move(ops));
     announcement.pending = false;
@@ -768,7 +790,10 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
   std::vector<Json> out;
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (auto& r : records) reserved_ids_.erase(r.id());
+    for (auto& r : records) {
+      reserved_ids_.erase(r.id());
+      inflight_.erase(inflight_.find({r.spec.job.queue, r.spec.job.priority_class}));
+    }
     if (!key.empty()) {
       reserved_keys_.erase(key);
       if (result.ok())
@@ -995,6 +1020,8 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
   for (const auto& d : *docs) {
     if (d.kind == spec::Document::Kind::kQueue) {
       const Queue& q = d.queue;
+      // (A bootstrap that fails stops the server's start, so this needs no undo.)
+      if (bootstrap) declared_.insert("queue/" + q.name);
       auto old = queues.find(q.name);
       if (old != queues.end() && QueueToJson(old->second).dump() == QueueToJson(q).dump()) continue;
       queues[q.name] = q;
@@ -1007,6 +1034,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
                 {"value", pc.value},
                 {"preemptionPolicy", pc.preempt_lower ? "PreemptLowerPriority" : "Never"},
                 {"globalDefault", pc.global_default}};
+      if (bootstrap) declared_.insert("priorityclass/" + pc.name);
       auto old = pcs.find(pc.name);
       if (old != pcs.end() && old->second.value == pc.value &&
           old->second.preempt_lower == pc.preempt_lower &&
@@ -1198,7 +1226,15 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
   // A failure restart waits (crash-loop back-off); an eviction restarts at once.
   std::string wait;
   if (!eviction && retries_left && action != spec::FailureAction::kFailJob) {
-    const int64_t wait_seconds = BackOff(j);
+    // How long what failed had run: the attempt, or for a task restarted alone (the attempt
+    // goes on) that task's latest allocation.
+    int64_t ran_since = j.run_started_at;
+    if (action == spec::FailureAction::kRestartTask)
+      for (const auto& id : j.allocations) {
+        const Allocation& a = allocations_.at(id);
+        if (a.attempt == j.attempt && a.task == task) ran_since = std::max(ran_since, a.created_at);
+      }
+    const int64_t wait_seconds = BackOff(j, ran_since);
     if (wait_seconds > 0)
       wait = ", in " + std::to_string(wait_seconds) + " s (failure " +
              std::to_string(j.failures_in_a_row) + " in a row)";
@@ -1226,9 +1262,9 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
   }
 }
 
-int64_t ControlPlane::BackOff(JobRecord& j) {
+int64_t ControlPlane::BackOff(JobRecord& j, int64_t ran_since) {
   const int64_t now = Now();
-  if (j.run_started_at >= 0 && now - j.run_started_at >= options_.restart_backoff_reset_seconds)
+  if (ran_since >= 0 && now - ran_since >= options_.restart_backoff_reset_seconds)
     j.failures_in_a_row = 0;  // it ran a good while: this failure is not a crash loop
   j.failures_in_a_row += 1;
   if (options_.restart_backoff_seconds <= 0) return 0;

@@ -217,8 +217,10 @@ class ControlPlane {
   // Deletes a "queue", "priorityclass" or "token" (admin), durably and audited. Refused
   // (FailedPrecondition, naming why) while something still needs it: a queue with child
   // queues or unfinished jobs; a priority class an unfinished job resolves to (priorities
-  // are resolved every cycle); a token from --auth-config (it would return at restart);
-  // the last admin token.
+  // are resolved every cycle); a job still holding devices counts as unfinished, and so do
+  // submissions being stored. Refused too for what would come back at the next start: a
+  // queue or class of the --bootstrap folder, a token from --auth-config; and for the last
+  // admin token.
   Status Delete(const Principal& p, const std::string& kind, const std::string& name);
   // What `logs -f` follows: the task's allocation (`allocation`, or its latest when ""),
   // where its `stream` is (the agent's logs URL, or a file the server reads when the pool's
@@ -287,8 +289,9 @@ class ControlPlane {
   void MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j);
   void EndAttempt(JobRecord& j);
   // Counts a failure that restarts the job or a task, and sets when it may be placed again;
-  // returns the wait in seconds (0: at once).
-  int64_t BackOff(JobRecord& j);
+  // returns the wait in seconds (0: at once). `ran_since`: when what failed started (-1: never
+  // ran); a run of restart_backoff_reset_seconds starts the count over.
+  int64_t BackOff(JobRecord& j, int64_t ran_since);
   // Applies the job's restart policy after losing tasks (failure or eviction). `task` is the
   // failed task when one task failed (RestartTask restarts only it); -1 otherwise.
   void OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,
@@ -313,6 +316,11 @@ class ControlPlane {
   std::set<std::string> reserved_ids_;  // submissions in flight (not yet durable)
   std::map<std::string, std::vector<std::string>> idempotency_;  // key -> the jobs it created
   std::set<std::string> reserved_keys_;  // idempotency keys of submissions in flight
+  // (queue, priority class) of each job of the submissions in flight: Delete counts them.
+  std::multiset<std::pair<std::string, std::string>> inflight_;
+  // "queue/<name>", "priorityclass/<name>" applied from the --bootstrap folder, which is
+  // applied at every start: Delete refuses them (they would come back).
+  std::set<std::string> declared_;
   std::map<std::string, Queue> queues_;
   std::map<std::string, PriorityClass> priority_classes_;
   std::map<std::string, NodeRecord> nodes_;

@@ -144,6 +144,15 @@ TEST_F(ControlPlaneTest, DeleteRefusesWhatIsStillNeededAndIsDurable) {
   EXPECT_TRUE(cp_->Delete(kAdmin, "priorityclass", "high").ok());
   EXPECT_TRUE(cp_->Delete(kAdmin, "queue", "child").ok());
 
+  // What the --bootstrap folder declares comes back at every start: refused.
+  ASSERT_TRUE(cp_->Apply(kAdmin,
+                         "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: "
+                         "{name: seeded}\n",
+                         true)
+                  .ok());
+  EXPECT_NE(cp_->Delete(kAdmin, "queue", "seeded").message().find("--bootstrap folder"),
+            std::string::npos);
+
   // Tokens: revoked at once; never the last admin, nor one from --auth-config.
   ASSERT_TRUE(
       cp_->AddToken(kAdmin, {{"root", Role::kAdmin, {"*"}}, Sha256Hex("root-t"), "api"}).ok());
@@ -165,7 +174,7 @@ TEST_F(ControlPlaneTest, DeleteRefusesWhatIsStillNeededAndIsDurable) {
   Json queues = cp_->ListQueues(kAdmin)["items"];
   std::vector<std::string> names;
   for (const auto& q : queues) names.push_back(q["name"]);
-  EXPECT_EQ(names, std::vector<std::string>{"default"});
+  EXPECT_EQ(names, (std::vector<std::string>{"default", "seeded"}));
   EXPECT_EQ(cp_->ListPriorityClasses().dump().find("\"high\""), std::string::npos);
   EXPECT_FALSE(cp_->tokens().HasName("bot"));
   EXPECT_TRUE(cp_->tokens().HasName("root"));
@@ -554,7 +563,53 @@ TEST_F(ControlPlaneTest, FinishedJobsAreDeletedAfterTheirTimeToLive) {
   ASSERT_EQ(list["items"].size(), 1u);
   EXPECT_EQ(list["items"][0]["name"], "keep");
   EXPECT_EQ(State("keep"), "Running");
-  EXPECT_TRUE(cp_->Submit(kAdmin, JobDoc("done", 1, 1)).ok());
+  // Deleted records' numbers are not handed out again (agents' task folders and Slurm tags
+  // are named by allocation id).
+  std::string newest;
+  for (const auto& [job, id] : alloc) newest = std::max(newest, id);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("done", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const Json assigned = Beat("node-a", epoch)["allocations"];
+  for (const auto& a : assigned) {
+    if (a["job"] == "done") {
+      EXPECT_GT(a["allocation"].get<std::string>(), newest);
+    }
+  }
+}
+
+// A Deployment replica that crash-loops backs off however long the Deployment has served:
+// what counts is how long that replica ran.
+TEST_F(ControlPlaneTest, ACrashLoopingReplicaBacksOffInALongRunningDeployment) {
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: svc}\nspec:\n"
+                          "  replicas: 2\n  template:\n    spec:\n      containers:\n"
+                          "      - name: server\n        command: [serve]\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 2u);
+  std::string keep = d["allocations"][0]["allocation"], bad = d["allocations"][1]["allocation"];
+  Beat("node-a", epoch, {Task(keep, "running"), Task(bad, "running")});
+  clock_.now += 3600;  // the Deployment has served an hour
+  for (int failure = 1; failure <= 3; ++failure) {
+    Beat("node-a", epoch, {Task(keep, "running"), Task(bad, "failed", 1)});
+    const int64_t wait = 10 << (failure - 1);
+    auto r = Job("svc")["events"];
+    EXPECT_NE(
+        r.back()["message"].get<std::string>().find("in " + std::to_string(wait) + " s (failure " +
+                                                    std::to_string(failure) + " in a row)"),
+        std::string::npos)
+        << r.back().dump();
+    clock_.now += wait;
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    const Json assigned = Beat("node-a", epoch)["allocations"];
+    for (const auto& a : assigned)
+      if (a["allocation"] != keep) bad = a["allocation"];
+    Beat("node-a", epoch, {Task(keep, "running"), Task(bad, "running")});
+    clock_.now += 5;  // it crashes again soon after it starts
+  }
 }
 
 TEST_F(ControlPlaneTest, EventRetentionKeepsTheNewestPerJobAndCompactsTheStore) {
