@@ -1213,13 +1213,6 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
   // An eviction takes the gang as a whole (the engine evicts jobs, not tasks).
   if (action == spec::FailureAction::kRestartTask && (eviction || task < 0))
     action = spec::FailureAction::kRestartJob;
-  // The engine models a job as its placed tasks; one whose finished tasks must not run again
-  // beside a task still to place has no such model, so then the whole attempt restarts.
-  // (A service's replicas never finish: one that exited is placed again like a failed one.)
-  if (action == spec::FailureAction::kRestartTask) {
-    for (const auto& id : j.allocations)
-      if (FinishedForGood(j, allocations_.at(id))) action = spec::FailureAction::kRestartJob;
-  }
   int32_t max = j.spec.restart.max_retries;
   int32_t retries = j.attempt - 1 + j.task_restarts;
   bool retries_left = eviction || max < 0 || retries < max;
@@ -1666,8 +1659,20 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
       else
         job.allocations[a->task] = a->placement;
     }
-    for (const auto& aid : j.allocations)
-      if (FinishedForGood(j, allocations_.at(aid))) exact = false;
+    // A task that finished for good holds nothing but is no longer to place: the engine sees
+    // it placed, with nothing, on the node it ran on (any node, if that one is gone), so a
+    // sibling restarted alone (RestartTask) is topped up without running it again.
+    for (const auto& aid : j.allocations) {
+      const Allocation& a = allocations_.at(aid);
+      if (!exact || !FinishedForGood(j, a) || job.allocations[a.task]) continue;
+      if (s.nodes.empty()) {
+        exact = false;
+        break;
+      }
+      TaskAllocation done;
+      done.node = nodes_.count(a.placement.node) ? a.placement.node : s.nodes.front().name;
+      job.allocations[a.task] = done;
+    }
     if (exact) {
       if (job.start_time < 0) job.start_time = j.created_at;
       s.jobs.push_back(std::move(job));

@@ -77,7 +77,13 @@ class ControlPlaneTest : public ::testing::Test {
     o.clock = clock_.fn();
     o.run_scheduler = false;
     if (tune_) tune_(o);
-    auto cp = ControlPlane::Open(std::move(*st), std::make_unique<ScriptedEngine>(fn), o);
+    std::unique_ptr<Engine> engine = std::make_unique<ScriptedEngine>(fn);
+    if (real_engine_) {
+      auto e = Engine::Create(DefaultEngineConfig());
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      engine = std::move(*e);
+    }
+    auto cp = ControlPlane::Open(std::move(*st), std::move(engine), o);
     ASSERT_TRUE(cp.ok()) << cp.status().ToString();
     cp_ = std::move(*cp);
   }
@@ -110,6 +116,7 @@ class ControlPlaneTest : public ::testing::Test {
   std::string dir_;
   FakeClock clock_;
   std::function<void(ControlPlaneOptions&)> tune_;  // options of the next Reopen()
+  bool real_engine_ = false;  // the next Reopen() runs the default engine, not a script
   std::unique_ptr<ControlPlane> cp_;
 };
 
@@ -501,8 +508,11 @@ TEST_F(ControlPlaneTest, ADeploymentReplicaThatExitsIsReplacedAlone) {
   EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
 }
 
-TEST_F(ControlPlaneTest, RestartTaskAfterAnotherTaskSucceededRestartsTheJob) {
-  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+// A batch/v1 Job's pod that fails after another pod succeeded is restarted alone, by the
+// real engine: the succeeded pod is not run again (its work and side effects are done).
+TEST_F(ControlPlaneTest, RestartTaskAfterAnotherTaskSucceededRunsOnlyTheFailedOne) {
+  real_engine_ = true;
+  Reopen();
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(
       cp_->Submit(kAdmin,
@@ -510,12 +520,30 @@ TEST_F(ControlPlaneTest, RestartTaskAfterAnotherTaskSucceededRestartsTheJob) {
           .ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
   Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 2u);
   std::string a0 = d["allocations"][0]["allocation"], a1 = d["allocations"][1]["allocation"];
   Beat("node-a", epoch, {Task(a0, "succeeded"), Task(a1, "running")});
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  d = Beat("node-a", epoch, {Task(a1, "running")});
+  ASSERT_EQ(d["allocations"].size(), 1u) << "the succeeded task is not placed again";
   Beat("node-a", epoch, {Task(a1, "failed", 1)});
   Json j = Job("ts");
-  EXPECT_EQ(j["state"], "Pending");  // a new attempt of the whole job
-  EXPECT_EQ(j["attempt"], 2);
+  EXPECT_EQ(j["state"], "Running");
+  EXPECT_EQ(j["attempt"], 1);
+  clock_.now += 10;  // the crash-loop back-off
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 1u) << d.dump();
+  EXPECT_EQ(d["allocations"][0]["task"], 1);
+  EXPECT_EQ(d["allocations"][0]["attempt"], 1);
+  EXPECT_EQ(d["allocations"][0]["env"]["RANK"], "1");
+  std::string again = d["allocations"][0]["allocation"];
+  Beat("node-a", epoch, {Task(again, "succeeded")});
+  j = Job("ts");
+  EXPECT_EQ(j["state"], "Succeeded");
+  EXPECT_EQ(j["message"], "2 task(s) succeeded");
+  auto r = Reasons("ts");
+  EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
 }
 
 // A long-running server does not keep its whole history: a finished job is deleted, with
