@@ -205,8 +205,11 @@ Status ControlPlane::Load() {
     r.run_started_at = j.value(
         "runStartedAt", r.state == JobState::kPending || IsTerminal(r.state) ? -1 : r.started_at);
     r.attained_gpu_milli_seconds = j.value("attainedGpuMilliSeconds", int64_t{0});
-    r.failures_in_a_row = j.value("failuresInARow", 0);
-    r.backoff_until = j.value("backoffUntil", int64_t{0});
+    r.backoff.failures_in_a_row = j.value("failuresInARow", 0);
+    r.backoff.until = j.value("backoffUntil", int64_t{0});
+    for (const auto& t : j.value("taskBackoff", Json::array()))
+      r.task_backoff[t.value("task", 0)] = {t.value("failuresInARow", 0),
+                                            t.value("until", int64_t{0})};
     r.message = j.value("message", "");
     next_job_seq_ = std::max(next_job_seq_, r.seq + 1);
     std::string id = r.id();
@@ -300,8 +303,11 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
   o["finishedAt"] = j.finished_at;
   if (j.run_started_at >= 0) o["runStartedAt"] = j.run_started_at;
   if (j.attained_gpu_milli_seconds) o["attainedGpuMilliSeconds"] = j.attained_gpu_milli_seconds;
-  if (j.failures_in_a_row) o["failuresInARow"] = j.failures_in_a_row;
-  if (j.backoff_until) o["backoffUntil"] = j.backoff_until;
+  if (j.backoff.failures_in_a_row) o["failuresInARow"] = j.backoff.failures_in_a_row;
+  if (j.backoff.until) o["backoffUntil"] = j.backoff.until;
+  for (const auto& [task, c] : j.task_backoff)
+    o["taskBackoff"].push_back(
+        {{"task", task}, {"failuresInARow", c.failures_in_a_row}, {"until", c.until}});
   if (!j.message.empty()) o["message"] = j.message;
   return store::Op::Put("jobs/" + j.id(), o.dump());
 }
@@ -639,13 +645,21 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["runningTasks"] = running;
   o["nodes"] = std::vector<std::string>(nodes.begin(), nodes.end());
   if (!j.message.empty()) o["message"] = j.message;
-  if (j.backoff_until > Now() && j.state != JobState::kTerminating && !IsTerminal(j.state)) {
-    o["backoffUntil"] = j.backoff_until;
-    if (j.state == JobState::kPending)
-      o["pendingReason"] = {{"code", "BackOff"},
-                            {"message", "restarting after " + std::to_string(j.failures_in_a_row) +
-                                            " failure(s) in a row: next try in " +
-                                            std::to_string(j.backoff_until - Now()) + " s"}};
+  // A running job's tasks restarted alone: when the first of them may be placed again.
+  int64_t task_backoff_until = 0;
+  if (j.state == JobState::kRunning || j.state == JobState::kScheduled)
+    for (const auto& [task, c] : j.task_backoff)
+      if (c.until > Now() && (task_backoff_until == 0 || c.until < task_backoff_until))
+        task_backoff_until = c.until;
+  if (task_backoff_until) {
+    o["backoffUntil"] = task_backoff_until;
+  } else if (j.backoff.until > Now() && j.state == JobState::kPending) {
+    o["backoffUntil"] = j.backoff.until;
+    o["pendingReason"] = {
+        {"code", "BackOff"},
+        {"message", "restarting after " + std::to_string(j.backoff.failures_in_a_row) +
+                        " failure(s) in a row: next try in " +
+                        std::to_string(j.backoff.until - Now()) + " s"}};
   } else if (j.state == JobState::kPending && !j.pending.code.empty()) {
     Json pr = {{"code", j.pending.code}, {"message", j.pending.message}};
     if (!j.pending.resource.empty()) pr["resource"] = j.pending.resource;
@@ -1183,6 +1197,7 @@ void ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord
     if (allocations_.at(id).Live()) return;
   JobState next = j.after_termination;
   EndAttempt(j);
+  j.task_backoff.clear();  // a new attempt places every task at once
   if (next == JobState::kPending) {
     j.attempt += 1;
     j.state = JobState::kPending;
@@ -1227,10 +1242,11 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
         const Allocation& a = allocations_.at(id);
         if (a.attempt == j.attempt && a.task == task) ran_since = std::max(ran_since, a.created_at);
       }
-    const int64_t wait_seconds = BackOff(j, ran_since);
+    CrashLoop& c = action == spec::FailureAction::kRestartTask ? j.task_backoff[task] : j.backoff;
+    const int64_t wait_seconds = BackOff(c, ran_since);
     if (wait_seconds > 0)
       wait = ", in " + std::to_string(wait_seconds) + " s (failure " +
-             std::to_string(j.failures_in_a_row) + " in a row)";
+             std::to_string(c.failures_in_a_row) + " in a row)";
   }
   if (action == spec::FailureAction::kRestartTask && retries_left) {
     // Volcano RestartTask: the failed task alone goes back to the engine (the job's snapshot
@@ -1255,17 +1271,17 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
   }
 }
 
-int64_t ControlPlane::BackOff(JobRecord& j, int64_t ran_since) {
+int64_t ControlPlane::BackOff(CrashLoop& c, int64_t ran_since) {
   const int64_t now = Now();
   if (ran_since >= 0 && now - ran_since >= options_.restart_backoff_reset_seconds)
-    j.failures_in_a_row = 0;  // it ran a good while: this failure is not a crash loop
-  j.failures_in_a_row += 1;
+    c.failures_in_a_row = 0;  // it ran a good while: this failure is not a crash loop
+  c.failures_in_a_row += 1;
   if (options_.restart_backoff_seconds <= 0) return 0;
   int64_t wait = options_.restart_backoff_seconds;
-  for (int32_t i = 1; i < j.failures_in_a_row && wait < options_.restart_backoff_max_seconds; ++i)
+  for (int32_t i = 1; i < c.failures_in_a_row && wait < options_.restart_backoff_max_seconds; ++i)
     wait *= 2;
   wait = std::min(wait, options_.restart_backoff_max_seconds);
-  j.backoff_until = now + wait;
+  c.until = now + wait;
   return wait;
 }
 
@@ -1646,7 +1662,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     bool pending = j.state == JobState::kPending;
     // Backing off after a failure: nothing of it to place yet (a running job's own tasks are
     // then placeholders below, so that its restarting task waits too).
-    const bool backing_off = j.backoff_until > Now();
+    const bool backing_off = j.backoff.until > Now();
     if (pending) {
       if (!backing_off) s.jobs.push_back(job);
       if (hold.empty()) continue;
@@ -1659,19 +1675,22 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
       else
         job.allocations[a->task] = a->placement;
     }
-    // A task that finished for good holds nothing but is no longer to place: the engine sees
-    // it placed, with nothing, on the node it ran on (any node, if that one is gone), so a
-    // sibling restarted alone (RestartTask) is topped up without running it again.
+    // A task that finished for good, or one restarted alone still backing off, is not to
+    // place (now): the engine sees it placed, holding nothing, on the node it ran on (any
+    // node, if that one is gone), so the job's other missing tasks are topped up without it.
     for (const auto& aid : j.allocations) {
       const Allocation& a = allocations_.at(aid);
-      if (!exact || !FinishedForGood(j, a) || job.allocations[a.task]) continue;
+      if (!exact || job.allocations[a.task] || a.attempt != j.attempt) continue;
+      auto c = j.task_backoff.find(a.task);
+      if (!FinishedForGood(j, a) && (c == j.task_backoff.end() || c->second.until <= Now()))
+        continue;
       if (s.nodes.empty()) {
         exact = false;
         break;
       }
-      TaskAllocation done;
-      done.node = nodes_.count(a.placement.node) ? a.placement.node : s.nodes.front().name;
-      job.allocations[a.task] = done;
+      TaskAllocation idle;
+      idle.node = nodes_.count(a.placement.node) ? a.placement.node : s.nodes.front().name;
+      job.allocations[a.task] = idle;
     }
     if (exact) {
       if (job.start_time < 0) job.start_time = j.created_at;

@@ -86,6 +86,13 @@ struct Event {
   std::string message;
 };
 
+// Restarts after failures in a row (a run that lasted restart_backoff_reset_seconds starts the
+// count over), and no placement before `until`.
+struct CrashLoop {
+  int32_t failures_in_a_row = 0;
+  int64_t until = 0;
+};
+
 struct JobRecord {
   spec::JobSpec spec;
   JobState state = JobState::kPending;
@@ -100,11 +107,11 @@ struct JobRecord {
   // earlier attempts, for least-attained-service ordering (the engine's `las`).
   int64_t run_started_at = -1;
   int64_t attained_gpu_milli_seconds = 0;
-  // Crash-loop back-off: restarts after failures in a row (a run that lasted
-  // restart_backoff_reset_seconds starts the count over), and no placement before
-  // backoff_until. Evictions are the scheduler's doing and add none.
-  int32_t failures_in_a_row = 0;
-  int64_t backoff_until = 0;
+  // Crash-loop back-off of the job (RestartJob), and of each task restarted alone
+  // (RestartTask) in the current attempt: a crash-looping replica neither holds back a healthy
+  // one's restart nor resets its count. Evictions are the scheduler's doing and add none.
+  CrashLoop backoff;
+  std::map<int32_t, CrashLoop> task_backoff;
   std::string message;
   std::vector<std::string> allocations;  // every allocation of every attempt, in order
   // Not persisted: the engine's latest verdict while pending.
@@ -291,7 +298,7 @@ class ControlPlane {
   // Counts a failure that restarts the job or a task, and sets when it may be placed again;
   // returns the wait in seconds (0: at once). `ran_since`: when what failed started (-1: never
   // ran); a run of restart_backoff_reset_seconds starts the count over.
-  int64_t BackOff(JobRecord& j, int64_t ran_since);
+  int64_t BackOff(CrashLoop& c, int64_t ran_since);
   // Applies the job's restart policy after losing tasks (failure or eviction). `task` is the
   // failed task when one task failed (RestartTask restarts only it); -1 otherwise.
   void OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,

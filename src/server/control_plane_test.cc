@@ -17,6 +17,12 @@ using testing::FakeClock;
 using testing::ScriptedEngine;
 
 const Principal kAdmin{"admin", Role::kAdmin, {"*"}};
+// An inference service: 3 replicas of one GPU each.
+const char* kDeployment =
+    "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: svc}\nspec:\n"
+    "  replicas: 3\n  template:\n    spec:\n      containers:\n"
+    "      - name: server\n        command: [serve]\n"
+    "        resources: {limits: {nvidia.com/gpu: 1}}\n";
 
 const char* kSetup = R"(apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
@@ -469,12 +475,7 @@ TEST_F(ControlPlaneTest, RestartTaskRestartsOnlyTheFailedTask) {
 TEST_F(ControlPlaneTest, ADeploymentReplicaThatExitsIsReplacedAlone) {
   Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
   int64_t epoch = Epoch("node-a");
-  ASSERT_TRUE(cp_->Submit(kAdmin,
-                          "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: svc}\nspec:\n"
-                          "  replicas: 3\n  template:\n    spec:\n      containers:\n"
-                          "      - name: server\n        command: [serve]\n"
-                          "        resources: {limits: {nvidia.com/gpu: 1}}\n")
-                  .ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, kDeployment).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
   Json d = Beat("node-a", epoch);
   ASSERT_EQ(d["allocations"].size(), 3u);
@@ -506,6 +507,65 @@ TEST_F(ControlPlaneTest, ADeploymentReplicaThatExitsIsReplacedAlone) {
   }
   auto r = Reasons("svc");
   EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
+}
+
+// Replicas back off on their own: one crash-looping replica neither delays the restart of a
+// healthy one that failed once nor has its count reset by it.
+TEST_F(ControlPlaneTest, EachReplicaBacksOffOnItsOwn) {
+  real_engine_ = true;
+  Reopen();
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, kDeployment).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::map<int, std::string> id;  // task -> its current allocation
+  // A cycle, then the node runs what it is given; returns the tasks it runs.
+  auto place = [&] {
+    EXPECT_TRUE(cp_->RunCycle().ok());
+    std::vector<Json> running;
+    for (const auto& [t, a] : id) running.push_back(Task(a, "running"));
+    Json d = Beat("node-a", epoch, running);
+    std::set<int> tasks;
+    running.clear();
+    for (const auto& a : d["allocations"]) {
+      tasks.insert(a["task"].get<int>());
+      id[a["task"].get<int>()] = a["allocation"];
+      running.push_back(Task(a["allocation"], "running"));
+    }
+    Beat("node-a", epoch, running);
+    return tasks;
+  };
+  auto fail = [&](int task) {
+    std::vector<Json> beat;
+    for (const auto& [t, a] : id)
+      beat.push_back(t == task ? Task(a, "failed", 1) : Task(a, "running"));
+    Beat("node-a", epoch, beat);
+    id.erase(task);
+  };
+  ASSERT_EQ(place(), (std::set<int>{0, 1, 2}));
+  clock_.now += 3600;  // all serve for an hour
+  // Replica 1 crash-loops: 10 s, 20 s, then a 40 s back-off.
+  for (int64_t wait : {10, 20}) {
+    fail(1);
+    clock_.now += wait;
+    EXPECT_EQ(place(), (std::set<int>{0, 1, 2}));
+  }
+  fail(1);
+  EXPECT_EQ(Job("svc")["backoffUntil"].get<int64_t>() - clock_.now, 40);
+  Reopen();  // the task's count and wait are stored
+  // Replica 0, which ran for an hour, fails once: back in 10 s, while replica 1 still waits.
+  clock_.now += 5;
+  fail(0);
+  EXPECT_EQ(Job("svc")["backoffUntil"].get<int64_t>() - clock_.now, 10);
+  clock_.now += 10;
+  EXPECT_EQ(place(), (std::set<int>{0, 2})) << "replica 0 is back, replica 1 still backs off";
+  clock_.now += 25;
+  EXPECT_EQ(place(), (std::set<int>{0, 1, 2}));
+  // Replica 1's count was not reset by replica 0's long run: its next failure waits 80 s.
+  fail(1);
+  auto events = Job("svc")["events"];
+  EXPECT_NE(events.back()["message"].get<std::string>().find("in 80 s (failure 4 in a row)"),
+            std::string::npos)
+      << events.back();
 }
 
 // A batch/v1 Job's pod that fails after another pod succeeded is restarted alone, by the
