@@ -42,6 +42,8 @@ struct Failure {
   // One task per node: the nodes that could ever hold one of the job's tasks (-1 unknown).
   int32_t ever_nodes = -1;
   int32_t gang_fit = 0;
+  // A gang that needs more than the whole cluster has: what it needs (the message).
+  std::string exceeds_cluster;
 };
 
 // Small on purpose: the cycle walks 100k of these several times; its decision lives in
@@ -208,6 +210,8 @@ class CycleRun {
   Failure CountNeverFits(PendingJob& pj, int32_t task);
   void BuildCapacityNodes();
   int32_t NodesEverHolding(const Job& job);
+  std::string GangExceedsCluster(const Job& job);
+  std::vector<int64_t> cluster_totals_;  // GPU milli, CPU milli, memory of all nodes (lazy)
   void DistinctNodesReason(PendingJob& pj, const Failure& f, const Failure& counted,
                            std::string& msg, std::map<std::string, int32_t>& rejected);
   void Finalize();
@@ -714,6 +718,53 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
   }
 }
 
+// A gang whose cheapest start (its gang minimum of its smallest tasks) asks for more GPUs,
+// CPU or memory than all nodes together have can never start, though each task may fit a
+// node; "" when it could. (Without this it would wait forever as merely busy, and as a
+// backfill head it would hold its reservation for nothing.)
+std::string CycleRun::GangExceedsCluster(const Job& job) {
+  struct Dim {
+    const char* name;
+    std::vector<int64_t> asks;
+    int64_t have = 0;
+  };
+  if (cluster_totals_.empty()) {
+    cluster_totals_.assign(3, 0);
+    for (const NodeState& n : m_.nodes) {
+      cluster_totals_[0] += static_cast<int64_t>(n.node->devices.size()) * 1000;
+      cluster_totals_[1] += n.node->cpu_milli;
+      cluster_totals_[2] += n.node->memory_bytes;
+    }
+  }
+  Dim dims[] = {{"nvidia.com/gpu", {}, cluster_totals_[0]},
+                {"cpu", {}, cluster_totals_[1]},
+                {"memory", {}, cluster_totals_[2]}};
+  for (const TaskGroup& g : job.groups)
+    for (int32_t r = 0; r < g.replicas; ++r) {
+      const GpuRequest& gpu = g.request.gpu;
+      dims[0].asks.push_back(gpu.kind == GpuRequestKind::kWhole      ? gpu.count * 1000LL
+                             : gpu.kind == GpuRequestKind::kFraction ? gpu.milli
+                                                                     : 0);
+      dims[1].asks.push_back(g.request.cpu_milli);
+      dims[2].asks.push_back(g.request.memory_bytes);
+    }
+  const size_t need = static_cast<size_t>(job.GangMinimum());
+  for (Dim& d : dims) {
+    if (d.asks.size() < need) return "";
+    std::partial_sort(d.asks.begin(), d.asks.begin() + need, d.asks.end());
+    int64_t sum = 0;
+    for (size_t i = 0; i < need; ++i) sum += d.asks[i];
+    if (sum <= d.have) continue;
+    auto amount = [&](int64_t v) {
+      return d.name == dims[2].name ? FormatBytes(v) : FormatMilli(v);
+    };
+    return "its gang minimum of " + std::to_string(need) + " tasks needs " + amount(sum) + " " +
+           d.name + ", all " + std::to_string(m_.nodes.size()) + " node(s) together have " +
+           amount(d.have);
+  }
+  return "";
+}
+
 // The rejections' summary: the Kubernetes-style message, the code, the resource most
 // nodes lacked, over a cluster of `nodes` nodes.
 Failure SummariseRejections(Failure f, const std::map<std::string, int32_t>& by_resource,
@@ -786,6 +837,13 @@ void CycleRun::Finalize() {
   for (auto& pj : jobs_) {
     if (pj.failure < 0) continue;
     Failure& f = failures_[pj.failure];
+    if (!f.exceeds_cluster.empty() && pj.state == JState::kInfeasible) {
+      SetReason(pj, {"Unschedulable",
+                     "can never fit on this cluster as it is: " + f.exceeds_cluster,
+                     "",
+                     {}});
+      continue;
+    }
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
       auto key = std::make_tuple(f.shape, f.fenced, f.infeasible);
       auto it = cache.find(key);
@@ -942,7 +1000,11 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     m_.Rollback(mark);
     if (why != nullptr) {
       *why = first;
-      if (required > 1 && placed > 0 && first.code != "QueueOverLimit") {
+      if (!why->infeasible && pj.gang_min > 1 && j.running == 0 && first.code != "QueueOverLimit") {
+        why->exceeds_cluster = GangExceedsCluster(*j.spec);
+        why->infeasible = !why->exceeds_cluster.empty();
+      }
+      if (required > 1 && placed > 0 && first.code != "QueueOverLimit" && !why->infeasible) {
         why->gang = true;
         why->gang_fit = placed + j.running;
       }
