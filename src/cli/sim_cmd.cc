@@ -1,11 +1,13 @@
 // `tessera sim fgd` and `tessera sim replay`: the simulator's commands (docs/simulator.md).
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "cli/command.h"
@@ -21,13 +23,14 @@ namespace {
 namespace fs = std::filesystem;
 using namespace tessera::sim;
 
+// Empty items are kept ("a,,b", "a,"): the caller names them as errors.
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
+  if (s.empty()) return out;
   size_t start = 0;
   while (start <= s.size()) {
     size_t c = s.find(',', start);
-    std::string item = s.substr(start, c == std::string::npos ? std::string::npos : c - start);
-    if (!item.empty()) out.push_back(item);
+    out.push_back(s.substr(start, c == std::string::npos ? std::string::npos : c - start));
     if (c == std::string::npos) break;
     start = c + 1;
   }
@@ -35,23 +38,50 @@ std::vector<std::string> SplitList(const std::string& s) {
 }
 
 StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& s) {
+  const Status bad =
+      InvalidArgument("--seeds: expected N, N-M or a comma list of them, got \"" + s + "\"");
+  // The whole text a number: "1e3" or "42x" is a typo, not seed 1 or 42.
+  auto number = [](const std::string& t) -> std::optional<uint64_t> {
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc() || end != t.data() + t.size()) return std::nullopt;
+    return v;
+  };
   std::vector<uint64_t> out;
+  std::set<uint64_t> seen;
   for (const std::string& part : SplitList(s)) {
     size_t dash = part.find('-');
-    try {
-      if (dash == std::string::npos) {
-        out.push_back(std::stoull(part));
-      } else {
-        uint64_t a = std::stoull(part.substr(0, dash)), b = std::stoull(part.substr(dash + 1));
-        if (b < a || b - a > 10000) return InvalidArgument("--seeds: bad range \"" + part + "\"");
-        for (uint64_t x = a; x <= b; ++x) out.push_back(x);
-      }
-    } catch (...) {
-      return InvalidArgument("--seeds: expected N, N-M or a comma list, got \"" + s + "\"");
+    auto a = number(part.substr(0, dash));
+    auto b = dash == std::string::npos ? a : number(part.substr(dash + 1));
+    if (!a || !b) return bad;
+    if (*b < *a || *b - *a > 10000) return InvalidArgument("--seeds: bad range \"" + part + "\"");
+    for (uint64_t x = *a;; ++x) {  // (no x <= b: b may be the largest value)
+      // A seed twice would count twice in the median.
+      if (!seen.insert(x).second)
+        return InvalidArgument("--seeds: seed " + std::to_string(x) + " is given twice");
+      out.push_back(x);
+      if (x == *b) break;
     }
   }
-  if (out.empty()) return InvalidArgument("--seeds: no seeds in \"" + s + "\"");
+  if (out.empty()) return bad;
   return out;
+}
+
+// Where the reports go can be written: checked before a long run, not after it.
+Status CheckWritable(const std::string& file, const std::string& dir = "") {
+  if (!dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return Unavailable("cannot create " + dir + ": " + ec.message());
+  }
+  const std::string path = dir.empty() ? file : dir + "/" + file;
+  if (path.empty() || path == "-") return Status::Ok();
+  const bool existed = fs::exists(path);
+  std::ofstream probe(path, std::ios::app);
+  if (!probe) return Unavailable("cannot write " + path);
+  probe.close();
+  if (!existed) fs::remove(path);
+  return Status::Ok();
 }
 
 Status WriteOut(const std::string& path, const std::string& text) {
@@ -91,6 +121,9 @@ StatusOr<std::vector<std::string>> PolicyList(
   std::set<std::string> labels;
   for (const std::string& name : names) {
     std::string label = name;
+    if (name.empty()) return InvalidArgument("--policy: an empty name in \"" + list + "\"");
+    if (fs::exists(name) && !fs::is_regular_file(name))
+      return InvalidArgument("--policy: " + name + " is not a configuration file");
     if (fs::exists(name)) {
       auto c = LoadEngineConfig(name);
       if (!c.ok()) return c.status();
@@ -99,7 +132,8 @@ StatusOr<std::vector<std::string>> PolicyList(
       TESSERA_RETURN_IF_ERROR(known(name));
     }
     if (!labels.insert(label).second)
-      return InvalidArgument("--policy: \"" + label + "\" is given twice");
+      return InvalidArgument("--policy: \"" + label + "\" is given twice (a file is labelled " +
+                             "by its name without folder and extension)");
   }
   return names;
 }
@@ -110,6 +144,7 @@ struct FgdArgs {
   std::string seeds = "42";
   std::vector<std::string> configs;
   int64_t load = 130;
+  bool load_given = false;
   bool quiet = false;
 };
 
@@ -125,6 +160,10 @@ int RunFgdCommand(const FgdArgs& a) {
         "--nodes/--pods: not given and ../shared/traces not found (set TESSERA_TRACES)"));
   auto seeds = ParseSeeds(a.seeds);
   if (!seeds.ok()) return Usage(seeds.status());
+  if (!a.arrival_order.empty() && seeds->size() > 1)
+    return Usage(InvalidArgument("--arrival-order fixes one workload; give one seed"));
+  if (!a.arrival_order.empty() && a.load_given)
+    return Usage(InvalidArgument("--load: --arrival-order fixes the workload and its load"));
   if (a.load < 1 || a.load > 1000)
     return Usage(InvalidArgument("--load: must be 1..1000 (% of GPU capacity), got " +
                                  std::to_string(a.load)));
@@ -144,6 +183,8 @@ int RunFgdCommand(const FgdArgs& a) {
                            ", or a configuration file)");
   });
   if (!names.ok()) return Usage(names.status());
+  for (const std::string& path : {a.json, a.csv, a.html})
+    if (Status s = CheckWritable(path); !s.ok()) return Fail(s);
   auto nodes = LoadOpenbNodes(nodes_path);
   if (!nodes.ok()) return Fail(nodes.status());
   auto pods = LoadOpenbPods(pods_path);
@@ -160,8 +201,6 @@ int RunFgdCommand(const FgdArgs& a) {
     if (!o.ok()) return Fail(o.status());
     wo.node_order = *o;
   }
-  if (wo.arrival_order && seeds->size() > 1)
-    return Usage(InvalidArgument("--arrival-order fixes one workload; give one seed"));
 
   FgdReport report;
   report.nodes_file = fs::path(nodes_path).filename().string();
@@ -176,6 +215,8 @@ int RunFgdCommand(const FgdArgs& a) {
       auto w = BuildFgdWorkload(*nodes, *pods, wo);
       if (!w.ok()) return Fail(w.status());
       report.total_gpus = w->total_gpus;
+      // The curves run to the load that arrived: --load, or the arrival order's own.
+      report.load_percent = wo.arrival_order ? w->arrived_percent : a.load;
       StatusOr<EngineConfig> config = InvalidArgument("");
       if (fs::exists(name)) {
         config = LoadEngineConfig(name);
@@ -187,7 +228,7 @@ int RunFgdCommand(const FgdArgs& a) {
       auto t0 = std::chrono::steady_clock::now();
       auto placer = EnginePlacer::Create(*w, *config, seed);
       if (!placer.ok()) return Fail(placer.status());
-      auto run = RunFgd(*w, **placer);
+      auto run = RunFgd(*w, **placer, static_cast<int>(report.load_percent));
       if (!run.ok()) return Fail(run.status());
       double secs = Since(t0);
       if (!a.quiet) {
@@ -263,6 +304,9 @@ int RunReplayCommand(const ReplayArgs& a) {
   auto names = PolicyList(
       a.policies, {}, [](const std::string& name) { return ReplayBaselineConfig(name).status(); });
   if (!names.ok()) return Usage(names.status());
+  for (const Status& s :
+       {CheckWritable(a.json), a.out.empty() ? Status::Ok() : CheckWritable("replay.json", a.out)})
+    if (!s.ok()) return Fail(s);
   auto jobs = LoadTraceJobs(a.trace, a.format);
   if (!jobs.ok()) return Fail(jobs.status());
   auto cluster = LoadCluster(a.cluster);
@@ -297,8 +341,11 @@ int RunReplayCommand(const ReplayArgs& a) {
     ReplayRun run{label, std::move(*result), {}};
     run.summary = Summarise(run.result);
     if (!a.quiet)
-      std::fprintf(stderr, "%-10s avg JCT %10.0f s  p99 wait %9lld s  %lld cycles  %.2f s\n",
+      std::fprintf(stderr,
+                   "%-10s avg JCT %10.0f s  p99 wait %9lld s  max pending %9lld s  %lld cycles  "
+                   "%.2f s\n",
                    label.c_str(), run.summary.avg_jct, static_cast<long long>(run.summary.p99_wait),
+                   static_cast<long long>(run.summary.max_pending),
                    static_cast<long long>(run.result.cycles), secs);
     report.runs.push_back(std::move(run));
   }
@@ -308,9 +355,6 @@ int RunReplayCommand(const ReplayArgs& a) {
     if (!s.ok()) return Fail(s);
   }
   if (!a.out.empty()) {
-    std::error_code ec;
-    fs::create_directories(a.out, ec);
-    if (ec) return Fail(Unavailable("cannot create " + a.out + ": " + ec.message()));
     Status s = WriteOut(a.out + "/replay.json", ReplayReportToJson(report).dump(2) + "\n");
     if (s.ok()) s = WriteOut(a.out + "/summary.csv", ReplaySummaryCsv(report));
     if (s.ok()) s = WriteOut(a.out + "/report.html", ReplayReportHtml(report));
@@ -352,7 +396,10 @@ void AddSimCommands(CLI::App& app) {
   fgd->add_option("--csv", fa->csv, "write the curves as CSV here");
   fgd->add_option("--html", fa->html, "write an HTML report with plots here");
   fgd->add_flag("--quiet", fa->quiet, "no per-run lines on stderr");
-  fgd->callback([fa] { SetExitCode(RunFgdCommand(*fa)); });
+  fgd->callback([fa, fgd] {
+    fa->load_given = fgd->count("--load") > 0;
+    SetExitCode(RunFgdCommand(*fa));
+  });
 
   auto ra = std::make_shared<ReplayArgs>();
   CLI::App* rp =
@@ -360,6 +407,7 @@ void AddSimCommands(CLI::App& app) {
   rp->add_option("--trace", ra->trace, "philly.csv, openb pod CSV, Tiresias CSV, or SWF (.gz)")
       ->required();
   rp->add_option("--format", ra->format, "auto, philly, openb, tiresias, swf")
+      ->check(CLI::IsMember({"auto", "philly", "openb", "tiresias", "swf"}))
       ->capture_default_str();
   rp->add_option("--cluster", ra->cluster, "cluster YAML (examples/clusters/)")->required();
   rp->add_option("--policy", ra->policies,

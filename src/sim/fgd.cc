@@ -79,16 +79,31 @@ StatusOr<FgdWorkload> BuildFgdWorkload(const std::vector<OpenbNode>& nodes,
     int64_t cur = 0;
     for (const FgdPod& p : w.originals) cur += p.GpuMilli();
     if (w.originals.empty()) return InvalidArgument("pods: the pod list is empty");
-    for (int64_t i = 0;; ++i) {
-      const FgdPod& pick = w.originals[rng.Below(w.originals.size())];
-      // As in the paper's code, the check uses the per-GPU milli, so the total may overshoot.
-      if (cur + pick.gpu_milli > target) break;
-      FgdPod clone = pick;
-      clone.name = pick.name + "-tuned-" + std::to_string(i);
-      cur += pick.GpuMilli();
-      w.arrivals.push_back(std::move(clone));
+    if (cur == 0)
+      return InvalidArgument("pods: no pod requests a GPU (the protocol measures GPU packing)");
+    if (cur > target) {
+      // A load below the trace's own: the shuffled pods arrive until it is reached.
+      int64_t sum = 0;
+      size_t keep = 0;
+      while (keep < w.arrivals.size() && sum + w.arrivals[keep].GpuMilli() <= target)
+        sum += w.arrivals[keep++].GpuMilli();
+      w.arrivals.resize(keep);
+    } else {
+      for (int64_t i = 0;; ++i) {
+        const FgdPod& pick = w.originals[rng.Below(w.originals.size())];
+        // As in the paper's code, the check uses the per-GPU milli, so the total may overshoot.
+        if (cur + pick.gpu_milli > target) break;
+        FgdPod clone = pick;
+        clone.name = pick.name + "-tuned-" + std::to_string(i);
+        cur += pick.GpuMilli();
+        w.arrivals.push_back(std::move(clone));
+      }
     }
   }
+
+  int64_t arrived = 0;
+  for (const FgdPod& p : w.arrivals) arrived += p.GpuMilli();
+  w.arrived_percent = (arrived * 100 + w.total_gpu_milli - 1) / w.total_gpu_milli;
 
   // Node names: the permuted tie-break names.
   std::vector<int64_t> perm(sorted_nodes.size());

@@ -46,11 +46,14 @@ struct FgdWorkload {
   std::vector<FgdPod> arrivals;   // in arrival order
   int64_t total_gpu_milli = 0;
   int64_t total_gpus = 0;
+  int64_t arrived_percent = 0;  // the arrivals' GPU request, % of capacity (rounded up)
 };
 
 struct FgdWorkloadOptions {
   uint64_t seed = 42;
-  int64_t load_percent = 130;  // inflate to this share of cluster GPU capacity
+  // Inflate to this share of cluster GPU capacity; below the trace's own load, the shuffled
+  // pods arrive until it is reached. An arrival order fixes the workload and ignores it.
+  int64_t load_percent = 130;
   std::optional<std::vector<std::string>> arrival_order;  // pod names, clones "<n>-tuned-<i>"
   std::optional<std::map<std::string, std::string>> node_order;  // trace name -> tie-break name
 };

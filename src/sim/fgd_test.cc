@@ -119,18 +119,24 @@ bool LoadSeed42(Seed42& out) {
   return true;
 }
 
-TEST(FgdWorkload, SeededConstructionIsDeterministicAndReachesTheTarget) {
-  std::vector<OpenbNode> nodes = {{"n1", 64000, 262144, 8, "T4"},
-                                  {"n0", 96000, 262144, 2, "V100M16"}};
+// n pods "p0".."p<n-1>" of one CPU and gpu_milli of one GPU each.
+std::vector<OpenbPod> OneGpuPods(int n, int32_t gpu_milli) {
   std::vector<OpenbPod> pods;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < n; ++i) {
     OpenbPod p;
     p.name = "p" + std::to_string(i);
     p.cpu_milli = 1000;
     p.num_gpu = 1;
-    p.gpu_milli = 500;
+    p.gpu_milli = gpu_milli;
     pods.push_back(p);
   }
+  return pods;
+}
+
+TEST(FgdWorkload, SeededConstructionIsDeterministicAndReachesTheTarget) {
+  std::vector<OpenbNode> nodes = {{"n1", 64000, 262144, 8, "T4"},
+                                  {"n0", 96000, 262144, 2, "V100M16"}};
+  std::vector<OpenbPod> pods = OneGpuPods(6, 500);
   FgdWorkloadOptions o;
   o.seed = 7;
   auto a = BuildFgdWorkload(nodes, pods, o);
@@ -149,6 +155,29 @@ TEST(FgdWorkload, SeededConstructionIsDeterministicAndReachesTheTarget) {
   ASSERT_EQ(a->nodes.size(), 2u);
   EXPECT_LT(a->nodes[0].name, a->nodes[1].name);
   EXPECT_EQ(a->nodes[0].name.size(), 7u);
+}
+
+// A load below the trace's own: the shuffled pods arrive only until it is reached, and the
+// workload says what arrived. A pod list without GPU requests is refused (it would never
+// reach any load).
+TEST(FgdWorkload, ALoadBelowTheTracesOwnCutsTheArrivals) {
+  std::vector<OpenbNode> nodes = {{"n0", 64000, 262144, 10, "T4"}};
+  std::vector<OpenbPod> pods = OneGpuPods(12, 1000);
+  FgdWorkloadOptions o;
+  o.load_percent = 40;
+  auto w = BuildFgdWorkload(nodes, pods, o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(w->arrivals.size(), 4u);  // 4 of the 12 one-GPU pods: 40 % of 10 GPUs
+  EXPECT_EQ(w->arrived_percent, 40);
+  o.load_percent = 130;
+  w = BuildFgdWorkload(nodes, pods, o);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->arrivals.size(), 13u);
+  EXPECT_EQ(w->arrived_percent, 130);
+  for (auto& p : pods) p.num_gpu = p.gpu_milli = 0;
+  w = BuildFgdWorkload(nodes, pods, o);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("no pod requests a GPU"), std::string::npos);
 }
 
 // The exact-reproduction check on the paper's own seed-42 draws, with the direct transcription.

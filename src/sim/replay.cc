@@ -187,6 +187,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     L.alloc_milli = 0;
     JobRecord& r = res.jobs[record_of[i]];
     r.finish = t;
+    r.pending = (t - r.submit) - L.held;
     r.outcome = "finished";
     res.last_finish = std::max(res.last_finish, t);
     return Status::Ok();
@@ -344,6 +345,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     int64_t wait = r.start >= 0 ? r.start - r.submit
                                 : (res.last_finish > r.submit ? res.last_finish - r.submit : 0);
     q.max_wait = std::max(q.max_wait, wait);
+    q.max_pending = std::max(q.max_pending, r.pending);
   }
   return res;
 }
@@ -359,12 +361,13 @@ int64_t Percentile(std::vector<int64_t> v, int q) {
 
 ReplaySummary Summarise(const ReplayResult& r) {
   ReplaySummary s;
-  std::vector<int64_t> jct, wait;
+  std::vector<int64_t> jct, wait, pending;
   s.jobs = static_cast<int64_t>(r.jobs.size());
   for (const JobRecord& j : r.jobs) {
     if (j.outcome == "finished") {
       ++s.finished;
       jct.push_back(j.finish - j.submit);
+      pending.push_back(j.pending);
     } else if (j.outcome == "infeasible" || j.outcome == "error") {
       ++s.infeasible;
       continue;
@@ -391,6 +394,8 @@ ReplaySummary Summarise(const ReplayResult& r) {
   s.p95_wait = Percentile(wait, 95);
   s.p99_wait = Percentile(wait, 99);
   s.max_wait = wait.empty() ? 0 : *std::max_element(wait.begin(), wait.end());
+  s.p99_pending = Percentile(pending, 99);
+  s.max_pending = pending.empty() ? 0 : *std::max_element(pending.begin(), pending.end());
   s.makespan = r.last_finish > r.first_submit ? r.last_finish - r.first_submit : 0;
   s.preemptions = r.preemptions;
   s.restart_gpu_hours = static_cast<double>(r.restart_gpu_milli_seconds) / 3.6e6;

@@ -48,6 +48,9 @@ struct JobRecord {
   int64_t start = -1;   // first start; -1 never
   int64_t finish = -1;  // -1 unfinished
   int32_t preemptions = 0;
+  // Seconds pending in all: the first wait and every wait after a preemption (JCT minus the
+  // time it held GPUs); -1 unfinished. Starvation shows here, not in the first wait.
+  int64_t pending = -1;
   std::string outcome;  // "finished", "infeasible", "unfinished"
 };
 
@@ -59,6 +62,7 @@ struct QueueRecord {
   int64_t demand_gpu_milli_seconds = 0;  // what its jobs asked for (duration x GPUs)
   int64_t jobs = 0;
   int64_t max_wait = 0;
+  int64_t max_pending = 0;  // JobRecord::pending, finished jobs
 };
 
 struct SeriesPoint {
@@ -94,6 +98,7 @@ struct ReplaySummary {
   double avg_jct = 0, avg_wait = 0;
   int64_t p50_jct = 0, p95_jct = 0, p99_jct = 0;
   int64_t p50_wait = 0, p95_wait = 0, p99_wait = 0, max_wait = 0;
+  int64_t p99_pending = 0, max_pending = 0;  // JobRecord::pending over finished jobs
   int64_t makespan = 0;
   int64_t preemptions = 0;
   double avg_gpu_utilisation_percent = 0;  // allocated GPU-time / (capacity x makespan)

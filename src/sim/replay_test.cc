@@ -87,6 +87,11 @@ TEST(Replay, LasPreemptsTheLongJobForShortOnesAndKeepsItsService) {
     EXPECT_EQ(r->jobs[0].start, 0);  // first start
     EXPECT_EQ(r->jobs[0].preemptions, 1);
     EXPECT_EQ(r->jobs[0].finish, 5020 + cost + 95000);  // restarted when d finished
+    // Its first wait was 0, but it waited 5,000..5,020 after the preemption: pending counts it.
+    EXPECT_EQ(r->jobs[0].pending, 20);
+    EXPECT_EQ(r->jobs[1].pending, 1);
+    EXPECT_EQ(Summarise(*r).max_pending, 20);
+    EXPECT_EQ(Summarise(*r).max_wait, 1);
     EXPECT_EQ(r->restart_gpu_milli_seconds, cost * 8000);  // one restart of 8 GPUs
     EXPECT_EQ(r->preemptions, 1);
     EXPECT_EQ(r->stale_evictions, 0);
@@ -117,14 +122,18 @@ TEST(Replay, AnEvictionDuringARestartKeepsNoProgress) {
 }
 
 TEST(Replay, InfeasibleJobsAreDroppedAndCounted) {
-  std::vector<TraceJob> jobs = {J("big", 0, 10, 8, 4), J("ok", 1, 10, 1)};  // 32 GPUs on 8
+  // big: 8-GPU tasks on 4-GPU nodes; gang: three 4-GPU tasks, each fits a node, 12 GPUs in
+  // all on 8: neither can ever run.
+  std::vector<TraceJob> jobs = {J("big", 0, 10, 8, 4), J("ok", 1, 10, 1), J("gang", 2, 10, 4, 3)};
   auto config = ReplayBaselineConfig("fifo");
   ASSERT_TRUE(config.ok());
   auto r = RunReplay(TwoNodes(), jobs, *config, {});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->jobs[0].outcome, "infeasible");
   EXPECT_EQ(r->jobs[1].outcome, "finished");
-  EXPECT_EQ(Summarise(*r).infeasible, 1);
+  EXPECT_EQ(r->jobs[2].outcome, "infeasible");
+  EXPECT_EQ(Summarise(*r).infeasible, 2);
+  EXPECT_EQ(Summarise(*r).unfinished, 0);
 }
 
 TEST(Replay, CapacityIsNeverExceededAndEverythingFinishes) {

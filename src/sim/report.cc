@@ -180,7 +180,11 @@ std::string LineChart(const ChartSpec& spec, const std::vector<Line>& lines) {
 std::string BarChart(const std::string& title, const std::string& unit,
                      const std::vector<std::string>& categories,
                      const std::vector<std::pair<std::string, std::vector<double>>>& series) {
-  const double W = 640, L = 120, Rm = 60, bar = 9, gap = 8, T = 40;
+  // The legend wraps: as many 130-px entries per row as the width holds.
+  const double W = 640, L = 120, Rm = 60, bar = 9, gap = 8, entry = 130;
+  const size_t per_row = static_cast<size_t>((W - 20) / entry);
+  const double legend_rows = static_cast<double>((series.size() + per_row - 1) / per_row);
+  const double T = 26 + 14 * std::max(1.0, legend_rows);
   const double group = bar * static_cast<double>(series.size()) + gap;
   const double H = T + group * static_cast<double>(categories.size()) + 20;
   double mx = 0;
@@ -195,10 +199,12 @@ std::string BarChart(const std::string& title, const std::string& unit,
     << "\" y=\"16\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\">" << Escape(title)
     << "</text>";
   for (size_t k = 0; k < series.size(); ++k) {
-    double lx = L + 130 * static_cast<double>(k);
-    s << "<rect x=\"" << lx << "\" y=\"24\" width=\"10\" height=\"10\" fill=\"" << kColors[k % 8]
-      << "\"/>";
-    s << "<text x=\"" << lx + 14 << "\" y=\"33\">" << Escape(series[k].first) << "</text>";
+    double lx = 10 + entry * static_cast<double>(k % per_row);
+    double ly = 24 + 14 * static_cast<double>(k / per_row);
+    s << "<rect x=\"" << lx << "\" y=\"" << ly << "\" width=\"10\" height=\"10\" fill=\""
+      << kColors[k % 8] << "\"/>";
+    s << "<text x=\"" << lx + 14 << "\" y=\"" << ly + 9 << "\">" << Escape(series[k].first)
+      << "</text>";
   }
   for (size_t c = 0; c < categories.size(); ++c) {
     double gy = T + group * static_cast<double>(c);
@@ -394,6 +400,8 @@ Json ReplayReportToJson(const ReplayReport& r) {
                                  {"p95", s.p95_wait},
                                  {"p99", s.p99_wait},
                                  {"max", s.max_wait}};
+    // The first wait hides a job preempted again and again; this is all its time pending.
+    x["pendingSeconds"] = {{"p99", s.p99_pending}, {"max", s.max_pending}};
     x["makespanSeconds"] = s.makespan;
     x["preemptions"] = s.preemptions;
     x["restartGpuHours"] = R2(s.restart_gpu_hours);
@@ -425,7 +433,8 @@ Json ReplayReportToJson(const ReplayReport& r) {
             R2(demand_total ? 100.0 * static_cast<double>(q.demand_gpu_milli_seconds) /
                                   static_cast<double>(demand_total)
                             : 0)},
-           {"maxWaitSeconds", q.max_wait}});
+           {"maxWaitSeconds", q.max_wait},
+           {"maxPendingSeconds", q.max_pending}});
     }
     x["queues"] = queues;
     Json series = Json::array();
@@ -446,26 +455,27 @@ std::string ReplaySummaryCsv(const ReplayReport& r) {
   s << "policy,jobs,finished,infeasible,unfinished,avg_jct_s,p50_jct_s,p95_jct_s,p99_jct_s,avg_"
        "wait_s,p50_wait_s,"
        "p95_wait_s,p99_wait_s,max_wait_s,makespan_s,preemptions,avg_gpu_allocation_percent,"
-       "restart_gpu_hours\n";
+       "restart_gpu_hours,p99_pending_s,max_pending_s\n";
   for (const ReplayRun& run : r.runs) {
     const ReplaySummary& x = run.summary;
     s << run.policy << "," << x.jobs << "," << x.finished << "," << x.infeasible << ","
       << x.unfinished << "," << Fixed(x.avg_jct, 2) << "," << x.p50_jct << "," << x.p95_jct << ","
       << x.p99_jct << "," << Fixed(x.avg_wait, 2) << "," << x.p50_wait << "," << x.p95_wait << ","
       << x.p99_wait << "," << x.max_wait << "," << x.makespan << "," << x.preemptions << ","
-      << Fixed(x.avg_gpu_utilisation_percent, 2) << "," << Fixed(x.restart_gpu_hours, 2) << "\n";
+      << Fixed(x.avg_gpu_utilisation_percent, 2) << "," << Fixed(x.restart_gpu_hours, 2) << ","
+      << x.p99_pending << "," << x.max_pending << "\n";
   }
   return s.str();
 }
 
 std::string ReplayJobsCsv(const ReplayRun& run) {
   std::ostringstream s;
-  s << "job,queue,gpus,submit,start,finish,duration,wait,jct,preemptions,outcome\n";
+  s << "job,queue,gpus,submit,start,finish,duration,wait,jct,preemptions,outcome,pending\n";
   for (const JobRecord& j : run.result.jobs) {
     s << j.id << "," << j.queue << "," << j.gpus << "," << j.submit << "," << j.start << ","
       << j.finish << "," << j.duration << "," << (j.start >= 0 ? j.start - j.submit : -1) << ","
       << (j.finish >= 0 ? j.finish - j.submit : -1) << "," << j.preemptions << "," << j.outcome
-      << "\n";
+      << "," << j.pending << "\n";
   }
   return s.str();
 }
@@ -477,7 +487,8 @@ std::string ReplayReportHtml(const ReplayReport& r) {
   s << "<h1>Replay: " << Escape(r.trace_file) << "</h1>";
   s << "<p class=\"note\">" << r.jobs << " jobs on " << Escape(r.cluster_file);
   if (!r.runs.empty()) s << " (" << r.runs.front().result.total_gpu_milli / 1000 << " GPUs)";
-  s << ". JCT = completion - submission; wait = first start - submission. Same engine, one "
+  s << ". JCT = completion - submission; wait = first start - submission; pending = all the "
+       "time a job waited, after preemptions too (JCT - time holding GPUs). Same engine, one "
        "configuration per row. A preempted job restarts from its checkpoint ";
   if (r.restart_cost_seconds > 0)
     s << "after " << r.restart_cost_seconds
@@ -487,8 +498,9 @@ std::string ReplayReportHtml(const ReplayReport& r) {
     s << "at no cost (no restart time is modelled).</p>";
   s << "<table><tr><th>policy</th><th>avg JCT</th><th>p50 JCT</th><th>p95 JCT</th><th>p99 "
        "JCT</th><th>avg wait</th>"
-       "<th>p99 wait</th><th>max wait</th><th>makespan</th><th>preemptions</th><th>GPU "
-       "alloc.</th><th>restarting</th><th>finished</th>"
+       "<th>p99 wait</th><th>max wait</th><th>p99 pending</th><th>max pending</th>"
+       "<th>makespan</th><th>preemptions</th><th>GPU alloc.</th><th>restarting</th>"
+       "<th>finished</th>"
        "<th>infeasible</th></tr>";
   for (const ReplayRun& run : r.runs) {
     const ReplaySummary& x = run.summary;
@@ -496,10 +508,11 @@ std::string ReplayReportHtml(const ReplayReport& r) {
       << Duration(static_cast<int64_t>(x.avg_jct)) << "</b></td><td>" << Duration(x.p50_jct)
       << "</td><td>" << Duration(x.p95_jct) << "</td><td>" << Duration(x.p99_jct) << "</td><td>"
       << Duration(static_cast<int64_t>(x.avg_wait)) << "</td><td>" << Duration(x.p99_wait)
-      << "</td><td>" << Duration(x.max_wait) << "</td><td>" << Duration(x.makespan) << "</td><td>"
-      << x.preemptions << "</td><td>" << Fixed(x.avg_gpu_utilisation_percent, 1) << " %</td><td>"
-      << Fixed(x.restart_gpu_hours, 1) << " GPU-h</td><td>" << x.finished << "</td><td>"
-      << x.infeasible << "</td></tr>";
+      << "</td><td>" << Duration(x.max_wait) << "</td><td>" << Duration(x.p99_pending)
+      << "</td><td>" << Duration(x.max_pending) << "</td><td>" << Duration(x.makespan)
+      << "</td><td>" << x.preemptions << "</td><td>" << Fixed(x.avg_gpu_utilisation_percent, 1)
+      << " %</td><td>" << Fixed(x.restart_gpu_hours, 1) << " GPU-h</td><td>" << x.finished
+      << "</td><td>" << x.infeasible << "</td></tr>";
   }
   s << "</table><div class=\"charts\">";
   if (!r.runs.empty()) {
@@ -507,13 +520,20 @@ std::string ReplayReportHtml(const ReplayReport& r) {
                           ? 0
                           : static_cast<double>(r.runs.front().result.series.front().time);
     std::vector<Line> alloc, pend, jct, wait;
-    double days = 0;
+    // Time in days, or in hours for a replay shorter than two days.
+    double span = 0;
+    for (const ReplayRun& run : r.runs)
+      if (!run.result.series.empty())
+        span = std::max(span, static_cast<double>(run.result.series.back().time) - t0);
+    const bool hours = span < 2 * 86400.0;
+    const double unit = hours ? 3600.0 : 86400.0;
+    const std::string time_label =
+        std::string(hours ? "hours" : "days") + " since the first submission";
     for (const ReplayRun& run : r.runs) {
       Line a{run.policy, {}, false}, p{run.policy, {}, false};
       const double cap = static_cast<double>(std::max<int64_t>(1, run.result.total_gpu_milli));
       for (const SeriesPoint& pt : run.result.series) {
-        double d = (static_cast<double>(pt.time) - t0) / 86400.0;
-        days = std::max(days, d);
+        double d = (static_cast<double>(pt.time) - t0) / unit;
         a.points.push_back({d, 100.0 * static_cast<double>(pt.allocated_gpu_milli) / cap});
         p.points.push_back({d, static_cast<double>(pt.pending_jobs)});
       }
@@ -539,17 +559,15 @@ std::string ReplayReportHtml(const ReplayReport& r) {
       jct.push_back(cdf(j, run.policy));
       wait.push_back(cdf(w, run.policy));
     }
-    ChartSpec ca = Spec("GPU allocation over time", "days since the first submission",
-                        "allocated GPUs (% of cluster)");
+    ChartSpec ca = Spec("GPU allocation over time", time_label, "allocated GPUs (% of cluster)");
     ca.x_min = 0;
-    ca.x_max = std::max(days, 1.0);
+    ca.x_max = std::max(span / unit, 1e-3);
     ca.y_min = 0;
     ca.y_max = 100;
     s << LineChart(ca, alloc);
-    ChartSpec cp =
-        Spec("Pending jobs over time", "days since the first submission", "jobs waiting");
+    ChartSpec cp = Spec("Pending jobs over time", time_label, "jobs waiting");
     cp.x_min = 0;
-    cp.x_max = std::max(days, 1.0);
+    cp.x_max = ca.x_max;
     s << LineChart(cp, pend);
     std::vector<double> ticks = {1, 60, 3600, 86400, 604800, 2592000};
     std::vector<std::string> labels = {"1 s", "1 min", "1 h", "1 d", "1 wk", "30 d"};
@@ -565,7 +583,7 @@ std::string ReplayReportHtml(const ReplayReport& r) {
     ChartSpec cw =
         Spec("Queueing delay (CDF, jobs that started)", "wait (log scale)", "% of started jobs");
     cw = cj;
-    cw.title = "Queueing delay (CDF, jobs that waited at least 1 s count as 1 s)";
+    cw.title = "Queueing delay (CDF; a wait under 1 s counts as 1 s)";
     cw.x_label = "wait (log scale)";
     cw.y_label = "% of started jobs";
     s << LineChart(cw, wait);
@@ -589,13 +607,14 @@ std::string ReplayReportHtml(const ReplayReport& r) {
       bars.push_back({"used: " + r.runs[k].policy, used});
     }
     if (!cats.empty() && cats.size() <= 40)
-      s << BarChart("Per-queue GPU share: guarantee, demand, used (% of cluster GPU-time)", "%",
-                    cats, bars);
+      s << BarChart("Per-queue share % (guarantee, used: of the cluster; demand: of all demand)",
+                    "%", cats, bars);
     s << "</div><h2>Per-queue share and "
          "starvation</h2><table><tr><th>queue</th><th>jobs</th><th>guarantee</th>"
          "<th>demand share</th>";
     for (const ReplayRun& run : r.runs) s << "<th>used: " << Escape(run.policy) << "</th>";
     for (const ReplayRun& run : r.runs) s << "<th>max wait: " << Escape(run.policy) << "</th>";
+    for (const ReplayRun& run : r.runs) s << "<th>max pending: " << Escape(run.policy) << "</th>";
     s << "</tr>";
     for (size_t qi = 0; qi < j["runs"][0]["queues"].size(); ++qi) {
       const auto& q = j["runs"][0]["queues"][qi];
@@ -608,6 +627,9 @@ std::string ReplayReportHtml(const ReplayReport& r) {
           << " %</td>";
       for (size_t k = 0; k < r.runs.size(); ++k)
         s << "<td>" << Duration(j["runs"][k]["queues"][qi]["maxWaitSeconds"].get<int64_t>())
+          << "</td>";
+      for (size_t k = 0; k < r.runs.size(); ++k)
+        s << "<td>" << Duration(j["runs"][k]["queues"][qi]["maxPendingSeconds"].get<int64_t>())
           << "</td>";
       s << "</tr>";
     }

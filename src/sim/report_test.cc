@@ -101,6 +101,15 @@ TEST(SimCli, PolicyListsAreCheckedBeforeAnyRun) {
       {fgd + " --policy fgd,bestfit,fgd", "--policy: \"fgd\" is given twice"},
       {fgd + " --policy fdg", "--policy: unknown \"fdg\""},
       {fgd + " --load 0", "--load: must be 1..1000"},
+      {fgd + " --policy fgd,", "--policy: an empty name in \"fgd,\""},
+      {fgd + " --policy /", "--policy: / is not a configuration file"},
+      {fgd + " --seeds 1e3", "--seeds: expected N, N-M or a comma list of them, got \"1e3\""},
+      {fgd + " --seeds 42-43x", "got \"42-43x\""},
+      {fgd + " --seeds 42,40-45", "--seeds: seed 42 is given twice"},
+      {fgd + " --seeds 50-42", "--seeds: bad range \"50-42\""},
+      {fgd + " --seeds 42 --arrival-order a.csv --load 150",
+       "--load: --arrival-order fixes the workload and its load"},
+      {replay + " --format bogus", "--format: bogus not in"},
   };
   for (const auto& [args, message] : cases) {
     const auto [rc, out] = CaptureCommand(std::string(bin) + args + " 2>&1");
