@@ -307,8 +307,12 @@ int RunReplayCommand(const ReplayArgs& a) {
   for (const Status& s :
        {CheckWritable(a.json), a.out.empty() ? Status::Ok() : CheckWritable("replay.json", a.out)})
     if (!s.ok()) return Fail(s);
-  auto jobs = LoadTraceJobs(a.trace, a.format);
-  if (!jobs.ok()) return Fail(jobs.status());
+  auto trace = LoadTrace(a.trace, a.format);
+  if (!trace.ok()) return Fail(trace.status());
+  std::vector<TraceJob>* jobs = &trace->jobs;
+  if (trace->skipped.total() > 0 && !a.quiet)
+    std::fprintf(stderr, "tessera sim: note: %s: %s\n",
+                 fs::path(a.trace).filename().string().c_str(), trace->skipped.ToString().c_str());
   auto cluster = LoadCluster(a.cluster);
   if (!cluster.ok()) return Fail(cluster.status());
   int32_t max_gpus_per_node = 0;
@@ -319,6 +323,7 @@ int RunReplayCommand(const ReplayArgs& a) {
   report.trace_file = fs::path(a.trace).filename().string();
   report.cluster_file = fs::path(a.cluster).filename().string();
   report.restart_cost_seconds = a.options.restart_cost_seconds;
+  report.skipped_records = trace->skipped.by_reason;
   report.jobs = a.options.max_jobs > 0
                     ? std::min<int64_t>(a.options.max_jobs, static_cast<int64_t>(jobs->size()))
                     : static_cast<int64_t>(jobs->size());

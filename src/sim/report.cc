@@ -384,6 +384,8 @@ Json ReplayReportToJson(const ReplayReport& r) {
   j["cluster"] = r.cluster_file;
   j["jobs"] = r.jobs;
   j["restartCostSeconds"] = r.restart_cost_seconds;
+  j["skippedRecords"] = Json::object();
+  for (const auto& [why, n] : r.skipped_records) j["skippedRecords"][why] = n;
   Json runs = Json::array();
   for (const ReplayRun& run : r.runs) {
     const ReplaySummary& s = run.summary;
@@ -485,7 +487,10 @@ std::string ReplayReportHtml(const ReplayReport& r) {
   s << "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>tessera sim replay</title>"
     << kStyle << "</head><body>";
   s << "<h1>Replay: " << Escape(r.trace_file) << "</h1>";
-  s << "<p class=\"note\">" << r.jobs << " jobs on " << Escape(r.cluster_file);
+  s << "<p class=\"note\">" << r.jobs << " jobs";
+  for (const auto& [why, n] : r.skipped_records)
+    s << " (" << n << " trace records skipped: " << Escape(why) << ")";
+  s << " on " << Escape(r.cluster_file);
   if (!r.runs.empty()) s << " (" << r.runs.front().result.total_gpu_milli / 1000 << " GPUs)";
   s << ". JCT = completion - submission; wait = first start - submission; pending = all the "
        "time a job waited, after preemptions too (JCT - time holding GPUs). Same engine, one "

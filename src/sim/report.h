@@ -3,6 +3,7 @@
 // fixed key order, fixed number formatting, nothing from the wall clock. Stateless.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct ReplayReport {
   std::string trace_file, cluster_file;
   int64_t jobs = 0;
   int64_t restart_cost_seconds = 0;  // ReplayOptions::restart_cost_seconds of every run
+  std::map<std::string, int64_t> skipped_records;  // trace records not replayed, by reason
   std::vector<ReplayRun> runs;
 };
 Json ReplayReportToJson(const ReplayReport& r);

@@ -12,8 +12,14 @@
 namespace tessera::sim {
 namespace {
 
+constexpr const char* kNoPodTimes = "no creation_time or deletion_time";
+
 // Reads a whole file; transparently gunzips when the name ends in ".gz".
 StatusOr<std::string> ReadFile(const std::string& path) {
+  // A directory opens and reads as empty on Linux, which would pass for an empty trace.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return InvalidArgument(path + ": is a directory, expected a trace file");
   if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
     gzFile f = gzopen(path.c_str(), "rb");
     if (f == nullptr) return NotFound("cannot open " + path);
@@ -21,9 +27,14 @@ StatusOr<std::string> ReadFile(const std::string& path) {
     char buf[1 << 16];
     int n;
     while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, n);
-    bool bad = n < 0;
-    gzclose(f);
-    if (bad) return InvalidArgument(path + ": corrupt gzip stream");
+    // A stream cut short reads as a clean EOF; only gzerror/gzclose report Z_BUF_ERROR.
+    int err = Z_OK;
+    gzerror(f, &err);
+    int closed = gzclose(f);
+    if (err == Z_BUF_ERROR || closed == Z_BUF_ERROR)
+      return InvalidArgument(path + ": truncated gzip (the stream ends before its trailer)");
+    if (n < 0 || (err != Z_OK && err != Z_STREAM_END) || closed != Z_OK)
+      return InvalidArgument(path + ": corrupt gzip stream");
     return out;
   }
   std::ifstream in(path, std::ios::binary);
@@ -149,14 +160,28 @@ int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
   return era * 146097 + doe - 719468;
 }
 
-// "2017-10-09 07:01:55" -> seconds since the epoch (the trace's clock has no zone).
+int64_t DaysInMonth(int64_t y, int64_t m) {
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return m == 2 && leap ? 29 : kDays[m - 1];
+}
+
+// "2017-10-09 07:01:55" -> seconds since the epoch (the trace's clock has no zone). Exactly
+// that shape, and a real date: DaysFromCivil would turn 2017-02-31 into March 3.
 bool ParseTimestamp(std::string_view s, int64_t& out) {
-  int y, mo, d, h, mi, se;
-  if (s.size() != 19) return false;
-  std::string t(s);
-  if (std::sscanf(t.c_str(), "%4d-%2d-%2d %2d:%2d:%2d", &y, &mo, &d, &h, &mi, &se) != 6)
+  static constexpr std::string_view kShape = "dddd-dd-dd dd:dd:dd";
+  if (s.size() != kShape.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (kShape[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != kShape[i]) return false;
+  auto num = [&](size_t at, size_t len) {
+    int64_t v = 0;
+    for (size_t i = at; i < at + len; ++i) v = v * 10 + (s[i] - '0');
+    return v;
+  };
+  int64_t y = num(0, 4), mo = num(5, 2), d = num(8, 2), h = num(11, 2), mi = num(14, 2),
+          se = num(17, 2);
+  if (mo < 1 || mo > 12 || d < 1 || d > DaysInMonth(y, mo) || h > 23 || mi > 59 || se > 60)
     return false;
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) return false;
   out = DaysFromCivil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
   return true;
 }
@@ -182,7 +207,42 @@ void SortBySubmit(std::vector<TraceJob>& jobs) {
   for (auto& j : jobs) j.submit -= t0;
 }
 
+// One SWF field: an integer, or a decimal ("-1.00", "100.7"). A positive fraction rounds up
+// when `round_up` (times, as the CSV loaders do), else only the integer part is kept. Trailing
+// junk ("100x") is refused; so is a fraction in a count (`whole`).
+bool ParseSwfField(std::string_view tok, bool round_up, bool whole, int64_t& out) {
+  const char* end = tok.data() + tok.size();
+  auto [p, ec] = std::from_chars(tok.data(), end, out);
+  if (ec != std::errc()) return false;
+  if (p == end) return true;
+  if (*p != '.') return false;
+  std::string_view frac(p + 1, static_cast<size_t>(end - p - 1));
+  if (frac.empty() || frac.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  bool nonzero = frac.find_first_not_of('0') != std::string_view::npos;
+  if (nonzero && whole) return false;
+  if (nonzero && round_up && tok.front() != '-') ++out;
+  return true;
+}
+
 }  // namespace
+
+int64_t TraceSkips::total() const {
+  int64_t n = 0;
+  for (const auto& [reason, count] : by_reason) n += count;
+  return n;
+}
+
+std::string TraceSkips::ToString() const {
+  const int64_t n = total();
+  if (n == 0) return "";
+  std::string out = std::to_string(n) + (n == 1 ? " record" : " records") + " skipped (";
+  bool first = true;
+  for (const auto& [reason, count] : by_reason) {
+    out += (first ? "" : ", ") + reason + ": " + std::to_string(count);
+    first = false;
+  }
+  return out + ")";
+}
 
 StatusOr<std::vector<OpenbNode>> LoadOpenbNodes(const std::string& path) {
   auto csv = Csv::Load(path, {"sn", "cpu_milli", "memory_mib", "gpu", "model"});
@@ -195,6 +255,9 @@ StatusOr<std::vector<OpenbNode>> LoadOpenbNodes(const std::string& path) {
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "cpu_milli", n.cpu_milli));
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "memory_mib", n.memory_mib));
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "gpu", gpus));
+    for (auto [col, v] : {std::pair{"cpu_milli", n.cpu_milli}, {"memory_mib", n.memory_mib}})
+      if (v < 0)
+        return InvalidArgument(csv->Where(i, col) + ": must be >= 0, got " + std::to_string(v));
     if (gpus < 0 || gpus > 64)
       return InvalidArgument(csv->Where(i, "gpu") + ": must be 0..64, got " + std::to_string(gpus));
     n.gpus = static_cast<int32_t>(gpus);
@@ -221,12 +284,25 @@ StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path) {
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "memory_mib", p.memory_mib));
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "num_gpu", num_gpu));
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "gpu_milli", gpu_milli));
+    for (auto [col, v] : {std::pair{"cpu_milli", p.cpu_milli}, {"memory_mib", p.memory_mib}})
+      if (v < 0)
+        return InvalidArgument(csv->Where(i, col) + ": must be >= 0, got " + std::to_string(v));
     if (num_gpu < 0 || num_gpu > 64)
       return InvalidArgument(csv->Where(i, "num_gpu") + ": must be 0..64, got " +
                              std::to_string(num_gpu));
+    // Refused rather than clamped: a silently changed request replays another workload.
+    // The real files: num_gpu 0 -> 0, 1 -> 50..1000, 2..8 -> 1000.
+    const bool ok = num_gpu == 0   ? gpu_milli == 0
+                    : num_gpu == 1 ? gpu_milli >= 1 && gpu_milli <= 1000
+                                   : gpu_milli == 1000;
+    if (!ok)
+      return InvalidArgument(csv->Where(i, "gpu_milli") + ": must be " +
+                             (num_gpu == 0   ? "0 when num_gpu is 0"
+                              : num_gpu == 1 ? "1..1000 when num_gpu is 1"
+                                             : "1000 when num_gpu > 1") +
+                             ", got " + std::to_string(gpu_milli));
     p.num_gpu = static_cast<int32_t>(num_gpu);
-    p.gpu_milli = static_cast<int32_t>(std::clamp<int64_t>(gpu_milli, 0, 1000));
-    if (p.num_gpu == 0) p.gpu_milli = 0;
+    p.gpu_milli = static_cast<int32_t>(gpu_milli);
     std::string_view spec = csv->Cell(i, "gpu_spec");
     if (!spec.empty())
       for (auto m : Split(spec, '|'))
@@ -242,6 +318,10 @@ StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path) {
        : c == "deletion_time" ? p.deletion_time
                               : p.scheduled_time) = v;
     }
+    if (p.creation_time && p.deletion_time && *p.deletion_time < *p.creation_time)
+      return InvalidArgument(csv->Where(i, "deletion_time") + ": before creation_time (" +
+                             std::to_string(*p.deletion_time) + " < " +
+                             std::to_string(*p.creation_time) + ")");
     out.push_back(std::move(p));
   }
   return out;
@@ -294,6 +374,8 @@ StatusOr<std::vector<TraceJob>> LoadPhilly(const std::string& path) {
                              std::to_string(gpus));
     // Whole GPUs; a job larger than one 8-GPU machine becomes a gang of equal tasks.
     SplitGang(gpus, j);
+    if (csv->Cell(i, "cluster").empty())
+      return InvalidArgument(csv->Where(i, "cluster") + ": empty virtual cluster id");
     j.queue = "vc-" + std::string(csv->Cell(i, "cluster"));
     out.push_back(std::move(j));
   }
@@ -323,14 +405,14 @@ StatusOr<std::vector<TraceJob>> LoadTiresias(const std::string& path) {
 }
 
 StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOptions& options,
-                                        int64_t* skipped) {
+                                        TraceSkips* skipped) {
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
   std::vector<TraceJob> out;
   std::istringstream in(*text);
   std::string line;
   int line_no = 0;
-  int64_t skip = 0;
+  TraceSkips skip;
   const std::string name = BaseName(path);
   while (std::getline(in, line)) {
     ++line_no;
@@ -340,13 +422,16 @@ StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOption
     std::vector<int64_t> f;
     std::string tok;
     while (fields >> tok) {
-      // Fields are integers except occasionally "-1.00"-style averages; keep the integer part.
+      // Fields are integers except occasionally "-1.00"-style averages. 1-based: 2 submit and
+      // 4 run time are seconds; 1 job, 5 and 8 processors and 15 queue are counts.
+      const size_t field = f.size() + 1;
+      const bool time = field == 2 || field == 4;
+      const bool count = field == 1 || field == 5 || field == 8 || field == 15;
       int64_t v = 0;
-      auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
-      if (ec != std::errc())
+      if (!ParseSwfField(tok, time, count, v))
         return InvalidArgument(name + ":" + std::to_string(line_no) + ": field " +
-                               std::to_string(f.size() + 1) + ": expected a number, got \"" + tok +
-                               "\"");
+                               std::to_string(field) + ": expected " +
+                               (count ? "an integer" : "a number") + ", got \"" + tok + "\"");
       f.push_back(v);
     }
     if (f.size() < 18)
@@ -355,30 +440,33 @@ StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOption
     // 1 job, 2 submit, 4 run time, 5 allocated procs, 8 requested procs, 15 queue.
     int64_t procs = f[4] > 0 ? f[4] : f[7];
     if (f[3] <= 0 || procs <= 0) {
-      ++skip;
+      ++skip.by_reason[f[3] <= 0 ? "runtime <= 0" : "processors <= 0"];
       continue;
     }
     TraceJob j;
     j.id = "swf-" + std::to_string(f[0]);
     j.submit = f[1];
     j.duration = f[3];
-    int32_t per = options.max_gpus_per_task;
-    j.tasks = static_cast<int32_t>((procs + per - 1) / per);
-    j.gpus_per_task = static_cast<int32_t>(procs <= per ? procs : per);
+    // Total GPUs = processors, as Philly: 12 -> 2 x 6 (a ceil split would ask 16).
+    SplitGang(procs, j, std::max(options.max_gpus_per_task, 1));
     j.queue = f[14] >= 0 ? "q" + std::to_string(f[14]) : "default";
     out.push_back(std::move(j));
   }
-  if (skipped) *skipped = skip;
+  if (skipped) *skipped = std::move(skip);
   SortBySubmit(out);
   return out;
 }
 
-std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods, int64_t* skipped) {
+std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods, TraceSkips* skipped) {
   std::vector<TraceJob> out;
-  int64_t skip = 0;
+  TraceSkips skip;
   for (const OpenbPod& p : pods) {
-    if (!p.creation_time || !p.deletion_time || *p.deletion_time < *p.creation_time) {
-      ++skip;
+    if (!p.creation_time || !p.deletion_time) {
+      ++skip.by_reason[kNoPodTimes];
+      continue;
+    }
+    if (*p.deletion_time < *p.creation_time) {
+      ++skip.by_reason["deletion_time before creation_time"];
       continue;
     }
     TraceJob j;
@@ -393,7 +481,7 @@ std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods, int64_t
     j.models = p.gpu_spec;
     out.push_back(std::move(j));
   }
-  if (skipped) *skipped = skip;
+  if (skipped) *skipped = std::move(skip);
   SortBySubmit(out);
   return out;
 }
@@ -405,7 +493,7 @@ void FitTasksToNodes(std::vector<TraceJob>& jobs, int32_t max_gpus_per_node) {
       SplitGang(int64_t{j.tasks} * j.gpus_per_task, j, max_gpus_per_node);
 }
 
-StatusOr<std::vector<TraceJob>> LoadTraceJobs(const std::string& path, const std::string& format) {
+StatusOr<LoadedTrace> LoadTrace(const std::string& path, const std::string& format) {
   std::string f = format;
   const std::string base = BaseName(path);
   if (f == "auto") {
@@ -418,16 +506,35 @@ StatusOr<std::vector<TraceJob>> LoadTraceJobs(const std::string& path, const std
     else
       f = "tiresias";
   }
-  if (f == "philly") return LoadPhilly(path);
-  if (f == "swf") return LoadSwf(path);
-  if (f == "tiresias") return LoadTiresias(path);
-  if (f == "openb") {
+  LoadedTrace out;
+  StatusOr<std::vector<TraceJob>> jobs = InvalidArgument("");
+  if (f == "philly") {
+    jobs = LoadPhilly(path);
+  } else if (f == "swf") {
+    jobs = LoadSwf(path, {}, &out.skipped);
+  } else if (f == "tiresias") {
+    jobs = LoadTiresias(path);
+  } else if (f == "openb") {
     auto pods = LoadOpenbPods(path);
     if (!pods.ok()) return pods.status();
-    return OpenbPodsAsJobs(*pods);
+    jobs = OpenbPodsAsJobs(*pods, &out.skipped);
+  } else {
+    return InvalidArgument("--format: unknown \"" + format +
+                           "\" (auto, philly, openb, tiresias, swf)");
   }
-  return InvalidArgument("--format: unknown \"" + format +
-                         "\" (auto, philly, openb, tiresias, swf)");
+  if (!jobs.ok()) return jobs.status();
+  out.jobs = std::move(*jobs);
+  const int64_t skipped = out.skipped.total();
+  if (out.jobs.empty() && skipped > 0) {
+    if (f == "openb" && out.skipped.by_reason.count(kNoPodTimes) == 1 &&
+        out.skipped.by_reason.at(kNoPodTimes) == skipped)
+      return InvalidArgument(base +
+                             ": no pod has both creation_time and deletion_time; a dynamic "
+                             "replay needs them (sim fgd uses this list)");
+    return InvalidArgument(
+        base + ": every record was skipped, no job to replay: " + out.skipped.ToString());
+  }
+  return out;
 }
 
 std::string FindTracesDir() {

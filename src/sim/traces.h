@@ -31,7 +31,9 @@ struct OpenbPod {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   int32_t num_gpu = 0;
-  int32_t gpu_milli = 0;              // per GPU, clamped to 0..1000 as the FGD converter does
+  // Thousandths of one GPU: 1..1000 when num_gpu is 1, exactly 1000 when more (the real
+  // files never share a multi-GPU request), 0 for a CPU-only pod; anything else is refused.
+  int32_t gpu_milli = 0;
   std::vector<std::string> gpu_spec;  // allowed models; empty = any
   std::string qos;
   std::string phase;
@@ -66,31 +68,49 @@ struct TraceJob {
 };
 
 // philly/philly.csv: timestamp,duration,num_gpus,gpu_time,cluster. Sorted by submit time
-// (then row number); the virtual cluster becomes the queue "vc-<cluster>"; ids "philly-<row>".
+// (then row number); the virtual cluster becomes the queue "vc-<cluster>" (an empty one is
+// refused); ids "philly-<row>". Impossible dates (2017-02-31) are refused.
 StatusOr<std::vector<TraceJob>> LoadPhilly(const std::string& path);
 // SymbioticLab Tiresias CSV: job_id,num_gpu,submit_time,iterations,model_name,duration,interval.
 StatusOr<std::vector<TraceJob>> LoadTiresias(const std::string& path);
+
+// Records a loader leaves out on purpose (not malformed ones, which are errors), counted by
+// reason so that a caller can say what was dropped.
+struct TraceSkips {
+  std::map<std::string, int64_t> by_reason;  // e.g. "runtime <= 0" -> 173
+  int64_t total() const;
+  // "173 records skipped (runtime <= 0: 173)"; "" when none.
+  std::string ToString() const;
+};
+
 // Standard Workload Format (18 whitespace-separated fields, ';' comments), plain or .gz.
-// Processors become GPUs, one task per `procs_per_node`-sized chunk is NOT assumed: a job asks
-// for `allocated processors` GPUs as one task when <= max_per_task, else ceil-split into tasks
-// of max_per_task. Jobs with non-positive runtime or processors are skipped (counted).
+// Processors become GPUs, exactly: `allocated processors` (else `requested`) GPUs as one task
+// up to max_gpus_per_task, above that a gang of the fewest equal tasks, as Philly (12 -> 2 x 6).
+// Submit and run times round up to whole seconds. Records with non-positive runtime or
+// processors are skipped (counted in `skipped`).
 struct SwfOptions {
   int32_t max_gpus_per_task = 8;
 };
 StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOptions& options = {},
-                                        int64_t* skipped = nullptr);
+                                        TraceSkips* skipped = nullptr);
 // openb pods with creation/deletion times as jobs (pods without both times are skipped).
 std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods,
-                                      int64_t* skipped = nullptr);
+                                      TraceSkips* skipped = nullptr);
 
 // The traces name GPU counts, not machines, and are split for 8-GPU machines: on a cluster
 // whose largest node has fewer GPUs, a task asking more is re-split the same way (an 8-GPU
 // job on 4-GPU nodes: a gang of 2 x 4) instead of never fitting.
 void FitTasksToNodes(std::vector<TraceJob>& jobs, int32_t max_gpus_per_node);
 
+// A dynamic trace as jobs, with what was skipped on the way.
+struct LoadedTrace {
+  std::vector<TraceJob> jobs;
+  TraceSkips skipped;
+};
 // Loads by file name: philly*.csv, *.swf / *.swf.gz, openb_pod_list*.csv, else Tiresias.
-StatusOr<std::vector<TraceJob>> LoadTraceJobs(const std::string& path,
-                                              const std::string& format = "auto");
+// A trace whose every record is skipped is an error saying why (a replay of nothing would
+// look like a success).
+StatusOr<LoadedTrace> LoadTrace(const std::string& path, const std::string& format = "auto");
 
 // Where the shared traces live: $TESSERA_TRACES, else $TESSERA_SOURCE_DIR/../shared/traces,
 // else "" when neither exists.

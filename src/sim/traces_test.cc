@@ -1,5 +1,7 @@
 #include "sim/traces.h"
 
+#include <zlib.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -47,10 +49,11 @@ TEST(Traces, OpenbPodsParseAndClamp) {
   EXPECT_EQ((*pods)[1].gpu_spec, (std::vector<std::string>{"T4", "P100"}));
   EXPECT_FALSE((*pods)[1].deletion_time.has_value());
   // Only pods with both times become replay jobs.
-  int64_t skipped = 0;
+  TraceSkips skipped;
   auto jobs = OpenbPodsAsJobs(*pods, &skipped);
   EXPECT_EQ(jobs.size(), 1u);
-  EXPECT_EQ(skipped, 2);
+  EXPECT_EQ(skipped.total(), 2);
+  EXPECT_EQ(skipped.ToString(), "2 records skipped (no creation_time or deletion_time: 2)");
   EXPECT_EQ(jobs[0].duration, 100);
 }
 
@@ -124,6 +127,158 @@ TEST(Traces, TiresiasAndSwf) {
   EXPECT_EQ((*s)[1].queue, "q1");
 }
 
+// Processors become exactly that many GPUs, split as Philly's GPUs are.
+TEST(Traces, SwfProcessorsAreGpusSplitAsPhilly) {
+  // job, submit, wait, runtime, procs, then 13 unused fields.
+  const std::string tail = " -1 -1 -1 -1 -1 -1 1 1 1 -1 -1 -1 -1\n";
+  auto s = LoadSwf(WriteTemp("wide.swf", "1 0 -1 50 12" + tail + "2 1 -1 50 100" + tail +
+                                             "3 2 -1 50 13" + tail + "4 3 -1 50 8" + tail));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->size(), 4u);
+  struct Want {
+    int32_t tasks, gpus_per_task;
+  } want[] = {
+      {2, 6},   // 12 = 2 x 6 (a ceil split asked 2 x 8 = 16)
+      {20, 5},  // 100 = 20 x 5 (not 13 x 8 = 104)
+      {13, 1},  // a prime above 8: 13 one-GPU tasks
+      {1, 8},
+  };
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ((*s)[i].tasks, want[i].tasks) << i;
+    EXPECT_EQ((*s)[i].gpus_per_task, want[i].gpus_per_task) << i;
+  }
+}
+
+TEST(Traces, SkippedRecordsAreCountedAndAllSkippedIsAnError) {
+  const std::string tail = " -1 -1 -1 -1 -1 -1 1 1 1 -1 -1 -1 -1\n";
+  auto t = LoadTrace(WriteTemp("mixed.swf", "1 0 -1 50 4" + tail + "2 1 -1 0 4" + tail +
+                                                "3 2 -1 -1 4" + tail + "4 3 -1 50 -1" + tail));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->jobs.size(), 1u);
+  EXPECT_EQ(t->skipped.total(), 3);
+  EXPECT_EQ(t->skipped.ToString(), "3 records skipped (processors <= 0: 1, runtime <= 0: 2)");
+
+  auto none = LoadTrace(WriteTemp("none.swf", "2 1 -1 0 4" + tail));
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().message(),
+            "none.swf: every record was skipped, no job to replay: 1 record skipped "
+            "(runtime <= 0: 1)");
+  // A replay of 0 jobs looked like a success.
+  EXPECT_FALSE(LoadTrace(WriteTemp("none.swf", "2 1 -1 0 4" + tail)).ok());
+
+  // The multigpu* pod lists have no time columns: every pod is skipped.
+  auto pods = LoadTrace(WriteTemp("openb_pod_list_x.csv",
+                                  "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                                  "p0,12000,16384,4,1000\n"));
+  ASSERT_FALSE(pods.ok());
+  EXPECT_EQ(pods.status().message(),
+            "openb_pod_list_x.csv: no pod has both creation_time and deletion_time; a dynamic "
+            "replay needs them (sim fgd uses this list)");
+}
+
+// Invalid pod values are refused, not changed; the values the real files hold load.
+TEST(Traces, OpenbPodsRefuseInvalidValues) {
+  const std::string header =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,"
+      "deletion_time\n";
+  auto ok = LoadOpenbPods(WriteTemp("pods_ok.csv", header + "cpu,4000,1024,0,0,0,1\n"
+                                                            "share,4000,1024,1,50,0,1\n"
+                                                            "one,4000,0,1,1000,0,1\n"
+                                                            "eight,0,1024,8,1000,0,1\n"));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)[1].gpu_milli, 50);
+  EXPECT_EQ((*ok)[3].num_gpu, 8);
+  struct Case {
+    std::string row, want;
+  } cases[] = {
+      {"p,4000,1024,1,0,0,1", "pods.csv:2: gpu_milli: must be 1..1000 when num_gpu is 1, got 0"},
+      {"p,4000,1024,1,-5,0,1", "pods.csv:2: gpu_milli: must be 1..1000 when num_gpu is 1, got -5"},
+      {"p,4000,1024,1,5000,0,1",
+       "pods.csv:2: gpu_milli: must be 1..1000 when num_gpu is 1, got 5000"},
+      {"p,4000,1024,2,500,0,1", "pods.csv:2: gpu_milli: must be 1000 when num_gpu > 1, got 500"},
+      {"p,4000,1024,0,300,0,1", "pods.csv:2: gpu_milli: must be 0 when num_gpu is 0, got 300"},
+      {"p,-1,1024,1,1000,0,1", "pods.csv:2: cpu_milli: must be >= 0, got -1"},
+      {"p,4000,-1,1,1000,0,1", "pods.csv:2: memory_mib: must be >= 0, got -1"},
+      {"p,4000,1024,1,1000,10,5", "pods.csv:2: deletion_time: before creation_time (5 < 10)"},
+  };
+  for (const Case& c : cases) {
+    auto pods = LoadOpenbPods(WriteTemp("pods.csv", header + c.row + "\n"));
+    ASSERT_FALSE(pods.ok()) << c.row;
+    EXPECT_EQ(pods.status().message(), c.want);
+  }
+}
+
+TEST(Traces, TruncatedGzipIsAnError) {
+  std::string text;
+  for (int i = 1; i <= 2000; ++i)
+    text += std::to_string(i) + " " + std::to_string(i * 7) +
+            " -1 100 4 -1 -1 -1 -1 -1 -1 1 1 1 -1 -1 -1 -1\n";
+  auto path = WriteTemp("whole.swf.gz", "");
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())),
+            static_cast<int>(text.size()));
+  ASSERT_EQ(gzclose(f), Z_OK);
+  auto whole = LoadSwf(path);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->size(), 2000u);
+
+  // Cut it mid-stream: it used to read as the first ~half of the jobs, silently.
+  std::ifstream in(path, std::ios::binary);
+  std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto cut = WriteTemp("cut.swf.gz", gz.substr(0, gz.size() / 2));
+  auto s = LoadSwf(cut);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("cut.swf.gz: truncated gzip"), std::string::npos)
+      << s.status().message();
+  // Only the trailer missing: every job is there but the file is still cut.
+  auto no_trailer = WriteTemp("notrailer.swf.gz", gz.substr(0, gz.size() - 4));
+  EXPECT_FALSE(LoadSwf(no_trailer).ok());
+}
+
+TEST(Traces, StrictFieldsAndDates) {
+  const std::string tail = " -1 -1 -1 -1 -1 -1 1 1 1 -1 -1 -1 -1\n";
+  // SWF: trailing junk is refused; a fractional run time rounds up, as the CSV loaders do.
+  auto junk = LoadSwf(WriteTemp("junk.swf", "1 100x -1 50 4" + tail));
+  ASSERT_FALSE(junk.ok());
+  EXPECT_EQ(junk.status().message(), "junk.swf:1: field 2: expected a number, got \"100x\"");
+  auto frac_procs = LoadSwf(WriteTemp("fp.swf", "1 0 -1 50 4.5" + tail));
+  ASSERT_FALSE(frac_procs.ok());
+  EXPECT_EQ(frac_procs.status().message(), "fp.swf:1: field 5: expected an integer, got \"4.5\"");
+  auto frac = LoadSwf(WriteTemp("frac.swf", "1 0 -1.00 100.7 4.00" + tail));
+  ASSERT_TRUE(frac.ok()) << frac.status().ToString();
+  EXPECT_EQ((*frac)[0].duration, 101);
+
+  const std::string header = "timestamp,duration,num_gpus,gpu_time,cluster\n";
+  struct Case {
+    std::string row, want;  // want "" = loads
+  } cases[] = {
+      {"2017-02-31 00:00:00,1,1,1,vc", "philly.csv:2: timestamp: expected YYYY-MM-DD HH:MM:SS"},
+      {"2017-02-29 00:00:00,1,1,1,vc", "philly.csv:2: timestamp: expected YYYY-MM-DD HH:MM:SS"},
+      {"2016-02-29 00:00:00,1,1,1,vc", ""},  // a leap day
+      {"2017-04-31 00:00:00,1,1,1,vc", "philly.csv:2: timestamp: expected YYYY-MM-DD HH:MM:SS"},
+      {"+017-10-09 07:01:55,1,1,1,vc", "philly.csv:2: timestamp: expected YYYY-MM-DD HH:MM:SS"},
+      {"2017-10-09 07:01:55,1,1,1,", "philly.csv:2: cluster: empty virtual cluster id"},
+  };
+  for (const Case& c : cases) {
+    auto jobs = LoadPhilly(WriteTemp("philly.csv", header + c.row + "\n"));
+    if (c.want.empty()) {
+      EXPECT_TRUE(jobs.ok()) << c.row << ": " << jobs.status().ToString();
+      continue;
+    }
+    ASSERT_FALSE(jobs.ok()) << c.row;
+    EXPECT_EQ(jobs.status().message().rfind(c.want, 0), 0u) << jobs.status().message();
+  }
+}
+
+TEST(Traces, DirectoryIsNotATrace) {
+  auto dir = std::filesystem::path(WriteTemp("x", "")).parent_path() / "philly.d";
+  std::filesystem::create_directories(dir);
+  auto jobs = LoadTrace(dir.string(), "philly");
+  ASSERT_FALSE(jobs.ok());
+  EXPECT_EQ(jobs.status().message(), dir.string() + ": is a directory, expected a trace file");
+}
+
 // The shared traces, when present: row counts from ../shared/traces/README.md.
 TEST(Traces, SharedTracesLoad) {
   std::string dir = FindTracesDir();
@@ -137,12 +292,22 @@ TEST(Traces, SharedTracesLoad) {
   auto pods = LoadOpenbPods(dir + "/openb/openb_pod_list_default.csv");
   ASSERT_TRUE(pods.ok());
   EXPECT_EQ(pods->size(), 8152u);
+  // Every variant's rows are valid (the value checks refuse none of them).
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/openb"))
+    if (e.path().filename().string().starts_with("openb_pod_list_")) {
+      auto p = LoadOpenbPods(e.path().string());
+      EXPECT_TRUE(p.ok()) << p.status().ToString();
+    }
+  auto multigpu = LoadTrace(dir + "/openb/openb_pod_list_multigpu20.csv");
+  ASSERT_FALSE(multigpu.ok());
+  EXPECT_NE(multigpu.status().message().find("no pod has both creation_time"), std::string::npos);
   auto philly = LoadPhilly(dir + "/philly/philly.csv");
   ASSERT_TRUE(philly.ok()) << philly.status().ToString();
   EXPECT_EQ(philly->size(), 82247u);
-  auto swf = LoadSwf(dir + "/small/NASA-iPSC-1993-3.1-cln.swf.gz");
+  auto swf = LoadTrace(dir + "/small/NASA-iPSC-1993-3.1-cln.swf.gz");
   ASSERT_TRUE(swf.ok()) << swf.status().ToString();
-  EXPECT_GT(swf->size(), 18000u);
+  EXPECT_EQ(swf->jobs.size(), 18239u - 173u);
+  EXPECT_EQ(swf->skipped.ToString(), "173 records skipped (runtime <= 0: 173)");
   auto order = LoadArrivalOrder(dir + "/openb/fgd-seed42/default_ts42_arrival_order.csv");
   ASSERT_TRUE(order.ok());
   EXPECT_EQ(order->size(), 10866u);
