@@ -645,14 +645,22 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["runningTasks"] = running;
   o["nodes"] = std::vector<std::string>(nodes.begin(), nodes.end());
   if (!j.message.empty()) o["message"] = j.message;
-  // A running job's tasks restarted alone: when the first of them may be placed again.
-  int64_t task_backoff_until = 0;
-  if (j.state == JobState::kRunning || j.state == JobState::kScheduled)
-    for (const auto& [task, c] : j.task_backoff)
-      if (c.until > Now() && (task_backoff_until == 0 || c.until < task_backoff_until))
-        task_backoff_until = c.until;
-  if (task_backoff_until) {
-    o["backoffUntil"] = task_backoff_until;
+  // A running job's tasks restarted alone: the first of them to be placed again. The
+  // pending reason of a running job is that of its tasks still to place.
+  const bool active = j.state == JobState::kRunning || j.state == JobState::kScheduled;
+  const std::pair<const int32_t, CrashLoop>* next_task = nullptr;
+  if (active)
+    for (const auto& e : j.task_backoff)
+      if (e.second.until > Now() && (!next_task || e.second.until < next_task->second.until))
+        next_task = &e;
+  if (next_task) {
+    const CrashLoop& c = next_task->second;
+    o["backoffUntil"] = c.until;
+    o["pendingReason"] = {
+        {"code", "BackOff"},
+        {"message", "task " + std::to_string(next_task->first) + " restarting after " +
+                        std::to_string(c.failures_in_a_row) + " failure(s) in a row: next try in " +
+                        std::to_string(c.until - Now()) + " s"}};
   } else if (j.backoff.until > Now() && j.state == JobState::kPending) {
     o["backoffUntil"] = j.backoff.until;
     o["pendingReason"] = {
@@ -660,7 +668,7 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
         {"message", "restarting after " + std::to_string(j.backoff.failures_in_a_row) +
                         " failure(s) in a row: next try in " +
                         std::to_string(j.backoff.until - Now()) + " s"}};
-  } else if (j.state == JobState::kPending && !j.pending.code.empty()) {
+  } else if ((j.state == JobState::kPending || active) && !j.pending.code.empty()) {
     Json pr = {{"code", j.pending.code}, {"message", j.pending.message}};
     if (!j.pending.resource.empty()) pr["resource"] = j.pending.resource;
     if (!j.pending.rejected_nodes.empty()) pr["rejectedNodes"] = j.pending.rejected_nodes;
@@ -1920,11 +1928,11 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
           ->Launch(Dispatch{a.id, a.job, a.task, a.attempt, a.placement});
       allocations_[a.id] = std::move(a);
     }
+    j.pending = {};  // (a running job's: its missing task is placed)
+    j.last_failed_scheduling.clear();
     if (pending) {
       j.state = JobState::kScheduled;
       j.run_started_at = plan.now;
-      j.pending = {};
-      j.last_failed_scheduling.clear();
       ops.push_back(JobOp(j));
     }
     AddEvent(ops, "Normal", "Scheduled", "job/" + jid,
@@ -1955,8 +1963,10 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
   // Decisions: pending reasons, and FailedScheduling events when the reason changes.
   for (const auto& d : plan.decisions) {
     auto ji = jobs_.find(d.job);
-    if (ji == jobs_.end() || ji->second.state != JobState::kPending ||
-        d.outcome == Outcome::kPlaced)
+    // A running job's decision is about its tasks still to place (restarted alone).
+    if (ji == jobs_.end() || d.outcome == Outcome::kPlaced ||
+        (ji->second.state != JobState::kPending && ji->second.state != JobState::kRunning &&
+         ji->second.state != JobState::kScheduled))
       continue;
     JobRecord& j = ji->second;
     j.pending = d.reason != nullptr ? *d.reason : PendingReason{};

@@ -551,6 +551,9 @@ TEST_F(ControlPlaneTest, EachReplicaBacksOffOnItsOwn) {
   }
   fail(1);
   EXPECT_EQ(Job("svc")["backoffUntil"].get<int64_t>() - clock_.now, 40);
+  // The running job says which task waits, and why.
+  EXPECT_EQ(Job("svc")["pendingReason"]["message"],
+            "task 1 restarting after 3 failure(s) in a row: next try in 40 s");
   Reopen();  // the task's count and wait are stored
   // Replica 0, which ran for an hour, fails once: back in 10 s, while replica 1 still waits.
   clock_.now += 5;
@@ -560,6 +563,7 @@ TEST_F(ControlPlaneTest, EachReplicaBacksOffOnItsOwn) {
   EXPECT_EQ(place(), (std::set<int>{0, 2})) << "replica 0 is back, replica 1 still backs off";
   clock_.now += 25;
   EXPECT_EQ(place(), (std::set<int>{0, 1, 2}));
+  EXPECT_FALSE(Job("svc").contains("pendingReason")) << Job("svc");
   // Replica 1's count was not reset by replica 0's long run: its next failure waits 80 s.
   fail(1);
   auto events = Job("svc")["events"];
