@@ -994,6 +994,11 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   while (std::getline(in, line)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // As sbatch: directives end at the first command (a later #SBATCH, in a heredoc or a
+    // comment further down, is the script's business).
+    const size_t text_at = line.find_first_not_of(" \t");
+    if (text_at == std::string::npos) continue;
+    if (line[text_at] != '#') break;
     if (line.rfind("#SBATCH", 0) != 0) continue;
     std::string path = "line " + std::to_string(lineno);
     std::istringstream words(line.substr(7));

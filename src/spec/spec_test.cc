@@ -142,6 +142,16 @@ TEST(Spec, SbatchDirectives) {
   auto nr = ParseDocuments("#!/bin/bash\n#SBATCH --no-requeue\ntrue\n");
   ASSERT_TRUE(nr.ok()) << nr.status().ToString();
   EXPECT_EQ((*nr)[0].job.restart.on_eviction, FailureAction::kFailJob);
+
+  // As sbatch: directives end at the first command; blank lines and comments do not end them.
+  auto late = ParseDocuments(
+      "#!/bin/bash\n#SBATCH -J late\n\n# setup\n  #SBATCH -N 2\n#SBATCH -n 3\necho first\n"
+      "#SBATCH --gres=gpu:8\ncat <<EOF\n#SBATCH --bogus\nEOF\n");
+  ASSERT_TRUE(late.ok()) << late.status().ToString();
+  EXPECT_EQ((*late)[0].job.job.id, "late");
+  EXPECT_EQ((*late)[0].job.job.groups[0].replicas, 1);              // "  #SBATCH -N 2" is a comment
+  EXPECT_EQ((*late)[0].job.job.groups[0].request.cpu_milli, 3000);  // -n 3 is read
+  EXPECT_EQ((*late)[0].job.job.groups[0].request.gpu.count, 0) << "after the first command";
 }
 
 TEST(Spec, TesseraOwnShapeRoundTrips) {
