@@ -110,32 +110,44 @@ int Usage(const Status& s) {
   return 2;
 }
 
-// The policies to run, checked before any trace is read: each a known name (`known` says)
-// or a configuration file that loads, none twice (its label names the run and its files).
-StatusOr<std::vector<std::string>> PolicyList(
-    const std::string& list, const std::vector<std::string>& configs,
-    const std::function<Status(const std::string&)>& known) {
+struct Policy {
+  std::string name;   // a known policy's name, or a configuration file's path
+  std::string label;  // names the run and its output files
+  bool file = false;
+};
+
+// The policies to run, checked before any trace is read: each a known name (one of
+// `known`, whatever files the folder holds) or a configuration file that loads, none twice.
+// `unknown` words the error for a name that is neither.
+StatusOr<std::vector<Policy>> PolicyList(const std::string& list,
+                                         const std::vector<std::string>& configs,
+                                         const std::vector<std::string>& known,
+                                         const std::function<Status(const std::string&)>& unknown) {
   std::vector<std::string> names = SplitList(list);
   names.insert(names.end(), configs.begin(), configs.end());
   if (names.empty()) return InvalidArgument("--policy: no policy given");
+  std::vector<Policy> out;
   std::set<std::string> labels;
   for (const std::string& name : names) {
-    std::string label = name;
+    Policy p{name, name, false};
     if (name.empty()) return InvalidArgument("--policy: an empty name in \"" + list + "\"");
-    if (fs::exists(name) && !fs::is_regular_file(name))
+    if (std::find(known.begin(), known.end(), name) != known.end()) {
+    } else if (!fs::exists(name)) {
+      return unknown(name);
+    } else if (!fs::is_regular_file(name)) {
       return InvalidArgument("--policy: " + name + " is not a configuration file");
-    if (fs::exists(name)) {
+    } else {
       auto c = LoadEngineConfig(name);
       if (!c.ok()) return c.status();
-      label = fs::path(name).stem().string();
-    } else {
-      TESSERA_RETURN_IF_ERROR(known(name));
+      p.label = fs::path(name).stem().string();
+      p.file = true;
     }
-    if (!labels.insert(label).second)
-      return InvalidArgument("--policy: \"" + label + "\" is given twice (a file is labelled " +
+    if (!labels.insert(p.label).second)
+      return InvalidArgument("--policy: \"" + p.label + "\" is given twice (a file is labelled " +
                              "by its name without folder and extension)");
+    out.push_back(std::move(p));
   }
-  return names;
+  return out;
 }
 
 struct FgdArgs {
@@ -174,11 +186,9 @@ int RunFgdCommand(const FgdArgs& a) {
                  "tessera sim: note: --load %lld: the curves end at %lld %% arrived load, so "
                  "there is no value at 100 %%\n",
                  static_cast<long long>(a.load), static_cast<long long>(a.load));
-  auto names = PolicyList(a.policies, a.configs, [](const std::string& name) {
-    auto known = FgdPolicyNames();
-    if (std::find(known.begin(), known.end(), name) != known.end()) return Status::Ok();
+  auto names = PolicyList(a.policies, a.configs, FgdPolicyNames(), [](const std::string& name) {
     std::string list;
-    for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+    for (const auto& n : FgdPolicyNames()) list += (list.empty() ? "" : ", ") + n;
     return InvalidArgument("--policy: unknown \"" + name + "\" (" + list +
                            ", or a configuration file)");
   });
@@ -207,9 +217,9 @@ int RunFgdCommand(const FgdArgs& a) {
   report.pods_file = fs::path(pods_path).filename().string();
   report.load_percent = a.load;
   report.exact_order = wo.arrival_order.has_value();
-  for (const std::string& name : *names) {
+  for (const Policy& policy : *names) {
     FgdPolicyResult pr;
-    pr.policy = fs::exists(name) ? fs::path(name).stem().string() : name;
+    pr.policy = policy.label;
     for (uint64_t seed : *seeds) {
       wo.seed = seed;
       auto w = BuildFgdWorkload(*nodes, *pods, wo);
@@ -218,11 +228,11 @@ int RunFgdCommand(const FgdArgs& a) {
       // The curves run to the load that arrived: --load, or the arrival order's own.
       report.load_percent = wo.arrival_order ? w->arrived_percent : a.load;
       StatusOr<EngineConfig> config = InvalidArgument("");
-      if (fs::exists(name)) {
-        config = LoadEngineConfig(name);
+      if (policy.file) {
+        config = LoadEngineConfig(policy.name);
         if (config.ok()) AddTypicalRequests(*w, *config);
       } else {
-        config = FgdPolicyConfig(name, *w);
+        config = FgdPolicyConfig(policy.name, *w);
       }
       if (!config.ok()) return Fail(config.status());
       auto t0 = std::chrono::steady_clock::now();
@@ -301,8 +311,9 @@ Status CheckReplayOptions(const ReplayOptions& o) {
 
 int RunReplayCommand(const ReplayArgs& a) {
   if (Status s = CheckReplayOptions(a.options); !s.ok()) return Usage(s);
-  auto names = PolicyList(
-      a.policies, {}, [](const std::string& name) { return ReplayBaselineConfig(name).status(); });
+  auto names = PolicyList(a.policies, {}, ReplayBaselineNames(), [](const std::string& name) {
+    return ReplayBaselineConfig(name).status();
+  });
   if (!names.ok()) return Usage(names.status());
   for (const Status& s :
        {CheckWritable(a.json), a.out.empty() ? Status::Ok() : CheckWritable("replay.json", a.out)})
@@ -327,16 +338,15 @@ int RunReplayCommand(const ReplayArgs& a) {
   report.jobs = a.options.max_jobs > 0
                     ? std::min<int64_t>(a.options.max_jobs, static_cast<int64_t>(jobs->size()))
                     : static_cast<int64_t>(jobs->size());
-  for (const std::string& name : *names) {
+  for (const Policy& policy : *names) {
     ReplayOptions o = a.options;
     StatusOr<EngineConfig> config = InvalidArgument("");
-    std::string label = name;
-    if (fs::exists(name)) {
-      config = LoadEngineConfig(name);
-      label = fs::path(name).stem().string();
+    const std::string& label = policy.label;
+    if (policy.file) {
+      config = LoadEngineConfig(policy.name);
     } else {
-      config = ReplayBaselineConfig(name);
-      if (BaselineUsesOracle(name)) o.oracle_runtimes = true;
+      config = ReplayBaselineConfig(policy.name);
+      if (BaselineUsesOracle(policy.name)) o.oracle_runtimes = true;
     }
     if (!config.ok()) return Fail(config.status());
     auto t0 = std::chrono::steady_clock::now();
