@@ -733,10 +733,20 @@ void AddClientCommands(CLI::App& app) {
                     S(j, "attainedGpuSeconds").c_str());
       std::printf("Tasks:          %s (gang minimum %s), GPUs %s\n", S(j, "tasks").c_str(),
                   S(j, "minAvailable").c_str(), S(j, "gpus").c_str());
-      std::printf("Restart policy: onFailure=%s onEviction=%s maxRetries=%s\n",
-                  S(j["restartPolicy"], "onFailure").c_str(),
-                  S(j["restartPolicy"], "onEviction").c_str(),
+      // The job's policy, then any task group's own (Volcano tasks[].policies).
+      auto policy = [](const Json& p) {
+        std::string text = "onFailure=" + S(p, "onFailure") + " onEviction=" + S(p, "onEviction");
+        for (const auto& [code, action] : p.value("onExitCode", Json::object()).items())
+          text += " exitCode " + code + "=" + action.get<std::string>();
+        return text;
+      };
+      std::printf("Restart policy: %s maxRetries=%s\n", policy(j["restartPolicy"]).c_str(),
                   S(j["restartPolicy"], "maxRetries").c_str());
+      const Json groups = j["spec"].value("groupRestartPolicies", Json::array());
+      for (size_t g = 0; g < groups.size(); ++g)
+        if (!groups[g].is_null())
+          std::printf("  task %s: %s\n", S(j["spec"]["job"]["tasks"][g], "name").c_str(),
+                      policy(groups[g]).c_str());
       std::printf("Created:        %s ago\n", Age(j.value("createdAt", int64_t{0})).c_str());
       if (j.contains("pendingReason"))
         std::printf("Pending reason: %s: %s\n", S(j["pendingReason"], "code").c_str(),

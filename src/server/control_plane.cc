@@ -1226,13 +1226,16 @@ void ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord
 }
 
 void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,
-                              const std::string& reason, const std::string& message, int32_t task) {
+                              const std::string& reason, const std::string& message, int32_t task,
+                              std::optional<int32_t> exit_code) {
   if (j.state == JobState::kTerminating) {
     MaybeFinishTermination(ops, j);
     return;
   }
   if (IsTerminal(j.state) || j.state == JobState::kPending) return;
-  spec::FailureAction action = eviction ? j.spec.restart.on_eviction : j.spec.restart.on_failure;
+  // The failed task's group may have its own policy (Volcano tasks[].policies).
+  const spec::RestartPolicy& policy = j.spec.RestartFor(task);
+  spec::FailureAction action = eviction ? policy.on_eviction : policy.OnFailure(exit_code);
   // An eviction takes the gang as a whole (the engine evicts jobs, not tasks).
   if (action == spec::FailureAction::kRestartTask && (eviction || task < 0))
     action = spec::FailureAction::kRestartJob;
@@ -1317,7 +1320,7 @@ void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, in
   // A task whose latest allocation failed is waiting for its RestartTask placement.
   for (const auto& [t, a] : latest)
     if (a->state == AllocState::kFailed || a->state == AllocState::kKilled) live = true;
-  if (j.spec.restart.complete_on_task_completed && live) {
+  if (j.spec.RestartFor(task).complete_on_task_completed && live) {
     Terminate(ops, j, JobState::kSucceeded, "Completing", "a task completed (CompleteJob policy)");
     return;
   }
@@ -1523,7 +1526,7 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                    "task " + std::to_string(a.task) + " on " + node_name + " " + state +
                        " with exit code " + std::to_string(a.exit_code) +
                        (a.message.empty() ? "" : ": " + a.message),
-                   a.task);
+                   a.task, a.exit_code);  // (killed: 128 + the signal, as a shell says)
       }
     }
   }
@@ -1810,6 +1813,7 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
   env["MASTER_ADDR"] = master;
   env["MASTER_PORT"] = std::to_string(29500 + j.seq % 1000);
   env["RANK"] = std::to_string(task);
+  if (j.spec.indexed) env["JOB_COMPLETION_INDEX"] = std::to_string(task);
   env["WORLD_SIZE"] = std::to_string(j.spec.job.TaskCount());
   env["LOCAL_RANK"] = std::to_string(local_rank);
   env["TESSERA_JOB"] = j.id();

@@ -301,8 +301,10 @@ class ControlPlane {
   int64_t BackOff(CrashLoop& c, int64_t ran_since);
   // Applies the job's restart policy after losing tasks (failure or eviction). `task` is the
   // failed task when one task failed (RestartTask restarts only it); -1 otherwise.
+  // `exit_code`: the failed task's, for exit-code policies.
   void OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,
-                  const std::string& reason, const std::string& message, int32_t task = -1);
+                  const std::string& reason, const std::string& message, int32_t task = -1,
+                  std::optional<int32_t> exit_code = std::nullopt);
   void OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, int32_t task);
   Status Commit(std::vector<store::Op> ops);
   Snapshot BuildSnapshot(std::map<std::string, std::string>& placeholder_owner) const;

@@ -509,6 +509,41 @@ TEST_F(ControlPlaneTest, ADeploymentReplicaThatExitsIsReplacedAlone) {
   EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
 }
 
+// batch/v1 completionMode: Indexed: each pod has its index, as Kubernetes gives it.
+TEST_F(ControlPlaneTest, AnIndexedJobsPodsHaveTheirCompletionIndex) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: batch/v1\nkind: Job\nmetadata: {name: ix}\nspec:\n"
+                          "  parallelism: 2\n  completionMode: Indexed\n  template: {spec: "
+                          "{restartPolicy: Never, containers: [{name: c, command: [x]}]}}\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 2u);
+  for (const auto& a : d["allocations"])
+    EXPECT_EQ(a["env"]["JOB_COMPLETION_INDEX"], std::to_string(a["task"].get<int>()));
+}
+
+// Volcano exit-code policies: restart on 137 (killed for memory), abort on anything else.
+TEST_F(ControlPlaneTest, ExitCodePoliciesPickTheAction) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: "
+                          "oom}\nspec:\n  policies: [{exitCode: 137, action: RestartJob}]\n"
+                          "  tasks: [{replicas: 1, template: {spec: {containers: [{name: c, "
+                          "command: [x], resources: {limits: {nvidia.com/gpu: 1}}}]}}}]\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
+  Beat("node-a", epoch, {Task(id, "killed", 137)});
+  EXPECT_EQ(State("oom"), "Pending") << "137: RestartJob";
+  clock_.now += 10;
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  id = Beat("node-a", epoch)["allocations"][0]["allocation"];
+  Beat("node-a", epoch, {Task(id, "failed", 1)});
+  EXPECT_EQ(State("oom"), "Failed") << "1: the job's onFailure, FailJob";
+}
+
 // Replicas back off on their own: one crash-looping replica neither delays the restart of a
 // healthy one that failed once nor has its count reset by it.
 TEST_F(ControlPlaneTest, EachReplicaBacksOffOnItsOwn) {

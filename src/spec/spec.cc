@@ -323,9 +323,19 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
       TESSERA_RETURN_IF_ERROR(r.String("timeout", ignored));
     }
     if (r.Has("exitCode")) {
-      int64_t code = 0;
-      TESSERA_RETURN_IF_ERROR(r.Int("exitCode", code, false, INT32_MIN));
-      event = "PodFailed";
+      // As Volcano: a policy names an event or an exit code, and 0 is no failure.
+      int32_t code = 0;
+      TESSERA_RETURN_IF_ERROR(r.Int32("exitCode", code, false, INT32_MIN));
+      if (code == 0) return InvalidArgument(r.Path("exitCode") + ": 0 is not a failure");
+      if (!event.empty() || !events.empty())
+        return InvalidArgument(r.Path("exitCode") + ": give either exitCode or event(s)");
+      TESSERA_RETURN_IF_ERROR(r.Finish());
+      if (action == "CompleteJob")
+        return InvalidArgument(pp + ".action: CompleteJob needs event TaskCompleted");
+      auto a = VolcanoAction(action, pp + ".action");
+      if (!a.ok()) return a.status();
+      rp.on_exit_code[code] = *a;
+      return Status::Ok();
     }
     TESSERA_RETURN_IF_ERROR(r.Finish());
     if (!event.empty()) events.push_back(event);
@@ -368,6 +378,29 @@ Status ReadTtl(ObjectReader& r, JobSpec& s) {
   return Status::Ok();
 }
 
+// Volcano's per-task minAvailable as the job's gang minimum. The engine starts a gang with
+// its first minAvailable tasks in task order, which is "each task group's minimum" only when
+// every group but the last is wholly required; otherwise refused rather than bent. Without
+// spec.minAvailable the gang needs the tasks' minimums together, as Volcano's default.
+Status VolcanoTaskMinimums(const std::vector<int32_t>& mins, bool any, Job& job) {
+  if (!any) return Status::Ok();
+  int32_t sum = 0;
+  for (int32_t m : mins) sum += m;
+  if (job.min_available == 0) job.min_available = sum;
+  if (job.min_available < sum)
+    return InvalidArgument("spec.minAvailable: " + std::to_string(job.min_available) +
+                           " is less than the tasks' minAvailable together (" +
+                           std::to_string(sum) + ")");
+  for (size_t g = 0; g + 1 < mins.size(); ++g)
+    if (mins[g] < job.groups[g].replicas)
+      return InvalidArgument(
+          "spec.tasks[" + std::to_string(g) + "].minAvailable: " + std::to_string(mins[g]) +
+          " of " + std::to_string(job.groups[g].replicas) +
+          " replicas: only the last task may start with part of its replicas (a gang starts "
+          "with its first tasks in task order); put this task last");
+  return Status::Ok();
+}
+
 StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& meta) {
   JobSpec s;
   s.source = "batch.volcano.sh/v1alpha1 Job";
@@ -400,20 +433,35 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
   const Json* tasks = r.Get("tasks");
   if (tasks == nullptr) return InvalidArgument(r.Path("tasks") + ": required");
   bool first = true;
+  std::vector<int32_t> task_mins;  // per task group: its minAvailable, else its replicas
+  bool any_task_min = false;
   TESSERA_RETURN_IF_ERROR(
       ForEach(tasks, r.Path("tasks"), [&](const Json& t, const std::string& p) -> Status {
         ObjectReader tr(t, p);
         TaskGroup g;
         TESSERA_RETURN_IF_ERROR(tr.String("name", g.name));
         TESSERA_RETURN_IF_ERROR(tr.Int32("replicas", g.replicas, false, 1));
-        int32_t task_min = 0, task_retry = 0;
+        int32_t task_min = g.replicas, task_retry = s.restart.max_retries;
+        any_task_min |= tr.Has("minAvailable");
         TESSERA_RETURN_IF_ERROR(tr.Int32("minAvailable", task_min));
         TESSERA_RETURN_IF_ERROR(tr.Int32("maxRetry", task_retry));
         if (task_min > g.replicas)
           return InvalidArgument(tr.Path("minAvailable") + ": " + std::to_string(task_min) +
                                  " is more than replicas " + std::to_string(g.replicas));
-        TESSERA_RETURN_IF_ERROR(
-            ReadVolcanoPolicies(tr.Get("policies"), tr.Path("policies"), s.restart));
+        task_mins.push_back(task_min);
+        if (task_retry != s.restart.max_retries)
+          return InvalidArgument(tr.Path("maxRetry") + ": " + std::to_string(task_retry) +
+                                 " differs from the job's " +
+                                 std::to_string(s.restart.max_retries) +
+                                 ": retries are counted per job here; set spec.maxRetry");
+        // The task's own policies start from the job's and override them for its tasks.
+        std::optional<RestartPolicy> own;
+        if (tr.Has("policies")) {
+          own = s.restart;
+          TESSERA_RETURN_IF_ERROR(
+              ReadVolcanoPolicies(tr.Get("policies"), tr.Path("policies"), *own));
+        }
+        s.group_restart.push_back(std::move(own));
         if (tr.Has("dependsOn"))
           return Unsupported(tr, "dependsOn", "submit dependent work as separate jobs");
         Template tmpl;
@@ -428,6 +476,10 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
       }));
   TESSERA_RETURN_IF_ERROR(r.Finish());
   if (s.job.groups.empty()) return InvalidArgument("spec.tasks: a job needs at least one task");
+  if (std::none_of(s.group_restart.begin(), s.group_restart.end(),
+                   [](const auto& g) { return g.has_value(); }))
+    s.group_restart.clear();
+  TESSERA_RETURN_IF_ERROR(VolcanoTaskMinimums(task_mins, any_task_min, s.job));
   if (s.job.min_available > s.job.TaskCount())
     return InvalidArgument("spec.minAvailable: " + std::to_string(s.job.min_available) +
                            " is more than the job's " + std::to_string(s.job.TaskCount()) +
@@ -499,7 +551,12 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
       s.job.runtime_estimate_seconds = d;
     }
     TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
-    Ignore(r, {"completionMode", "selector", "manualSelector"});
+    std::string mode = "NonIndexed";
+    TESSERA_RETURN_IF_ERROR(r.String("completionMode", mode));
+    if (mode != "NonIndexed" && mode != "Indexed")
+      return InvalidArgument("spec.completionMode: \"" + mode + "\" (NonIndexed, Indexed)");
+    s.indexed = mode == "Indexed";
+    Ignore(r, {"selector", "manualSelector"});
     TESSERA_RETURN_IF_ERROR(ReadPodTemplate(r.Get("template"), "spec.template", tmpl));
     TESSERA_RETURN_IF_ERROR(r.Finish());
     if (tmpl.pod.restart_policy == "Always")
@@ -1156,7 +1213,55 @@ Json RestartPolicyToJson(const RestartPolicy& r) {
   j["onEviction"] = FailureActionName(r.on_eviction);
   j["maxRetries"] = r.max_retries;
   if (r.complete_on_task_completed) j["completeOnTaskCompleted"] = true;
+  for (const auto& [code, action] : r.on_exit_code)
+    j["onExitCode"][std::to_string(code)] = FailureActionName(action);
   return j;
+}
+
+namespace {
+
+FailureAction ActionNamed(const std::string& name, FailureAction otherwise) {
+  for (FailureAction a :
+       {FailureAction::kFailJob, FailureAction::kRestartJob, FailureAction::kRestartTask})
+    if (name == FailureActionName(a)) return a;
+  return otherwise;
+}
+
+StatusOr<RestartPolicy> RestartPolicyFromJson(const Json& v, const std::string& path) {
+  RestartPolicy rp;
+  ObjectReader pr(v, path);
+  std::string f, e;
+  std::map<std::string, std::string> codes;
+  TESSERA_RETURN_IF_ERROR(pr.String("onFailure", f));
+  TESSERA_RETURN_IF_ERROR(pr.String("onEviction", e));
+  TESSERA_RETURN_IF_ERROR(pr.Int32("maxRetries", rp.max_retries, false, -1));
+  TESSERA_RETURN_IF_ERROR(pr.Bool("completeOnTaskCompleted", rp.complete_on_task_completed));
+  TESSERA_RETURN_IF_ERROR(pr.StringMap("onExitCode", codes));
+  TESSERA_RETURN_IF_ERROR(pr.Finish());
+  rp.on_failure = ActionNamed(f, FailureAction::kFailJob);
+  rp.on_eviction = ActionNamed(e, FailureAction::kRestartJob);
+  for (const auto& [code, action] : codes)
+    rp.on_exit_code[std::stoi(code)] = ActionNamed(action, FailureAction::kFailJob);
+  return rp;
+}
+
+}  // namespace
+
+FailureAction RestartPolicy::OnFailure(std::optional<int32_t> exit_code) const {
+  if (exit_code) {
+    auto it = on_exit_code.find(*exit_code);
+    if (it != on_exit_code.end()) return it->second;
+  }
+  return on_failure;
+}
+
+const RestartPolicy& JobSpec::RestartFor(int32_t task) const {
+  for (size_t g = 0, first = 0; g < group_restart.size() && g < job.groups.size(); ++g) {
+    first += static_cast<size_t>(job.groups[g].replicas);
+    if (task >= 0 && static_cast<size_t>(task) < first)
+      return group_restart[g] ? *group_restart[g] : restart;
+  }
+  return restart;
 }
 
 Json JobSpecToJson(const JobSpec& s) {
@@ -1176,8 +1281,14 @@ Json JobSpecToJson(const JobSpec& s) {
   }
   j["templates"] = t;
   j["restartPolicy"] = RestartPolicyToJson(s.restart);
+  if (!s.group_restart.empty()) {
+    Json groups = Json::array();
+    for (const auto& g : s.group_restart) groups.push_back(g ? RestartPolicyToJson(*g) : Json());
+    j["groupRestartPolicies"] = groups;
+  }
   j["source"] = s.source;
   if (s.service) j["service"] = true;
+  if (s.indexed) j["indexed"] = true;
   if (s.ttl_seconds_after_finished) j["ttlSecondsAfterFinished"] = *s.ttl_seconds_after_finished;
   if (!s.labels.empty()) j["labels"] = s.labels;
   if (!s.annotations.empty()) j["annotations"] = s.annotations;
@@ -1204,23 +1315,24 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
         return tr.Finish();
       }));
   if (const Json* rp = r.Get("restartPolicy")) {
-    ObjectReader pr(*rp, r.Path("restartPolicy"));
-    std::string f, e;
-    TESSERA_RETURN_IF_ERROR(pr.String("onFailure", f));
-    TESSERA_RETURN_IF_ERROR(pr.String("onEviction", e));
-    TESSERA_RETURN_IF_ERROR(pr.Int32("maxRetries", s.restart.max_retries, false, -1));
-    TESSERA_RETURN_IF_ERROR(
-        pr.Bool("completeOnTaskCompleted", s.restart.complete_on_task_completed));
-    TESSERA_RETURN_IF_ERROR(pr.Finish());
-    s.restart.on_failure = f == "RestartJob"    ? FailureAction::kRestartJob
-                           : f == "RestartTask" ? FailureAction::kRestartTask
-                                                : FailureAction::kFailJob;
-    s.restart.on_eviction = e == "FailJob"       ? FailureAction::kFailJob
-                            : e == "RestartTask" ? FailureAction::kRestartTask
-                                                 : FailureAction::kRestartJob;
+    auto p = RestartPolicyFromJson(*rp, r.Path("restartPolicy"));
+    if (!p.ok()) return p.status();
+    s.restart = std::move(*p);
   }
+  TESSERA_RETURN_IF_ERROR(ForEach(r.Get("groupRestartPolicies"), r.Path("groupRestartPolicies"),
+                                  [&](const Json& g, const std::string& p) -> Status {
+                                    if (g.is_null()) {
+                                      s.group_restart.emplace_back();
+                                      return Status::Ok();
+                                    }
+                                    auto rp = RestartPolicyFromJson(g, p);
+                                    if (!rp.ok()) return rp.status();
+                                    s.group_restart.push_back(std::move(*rp));
+                                    return Status::Ok();
+                                  }));
   TESSERA_RETURN_IF_ERROR(r.String("source", s.source));
   TESSERA_RETURN_IF_ERROR(r.Bool("service", s.service));
+  TESSERA_RETURN_IF_ERROR(r.Bool("indexed", s.indexed));
   TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
   TESSERA_RETURN_IF_ERROR(r.StringMap("labels", s.labels));
   TESSERA_RETURN_IF_ERROR(r.StringMap("annotations", s.annotations));

@@ -40,7 +40,11 @@ struct RestartPolicy {
   FailureAction on_eviction = FailureAction::kRestartJob;  // preempted, or its node was lost
   int32_t max_retries = 0;                  // attempts after the first; -1 = unlimited (services)
   bool complete_on_task_completed = false;  // Volcano TaskCompleted -> CompleteJob
+  // Volcano `policies[].exitCode`: the action for a task that exits with that code, in
+  // place of on_failure.
+  std::map<int32_t, FailureAction> on_exit_code;
   friend bool operator==(const RestartPolicy&, const RestartPolicy&) = default;
+  FailureAction OnFailure(std::optional<int32_t> exit_code) const;
 };
 
 // How to run one task group's processes (the agent runs processes, not containers).
@@ -56,13 +60,22 @@ struct JobSpec {
   Job job;  // id = metadata.name ("" when the server must generate one); no running state
   std::vector<TaskTemplate> templates;  // one per job.groups entry
   RestartPolicy restart;
+  // Volcano `tasks[].policies`: a task group's own policy for its tasks' failures and
+  // evictions, one entry per group (nullopt: `restart`). Retries count per job
+  // (restart.max_retries) either way.
+  std::vector<std::optional<RestartPolicy>> group_restart;
   std::string source;    // "tessera.io/v1 Job", "batch.volcano.sh/v1alpha1 Job", "sbatch", ...
   bool service = false;  // long-running (Deployment): never "succeeds"
+  // batch/v1 `completionMode: Indexed`: each task gets JOB_COMPLETION_INDEX (its index).
+  bool indexed = false;
   // Seconds a finished job is kept (then deleted with its allocations and events);
   // nullopt: the server's --finished-job-ttl-seconds. `ttlSecondsAfterFinished`.
   std::optional<int64_t> ttl_seconds_after_finished;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
+
+  // The policy that applies to task `task`'s failures (its group's, else the job's).
+  const RestartPolicy& RestartFor(int32_t task) const;
 };
 
 struct Document {

@@ -86,6 +86,18 @@ TEST(Spec, KubernetesWorkloads) {
   EXPECT_EQ((*bj)[0].job.restart.max_retries, 2);
   EXPECT_EQ((*bj)[0].job.source, "batch/v1 Job");
   EXPECT_FALSE((*bj)[0].job.ttl_seconds_after_finished);
+  EXPECT_FALSE((*bj)[0].job.indexed);
+  // completionMode: Indexed is kept (the server sets JOB_COMPLETION_INDEX); others refused.
+  const std::string batch =
+      "apiVersion: batch/v1\nkind: Job\nmetadata: {name: b}\nspec:\n  parallelism: 2\n"
+      "  template: {spec: {restartPolicy: Never, containers: [{name: c, command: [x]}]}}\n";
+  auto indexed = ParseDocuments(batch + "  completionMode: Indexed\n");
+  ASSERT_TRUE(indexed.ok()) << indexed.status().ToString();
+  EXPECT_TRUE((*indexed)[0].job.indexed);
+  EXPECT_TRUE(JobSpecFromJson(JobSpecToJson((*indexed)[0].job), "")->indexed);
+  auto odd = ParseDocuments(batch + "  completionMode: Sparse\n");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("spec.completionMode"), std::string::npos);
 
   // ttlSecondsAfterFinished is kept (Volcano and batch/v1 alike) and stored.
   auto ttl = ParseDocuments(
@@ -182,6 +194,58 @@ spec:
   EXPECT_EQ(JobSpecToJson(*back).dump(), JobSpecToJson(s).dump());
   EXPECT_EQ(back->templates[0], s.templates[0]);
   EXPECT_EQ(back->restart, s.restart);
+}
+
+// Volcano policies by exit code and per task: "restart on 137 (OOM), abort otherwise", a
+// task group with its own policy, per-task minimums; what cannot be honoured is refused.
+TEST(Spec, VolcanoExitCodesAndTaskPolicies) {
+  const std::string head =
+      "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n";
+  const std::string c = "template: {spec: {containers: [{name: c, command: [x]}]}}";
+  auto d = ParseDocuments(head +
+                          "  policies: [{exitCode: 137, action: RestartJob}, {event: PodFailed, "
+                          "action: AbortJob}]\n  tasks:\n"
+                          "  - {name: ps, replicas: 1, policies: [{event: PodFailed, action: "
+                          "RestartTask}], " +
+                          c + "}\n  - {name: worker, replicas: 3, minAvailable: 2, " + c + "}\n");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const JobSpec& j = (*d)[0].job;
+  EXPECT_EQ(j.restart.OnFailure(137), FailureAction::kRestartJob);
+  EXPECT_EQ(j.restart.OnFailure(1), FailureAction::kFailJob);
+  EXPECT_EQ(j.restart.OnFailure(std::nullopt), FailureAction::kFailJob);
+  // ps (task 0) has its own policy, started from the job's: its exit-code rule stays.
+  EXPECT_EQ(j.RestartFor(0).OnFailure(1), FailureAction::kRestartTask);
+  EXPECT_EQ(j.RestartFor(0).OnFailure(137), FailureAction::kRestartJob);
+  EXPECT_EQ(&j.RestartFor(1), &j.restart);  // the workers: the job's
+  EXPECT_EQ(&j.RestartFor(3), &j.restart);
+  EXPECT_EQ(j.job.min_available, 3);  // ps 1 + workers 2, as Volcano's default
+  auto back = JobSpecFromJson(JobSpecToJson(j), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(JobSpecToJson(*back).dump(), JobSpecToJson(j).dump());
+  EXPECT_EQ(back->RestartFor(0).OnFailure(1), FailureAction::kRestartTask);
+  EXPECT_EQ(back->restart.OnFailure(137), FailureAction::kRestartJob);
+
+  const std::pair<std::string, std::string> refused[] = {
+      {"  policies: [{exitCode: 0, action: RestartJob}]\n  tasks: [{replicas: 1, " + c + "}]\n",
+       "spec.policies[0].exitCode: 0 is not a failure"},
+      {"  policies: [{exitCode: 1, event: PodFailed, action: RestartJob}]\n  tasks: [{replicas: "
+       "1, " +
+           c + "}]\n",
+       "give either exitCode or event(s)"},
+      {"  tasks: [{replicas: 1, maxRetry: 10, " + c + "}]\n",
+       "spec.tasks[0].maxRetry: 10 differs from the job's 3"},
+      {"  tasks: [{name: w, replicas: 3, minAvailable: 1, " + c + "}, {name: ps, replicas: 1, " +
+           c + "}]\n",
+       "spec.tasks[0].minAvailable: 1 of 3 replicas: only the last task"},
+      {"  minAvailable: 2\n  tasks: [{name: ps, replicas: 1, " + c +
+           "}, {name: w, replicas: 3, minAvailable: 2, " + c + "}]\n",
+       "spec.minAvailable: 2 is less than the tasks' minAvailable together (3)"},
+  };
+  for (const auto& [spec, want] : refused) {
+    auto r = ParseDocuments(head + spec);
+    ASSERT_FALSE(r.ok()) << spec;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().ToString();
+  }
 }
 
 TEST(Spec, RejectsWithFieldPaths) {
