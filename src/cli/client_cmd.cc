@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -76,6 +77,10 @@ std::string Token(const ClientFlags& f) {
 
 struct Response {
   bool reached = false;
+  // Not reached: whether the request may have been sent (no answer came), not merely
+  // never connected.
+  bool maybe_sent = false;
+  std::string error;
   int status = 0;
   Json body;
   std::string raw;
@@ -83,18 +88,25 @@ struct Response {
 };
 
 Response Call(const ClientFlags& f, const std::string& method, const std::string& path,
-              const std::string& body = "", const std::string& content_type = "application/yaml") {
+              const std::string& body = "", const std::string& content_type = "application/yaml",
+              const httplib::Headers& extra = {}) {
   httplib::Client c(ServerUrl(f));
   c.set_connection_timeout(5, 0);
   c.set_read_timeout(60, 0);
   httplib::Headers h;
   std::string tok = Token(f);
   if (!tok.empty()) h.emplace("Authorization", "Bearer " + tok);
+  h.insert(extra.begin(), extra.end());
   httplib::Result r = method == "GET"      ? c.Get(path.c_str(), h)
                       : method == "DELETE" ? c.Delete(path.c_str(), h)
                                            : c.Post(path.c_str(), h, body, content_type.c_str());
   Response out;
-  if (!r) return out;
+  if (!r) {
+    out.error = httplib::to_string(r.error());
+    out.maybe_sent =
+        r.error() != httplib::Error::Connection && r.error() != httplib::Error::ConnectionTimeout;
+    return out;
+  }
   out.reached = true;
   out.status = r->status;
   out.raw = r->body;
@@ -106,11 +118,25 @@ Response Call(const ClientFlags& f, const std::string& method, const std::string
   return out;
 }
 
+// A key no other submission has: 128 random bits.
+std::string RandomKey() {
+  std::random_device rd;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "cli-%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return buf;
+}
+
 // Prints the error and sets the exit code; returns true when the call succeeded.
 bool Check(const ClientFlags& f, const Response& r) {
   if (!r.reached) {
-    std::fprintf(stderr, "error: cannot reach the server at %s (is `tessera server` running?)\n",
-                 ServerUrl(f).c_str());
+    if (r.maybe_sent)
+      std::fprintf(stderr,
+                   "error: no answer from the server at %s (%s): the request may have been "
+                   "carried out\n",
+                   ServerUrl(f).c_str(), r.error.c_str());
+    else
+      std::fprintf(stderr, "error: cannot reach the server at %s (is `tessera server` running?)\n",
+                   ServerUrl(f).c_str());
     SetExitCode(3);
     return false;
   }
@@ -519,9 +545,22 @@ void AddClientCommands(CLI::App& app) {
                       S(j, "queue").c_str(), S(j, "state").c_str());
       };
       for (size_t i = 0; i < texts.size(); ++i) {
-        auto r = Call(*f, "POST", "/v1/jobs", texts[i]);
+        // A request that got no answer may have been stored: it is sent again with the same
+        // Idempotency-Key, which gets the stored jobs back instead of a second copy. So is a
+        // 503 (the first copy still being stored). A server not there at all is said at once.
+        const httplib::Headers key = {{"Idempotency-Key", RandomKey()}};
+        auto r = Call(*f, "POST", "/v1/jobs", texts[i], "application/yaml", key);
+        for (int retry = 0; (r.maybe_sent || r.status == 503) && retry < 3; ++retry) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500 << retry));
+          r = Call(*f, "POST", "/v1/jobs", texts[i], "application/yaml", key);
+        }
         if (!Check(*f, r)) {
-          std::fprintf(stderr, "error: %s: nothing from it was submitted\n", (*files)[i].c_str());
+          if (!r.reached && r.maybe_sent)
+            std::fprintf(stderr,
+                         "error: %s: it may have been submitted (`tessera get jobs` tells)\n",
+                         (*files)[i].c_str());
+          else
+            std::fprintf(stderr, "error: %s: nothing from it was submitted\n", (*files)[i].c_str());
           print();
           return;
         }

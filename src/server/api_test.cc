@@ -1,9 +1,13 @@
 // The REST API over a real store: hostile inputs and the authorisation boundary between teams.
 #include "server/api.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -638,6 +642,72 @@ TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
     ASSERT_TRUE(WIFEXITED(rc)) << c.args;
     EXPECT_EQ(WEXITSTATUS(rc), c.code) << "tessera " << c.args;
   }
+}
+
+// A submission that got no answer (the connection dropped after the request went out) may
+// have been stored: `tessera submit` sends it again with the same Idempotency-Key, so the
+// server hands back what it stored instead of a second job. Here a raw socket plays a
+// server that drops the first request and answers the second.
+TEST(CliSubmit, ARequestWithoutAnAnswerIsSentAgainWithTheSameKey) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::vector<std::string> keys;
+  std::thread server([&] {
+    for (int request = 0; request < 2; ++request) {
+      int c = ::accept(listener, nullptr, nullptr);
+      if (c < 0) return;
+      std::string in;
+      char buf[4096];
+      // Headers, then Content-Length bytes of body.
+      while (in.find("\r\n\r\n") == std::string::npos) {
+        ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) break;
+        in.append(buf, static_cast<size_t>(n));
+      }
+      size_t at = in.find("Idempotency-Key: ");
+      keys.push_back(at == std::string::npos ? ""
+                                             : in.substr(at + 17, in.find("\r\n", at) - at - 17));
+      if (request == 1) {
+        const std::string body =
+            R"({"items":[{"name":"retried","queue":"default","state":"Pending"}]})";
+        const std::string answer =
+            "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+            "Content-Length: " +
+            std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+        ssize_t ignored = ::write(c, answer.data(), answer.size());
+        (void)ignored;
+      }
+      ::close(c);  // the first one: no answer at all
+    }
+  });
+  auto dir =
+      std::filesystem::temp_directory_path() / ("tessera_cli_retry_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "job.yaml") << "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: "
+                                       "retried}\nspec: {tasks: [{command: [\"true\"]}]}\n";
+  }
+  auto [rc, out] = CaptureCommand(
+      std::string(bin) + " submit -f " + (dir / "job.yaml").string() +
+      " --token t --server http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + " 2>&1");
+  server.join();
+  ::close(listener);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("job/retried submitted"), std::string::npos) << out;
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_FALSE(keys[0].empty());
+  EXPECT_EQ(keys[0], keys[1]) << "the retry carries the first request's key";
 }
 
 }  // namespace
