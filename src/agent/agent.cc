@@ -278,6 +278,9 @@ Status Agent::StartLogsServer() {
                        std::to_string(opt_.logs_port));
   logs_port_ = port;
   logs_thread_ = std::thread([this] { logs_server_->listen_after_bind(); });
+  // httplib ignores a stop() that comes before its loop runs (Stop would then hang).
+  for (int i = 0; i < 5000 && !logs_server_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return Status::Ok();
 }
 

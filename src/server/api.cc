@@ -131,6 +131,10 @@ Status ApiServer::Start() {
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   http_->set_socket_options(httplib::default_socket_options);
   thread_ = std::thread([this] { http_->listen_after_bind(); });
+  // httplib ignores a stop() that comes before its loop runs, and Stop() would then wait for
+  // ever (a SIGTERM right after start): Start returns once the server listens.
+  for (int i = 0; i < 5000 && !http_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return Status::Ok();
 }
 
