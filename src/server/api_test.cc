@@ -159,6 +159,14 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
        "name: must not be empty"},
       {"token name with a slash", "POST", "/v1/tokens", root, R"({"name": "a/b", "role": "admin"})",
        400, "no spaces, control characters or '/'"},
+      {"agent token with queues", "POST", "/v1/tokens", root,
+       R"({"name": "ag", "role": "agent", "queues": ["training"]})", 400,
+       "queues: an agent token has no queues"},
+      {"unknown priority class", "POST", "/v1/jobs", root,
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: pc, annotations: {tessera.io/queue: "
+       "training}}\nspec:\n  priorityClassName: nope\n"
+       "  containers: [{name: c, command: [x]}]\n",
+       400, "spec.priorityClassName: unknown priority class \"nope\" (known: "},
       {"no token", "GET", "/v1/jobs", "", "", 401, "missing Authorization"},
       {"bad token", "GET", "/v1/jobs", "wrong-token-xxxxxxxxxx", "", 401, "unknown or revoked"},
       {"bad limit", "GET", "/v1/jobs?limit=abc", root, "", 400, "limit: expected an integer"},

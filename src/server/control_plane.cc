@@ -489,6 +489,10 @@ Status ControlPlane::AddToken(const Principal& by, TokenEntry e) {
   for (const auto& q : e.principal.queues)
     if (q != "*" && queues_.count(q) == 0)
       return InvalidArgument("queues: unknown queue \"" + q + "\"");
+  // (Checked here, not when tokens are read: stored agent tokens of earlier versions have "*".)
+  if (e.principal.role == Role::kAgent && !e.principal.queues.empty())
+    return InvalidArgument(
+        "queues: an agent token has no queues (it speaks the agent protocol only)");
   std::vector<store::Op> ops;
   ops.push_back(store::Op::Put("tokens/" + e.principal.name, TokenRegistry::ToJson(e).dump()));
   AddAudit(ops, by, "create-token", "token/" + e.principal.name, "ok");
@@ -772,9 +776,12 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         return PermissionDenied(ctx + "token \"" + p.name + "\" may not submit to queue \"" +
                                 s.job.queue + "\"");
       }
-      if (!s.job.priority_class.empty() && priority_classes_.count(s.job.priority_class) == 0)
-        return InvalidArgument(ctx + "priorityClassName: unknown priority class \"" +
-                               s.job.priority_class + "\"");
+      if (!s.job.priority_class.empty() && priority_classes_.count(s.job.priority_class) == 0) {
+        std::vector<std::string> known;
+        for (const auto& [name, pc] : priority_classes_) known.push_back(name);
+        return InvalidArgument(ctx + "spec.priorityClassName: unknown priority class \"" +
+                               s.job.priority_class + "\" (known: " + Join(known, ", ") + ")");
+      }
       JobRecord r;
       r.seq = next_job_seq_++;
       if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);

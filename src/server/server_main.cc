@@ -59,7 +59,7 @@ Status EnsureToken(ControlPlane& cp, const std::string& data_dir, Role role,
   TokenEntry e;
   e.principal.name = name;
   e.principal.role = role;
-  e.principal.queues = {"*"};
+  if (role == Role::kAdmin) e.principal.queues = {"*"};  // an agent's token has none
   e.sha256_hex = Sha256Hex(token);
   e.origin = "bootstrap";
   Principal system{"system:bootstrap", Role::kAdmin, {"*"}};

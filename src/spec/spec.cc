@@ -523,6 +523,9 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
     Ignore(r, {"selector", "strategy", "revisionHistoryLimit", "minReadySeconds",
                "progressDeadlineSeconds", "paused"});
     TESSERA_RETURN_IF_ERROR(ReadPodTemplate(r.Get("template"), "spec.template", tmpl));
+    if (tmpl.pod.restart_policy != "Always")  // as Kubernetes: a service always restarts
+      return InvalidArgument("spec.template.spec.restartPolicy: a Deployment needs Always, got \"" +
+                             tmpl.pod.restart_policy + "\"");
     // Replicas serve independently: any one of them is useful (no gang), one that fails
     // is restarted alone while the others keep serving (as a ReplicaSet replaces one pod),
     // and a service restarts for ever.

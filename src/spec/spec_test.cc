@@ -277,6 +277,10 @@ TEST(Spec, RejectsWithFieldPaths) {
        "[{event: PodEvicted, "
        "action: Explode}]\n  tasks: [{replicas: 1, template: {spec: {containers: [{name: c}]}}}]\n",
        "spec.policies[0].action: unknown action \"Explode\""},
+      {"deployment that never restarts",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template: {spec: "
+       "{restartPolicy: Never, containers: [{name: c, command: [x]}]}}\n",
+       "spec.template.spec.restartPolicy: a Deployment needs Always, got \"Never\""},
       {"minAvailable too big",
        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  "
        "minAvailable: 5\n"
