@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -291,21 +292,27 @@ struct ReplayArgs {
 // The numeric options, checked before any trace is read: a typo names itself instead of
 // quietly skewing an hour's replay.
 Status CheckReplayOptions(const ReplayOptions& o) {
+  // Upper bounds keep the arithmetic (seconds x GPU milli) far from overflow.
+  constexpr int64_t kYear = 365 * 86400, kMax = std::numeric_limits<int64_t>::max();
   const struct {
     const char* flag;
-    int64_t value, min;
+    int64_t value, min, max;
     const char* unit;
   } checks[] = {
-      {"--cycle-interval", o.cycle_interval, 1, "seconds"},
-      {"--cpu-per-gpu", o.cpu_milli_per_gpu, 0, "milli-CPU"},
-      {"--memory-mib-per-gpu", o.memory_mib_per_gpu, 0, "MiB"},
-      {"--max-jobs", o.max_jobs, 0, "a job count"},
-      {"--restart-cost", o.restart_cost_seconds, 0, "seconds"},
+      {"--cycle-interval", o.cycle_interval, 1, kYear, "seconds"},
+      {"--cpu-per-gpu", o.cpu_milli_per_gpu, 0, 1000000000, "milli-CPU"},
+      {"--memory-mib-per-gpu", o.memory_mib_per_gpu, 0, 1000000000, "MiB"},
+      {"--max-jobs", o.max_jobs, 0, kMax, "a job count"},
+      {"--restart-cost", o.restart_cost_seconds, 0, kYear, "seconds"},
   };
-  for (const auto& c : checks)
+  for (const auto& c : checks) {
     if (c.value < c.min)
       return InvalidArgument(std::string(c.flag) + ": expected " + c.unit +
                              " >= " + std::to_string(c.min) + ", got " + std::to_string(c.value));
+    if (c.value > c.max)
+      return InvalidArgument(std::string(c.flag) + ": expected " + c.unit +
+                             " <= " + std::to_string(c.max) + ", got " + std::to_string(c.value));
+  }
   return Status::Ok();
 }
 

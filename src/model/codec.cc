@@ -882,6 +882,11 @@ StatusOr<Snapshot> SnapshotFromJson(const Json& doc) {
     if (s.nodes[i].name == s.nodes[i - 1].name) return InvalidArgument("nodes: duplicate name \"" + s.nodes[i].name + "\"");
   for (size_t i = 1; i < s.jobs.size(); ++i)
     if (s.jobs[i].id == s.jobs[i - 1].id) return InvalidArgument("jobs: duplicate id \"" + s.jobs[i].id + "\"");
+  for (size_t i = 1; i < s.queues.size(); ++i)
+    if (s.queues[i].name == s.queues[i - 1].name) return InvalidArgument("queues: duplicate name \"" + s.queues[i].name + "\"");
+  for (size_t i = 1; i < s.priority_classes.size(); ++i)
+    if (s.priority_classes[i].name == s.priority_classes[i - 1].name)
+      return InvalidArgument("priorityClasses: duplicate name \"" + s.priority_classes[i].name + "\"");
   return s;
 }
 

@@ -40,6 +40,8 @@ TEST(Cluster, ErrorsNameThePath) {
        "nodeGroups[0].extra"},
       {"nodz: []", "nodz"},
       {"queues: [{name: a}]", "no nodes"},
+      {"nodes: [{name: n, cpu: 1, memory: 1Gi}]\nqueues: [{name: a}, {name: b}, {name: a}]",
+       "queues: duplicate name \"a\""},
   };
   for (const Case& c : cases) {
     auto doc = ParseYaml(c.yaml);

@@ -75,6 +75,8 @@ TEST(ReplayCli, BadNumbersAreRejectedByName) {
       {"--cycle-interval 0", "--cycle-interval: expected seconds >= 1, got 0"},
       {"--max-jobs -1", "--max-jobs: expected a job count >= 0, got -1"},
       {"--cpu-per-gpu -100", "--cpu-per-gpu: expected milli-CPU >= 0, got -100"},
+      {"--restart-cost 4611686018427387904",
+       "--restart-cost: expected seconds <= 31536000, got 4611686018427387904"},
   };
   for (const auto& [args, message] : cases) {
     std::string cmd = std::string(bin) + " sim replay --trace no-such.csv --cluster no-such.yaml " +
