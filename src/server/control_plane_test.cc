@@ -524,6 +524,24 @@ TEST_F(ControlPlaneTest, AnIndexedJobsPodsHaveTheirCompletionIndex) {
     EXPECT_EQ(a["env"]["JOB_COMPLETION_INDEX"], std::to_string(a["task"].get<int>()));
 }
 
+// A running job with tasks the cluster has no room for says why, as a pending job does.
+TEST_F(ControlPlaneTest, ARunningJobsUnplacedTasksHaveAPendingReason) {
+  real_engine_ = true;
+  Reopen();
+  Epoch("node-a");  // 8 GPUs for 10 one-GPU replicas
+  std::string doc = kDeployment;
+  doc.replace(doc.find("replicas: 3"), 11, "replicas: 10");
+  ASSERT_TRUE(cp_->Submit(kAdmin, doc).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());  // 8 placed
+  ASSERT_TRUE(cp_->RunCycle().ok());  // the other 2 still find no room
+  Json j = Job("svc");
+  EXPECT_EQ(j["state"], "Scheduled");
+  ASSERT_TRUE(j.contains("pendingReason")) << j;
+  EXPECT_NE(j["pendingReason"]["message"].get<std::string>().find("nvidia.com/gpu"),
+            std::string::npos)
+      << j["pendingReason"];
+}
+
 // Volcano exit-code policies: restart on 137 (killed for memory), abort on anything else.
 TEST_F(ControlPlaneTest, ExitCodePoliciesPickTheAction) {
   int64_t epoch = Epoch("node-a");
