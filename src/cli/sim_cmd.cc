@@ -327,7 +327,7 @@ int RunReplayCommand(const ReplayArgs& a) {
     if (!s.ok()) return Fail(s);
   auto trace = LoadTrace(a.trace, a.format);
   if (!trace.ok()) return Fail(trace.status());
-  std::vector<TraceJob>* jobs = &trace->jobs;
+  std::vector<TraceJob>& jobs = trace->jobs;
   if (trace->skipped.total() > 0 && !a.quiet)
     std::fprintf(stderr, "tessera sim: note: %s: %s\n",
                  fs::path(a.trace).filename().string().c_str(), trace->skipped.ToString().c_str());
@@ -336,15 +336,15 @@ int RunReplayCommand(const ReplayArgs& a) {
   int32_t max_gpus_per_node = 0;
   for (const Node& n : cluster->nodes)
     max_gpus_per_node = std::max(max_gpus_per_node, static_cast<int32_t>(n.devices.size()));
-  FitTasksToNodes(*jobs, max_gpus_per_node);
+  FitTasksToNodes(jobs, max_gpus_per_node);
   ReplayReport report;
   report.trace_file = fs::path(a.trace).filename().string();
   report.cluster_file = fs::path(a.cluster).filename().string();
   report.restart_cost_seconds = a.options.restart_cost_seconds;
   report.skipped_records = trace->skipped.by_reason;
   report.jobs = a.options.max_jobs > 0
-                    ? std::min<int64_t>(a.options.max_jobs, static_cast<int64_t>(jobs->size()))
-                    : static_cast<int64_t>(jobs->size());
+                    ? std::min<int64_t>(a.options.max_jobs, static_cast<int64_t>(jobs.size()))
+                    : static_cast<int64_t>(jobs.size());
   for (const Policy& policy : *names) {
     ReplayOptions o = a.options;
     StatusOr<EngineConfig> config = InvalidArgument("");
@@ -357,7 +357,7 @@ int RunReplayCommand(const ReplayArgs& a) {
     }
     if (!config.ok()) return Fail(config.status());
     auto t0 = std::chrono::steady_clock::now();
-    auto result = RunReplay(*cluster, *jobs, *config, o);
+    auto result = RunReplay(*cluster, jobs, *config, o);
     if (!result.ok()) return Fail(result.status().WithContext(label));
     double secs = Since(t0);
     ReplayRun run{label, std::move(*result), {}};

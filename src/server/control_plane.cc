@@ -657,21 +657,18 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
     for (const auto& e : j.task_backoff)
       if (e.second.until > Now() && (!next_task || e.second.until < next_task->second.until))
         next_task = &e;
-  if (next_task) {
-    const CrashLoop& c = next_task->second;
+  auto back_off = [&](const CrashLoop& c, const std::string& who) {
     o["backoffUntil"] = c.until;
     o["pendingReason"] = {
         {"code", "BackOff"},
-        {"message", "task " + std::to_string(next_task->first) + " restarting after " +
-                        std::to_string(c.failures_in_a_row) + " failure(s) in a row: next try in " +
-                        std::to_string(c.until - Now()) + " s"}};
+        {"message", who + "restarting after " + std::to_string(c.failures_in_a_row) +
+                        " failure(s) in a row: next try in " + std::to_string(c.until - Now()) +
+                        " s"}};
+  };
+  if (next_task) {
+    back_off(next_task->second, "task " + std::to_string(next_task->first) + " ");
   } else if (j.backoff.until > Now() && j.state == JobState::kPending) {
-    o["backoffUntil"] = j.backoff.until;
-    o["pendingReason"] = {
-        {"code", "BackOff"},
-        {"message", "restarting after " + std::to_string(j.backoff.failures_in_a_row) +
-                        " failure(s) in a row: next try in " +
-                        std::to_string(j.backoff.until - Now()) + " s"}};
+    back_off(j.backoff, "");
   } else if ((j.state == JobState::kPending || active) && !j.pending.code.empty()) {
     Json pr = {{"code", j.pending.code}, {"message", j.pending.message}};
     if (!j.pending.resource.empty()) pr["resource"] = j.pending.resource;
@@ -1678,15 +1675,14 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     std::vector<const Allocation*> hold =
         holding.count(id) ? holding.at(id) : std::vector<const Allocation*>{};
     bool pending = j.state == JobState::kPending;
-    // Backing off after a failure: nothing of it to place yet (a running job's own tasks are
-    // then placeholders below, so that its restarting task waits too).
-    const bool backing_off = j.backoff.until > Now();
     if (pending) {
-      if (!backing_off) s.jobs.push_back(job);
+      // Requeued after a failure (RestartJob) and backing off: nothing of it to place yet.
+      if (j.backoff.until <= Now()) s.jobs.push_back(job);
       if (hold.empty()) continue;
     }
     // A job exactly as the engine models it: each live task of the current attempt placed once.
-    bool exact = !backing_off && (j.state == JobState::kScheduled || j.state == JobState::kRunning);
+    // (Its tasks restarted alone back off below; the job's own back-off is only ever pending.)
+    bool exact = j.state == JobState::kScheduled || j.state == JobState::kRunning;
     for (const Allocation* a : hold) {
       if (a->attempt != j.attempt || !a->Live() || job.allocations[a->task])
         exact = false;

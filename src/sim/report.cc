@@ -618,8 +618,12 @@ std::string ReplayReportHtml(const ReplayReport& r) {
          "starvation</h2><table><tr><th>queue</th><th>jobs</th><th>guarantee</th>"
          "<th>demand share</th>";
     for (const ReplayRun& run : r.runs) s << "<th>used: " << Escape(run.policy) << "</th>";
-    for (const ReplayRun& run : r.runs) s << "<th>max wait: " << Escape(run.policy) << "</th>";
-    for (const ReplayRun& run : r.runs) s << "<th>max pending: " << Escape(run.policy) << "</th>";
+    // Per run: max wait (first start), then max pending (every wait).
+    const std::pair<const char*, const char*> waits[] = {{"max wait", "maxWaitSeconds"},
+                                                         {"max pending", "maxPendingSeconds"}};
+    for (const auto& [title, key] : waits)
+      for (const ReplayRun& run : r.runs)
+        s << "<th>" << title << ": " << Escape(run.policy) << "</th>";
     s << "</tr>";
     for (size_t qi = 0; qi < j["runs"][0]["queues"].size(); ++qi) {
       const auto& q = j["runs"][0]["queues"][qi];
@@ -630,12 +634,9 @@ std::string ReplayReportHtml(const ReplayReport& r) {
       for (size_t k = 0; k < r.runs.size(); ++k)
         s << "<td>" << Fixed(j["runs"][k]["queues"][qi]["usedSharePercent"].get<double>(), 1)
           << " %</td>";
-      for (size_t k = 0; k < r.runs.size(); ++k)
-        s << "<td>" << Duration(j["runs"][k]["queues"][qi]["maxWaitSeconds"].get<int64_t>())
-          << "</td>";
-      for (size_t k = 0; k < r.runs.size(); ++k)
-        s << "<td>" << Duration(j["runs"][k]["queues"][qi]["maxPendingSeconds"].get<int64_t>())
-          << "</td>";
+      for (const auto& [title, key] : waits)
+        for (size_t k = 0; k < r.runs.size(); ++k)
+          s << "<td>" << Duration(j["runs"][k]["queues"][qi][key].get<int64_t>()) << "</td>";
       s << "</tr>";
     }
     s << "</table>";

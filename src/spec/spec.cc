@@ -305,6 +305,9 @@ StatusOr<FailureAction> VolcanoAction(const std::string& action, const std::stri
   if (action == "RestartJob") return FailureAction::kRestartJob;
   if (action == "RestartTask" || action == "RestartPod") return FailureAction::kRestartTask;
   if (action == "AbortJob" || action == "TerminateJob") return FailureAction::kFailJob;
+  // (TaskCompleted's CompleteJob is read by the caller; for any other event it is an error.)
+  if (action == "CompleteJob")
+    return InvalidArgument(path + ": CompleteJob needs event TaskCompleted");
   return InvalidArgument(
       path + ": unknown action \"" + action +
       "\" (RestartJob, RestartTask, RestartPod, AbortJob, TerminateJob, CompleteJob)");
@@ -330,8 +333,6 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
       if (!event.empty() || !events.empty())
         return InvalidArgument(r.Path("exitCode") + ": give either exitCode or event(s)");
       TESSERA_RETURN_IF_ERROR(r.Finish());
-      if (action == "CompleteJob")
-        return InvalidArgument(pp + ".action: CompleteJob needs event TaskCompleted");
       auto a = VolcanoAction(action, pp + ".action");
       if (!a.ok()) return a.status();
       rp.on_exit_code[code] = *a;
@@ -348,8 +349,6 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
         rp.complete_on_task_completed = true;
         continue;
       }
-      if (action == "CompleteJob")
-        return InvalidArgument(pp + ".action: CompleteJob needs event TaskCompleted");
       auto a = VolcanoAction(action, pp + ".action");
       if (!a.ok()) return a.status();
       if (e == "PodEvicted" || e == "Unknown" || e == "OutOfSync")
