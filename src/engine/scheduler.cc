@@ -205,6 +205,11 @@ class CycleRun {
   // The gang transaction: all of the required tasks or nothing. True if committed.
   bool TryPlaceJob(PendingJob& pj, Failure* why);
   bool QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const;
+  // What the job's unplaced gang minimum asks for (its smallest start).
+  ResourceVector MinimumNeed(const PendingJob& pj) const;
+  // Why the job can never start under its queues' limits (its minimum alone exceeds one),
+  // or "" when it could.
+  std::string ExceedsQueueLimit(const PendingJob& pj, const ResourceVector& need) const;
   bool Infeasible(PendingJob& pj, int32_t task);
   Failure CountRejections(PendingJob& pj, int32_t task);
   Failure CountNeverFits(PendingJob& pj, int32_t task);
@@ -439,6 +444,29 @@ bool CycleRun::QueueAdmits(const JobRec& j, const ResourceVector& extra, std::st
     }
   }
   return true;
+}
+
+ResourceVector CycleRun::MinimumNeed(const PendingJob& pj) const {
+  const JobRec& j = *pj.rec;
+  ResourceVector need;
+  const int32_t required = std::max(0, pj.gang_min - j.running);
+  for (int32_t t = 0, k = 0; t < pj.task_count && k < required; ++t)
+    if (!j.allocations[t]) {
+      need += RequestVector(j.spec->GroupOfTask(t).request);
+      ++k;
+    }
+  return need;
+}
+
+std::string CycleRun::ExceedsQueueLimit(const PendingJob& pj, const ResourceVector& need) const {
+  if (pj.rec->running > 0) return "";  // it started under these limits
+  for (int32_t q = pj.queue; q >= 0; q = m_.queues[q].parent) {
+    auto lim = EffectiveLimit(m_.queues[q].q);
+    if (lim && !WithinLimit(need, *lim))
+      return "can never start under queue " + m_.queues[q].q.name + "'s limit (" +
+             ResourceWords(*lim) + "): this job needs at least " + ResourceWords(need);
+  }
+  return "";
 }
 
 void CycleRun::GrowMemo(int32_t shape, size_t classes, bool scores) {
@@ -1000,6 +1028,11 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     m_.Rollback(mark);
     if (why != nullptr) {
       *why = first;
+      if (first.code == "QueueOverLimit") {
+        why->message = ExceedsQueueLimit(pj, MinimumNeed(pj));
+        why->infeasible = !why->message.empty();
+        if (!why->infeasible) why->message = first.message;
+      }
       if (!why->infeasible && pj.gang_min > 1 && j.running == 0 && first.code != "QueueOverLimit") {
         why->exceeds_cluster = GangExceedsCluster(*j.spec);
         why->infeasible = !why->exceeds_cluster.empty();
@@ -1058,12 +1091,12 @@ void CycleRun::Attempt(PendingJob& pj) {
     d.reason.reset();  // an earlier attempt's (backfill tries again)
     return;
   }
-  if (why.code == "QueueOverLimit") {
-    pj.state = JState::kWaiting;
-    Decision(pj).outcome = Outcome::kWaiting;
-  } else if (why.infeasible) {
+  if (why.infeasible) {
     pj.state = JState::kInfeasible;
     Decision(pj).outcome = Outcome::kInfeasible;
+  } else if (why.code == "QueueOverLimit") {
+    pj.state = JState::kWaiting;
+    Decision(pj).outcome = Outcome::kWaiting;
   } else if (why.code == "Error") {
     pj.state = JState::kError;
     Decision(pj).outcome = Outcome::kError;
@@ -1087,14 +1120,13 @@ void CycleRun::Enqueue() {
     if (pj->state != JState::kAdmitted || pj->tried) continue;
     if (pj->queue < 0 || !limited_[pj->queue]) continue;  // no limit on its path: admitted
     const JobRec& j = *pj->rec;
-    ResourceVector need;
-    int32_t required = std::max(0, pj->gang_min - j.running);
-    for (int32_t t = 0, k = 0; t < pj->task_count && k < required; ++t)
-      if (!j.allocations[t]) {
-        need += RequestVector(j.spec->GroupOfTask(t).request);
-        ++k;
-      }
-    ResourceVector extra = need;
+    const ResourceVector need = MinimumNeed(*pj);
+    if (std::string never = ExceedsQueueLimit(*pj, need); !never.empty()) {
+      pj->state = JState::kInfeasible;
+      Decision(*pj).outcome = Outcome::kInfeasible;
+      SetReason(*pj, {"QueueOverLimit", std::move(never), "", {}});
+      continue;
+    }
     // Admission counts what earlier admitted jobs of the same queues will take.
     for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
       auto lim = EffectiveLimit(m_.queues[q].q);
@@ -1119,7 +1151,7 @@ void CycleRun::Enqueue() {
     for (int32_t t = 0; holds && t < pj->task_count; ++t)
       if (!j.allocations[t] && Infeasible(*pj, t)) holds = false;
     if (holds)
-      for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += extra;
+      for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += need;
   }
 }
 
