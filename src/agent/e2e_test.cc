@@ -96,6 +96,7 @@ class EndToEndTest : public ::testing::Test {
     url_ = "http://127.0.0.1:" + std::to_string(port_);
   }
   void TearDown() override {
+    Stop(follow_, SIGKILL);
     Stop(agent_, SIGKILL);
     Stop(server_, SIGKILL);
     // Tasks the killed agent left behind.
@@ -199,7 +200,7 @@ class EndToEndTest : public ::testing::Test {
   std::string bin_, src_, url_, admin_, agent_token_;
   fs::path dir_;
   int port_ = 0;
-  pid_t server_ = -1, agent_ = -1;
+  pid_t server_ = -1, agent_ = -1, follow_ = -1;  // follow_: a `tessera logs -f`
 };
 
 TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) {
@@ -214,6 +215,11 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
     auto r = Call("GET", "/v1/jobs/e2e-run/logs?task=0");
     return r && r->status == 200 && r->body.find("hello-e2e") != std::string::npos;
   }));
+  // `tessera logs -f` follows through the restart: it waits for the server, then ends
+  // (exit 0) when the task does.
+  const std::string follow_log = (dir_ / "follow.log").string();
+  follow_ = Spawn({bin_, "logs", "-f", "e2e-run", "--server", url_, "--token", admin_}, follow_log);
+  ASSERT_TRUE(WaitFor([&] { return Slurp(follow_log).find("hello-e2e") != std::string::npos; }));
 
   Stop(server_, SIGKILL);  // crash the server; the agent keeps the task and retries
   ASSERT_TRUE(Running(task));
@@ -233,6 +239,12 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
   EXPECT_LT(r->status, 300) << r->body;
   EXPECT_TRUE(WaitFor([&] { return !Running(task); }));
   EXPECT_EQ(MaxConcurrent(journal), 1);
+  int status = 0;
+  ASSERT_TRUE(WaitFor([&] { return ::waitpid(follow_, &status, WNOHANG) == follow_; }))
+      << Slurp(follow_log);
+  follow_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Slurp(follow_log);
+  EXPECT_NE(Slurp(follow_log).find("retrying"), std::string::npos) << Slurp(follow_log);
 }
 
 // An agent crash leaves its tasks running; the next agent adopts them and tells the server,

@@ -933,13 +933,28 @@ void AddClientCommands(CLI::App& app) {
       }
       // Long polls (docs/api.md): each answer carries the bytes after `offset`, the next
       // offset, and whether the task has ended. The allocation is pinned after the first
-      // answer so that a restarted task's new log is not mixed into this one.
+      // answer so that a restarted task's new log is not mixed into this one. A read is
+      // safe to repeat: while the server does not answer (a restart) it is asked again, for
+      // up to kServerAwaySeconds.
+      constexpr int kServerAwaySeconds = 120;
       int64_t offset = 0;
       std::string allocation;
       for (;;) {
-        auto r = Call(*f, "GET",
-                      base + "&follow=true&offset=" + std::to_string(offset) +
-                          (allocation.empty() ? "" : "&allocation=" + Esc(allocation)));
+        const std::string path = base + "&follow=true&offset=" + std::to_string(offset) +
+                                 (allocation.empty() ? "" : "&allocation=" + Esc(allocation));
+        auto r = Call(*f, "GET", path);
+        const auto away_since = std::chrono::steady_clock::now();
+        for (bool told = false; !r.reached && std::chrono::steady_clock::now() - away_since <
+                                                  std::chrono::seconds(kServerAwaySeconds);) {
+          if (!told)
+            std::fprintf(stderr,
+                         "tessera logs: no answer from the server at %s (%s); retrying for up "
+                         "to %d s\n",
+                         ServerUrl(*f).c_str(), r.error.c_str(), kServerAwaySeconds);
+          told = true;
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          r = Call(*f, "GET", path);
+        }
         if (!Check(*f, r)) return;
         std::cout << r.raw << std::flush;
         auto header = [&](const char* k) {
@@ -950,7 +965,13 @@ void AddClientCommands(CLI::App& app) {
         offset = next.empty() ? offset + static_cast<int64_t>(r.raw.size())
                               : std::strtoll(next.c_str(), nullptr, 10);
         if (allocation.empty()) allocation = header("X-Tessera-Allocation");
-        if (header("X-Tessera-Task-Ended") == "true") return;
+        if (header("X-Tessera-Task-Ended") != "true") continue;
+        if (allocation.empty()) {  // it ended (cancelled, deleted) before any placement
+          std::fprintf(stderr, "error: job %s task %d ended without being placed: no output\n",
+                       job->c_str(), *task);
+          SetExitCode(1);
+        }
+        return;
       }
     });
   }

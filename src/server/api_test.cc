@@ -652,6 +652,22 @@ TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
   }
 }
 
+// `tessera logs -f` on a job cancelled before it was ever placed says there is no output
+// and fails, instead of ending silently as if the task had printed nothing.
+TEST_F(ApiTest, CliLogsFollowOfAJobCancelledBeforePlacementSaysSo) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  ASSERT_TRUE(cp_->Submit(kAdmin, Job("never-placed", "training")).ok());
+  ASSERT_EQ(Do("POST", "/v1/jobs/never-placed/cancel", "root-token-0123456789").status, 200);
+  auto [rc, out] = CaptureCommand(std::string(bin) + " logs -f never-placed --server " +
+                                  api_->url() + " --token root-token-0123456789 2>&1");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("job never-placed task 0 ended without being placed: no output"),
+            std::string::npos)
+      << out;
+}
+
 // A submission that got no answer (the connection dropped after the request went out) may
 // have been stored: `tessera submit` sends it again with the same Idempotency-Key, so the
 // server hands back what it stored instead of a second job. Here a raw socket plays a
