@@ -1043,7 +1043,8 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
   std::vector<Json> out;
   std::map<std::string, Queue> queues = queues_;
   std::map<std::string, PriorityClass> pcs = priority_classes_;
-  for (const auto& d : *docs) {
+  for (size_t i = 0; i < docs->size(); ++i) {
+    const spec::Document& d = (*docs)[i];
     if (d.kind == spec::Document::Kind::kQueue) {
       const Queue& q = d.queue;
       // (A bootstrap that fails stops the server's start, so this needs no undo.)
@@ -1071,7 +1072,13 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       AddAudit(ops, p, "apply", "priorityclass/" + pc.name, "ok");
       out.push_back({{"kind", "PriorityClass"}, {"name", pc.name}});
     } else if (!bootstrap) {
-      return InvalidArgument("kind: jobs go to POST /v1/jobs");
+      // Named as ParseDocuments names a document's errors; nothing of the text is applied.
+      return InvalidArgument(
+          (docs->size() > 1 ? "document[" + std::to_string(i) + "]: " : std::string()) +
+          "kind: a job (" + d.job.source +
+          (d.job.job.id.empty() ? std::string() : " \"" + d.job.job.id + "\"") +
+          ") is submitted with `tessera submit` (POST /v1/jobs); apply takes Queue and "
+          "PriorityClass documents and applied nothing of this text");
     }
   }
   for (const auto& [name, q] : queues) {
@@ -1324,8 +1331,21 @@ void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, in
   // A task whose latest allocation failed is waiting for its RestartTask placement.
   for (const auto& [t, a] : latest)
     if (a->state == AllocState::kFailed || a->state == AllocState::kKilled) live = true;
-  if (j.spec.RestartFor(task).complete_on_task_completed && live) {
-    Terminate(ops, j, JobState::kSucceeded, "Completing", "a task completed (CompleteJob policy)");
+  // Volcano's TaskCompleted: every pod of the task group succeeded (not just this one).
+  int32_t begin = 0, end = 0;
+  std::string group;
+  for (const TaskGroup& g : j.spec.job.groups) {
+    end = begin + g.replicas;
+    group = g.name;
+    if (task < end) break;
+    begin = end;
+  }
+  bool group_done = true;
+  for (int32_t t = begin; t < end && group_done; ++t) group_done = succeeded.count(t) > 0;
+  if (j.spec.RestartFor(task).complete_on_task_completed && group_done && live) {
+    Terminate(ops, j, JobState::kSucceeded, "Completing",
+              "task " + group + " completed: all " + std::to_string(end - begin) +
+                  " of its pods succeeded (CompleteJob policy)");
     return;
   }
   if (static_cast<int32_t>(succeeded.size()) == j.spec.job.TaskCount() ||

@@ -218,6 +218,22 @@ TEST_F(ControlPlaneTest, QueueParentLoopsAreRefusedWithThePath) {
   EXPECT_EQ(State("in-qb"), "Scheduled");
 }
 
+// A job among the documents of `apply`: the error names the document and the job, and
+// nothing of the text is applied (the queue before it neither).
+TEST_F(ControlPlaneTest, ApplyNamesTheJobDocumentItRefusesAndAppliesNothing) {
+  auto r = cp_->Apply(kAdmin,
+                      "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: "
+                      "fresh}\nspec: {weight: 1}\n---\napiVersion: v1\nkind: Pod\nmetadata: "
+                      "{name: stray}\nspec: {containers: [{name: c, image: x, command: [sh]}]}\n");
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "document[1]: kind: a job (v1 Pod \"stray\") is submitted with `tessera submit` "
+            "(POST /v1/jobs); apply takes Queue and PriorityClass documents and applied "
+            "nothing of this text");
+  Reopen();
+  EXPECT_EQ(cp_->ListQueues(kAdmin).dump().find("fresh"), std::string::npos);
+}
+
 TEST_F(ControlPlaneTest, OneGlobalDefaultPriorityClassAndNoWrappedValues) {
   auto pc = [](const std::string& name, const std::string& value, bool global) {
     return "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: " + name +
@@ -560,6 +576,40 @@ TEST_F(ControlPlaneTest, ExitCodePoliciesPickTheAction) {
   id = Beat("node-a", epoch)["allocations"][0]["allocation"];
   Beat("node-a", epoch, {Task(id, "failed", 1)});
   EXPECT_EQ(State("oom"), "Failed") << "1: the job's onFailure, FailJob";
+}
+
+// Volcano TaskCompleted -> CompleteJob: the job completes once every pod of the task group
+// succeeded, not at its first pod; the other groups' tasks are then stopped.
+TEST_F(ControlPlaneTest, CompleteJobWaitsForEveryPodOfTheTask) {
+  real_engine_ = true;
+  Reopen();
+  int64_t epoch = Epoch("node-a");
+  const std::string pod =
+      "template: {spec: {containers: [{name: c, command: [x], resources: {limits: "
+      "{nvidia.com/gpu: 1}}}]}}";
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: "
+                          "{name: tc}\nspec:\n  tasks:\n  - {name: ps, replicas: 1, " +
+                              pod +
+                              "}\n  - {name: worker, replicas: 2, policies: [{event: "
+                              "TaskCompleted, action: CompleteJob}], " +
+                              pod + "}\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 3u) << d.dump();
+  std::map<int, std::string> by_task;
+  for (const auto& a : d["allocations"]) by_task[a["task"].get<int>()] = a["allocation"];
+  Beat("node-a", epoch,
+       {Task(by_task[0], "running"), Task(by_task[1], "succeeded"), Task(by_task[2], "running")});
+  EXPECT_EQ(State("tc"), "Running") << "one worker of two succeeded";
+  Beat("node-a", epoch, {Task(by_task[0], "running"), Task(by_task[2], "succeeded")});
+  Json j = Job("tc");
+  EXPECT_NE(j["state"], "Running") << j.dump();
+  auto r = Reasons("tc");
+  EXPECT_NE(std::find(r.begin(), r.end(), "Completing"), r.end()) << j.dump();
+  Beat("node-a", epoch, {Task(by_task[0], "killed", 143)});
+  EXPECT_EQ(State("tc"), "Succeeded");
 }
 
 // Replicas back off on their own: one crash-looping replica neither delays the restart of a
