@@ -380,9 +380,21 @@ int RunReplayCommand(const ReplayArgs& a) {
     Status s = WriteOut(a.out + "/replay.json", ReplayReportToJson(report).dump(2) + "\n");
     if (s.ok()) s = WriteOut(a.out + "/summary.csv", ReplaySummaryCsv(report));
     if (s.ok()) s = WriteOut(a.out + "/report.html", ReplayReportHtml(report));
-    for (const ReplayRun& run : report.runs)
+    std::set<std::string> written;
+    for (const ReplayRun& run : report.runs) {
+      written.insert("jobs-" + run.policy + ".csv");
       if (s.ok()) s = WriteOut(a.out + "/jobs-" + run.policy + ".csv", ReplayJobsCsv(run));
+    }
     if (!s.ok()) return Fail(s);
+    // An earlier run's per-job files for policies this run did not replay would sit beside
+    // a report that does not describe them.
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(a.out, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file() && name.starts_with("jobs-") && name.ends_with(".csv") &&
+          written.count(name) == 0)
+        std::filesystem::remove(e.path(), ec);
+    }
   }
   return 0;
 }
@@ -455,7 +467,8 @@ void AddSimCommands(CLI::App& app) {
                  "runs again")
       ->capture_default_str();
   rp->add_option("--out", ra->out,
-                 "write replay.json, summary.csv, jobs-<policy>.csv and report.html here");
+                 "write replay.json, summary.csv, jobs-<policy>.csv and report.html here (other "
+                 "jobs-*.csv there, from earlier runs, are removed)");
   rp->add_option("--json", ra->json, "write the JSON report here ('-' = stdout)");
   rp->add_flag("--quiet", ra->quiet, "no per-run lines on stderr");
   rp->callback([ra] { SetExitCode(RunReplayCommand(*ra)); });

@@ -42,6 +42,17 @@ TEST(Cluster, ErrorsNameThePath) {
       {"queues: [{name: a}]", "no nodes"},
       {"nodes: [{name: n, cpu: 1, memory: 1Gi}]\nqueues: [{name: a}, {name: b}, {name: a}]",
        "queues: duplicate name \"a\""},
+      // Guarantees nothing can honour: more than the cluster, more than the parent.
+      {"nodes: [{name: n, cpu: 8, memory: 1Gi, gpus: {model: T4, count: 4}}]\n"
+       "queues: [{name: a, guarantee: {nvidia.com/gpu: 3}}, {name: b, guarantee: "
+       "{nvidia.com/gpu: 2}}]",
+       "queues: the guarantees of the top-level queues add up to 5 nvidia.com/gpu; the cluster "
+       "has 4"},
+      {"nodes: [{name: n, cpu: 8, memory: 1Gi, gpus: {model: T4, count: 4}}]\n"
+       "queues: [{name: org, guarantee: {cpu: 4}}, {name: a, parent: org, guarantee: {cpu: "
+       "3}}, {name: b, parent: org, guarantee: {cpu: 2}}]",
+       "queues: the guarantees of the children of org add up to 5 cpu; queue org is "
+       "guaranteed 4"},
   };
   for (const Case& c : cases) {
     auto doc = ParseYaml(c.yaml);

@@ -42,6 +42,9 @@ TEST(Determinism, SameCommandTwiceGivesByteIdenticalOutputs) {
   for (int k = 0; k < 2; ++k) {
     std::string out = d + "/" + std::to_string(k);
     std::filesystem::create_directories(out);
+    // An earlier run's output for a policy not replayed now goes; other files stay.
+    if (k == 1) std::ofstream(out + "/jobs-sjf.csv") << "stale\n";
+    if (k == 1) std::ofstream(out + "/notes.txt") << "mine\n";
     ASSERT_EQ(
         RunQuiet(b + " sim replay --quiet --trace " + traces +
                  "/small/tiresias_60_job.csv --cluster " + s +
@@ -53,6 +56,8 @@ TEST(Determinism, SameCommandTwiceGivesByteIdenticalOutputs) {
                        out + "/fgd.json --csv " + out + "/fgd.csv --html " + out + "/fgd.html"),
               0);
   }
+  EXPECT_FALSE(std::filesystem::exists(d + "/1/jobs-sjf.csv"));
+  EXPECT_TRUE(std::filesystem::exists(d + "/1/notes.txt"));
   int compared = 0;
   for (const auto& e : std::filesystem::directory_iterator(d + "/0")) {
     std::string name = e.path().filename().string();
