@@ -766,6 +766,14 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       }
       if (!q->second.open)
         return FailedPrecondition(ctx + "spec.queue: queue \"" + s.job.queue + "\" is closed");
+      // As Volcano: jobs go to leaf queues; a parent queue only divides among its children.
+      std::vector<std::string> children;
+      for (const auto& [name, qq] : queues_)
+        if (qq.parent == s.job.queue) children.push_back(name);
+      if (!children.empty())
+        return InvalidArgument(ctx + "spec.queue: queue \"" + s.job.queue +
+                               "\" has child queues (" + Join(children, ", ") +
+                               "); jobs go to a leaf queue");
       if (!p.MayUseQueue(s.job.queue)) {
         std::vector<store::Op> audit;
         AddAudit(audit, p, "submit", "queue/" + s.job.queue, "denied");
@@ -1097,6 +1105,23 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       at = &queues.at(at->parent);
     }
   }
+  // A queue that becomes a parent must hold no unfinished job (jobs go to leaf queues).
+  std::map<std::string, std::string> new_parents;  // parent -> a new child
+  for (const auto& [name, q] : queues)
+    if (!q.parent.empty()) {
+      bool had_children = false;
+      for (const auto& [n, old] : queues_) had_children |= old.parent == q.parent;
+      if (!had_children) new_parents.emplace(q.parent, name);
+    }
+  if (!new_parents.empty())
+    for (const auto& [id, j] : jobs_) {
+      auto it = new_parents.find(j.spec.job.queue);
+      if (it == new_parents.end() || IsTerminal(j.state)) continue;
+      return FailedPrecondition("queue " + it->second + ": spec.parent: queue \"" + it->first +
+                                "\" holds unfinished jobs (" + id +
+                                " is one); a parent queue takes no jobs: let them finish or "
+                                "cancel them first");
+    }
   // One global default at most, as Kubernetes: with two, which one a job gets is a guess.
   const PriorityClass* global = nullptr;
   for (const auto& [name, pc] : pcs) {

@@ -218,6 +218,30 @@ TEST_F(ControlPlaneTest, QueueParentLoopsAreRefusedWithThePath) {
   EXPECT_EQ(State("in-qb"), "Scheduled");
 }
 
+// Jobs go to leaf queues, as in Volcano: a parent queue refuses them, and a queue holding
+// unfinished jobs does not become a parent.
+TEST_F(ControlPlaneTest, JobsGoToLeafQueuesOnly) {
+  auto queue = [](const std::string& name, const std::string& parent) {
+    return "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: " + name +
+           "}\nspec: {parent: " + parent + "}\n";
+  };
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("in-training", 1, 1, "", "training")).ok());
+  auto busy = cp_->Apply(kAdmin, queue("sub", "training"));
+  EXPECT_EQ(busy.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(busy.status().message(),
+            "queue sub: spec.parent: queue \"training\" holds unfinished jobs (in-training is "
+            "one); a parent queue takes no jobs: let them finish or cancel them first");
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "in-training").ok());
+  ASSERT_TRUE(cp_->Apply(kAdmin, queue("sub", "training")).ok());
+  ASSERT_TRUE(cp_->Apply(kAdmin, queue("sub2", "training")).ok());
+  auto parent = cp_->Submit(kAdmin, JobDoc("in-parent", 1, 1, "", "training"));
+  EXPECT_EQ(parent.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parent.status().message(),
+            "spec.queue: queue \"training\" has child queues (sub, sub2); jobs go to a leaf "
+            "queue");
+  EXPECT_TRUE(cp_->Submit(kAdmin, JobDoc("in-leaf", 1, 1, "", "sub")).ok());
+}
+
 // A job among the documents of `apply`: the error names the document and the job, and
 // nothing of the text is applied (the queue before it neither).
 TEST_F(ControlPlaneTest, ApplyNamesTheJobDocumentItRefusesAndAppliesNothing) {
