@@ -869,12 +869,19 @@ void AddClientCommands(CLI::App& app) {
                     "/v1/events?job=" + Esc(*job) + "&after=" + std::to_string(*after) +
                         "&limit=" + std::to_string(*limit));
       if (!Check(*f, r)) return;
-      if (PrintStructured(*f, r.body)) return;
-      if (r.body["items"].empty()) {
-        std::fprintf(stderr, "No events found.\n");
-        return;
+      if (!PrintStructured(*f, r.body)) {
+        if (r.body["items"].empty())
+          std::fprintf(stderr, "No events found.\n");
+        else
+          PrintEvents(r.body["items"]);
       }
-      PrintEvents(r.body["items"]);
+      // A full page is the oldest --limit events: say where the rest begin (on stderr, so
+      // structured output stays parseable).
+      if (r.body["items"].size() == static_cast<size_t>(*limit) && r.body.contains("next"))
+        std::fprintf(stderr,
+                     "(the oldest %d shown; more may follow: --after %lld; the newest: `tessera "
+                     "get events --limit N`)\n",
+                     *limit, static_cast<long long>(r.body["next"].get<int64_t>()));
     });
   }
 

@@ -586,6 +586,13 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   ASSERT_GE(all_events.size(), 3u);
   ASSERT_EQ(last.size(), 2u);
   EXPECT_EQ(last[1]["seq"], all_events.back()["seq"]);
+  // `tessera events` pages from the oldest, and says where the rest begin.
+  auto [rc_ev, out_ev] = run("events --limit 2");
+  EXPECT_EQ(rc_ev, 0) << out_ev;
+  EXPECT_NE(out_ev.find("(the oldest 2 shown; more may follow: --after " +
+                        all_events[1]["seq"].dump() + ";"),
+            std::string::npos)
+      << out_ev;
   // --state is a job filter, in any case; on other kinds it is refused, not ignored.
   EXPECT_EQ(json("get jobs --state pending").size(), 3u);
   EXPECT_EQ(run("get nodes --state Pending").first, 2);
