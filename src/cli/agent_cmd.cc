@@ -37,6 +37,7 @@ struct AgentFlags {
   bool discover = false;
   std::string output = "json";
   bool stop_tasks_on_exit = false;
+  std::string cgroup_parent;
 };
 
 // The node this agent serves: from the inventory file, else discovered (NVML when present).
@@ -134,6 +135,7 @@ int RunAgent(const AgentFlags& f) {
   o.work_dir = f.work_dir;
   o.nvml = nvml;
   o.lease_seconds = f.lease_seconds;
+  o.cgroup_parent = f.cgroup_parent;
   auto colon = f.logs_listen.rfind(':');
   o.logs_host = colon == std::string::npos ? f.logs_listen : f.logs_listen.substr(0, colon);
   o.logs_port = colon == std::string::npos ? 0 : std::atoi(f.logs_listen.c_str() + colon + 1);
@@ -214,6 +216,10 @@ void AddAgentCommands(CLI::App& app) {
   cmd->add_option(
       "--lease-seconds", f->lease_seconds,
       "Stop every task after this long without a server answer (default 3 heartbeats; 0 = never)");
+  cmd->add_option(
+      "--cgroup-parent", f->cgroup_parent,
+      "cgroup v2 folder that holds the tasks' cgroups (default <cgroup2>/tessera; '-' = "
+      "no CPU/memory limits)");
   cmd->add_flag("--stop-tasks-on-exit", f->stop_tasks_on_exit,
                 "On SIGTERM/SIGINT also stop every task");
   cmd->add_flag("--discover", f->discover,
