@@ -101,6 +101,18 @@ Status ApiServer::Start() {
         }
         Reply(res, 500, ErrorJson(Internal("unexpected error: " + what)));
       });
+  // cpp-httplib reads a POST without Content-Length (curl -X POST with no -d sends none)
+  // until the connection's read timeout, 30 s, and then answers a bare 400. Answer at once,
+  // before any body is read, with what to send instead.
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if ((req.method != "POST" && req.method != "PUT" && req.method != "PATCH") ||
+        req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    Reply(res, 411,
+          ErrorJson(InvalidArgument(
+              "a " + req.method + " needs a Content-Length header, 0 for no body (curl: -d '')")));
+    return httplib::Server::HandlerResponse::Handled;
+  });
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     Status s = res.status == 413   ? ResourceExhausted("request body too large")

@@ -191,6 +191,30 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
     // Sending any of these again cannot help.
     EXPECT_EQ(r.body["error"]["retryable"], false) << c.name;
   }
+  // A POST without Content-Length (curl -X POST with no -d) is answered at once, 411, saying
+  // what to send (httplib's client always sends the header: a raw socket, left open as curl
+  // leaves it, so a server waiting for a body would not answer).
+  {
+    const std::string url = api_->url();
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(std::stoi(url.substr(url.rfind(':') + 1))));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string request =
+        "POST /v1/jobs/x/cancel HTTP/1.1\r\nHost: t\r\nAuthorization: "
+        "Bearer " +
+        root + "\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+    std::string answer;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) answer.append(buf, n);
+    ::close(fd);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 411", 0), 0u) << answer;
+    EXPECT_NE(answer.find("a POST needs a Content-Length header, 0 for no body"), std::string::npos)
+        << answer;
+  }
   // Still serving, nothing half-accepted.
   EXPECT_EQ(Do("GET", "/healthz", "").status, 200);
   Resp list = Do("GET", "/v1/jobs", root);
