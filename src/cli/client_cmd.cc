@@ -775,8 +775,10 @@ void AddClientCommands(CLI::App& app) {
       // The job's policy, then any task group's own (Volcano tasks[].policies).
       auto policy = [](const Json& p) {
         std::string text = "onFailure=" + S(p, "onFailure") + " onEviction=" + S(p, "onEviction");
-        for (const auto& [code, action] : p.value("onExitCode", Json::object()).items())
-          text += " exitCode " + code + "=" + action.get<std::string>();
+        // Bound to a name: items() of the temporary value() returns would dangle in the loop.
+        const Json codes = p.value("onExitCode", Json::object());
+        for (const auto& [code, action] : codes.items())
+          text += " exitCode " + code + "=" + S(codes, code.c_str());
         return text;
       };
       std::printf("Restart policy: %s maxRetries=%s\n", policy(j["restartPolicy"]).c_str(),

@@ -683,6 +683,34 @@ TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
   }
 }
 
+// `tessera describe job` prints every part for a plain job and for one with exit-code and
+// per-task policies (a dangling JSON reference once aborted it on every job).
+TEST_F(ApiTest, CliDescribePrintsEveryPart) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  ASSERT_TRUE(cp_->Submit(kAdmin, Job("plain", "training")).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: "
+                          "coded}\nspec:\n  queue: training\n  policies: [{exitCode: 137, "
+                          "action: RestartJob}]\n  tasks:\n  - {name: w, replicas: 1, policies: "
+                          "[{event: PodFailed, action: RestartTask}], template: {spec: "
+                          "{containers: [{name: c, command: [x], resources: {limits: "
+                          "{nvidia.com/gpu: 1}}}]}}}\n")
+                  .ok());
+  for (const std::string name : {"plain", "coded"}) {
+    auto [rc, out] = CaptureCommand(std::string(bin) + " describe job " + name + " --server " +
+                                    api_->url() + " --token root-token-0123456789 2>&1");
+    EXPECT_EQ(rc, 0) << out;
+    for (const char* part : {"Name:", "Restart policy:", "Allocations:", "Events:"})
+      EXPECT_NE(out.find(part), std::string::npos) << name << ": no " << part << "\n" << out;
+    if (name == "coded") {
+      EXPECT_NE(out.find("exitCode 137=RestartJob"), std::string::npos) << out;
+      EXPECT_NE(out.find("  task w: onFailure=RestartTask"), std::string::npos) << out;
+    }
+  }
+}
+
 // `tessera logs -f` on a job cancelled before it was ever placed says there is no output
 // and fails, instead of ending silently as if the task had printed nothing.
 TEST_F(ApiTest, CliLogsFollowOfAJobCancelledBeforePlacementSaysSo) {
