@@ -807,6 +807,24 @@ Status CheckUniqueGroupNames(const std::vector<TaskGroup>& groups) {
   return Status::Ok();
 }
 
+// A bound on a job's tasks: each task is state the server keeps and places, so a typo in
+// `replicas` must not be accepted and then exhaust the server's memory (at start too).
+Status CheckTaskCount(const JobSpec& s) {
+  int64_t total = 0;
+  size_t largest = 0;
+  for (size_t i = 0; i < s.job.groups.size(); ++i) {
+    total += s.job.groups[i].replicas;
+    if (s.job.groups[i].replicas > s.job.groups[largest].replicas) largest = i;
+  }
+  if (total <= kMaxTasksPerJob) return Status::Ok();
+  const std::string path = s.source == "apps/v1 Deployment" ? "spec.replicas"
+                           : s.source == "batch/v1 Job"     ? "spec.parallelism"
+                           : s.source == "sbatch"           ? "--nodes"
+                                                  : Idx("spec.tasks", largest) + ".replicas";
+  return InvalidArgument(path + ": the job would have " + std::to_string(total) +
+                         " tasks; at most " + std::to_string(kMaxTasksPerJob) + " per job");
+}
+
 // No guarantee above the limit, where the limit caps that resource (0: uncapped).
 Status CheckGuaranteeWithinLimit(const Queue& q, const std::string& guarantee_path,
                                  const std::string& limit_path) {
@@ -889,6 +907,7 @@ StatusOr<Document> ParseDocument(const Json& doc) {
       return InvalidArgument("metadata.name: required");
     TESSERA_RETURN_IF_ERROR(CheckName(out.job.job.queue, "spec.queue"));
     TESSERA_RETURN_IF_ERROR(CheckUniqueGroupNames(out.job.job.groups));
+    TESSERA_RETURN_IF_ERROR(CheckTaskCount(out.job));
     out.job.job.allocations.assign(out.job.job.TaskCount(), std::nullopt);
     while (out.job.templates.size() < out.job.job.groups.size()) out.job.templates.emplace_back();
   }
@@ -921,6 +940,7 @@ StatusOr<std::vector<Document>> ParseDocuments(const std::string& text) {
   if (text.compare(first, 2, "#!") == 0 || text.compare(first, 7, "#SBATCH") == 0) {
     auto s = ParseSbatchScript(text);
     if (!s.ok()) return s.status();
+    TESSERA_RETURN_IF_ERROR(CheckTaskCount(*s));
     Document d;
     d.job = std::move(*s);
     out.push_back(std::move(d));

@@ -88,6 +88,9 @@ struct Document {
 
 // Limits on hostile input, checked before any parser runs.
 inline constexpr size_t kMaxNesting = 64;
+// Tasks per job (replicas summed over its task groups), as Kubernetes bounds an Indexed Job's
+// completions.
+inline constexpr int64_t kMaxTasksPerJob = 100000;
 
 // Rejects text that is not UTF-8 or nests deeper than kMaxNesting (by brackets, indentation
 // or `- - -` sequences), before a recursive parser could be pushed off its stack.

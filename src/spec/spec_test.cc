@@ -382,6 +382,19 @@ TEST(Spec, RejectsWithFieldPaths) {
       {"sbatch hold", "#!/bin/bash\n#SBATCH --hold\ntrue\n", "line 2: --hold: not supported"},
       {"sbatch exclusive", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --exclusive\ntrue\n",
        "line 3: --exclusive: not supported"},
+      // A typo in replicas must not be stored and then exhaust the server's memory.
+      {"deployment replicas beyond the bound",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: "
+       "100000000\n  template: {spec: {containers: [{name: c, command: [x]}]}}\n",
+       "spec.replicas: the job would have 100000000 tasks; at most 100000 per job"},
+      {"volcano tasks summed beyond the bound",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {name: a, replicas: 60000, template: {spec: {containers: [{name: c, command: [x]}]}}}\n"
+       "  - {name: b, replicas: 70000, template: {spec: {containers: [{name: c, command: "
+       "[x]}]}}}\n",
+       "spec.tasks[1].replicas: the job would have 130000 tasks"},
+      {"sbatch nodes beyond the bound", "#!/bin/bash\n#SBATCH -N 200000\ntrue\n",
+       "--nodes: the job would have 200000 tasks"},
   };
   for (const auto& c : cases) {
     auto r = ParseDocuments(c.text);
