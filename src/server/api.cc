@@ -316,8 +316,8 @@ void ApiServer::Routes() {
           Reply(res, 200, cp.ListPriorityClasses());
         }));
   s.Get("/v1/nodes",
-        Authed(cp, [&cp](const Principal&, const httplib::Request& req, httplib::Response& res) {
-          Reply(res, 200, cp.ListNodes(req.get_param_value("allocations") == "true"));
+        Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+          Reply(res, 200, cp.ListNodes(p, req.get_param_value("allocations") == "true"));
         }));
   s.Get("/v1/pools",
         Authed(cp, [&cp](const Principal&, const httplib::Request&, httplib::Response& res) {

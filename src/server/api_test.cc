@@ -262,10 +262,30 @@ TEST_F(ApiTest, TwoTeamsSeeAndCancelOnlyTheirQueues) {
                R"({"bootId": "x", "node": {"name": "n", "cpu": 1, "memory": 1}})")
                 .status,
             403);
-  // Own job: cancel works.
+  // The node list shows another queue's allocation as capacity in use only (no job, no id),
+  // and nobody the commands or environments (describe shows those to the job's queue).
+  Resp reg = Do("POST", "/v1/agents/register", root,
+                R"({"bootId": "b1", "node": {"name": "n1", "cpu": 8, "memory": "64Gi", "gpus": )"
+                R"({"model": "A100-80GB", "count": 2, "virtual": true}}})");
+  ASSERT_LT(reg.status, 300) << reg.raw;
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  auto holders = [&](const std::string& token) {
+    Resp r = Do("GET", "/v1/nodes?allocations=true", token);
+    EXPECT_EQ(r.raw.find("\"command\""), std::string::npos) << r.raw;
+    EXPECT_EQ(r.raw.find("\"env\""), std::string::npos) << r.raw;
+    std::vector<std::string> out;
+    for (const auto& n : r.body["items"])
+      for (const auto& x : n["allocations"]) out.push_back(x.value("job", "?"));
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(holders(root), (std::vector<std::string>{"a-train", "b-debug"}));
+  EXPECT_EQ(holders(a), (std::vector<std::string>{"?", "a-train"}));
+  EXPECT_EQ(holders(agent), (std::vector<std::string>{"?", "?"}));
+  // Own job: cancel works (it runs: its task is being stopped).
   Resp cancel = Do("POST", "/v1/jobs/a-train/cancel", a);
   EXPECT_EQ(cancel.status, 200);
-  EXPECT_EQ(cancel.body["state"], "Cancelled");
+  EXPECT_EQ(cancel.body["state"], "Terminating");
   // A token created through the API works, and only its hash is stored.
   Resp tok = Do("POST", "/v1/tokens", root,
                 R"({"name": "team-c", "role": "member", "queues": ["debug"]})");

@@ -975,8 +975,21 @@ Json ControlPlane::ListPriorityClasses() {
   return {{"items", items}};
 }
 
-Json ControlPlane::ListNodes(bool with_allocations) {
+Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
   std::lock_guard<std::mutex> l(mu_);
+  // What holds each node's devices, without the command and environment (secrets live
+  // there; describe shows them to whoever may see the job). Another queue's allocation is
+  // shown as capacity in use only: no job, no id.
+  auto view = [&](const Allocation& a) {
+    Json o = AllocView(a);
+    o.erase("command");
+    o.erase("env");
+    o.erase("workingDir");
+    auto j = jobs_.find(a.job);
+    if (j == jobs_.end() || !Visible(p, j->second))
+      for (const char* k : {"id", "job", "message", "exitCode"}) o.erase(k);
+    return o;
+  };
   std::map<std::string, std::vector<const Allocation*>> by_node;
   for (const auto& [id, a] : allocations_)
     if (a.HoldsDevices()) by_node[a.placement.node].push_back(&a);
@@ -991,7 +1004,7 @@ Json ControlPlane::ListNodes(bool with_allocations) {
     Json allocs = Json::array();
     for (const Allocation* a : by_node[name]) {
       used += a->placement.GpuMilli();
-      if (with_allocations) allocs.push_back(AllocView(*a));
+      if (with_allocations) allocs.push_back(view(*a));
     }
     o["gpus"] = static_cast<int64_t>(n.node.devices.size());
     o["gpuMilliInUse"] = used;

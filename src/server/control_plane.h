@@ -215,7 +215,7 @@ class ControlPlane {
                             size_t limit);
   Json ListQueues(const Principal& p);
   Json ListPriorityClasses();
-  Json ListNodes(bool with_allocations);
+  Json ListNodes(const Principal& p, bool with_allocations = false);
   Json ListPools();
   StatusOr<Json> ListAudit(const Principal& p, int64_t after, size_t limit);
   // Queue / PriorityClass documents (admin): create or replace.

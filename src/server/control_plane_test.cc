@@ -999,7 +999,7 @@ TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   clock_.now += 7;  // > 3 heartbeats of 2 s
   Beat("node-b", eb);
   cp_->CheckNodes();
-  Json nodes = cp_->ListNodes(false);
+  Json nodes = cp_->ListNodes(kAdmin);
   EXPECT_FALSE(nodes["items"][0]["ready"].get<bool>());
   EXPECT_TRUE(nodes["items"][1]["ready"].get<bool>());
   EXPECT_EQ(State("gang"), "Pending");  // RestartJob on eviction: requeued at once

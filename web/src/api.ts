@@ -51,8 +51,9 @@ export interface DevicePlacement {
   migInstance?: number;
 }
 export interface AllocationView {
-  id: string;
-  job: string;
+  // Absent for another queue's allocation: the server shows it as capacity in use only.
+  id?: string;
+  job?: string;
   task: number;
   state: string;
   placement: { node: string; devices?: DevicePlacement[] };

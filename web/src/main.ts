@@ -116,8 +116,9 @@ function renderNodes(nodes: NodeView[]) {
           for (const d of a.placement.devices ?? []) {
             const e = byDevice.get(d.device) ?? { milli: 0, jobs: new Set<string>(), mig: new Map<number, string>() };
             e.milli += d.milli ?? 1000;
-            e.jobs.add(a.job);
-            if (d.migInstance !== undefined && d.migInstance >= 0) e.mig.set(d.migInstance, a.job);
+            const holder = a.job ?? "another queue's job";
+            e.jobs.add(holder);
+            if (d.migInstance !== undefined && d.migInstance >= 0) e.mig.set(d.migInstance, holder);
             byDevice.set(d.device, e);
           }
         }

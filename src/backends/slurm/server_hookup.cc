@@ -217,7 +217,7 @@ StatusOr<std::unique_ptr<SlurmPoolHookup>> SlurmPoolHookup::Start(server::Contro
 
   // Nodes the server already knows (a restart): keep heartbeating them from the start, so
   // that they stay Ready while Slurm is reconciled.
-  const Json known = cp.ListNodes(false);  // (a temporary would die before the loop body)
+  const Json known = cp.ListNodes(System());  // (a temporary would die before the loop body)
   for (const auto& n : known["items"]) {
     if (n.value("pool", "") != o.pool) continue;
     h->nodes_[n.value("name", "")].epoch = n.value("epoch", int64_t{-1});
@@ -315,7 +315,7 @@ Status SlurmPoolHookup::Reconcile() {
     std::vector<server::Dispatch> tasks;  // by task index
   };
   std::map<std::string, Gang> gangs;
-  const Json listed = cp_.ListNodes(true);
+  const Json listed = cp_.ListNodes(System(), true);
   for (const auto& n : listed["items"]) {
     if (n.value("pool", "") != options_.pool) continue;
     for (const auto& a : n["allocations"]) {

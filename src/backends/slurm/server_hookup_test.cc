@@ -190,8 +190,8 @@ class HookupTest : public ::testing::Test {
 TEST_F(HookupTest, SlurmNodesJoinThePoolAndDrainedOnesTakeNoWork) {
   slurm_->drained = "node2";
   Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(false)["items"].size() == 2; }));
-  Json nodes = cp_->ListNodes(false)["items"];
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Json nodes = cp_->ListNodes(kAdmin)["items"];
   EXPECT_EQ(nodes[0].value("pool", ""), "hpc");
   EXPECT_EQ(nodes[0]["devices"].size(), 8u);
   EXPECT_EQ(nodes[0]["labels"].value("slurm.partition.debug", ""), "true");
@@ -202,7 +202,7 @@ TEST_F(HookupTest, SlurmNodesJoinThePoolAndDrainedOnesTakeNoWork) {
 
 TEST_F(HookupTest, LifecycleFollowsSlurmWithExitCodes) {
   Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(false)["items"].size() == 2; }));
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
   Submit("ok");
   ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
   EXPECT_EQ(State("ok"), "Scheduled");
@@ -221,7 +221,7 @@ TEST_F(HookupTest, LifecycleFollowsSlurmWithExitCodes) {
 
 TEST_F(HookupTest, CancelIsScancel) {
   Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(false)["items"].size() == 2; }));
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
   Submit("c");
   ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
   slurm_->SetAll("RUNNING");
@@ -233,7 +233,7 @@ TEST_F(HookupTest, CancelIsScancel) {
 
 TEST_F(HookupTest, RestartAdoptsWhatSlurmStillRuns) {
   Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(false)["items"].size() == 2; }));
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
   Submit("r");
   ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
   slurm_->SetAll("RUNNING");
@@ -249,7 +249,7 @@ TEST_F(HookupTest, RestartAdoptsWhatSlurmStillRuns) {
 
 TEST_F(HookupTest, RestartWritesOffWhatSlurmLostAndTheJobPolicyDecides) {
   Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(false)["items"].size() == 2; }));
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
   Submit("lost");
   ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
   slurm_->SetAll("RUNNING");
@@ -270,7 +270,7 @@ TEST_F(HookupTest, SlurmWritesOutputWhereTheServerReadsIt) {
   logs_dir_ = dir_ + "/logs/";
   Open();
   EXPECT_TRUE(std::filesystem::is_directory(dir_ + "/logs"));
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(false)["items"].size() == 2; }));
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
   Submit("out", "echo hello\n");
   ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
   std::vector<std::string> argv = slurm_->LastSbatch();
