@@ -10,6 +10,7 @@
 #include <httplib.h>
 
 #include "common/file_chunk.h"
+#include "common/listen_socket.h"
 
 namespace tessera::agent {
 
@@ -269,6 +270,7 @@ Status Agent::StartLogsServer() {
   logs_server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
+  logs_server_->set_socket_options(ReuseAddressOnly);  // a second agent must fail to bind
   int port =
       opt_.logs_port == 0
           ? logs_server_->bind_to_any_port(opt_.logs_host)

@@ -1,6 +1,7 @@
 #include "server/api.h"
 
 #include "common/file_chunk.h"
+#include "common/listen_socket.h"
 #include "server/observability_routes.h"
 
 #include <httplib.h>
@@ -129,7 +130,7 @@ Status ApiServer::Start() {
   // (Linux updates the backlog of a listening socket).
   int listen_fd = -1;
   http_->set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
+    ReuseAddressOnly(sock);  // no SO_REUSEPORT: a second server must fail to bind
     listen_fd = static_cast<int>(sock);
   });
   if (options_.port == 0) {
@@ -141,7 +142,7 @@ Status ApiServer::Start() {
     port_ = options_.port;
   }
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-  http_->set_socket_options(httplib::default_socket_options);
+  http_->set_socket_options(ReuseAddressOnly);
   thread_ = std::thread([this] { http_->listen_after_bind(); });
   // httplib ignores a stop() that comes before its loop runs, and Stop() would then wait for
   // ever (a SIGTERM right after start): Start returns once the server listens.

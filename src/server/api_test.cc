@@ -308,6 +308,17 @@ TEST_F(ApiTest, TwoTeamsSeeAndCancelOnlyTheirQueues) {
     EXPECT_NE(std::find(audit.begin(), audit.end(), want), audit.end()) << want;
 }
 
+// A second server on a port in use fails to bind (no SO_REUSEPORT sharing the port, which
+// would split requests and heartbeats between two control planes).
+TEST_F(ApiTest, ASecondServerOnTheSamePortFailsToBind) {
+  ApiOptions ao;
+  ao.port = api_->port();
+  ApiServer second(*cp_, ao);
+  Status s = second.Start();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("cannot bind"), std::string::npos) << s.ToString();
+}
+
 TEST_F(ApiTest, OpenApiDocumentDescribesTheVersionedPaths) {
   Resp r = Do("GET", "/openapi.json", "");
   ASSERT_EQ(r.status, 200);

@@ -9,11 +9,16 @@
 // queue again, so batches stay large instead of decaying to whoever arrived during the fsync.
 // WAL checkpoints (copying pages into the database file and fsyncing it) run on a separate
 // thread and connection, off the commit path.
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <future>
@@ -90,6 +95,7 @@ class SqliteStore final : public Store {
     sqlite3_close(cdb_);
     sqlite3_close(wdb_);
     sqlite3_close(rdb_);
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
   }
 
   Status Open(const std::string& dir, const SqliteOptions& options) {
@@ -97,12 +103,34 @@ class SqliteStore final : public Store {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return Unavailable("cannot create data dir " + dir + ": " + ec.message());
+    // One process per data dir: a second server on the same store would overwrite what the
+    // first acknowledged (each keeps its state in memory). flock: released when the process
+    // dies, however it dies.
+    const std::string lock = dir + "/tessera.lock";
+    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd_ < 0)
+      return Unavailable("cannot open " + lock + ": " + std::strerror(errno) +
+                         " (is the data dir writable?)");
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      char holder[32] = {0};
+      ssize_t n = ::pread(lock_fd_, holder, sizeof holder - 1, 0);
+      std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      return FailedPrecondition("data dir " + dir + " is in use by another process" +
+                                (pid.empty() ? "" : " (pid " + pid + ")") + ": it holds " + lock +
+                                "; one server per data dir");
+    }
+    const std::string me = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0) {
+      // Only the message of a later refusal loses the pid; the lock itself holds.
+    }
     std::string path = dir + "/tessera.db";
     if (sqlite3_open_v2(path.c_str(), &wdb_,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         nullptr) != SQLITE_OK)
       return Unavailable("cannot open " + path + ": " + sqlite3_errmsg(wdb_));
-    TESSERA_RETURN_IF_ERROR(Exec(wdb_, "PRAGMA journal_mode=WAL"));
+    if (Status wal = Exec(wdb_, "PRAGMA journal_mode=WAL"); !wal.ok())
+      return wal.WithContext(path + " (is the data dir writable?)");
     TESSERA_RETURN_IF_ERROR(Exec(
         wdb_, options.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
     TESSERA_RETURN_IF_ERROR(Exec(wdb_, "PRAGMA busy_timeout=5000"));
@@ -391,6 +419,7 @@ class SqliteStore final : public Store {
   bool ckpt_wanted_ = false, ckpt_stopping_ = false;
   int64_t checkpoints_ = 0;
   std::thread checkpointer_;
+  int lock_fd_ = -1;  // <dir>/tessera.lock, flock'ed while the store is open
 };
 
 }  // namespace

@@ -52,6 +52,24 @@ TEST(SqliteStore, PutGetRangeAndRevisions) {
   std::filesystem::remove_all(dir);
 }
 
+// One process per data dir: a second open is refused, naming the holder, until the first
+// store is closed (a second server would overwrite what the first acknowledged).
+TEST(SqliteStore, ASecondOpenOfTheDataDirIsRefused) {
+  std::string dir = TempDir("lock");
+  auto first = OpenSqliteStore(dir);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = OpenSqliteStore(dir);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("is in use by another process (pid " +
+                                           std::to_string(::getpid()) + ")"),
+            std::string::npos)
+      << second.status().message();
+  first->reset();
+  EXPECT_TRUE(OpenSqliteStore(dir).ok());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SqliteStore, CompareGuardsTheWholeTransaction) {
   std::string dir = TempDir("cas");
   auto s = OpenSqliteStore(dir);
