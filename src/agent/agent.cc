@@ -524,8 +524,10 @@ void Agent::Loop() {
         backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
       }
     }
+    // Default: 10 heartbeats (20 s), past a routine server restart, and short of the 15 after
+    // which the server writes the node off and restarts its work elsewhere.
     const int64_t lease_ms =
-        opt_.lease_seconds >= 0 ? opt_.lease_seconds * 1000 : 3 * heartbeat_ms_.load();
+        opt_.lease_seconds >= 0 ? opt_.lease_seconds * 1000 : 10 * heartbeat_ms_.load();
     if (lease_ms > 0 && !fenced && MillisSince(last_ok) > lease_ms) {
       fenced = true;
       bool any = false;

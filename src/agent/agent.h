@@ -6,9 +6,10 @@
 //
 // Fencing: allocation ids are never reused, so a stale agent that comes back kills what the
 // server moved elsewhere. While it cannot reach the server it keeps its tasks running for
-// `lease_seconds` (default: as long as the server waits before marking the node NotReady,
-// 3 heartbeats), then stops them itself, so that a partitioned node does not keep running a
-// task the server may have started on another node.
+// `lease_seconds` (default 10 heartbeats, 20 s: past a routine server restart, short of
+// the 15 after which the server marks the node NotReady), then stops them itself, so that a
+// partitioned node does not keep running a task the server may have started on another
+// node. Tasks the agent stops on its own are reported `killed`: evictions, not failures.
 //
 // Thread-safe: Start() runs the loop and the logs server in threads; Stop() joins them.
 #pragma once
@@ -51,7 +52,7 @@ struct AgentOptions {
   // Bearer token the logs endpoint requires; "" = none (the server's proxy sends none today,
   // so keep the endpoint on loopback or a private network).
   std::string logs_token;
-  int64_t lease_seconds = -1;                   // -1: 3 heartbeat intervals; 0: never self-fence
+  int64_t lease_seconds = -1;                   // -1: 10 heartbeat intervals; 0: never self-fence
   std::string cgroup_parent;                    // see ExecutorOptions
   std::string cgroup_mount;                     // see ExecutorOptions ("" = this machine's)
   std::function<int64_t()> wall_clock;          // seconds since the epoch; default: system clock

@@ -432,6 +432,10 @@ void Executor::Stop(const std::string& allocation, const std::string& reason) {
   if (p.st.state != TaskState::kRunning || p.st.stopping) return;
   p.st.stopping = true;
   p.stop_reason = reason;
+  // Kept beside the task: an agent that exits before the task does (or crashes) leaves its
+  // successor to report it, and the successor must know the agent stopped it: killed (not
+  // the task's failure), and why.
+  (void)WriteFileAtomic(TaskDir(allocation) + "/stopped", reason + "\n");
   p.kill_at = SteadyClock::now() + std::chrono::seconds(std::max<int64_t>(0, p.grace_seconds));
   ::kill(-static_cast<pid_t>(p.st.pid), p.grace_seconds > 0 ? SIGTERM : SIGKILL);
   if (p.grace_seconds <= 0) {
@@ -596,6 +600,12 @@ Status Executor::Recover() {
       }
     }
     p->adopted = true;
+    if (std::string why = ReadFile(root + "/" + id + "/stopped"); !why.empty()) {
+      // An earlier agent was stopping it: finish the stop (SIGKILL when still alive).
+      p->st.stopping = true;
+      p->stop_reason = why.substr(0, why.find('\n'));
+      p->kill_at = SteadyClock::now();
+    }
     procs_[id] = p;
     std::string rec = ReadFile(root + "/" + id + "/exit");
     if (rec.rfind("error ", 0) == 0) {  // never started

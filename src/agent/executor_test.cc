@@ -239,6 +239,25 @@ TEST_F(ExecutorTest, ANewExecutorAdoptsRunningTasksAndLearnsHowOthersEnded) {
   EXPECT_TRUE(WaitFor([&] { return !Running(long_pid); }));
 }
 
+// A task its agent was stopping when the agent went (shut down with its tasks, or crashed in
+// the grace period) is reported by the next agent as killed, with the reason, not as failed.
+TEST_F(ExecutorTest, AStopOutlivesTheAgentThatStartedIt) {
+  const std::string d = dir_.string() + "/tasks/";
+  {
+    Executor first(Options());
+    TaskSpec t = Shell("a-stop", "echo $$ > pid; exec sleep 60");
+    ASSERT_TRUE(first.Start(t).ok());
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-stop/pid"); }));
+    first.Stop("a-stop", "agent shutting down");
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-stop/exit"); }));
+  }  // gone before it reported the end
+  Executor second(Options());
+  ASSERT_TRUE(second.Recover().ok());
+  TaskStatus st = StatusOf(second, "a-stop");
+  EXPECT_EQ(st.state, TaskState::kKilled);
+  EXPECT_EQ(st.message, "agent shutting down: killed by signal 15 (Terminated)");
+}
+
 TEST_F(ExecutorTest, CgroupStatusIsExplained) {
   Executor ex(Options());
   // Whatever this machine allows, the executor says what it did and why.

@@ -215,7 +215,8 @@ void AddAgentCommands(CLI::App& app) {
                   "Logs URL given to the server (default from --logs-listen)");
   cmd->add_option(
       "--lease-seconds", f->lease_seconds,
-      "Stop every task after this long without a server answer (default 3 heartbeats; 0 = never)");
+      "Stop every task after this long without a server answer (default 10 heartbeats, 20 s; 0 = "
+      "never)");
   cmd->add_option(
       "--cgroup-parent", f->cgroup_parent,
       "cgroup v2 folder that holds the tasks' cgroups (default <cgroup2>/tessera; '-' = "

@@ -1583,12 +1583,20 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
         AddEvent(ops, "Normal", "TaskSucceeded", "job/" + j.id(),
                  "task " + std::to_string(a.task) + " exited 0");
         OnTaskSucceeded(ops, j, a.task);
+      } else if (state == "killed") {
+        // The agent stopped it on its own (its lease ran out while the server was away, it
+        // shut down with its tasks): not the task's failure. An eviction: onEviction, no
+        // retry counted, no back-off.
+        OnTaskLoss(ops, j, true, "Evicted",
+                   "task " + std::to_string(a.task) + " on " + node_name +
+                       " was stopped by its agent" + (a.message.empty() ? "" : ": " + a.message),
+                   a.task);
       } else {
         OnTaskLoss(ops, j, false, "TaskFailed",
-                   "task " + std::to_string(a.task) + " on " + node_name + " " + state +
-                       " with exit code " + std::to_string(a.exit_code) +
+                   "task " + std::to_string(a.task) + " on " + node_name +
+                       " failed with exit code " + std::to_string(a.exit_code) +
                        (a.message.empty() ? "" : ": " + a.message),
-                   a.task, a.exit_code);  // (killed: 128 + the signal, as a shell says)
+                   a.task, a.exit_code);  // (a signal: 128 + the signal, as a shell says)
       }
     }
   }

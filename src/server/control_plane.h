@@ -151,7 +151,9 @@ struct ControlPlaneOptions {
   std::function<int64_t()> clock;  // seconds; default: wall clock
   uint64_t seed = 1;               // scheduling randomness (common/rng.h), per cycle
   int64_t heartbeat_seconds = 2;
-  int32_t missed_heartbeats = 3;       // then NotReady
+  // Then NotReady, its work restarted elsewhere: 30 s, past agents' default lease (10
+  // heartbeats), after which they have stopped their tasks themselves.
+  int32_t missed_heartbeats = 15;
   int64_t cycle_period_ms = 1000;      // scheduling cycles at least this often
   int64_t cycle_min_interval_ms = 50;  // and at most this often when events trigger them
   bool run_scheduler = true;           // false: cycles only through RunCycle() (tests)

@@ -371,6 +371,29 @@ TEST_F(ControlPlaneTest, AQuickJobHasStartedAndItsGpuTimeIsCounted) {
   EXPECT_EQ(cancelled["runStartedAt"], -1);
 }
 
+// A task its agent stopped on its own (its lease ran out while the server was away, or it
+// shut down with its tasks) is an eviction: the job restarts at once, no retry counted, even
+// when its policy fails the job on any failure.
+TEST_F(ControlPlaneTest, ATaskItsAgentStoppedIsAnEvictionNotAFailure) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("fenced", 1, 1,
+                                         "  restartPolicy: {onFailure: FailJob, maxRetries: 0}\n"))
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
+  Beat("node-a", epoch, {Task(id, "running")});
+  Json killed = Task(id, "killed", 143);
+  killed["message"] = "stopped: agent lost contact with the server (lease expired)";
+  Beat("node-a", epoch, {killed});
+  Json j = Job("fenced");
+  EXPECT_EQ(j["state"], "Pending") << j.dump();
+  EXPECT_EQ(j["attempt"], 2);
+  EXPECT_FALSE(j.contains("pendingReason") && j["pendingReason"]["code"] == "BackOff") << j.dump();
+  auto r = Reasons("fenced");
+  EXPECT_NE(std::find(r.begin(), r.end(), "Evicted"), r.end());
+  EXPECT_EQ(std::find(r.begin(), r.end(), "TaskFailed"), r.end());
+}
+
 TEST_F(ControlPlaneTest, FailuresFollowTheRestartPolicyAndRetryLimit) {
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(
@@ -593,7 +616,7 @@ TEST_F(ControlPlaneTest, ExitCodePoliciesPickTheAction) {
                   .ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
   std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
-  Beat("node-a", epoch, {Task(id, "killed", 137)});
+  Beat("node-a", epoch, {Task(id, "failed", 137)});  // the kernel OOM-killed it
   EXPECT_EQ(State("oom"), "Pending") << "137: RestartJob";
   clock_.now += 10;
   ASSERT_TRUE(cp_->RunCycle().ok());
@@ -996,7 +1019,7 @@ TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   std::string id = Beat("node-a", ea)["allocations"][0]["allocation"];
   Beat("node-a", ea, {Task(id, "running")});
   int64_t eb = Epoch("node-b");
-  clock_.now += 7;  // > 3 heartbeats of 2 s
+  clock_.now += 31;  // > 15 heartbeats of 2 s
   Beat("node-b", eb);
   cp_->CheckNodes();
   Json nodes = cp_->ListNodes(kAdmin);
