@@ -143,8 +143,13 @@ bool Check(const ClientFlags& f, const Response& r) {
   if (r.status >= 200 && r.status < 300) return true;
   std::string code = "HTTP " + std::to_string(r.status), msg = r.raw;
   if (r.body.is_object() && r.body.contains("error")) {
-    code = r.body["error"].value("code", code);
-    msg = r.body["error"].value("message", msg);
+    const Json& e = r.body["error"];
+    if (e.is_object()) {
+      code = e.value("code", code);
+      msg = e.value("message", msg);
+    } else if (e.is_string()) {  // not the API's shape (a proxy, an older agent): its words
+      msg = e.get<std::string>();
+    }
   }
   std::fprintf(stderr, "Error from server (%s): %s\n", code.c_str(), msg.c_str());
   SetExitCode(1);

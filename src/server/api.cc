@@ -267,12 +267,21 @@ void ApiServer::Routes() {
                   eof = next >= std::strtoll(r->get_header_value("X-Tessera-Log-Size").c_str(),
                                              nullptr, 10);
               } else if (!follow || r->status != 404) {
-                // Not following (or a real error): the agent's answer as it is.
-                res.status = r->status;
-                res.set_content(r->body, r->get_header_value("Content-Type").empty()
-                                             ? "text/plain"
-                                             : r->get_header_value("Content-Type").c_str());
-                return;
+                // Not following (or a real error): the agent's words, in the API's shape.
+                Json e = Json::parse(r->body, nullptr, false);
+                std::string why = e.is_object() && e.contains("error") && e["error"].is_string()
+                                      ? e["error"].get<std::string>()
+                                      : r->body;
+                const std::string what = "job \"" + std::string(req.matches[1]) + "\" task " +
+                                         std::to_string(*task) + ": ";
+                return Fail(
+                    res, r->status == 404
+                             ? NotFound(what + "no " + stream +
+                                        " on its node (the task never started, or its "
+                                        "output was removed): " +
+                                        why)
+                             : Unavailable(what + "node agent at " + src->url + " answered HTTP " +
+                                           std::to_string(r->status) + ": " + why));
               }
               // Following and 404: the task has not written its log file yet.
             }

@@ -394,6 +394,13 @@ class FakeAgentLogs {
   FakeAgentLogs() {
     http_.Get(R"(/v1/logs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard<std::mutex> l(mu_);
+      if (req.get_param_value("stream") == "stderr") {  // as the agent answers: no such file
+        res.status = 404;
+        res.set_content(
+            "{\"error\":\"no logs for allocation " + std::string(req.matches[1]) + "\"}",
+            "application/json");
+        return;
+      }
       size_t off = std::min(
           log_.size(),
           static_cast<size_t>(std::stoll(req.has_param("offset") ? req.get_param_value("offset")
@@ -492,6 +499,19 @@ TEST_F(ApiTest, LogsFollowWaitsForNewBytesAndEndsWithTheTask) {
   Resp c = Do("GET", "/v1/jobs/talk/logs?task=0&follow=true&offset=22", root);
   EXPECT_EQ(c.Header("X-Tessera-Task-Ended"), "true");
   EXPECT_EQ(Do("GET", "/v1/jobs/talk/logs?task=3", root).status, 400);
+  // The agent has no such output: the API's error shape, naming the task; the CLI says so.
+  Resp none = Do("GET", "/v1/jobs/talk/logs?task=0&stream=stderr", root);
+  EXPECT_EQ(none.status, 404) << none.raw;
+  ASSERT_TRUE(none.body.is_object() && none.body["error"].is_object()) << none.raw;
+  EXPECT_NE(none.body["error"]["message"].get<std::string>().find(
+                "job \"talk\" task 0: no stderr on its node"),
+            std::string::npos)
+      << none.raw;
+  auto [rc_none, out_none] =
+      CaptureCommand(std::string(bin) + " logs talk --stream stderr --server " + api_->url() +
+                     " --token " + root + " 2>&1");
+  EXPECT_EQ(rc_none, 1) << out_none;
+  EXPECT_NE(out_none.find("Error from server (NotFound)"), std::string::npos) << out_none;
 }
 
 // A pool whose nodes run no agent and whose tasks write their output to files the server
