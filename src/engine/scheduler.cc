@@ -790,7 +790,27 @@ std::string CycleRun::GangExceedsCluster(const Job& job) {
            d.name + ", all " + std::to_string(m_.nodes.size()) + " node(s) together have " +
            amount(d.have);
   }
-  return "";
+  // Nor can it start when, even empty, the nodes hold fewer such tasks than its minimum:
+  // each task asks at least the smallest ask in every dimension, so a node holds at most
+  // its capacity over that in each (three 5-GPU tasks on two 8-GPU nodes: one per node).
+  int64_t least[3];
+  for (int k = 0; k < 3; ++k)
+    least[k] = *std::min_element(dims[k].asks.begin(), dims[k].asks.end());
+  int64_t fit = 0;
+  for (const NodeState& n : m_.nodes) {
+    const int64_t cap[3] = {static_cast<int64_t>(n.node->devices.size()) * 1000, n.node->cpu_milli,
+                            n.node->memory_bytes};
+    int64_t here = static_cast<int64_t>(need);
+    for (int k = 0; k < 3; ++k)
+      if (least[k] > 0) here = std::min(here, cap[k] / least[k]);
+    fit += here;
+    if (fit >= static_cast<int64_t>(need)) return "";
+  }
+  return "its gang minimum of " + std::to_string(need) +
+         " tasks cannot be placed together: even empty, all " + std::to_string(m_.nodes.size()) +
+         " node(s) hold at most " + std::to_string(fit) + " of its tasks (each asks for at least " +
+         FormatMilli(least[0]) + " nvidia.com/gpu, " + FormatMilli(least[1]) + " cpu, " +
+         FormatBytes(least[2]) + " memory)";
 }
 
 // The rejections' summary: the Kubernetes-style message, the code, the resource most
@@ -1150,6 +1170,8 @@ void CycleRun::Enqueue() {
     bool holds = true;
     for (int32_t t = 0; holds && t < pj->task_count; ++t)
       if (!j.allocations[t] && Infeasible(*pj, t)) holds = false;
+    if (holds && pj->gang_min > 1 && j.running == 0 && !GangExceedsCluster(*j.spec).empty())
+      holds = false;
     if (holds)
       for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += need;
   }
