@@ -834,28 +834,38 @@ void AddClientCommands(CLI::App& app) {
     });
   }
 
-  // delete (queues, priority classes, tokens; jobs are cancelled)
+  // delete: queues, priority classes, tokens (admin); jobs: a finished one is removed (its
+  // name is free again), an unfinished one is cancelled
   {
     auto kind = std::make_shared<std::string>();
     auto names = std::make_shared<std::vector<std::string>>();
     CLI::App* c = app.add_subcommand(
-        "delete", "delete queues, priority classes or tokens (admin); jobs: tessera cancel");
-    c->add_option("kind", *kind, "queue | priorityclass | token")
+        "delete",
+        "delete finished jobs (an unfinished one is cancelled), or queues, priority classes, "
+        "tokens (admin)");
+    c->add_option("kind", *kind, "job | queue | priorityclass | token")
         ->required()
-        ->check(CLI::IsMember(
-            {"queue", "queues", "priorityclass", "priorityclasses", "pc", "token", "tokens"}));
+        ->check(CLI::IsMember({"job", "jobs", "queue", "queues", "priorityclass", "priorityclasses",
+                               "pc", "token", "tokens"}));
     c->add_option("names", *names, "names")->required();
     AddCommon(c, *f, false);
     c->callback([f, kind, names] {
       const std::string k = kind->starts_with("queue")   ? "queue"
                             : kind->starts_with("token") ? "token"
+                            : kind->starts_with("job")   ? "job"
                                                          : "priorityclass";
       const std::string path = k == "queue"   ? "/v1/queues/"
                                : k == "token" ? "/v1/tokens/"
+                               : k == "job"   ? "/v1/jobs/"
                                               : "/v1/priorityclasses/";
       for (const auto& n : *names) {
         auto r = Call(*f, "DELETE", path + Esc(n));
-        if (Check(*f, r)) std::printf("%s/%s deleted\n", k.c_str(), n.c_str());
+        if (!Check(*f, r)) continue;
+        if (k == "job" && !r.body.value("deleted", false))
+          std::printf("job/%s %s (delete it again to remove it once it has ended)\n", n.c_str(),
+                      S(r.body, "state") == "Cancelled" ? "cancelled" : "cancelling");
+        else
+          std::printf("%s/%s deleted\n", k.c_str(), n.c_str());
       }
     });
   }

@@ -209,7 +209,12 @@ void ApiServer::Routes() {
         Reply(res, 200, *r);
       });
   s.Post(R"(/v1/jobs/([^/]+)/cancel)", cancel);
-  s.Delete(R"(/v1/jobs/([^/]+))", cancel);
+  s.Delete(R"(/v1/jobs/([^/]+))", Authed(cp, [&cp](const Principal& p, const httplib::Request& req,
+                                                   httplib::Response& res) {
+             auto r = cp.DeleteJob(p, req.matches[1]);
+             if (!r.ok()) return Fail(res, r.status());
+             Reply(res, 200, *r);
+           }));
   // Logs, proxied from the task's node agent, or read from the file its pool wrote (Slurm;
   // Backend::LogFile) (docs/api.md). With follow=true it is a long
   // poll: it answers as soon as there are bytes after `offset` or the task has ended, else

@@ -734,6 +734,35 @@ TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
   }
 }
 
+// `tessera delete job`: an unfinished job is cancelled, a finished one removed, and its name
+// can be used again; the refusal of the name says how to free it.
+TEST_F(ApiTest, CliDeleteJobCancelsThenRemovesAndFreesTheName) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  const std::string root = "root-token-0123456789";
+  auto run = [&](const std::string& args) {
+    return CaptureCommand(std::string(bin) + " " + args + " --server " + api_->url() + " --token " +
+                          root + " 2>&1");
+  };
+  ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("again", "training")).status, 201);
+  auto [rc1, out1] = run("delete job again");
+  EXPECT_EQ(rc1, 0) << out1;
+  EXPECT_NE(out1.find("job/again cancelled"), std::string::npos) << out1;
+  Resp taken = Do("POST", "/v1/jobs", root, Job("again", "training"));
+  EXPECT_EQ(taken.status, 409);
+  EXPECT_NE(taken.raw.find("already exists (Cancelled); `tessera delete job again` removes it"),
+            std::string::npos)
+      << taken.raw;
+  auto [rc2, out2] = run("delete job again");
+  EXPECT_EQ(rc2, 0) << out2;
+  EXPECT_NE(out2.find("job/again deleted"), std::string::npos) << out2;
+  EXPECT_EQ(Do("GET", "/v1/jobs/again", root).status, 404);
+  EXPECT_EQ(Do("POST", "/v1/jobs", root, Job("again", "training")).status, 201);
+  // Another team's job does not exist for you: nothing to delete.
+  EXPECT_EQ(Do("DELETE", "/v1/jobs/again", "team-b-token-0123456789").status, 404);
+}
+
 // `tessera describe job` prints every part for a plain job and for one with exit-code and
 // per-task policies (a dangling JSON reference once aborted it on every job).
 TEST_F(ApiTest, CliDescribePrintsEveryPart) {

@@ -432,30 +432,67 @@ size_t ControlPlane::CompactFinishedJobs() {
     bool holding = false;
     for (const auto& id : j.allocations) holding = holding || allocations_.at(id).HoldsDevices();
     if (holding) continue;
-    ops.push_back(store::Op::Delete("jobs/" + j.id()));
-    for (const auto& id : j.allocations) ops.push_back(store::Op::Delete("allocs/" + id));
-    for (int64_t seq : j.events) ops.push_back(store::Op::Delete("events/" + Pad(seq, 16)));
+    DeleteJobOps(j, ops);
     gone.push_back(it->first);
   }
   if (gone.empty()) return 0;
+  FinishDeletes(ops);
+  if (!Commit(std::move(ops)).ok()) return 0;  // kept; the next call tries again
+  for (const std::string& id : gone) ForgetJob(id);
+  return gone.size();
+}
+
+void ControlPlane::DeleteJobOps(const JobRecord& j, std::vector<store::Op>& ops) const {
+  ops.push_back(store::Op::Delete("jobs/" + j.id()));
+  for (const auto& id : j.allocations) ops.push_back(store::Op::Delete("allocs/" + id));
+  for (int64_t seq : j.events) ops.push_back(store::Op::Delete("events/" + Pad(seq, 16)));
+}
+
+void ControlPlane::FinishDeletes(std::vector<store::Op>& ops) const {
   ops.push_back(EventSeqOp());
   // Deleting the newest jobs must not let a restart hand out their numbers again (agents'
   // task folders and Slurm tags are named by allocation id).
   ops.push_back(store::Op::Put("counters/jobs", std::to_string(next_job_seq_)));
   ops.push_back(store::Op::Put("counters/allocs", std::to_string(next_alloc_)));
-  if (!Commit(std::move(ops)).ok()) return 0;  // kept; the next call tries again
-  for (const std::string& id : gone) {
-    JobRecord& j = jobs_.at(id);
-    for (const auto& a : j.allocations) allocations_.erase(a);
-    for (int64_t seq : j.events) events_.erase(seq);
-    // The key answers for the submission's other jobs while any is kept.
-    if (auto k = idempotency_.find(j.idempotency_key); k != idempotency_.end()) {
-      std::erase(k->second, id);
-      if (k->second.empty()) idempotency_.erase(k);
-    }
-    jobs_.erase(id);
+}
+
+void ControlPlane::ForgetJob(const std::string& id) {
+  JobRecord& j = jobs_.at(id);
+  for (const auto& a : j.allocations) allocations_.erase(a);
+  for (int64_t seq : j.events) events_.erase(seq);
+  // The key answers for the submission's other jobs while any is kept.
+  if (auto k = idempotency_.find(j.idempotency_key); k != idempotency_.end()) {
+    std::erase(k->second, id);
+    if (k->second.empty()) idempotency_.erase(k);
   }
-  return gone.size();
+  jobs_.erase(id);
+}
+
+StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& id) {
+  if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not delete jobs");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !Visible(p, it->second))
+      return NotFound("job \"" + id + "\" not found");
+    JobRecord& j = it->second;
+    if (IsTerminal(j.state)) {
+      for (const auto& a : j.allocations)
+        if (allocations_.at(a).HoldsDevices())
+          return FailedPrecondition("job \"" + id + "\" has a task still stopping on node " +
+                                    allocations_.at(a).placement.node +
+                                    "; it can be deleted once the task is gone");
+      Json out = {{"name", id}, {"state", JobStateName(j.state)}, {"deleted", true}};
+      std::vector<store::Op> ops;
+      DeleteJobOps(j, ops);
+      FinishDeletes(ops);
+      AddAudit(ops, p, "delete", "job/" + id, "ok");
+      TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+      ForgetJob(id);
+      return out;
+    }
+  }
+  return Cancel(p, id);  // unfinished: cancelled first (a second delete removes it)
 }
 
 void ControlPlane::AddAudit(std::vector<store::Op>& ops, const Principal& p,
@@ -790,6 +827,10 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       JobRecord r;
       r.seq = next_job_seq_++;
       if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);
+      if (auto old = jobs_.find(s.job.id); old != jobs_.end() && IsTerminal(old->second.state))
+        return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists (" +
+                             JobStateName(old->second.state) + "); `tessera delete job " +
+                             s.job.id + "` removes it and frees the name");
       if (jobs_.count(s.job.id) || reserved_ids_.count(s.job.id) || seen.count(s.job.id))
         return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists");
       seen.insert(s.job.id);
@@ -895,7 +936,8 @@ StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& id) {
   JobRecord& j = it->second;
   if (IsTerminal(j.state))
     return FailedPrecondition("job \"" + id + "\" already finished (" +
-                              std::string(JobStateName(j.state)) + ")");
+                              std::string(JobStateName(j.state)) + "); `tessera delete job " + id +
+                              "` removes it and frees its name");
   std::vector<store::Op> ops;
   if (j.state == JobState::kTerminating) {
     j.after_termination = JobState::kCancelled;

@@ -213,6 +213,9 @@ class ControlPlane {
   StatusOr<Json> GetJob(const Principal& p, const std::string& id, bool describe);
   StatusOr<Json> ListJobs(const Principal& p, const ListOptions& o);
   StatusOr<Json> Cancel(const Principal& p, const std::string& id);
+  // A finished job is removed with its allocations and events (its name is free again); an
+  // unfinished one is cancelled (as Cancel).
+  StatusOr<Json> DeleteJob(const Principal& p, const std::string& id);
   StatusOr<Json> ListEvents(const Principal& p, const std::string& job, int64_t after,
                             size_t limit);
   Json ListQueues(const Principal& p);
@@ -282,6 +285,11 @@ class ControlPlane {
   // Drops a job's oldest events beyond max_events_per_job.
   void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j);
   store::Op EventSeqOp() const;
+  // Deleting finished jobs: the store deletes (job, allocations, events), the counters that
+  // keep their numbers from coming back, and, once committed, forgetting them in memory.
+  void DeleteJobOps(const JobRecord& j, std::vector<store::Op>& ops) const;
+  void FinishDeletes(std::vector<store::Op>& ops) const;
+  void ForgetJob(const std::string& id);
   void AddAudit(std::vector<store::Op>& ops, const Principal& p, const std::string& action,
                 const std::string& object, const std::string& result);
   store::Op JobOp(const JobRecord& j) const;
