@@ -358,6 +358,11 @@ TEST_F(ApiTest, IdempotencyKeyMakesARetryReturnTheStoredJobInsteadOfASecond) {
   EXPECT_EQ(retry.body["items"][0]["name"], "idem");
   // Without the key the name collides, as before.
   EXPECT_EQ(Do("POST", "/v1/jobs", root, Job("idem", "debug")).status, 409);
+  // The same key with another document is not a retry: refused, or that job would be lost.
+  Resp other = Do("POST", "/v1/jobs", root, Job("idem-2", "debug"), key);
+  EXPECT_EQ(other.status, 409) << other.raw;
+  EXPECT_NE(other.raw.find("already used for a different document (job idem)"), std::string::npos)
+      << other.raw;
   // Generated names: a retry does not create a second job either.
   const std::string unnamed =
       "apiVersion: tessera.io/v1\nkind: Job\nspec:\n  queue: debug\n  tasks: [{replicas: 1, "
@@ -383,6 +388,8 @@ TEST_F(ApiTest, IdempotencyKeyMakesARetryReturnTheStoredJobInsteadOfASecond) {
   auto again = cp_->Submit(kAdmin, Job("idem", "debug"), "submit-7f3a", &replayed);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(replayed);
+  EXPECT_EQ(cp_->Submit(kAdmin, Job("idem-2", "debug"), "submit-7f3a").status().code(),
+            StatusCode::kAlreadyExists);
   EXPECT_EQ(cp_->counts().jobs, 2u);
   EXPECT_EQ(cp_->Submit(kAdmin, Job("k", "debug"), "bad key with spaces").status().code(),
             StatusCode::kInvalidArgument);

@@ -196,6 +196,7 @@ Status ControlPlane::Load() {
     r.attempt = j.value("attempt", 1);
     r.task_restarts = j.value("taskRestarts", 0);
     r.idempotency_key = j.value("idempotencyKey", "");
+    r.idempotency_digest = j.value("idempotencyDigest", "");
     r.user = j.value("user", "");
     r.seq = j.value("seq", int64_t{0});
     r.created_at = j.value("createdAt", int64_t{0});
@@ -296,6 +297,7 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
   o["attempt"] = j.attempt;
   if (j.task_restarts) o["taskRestarts"] = j.task_restarts;
   if (!j.idempotency_key.empty()) o["idempotencyKey"] = j.idempotency_key;
+  if (!j.idempotency_digest.empty()) o["idempotencyDigest"] = j.idempotency_digest;
   o["user"] = j.user;
   o["seq"] = j.seq;
   o["createdAt"] = j.created_at;
@@ -750,16 +752,21 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     }
   } announcement{store_.get()};
   store_->Announce();
+  const std::string digest = key.empty() ? "" : Sha256Hex(body);
   if (!key.empty()) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = idempotency_.find(key);
     if (it != idempotency_.end()) {
       // A retry of a submission that was stored: answer as the first time, create nothing.
+      // The same key with another body is a different submission that would be lost.
       std::vector<Json> out;
       for (const auto& id : it->second) {
         auto j = jobs_.find(id);
         if (j == jobs_.end() || !Visible(p, j->second))
           return AlreadyExists("Idempotency-Key: already used for another submission");
+        if (!j->second.idempotency_digest.empty() && j->second.idempotency_digest != digest)
+          return AlreadyExists("Idempotency-Key: already used for a different document (job " + id +
+                               "); a new submission needs a new key");
         out.push_back(JobView(j->second, false));
       }
       if (replayed) *replayed = true;
@@ -838,6 +845,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       s.job.submit_time = r.created_at;
       r.user = p.name;
       r.idempotency_key = key;
+      if (!key.empty()) r.idempotency_digest = digest;
       r.spec = std::move(s);
       ops.push_back(JobOp(r));
       Event e{next_event_seq_++,

@@ -98,8 +98,9 @@ struct JobRecord {
   JobState state = JobState::kPending;
   JobState after_termination = JobState::kPending;  // where a Terminating job goes
   int32_t attempt = 1;
-  int32_t task_restarts = 0;    // single tasks restarted (RestartTask); they count as retries
-  std::string idempotency_key;  // of the submission that created it ("" = none)
+  int32_t task_restarts = 0;       // single tasks restarted (RestartTask); they count as retries
+  std::string idempotency_key;     // of the submission that created it ("" = none)
+  std::string idempotency_digest;  // SHA-256 of that submission's body: a reuse must match
   std::string user;
   int64_t seq = 0;
   int64_t created_at = 0, started_at = -1, finished_at = -1;  // started_at: first attempt
