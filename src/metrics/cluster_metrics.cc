@@ -132,6 +132,12 @@ ClusterMetrics::ClusterMetrics() {
       Must(r.AddCounter("tessera_scheduling_evictions_total",
                         "Task evictions decided by the engine, by reason (Preempted, Reclaimed).",
                         std::array<std::string, 1>{"reason"}));
+  store_failures_total_ = Must(r.AddCounter(
+      "tessera_store_commit_failures_total",
+      "Store commits that failed and made the server refuse a request (a full disk, an "
+      "unwritable data dir).",
+      std::array<std::string, 0>{}));
+  store_failures_total_->Add({}, 0);  // the series exists before the first failure
   build_info_ = Must(r.AddGauge("tessera_build_info", "Always 1; the version is a label.",
                                 std::array<std::string, 1>{"version"}));
   build_info_->Set({"0.1.0"}, 1);
@@ -150,6 +156,8 @@ void ClusterMetrics::ObserveCycle(const Plan& plan, double seconds) {
   bindings_total_->Add({}, static_cast<double>(plan.bindings.size()));
   for (const Eviction& e : plan.evictions) evictions_total_->Add({e.reason}, 1);
 }
+
+void ClusterMetrics::ObserveStoreFailure() { store_failures_total_->Add({}, 1); }
 
 void ClusterMetrics::Update(const ClusterView& view) {
   std::lock_guard lock(mu_);

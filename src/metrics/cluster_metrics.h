@@ -53,6 +53,8 @@ class ClusterMetrics {
 
   void Update(const ClusterView& view);
   void ObserveCycle(const Plan& plan, double seconds);
+  // A store commit failed and the server refused a request for it.
+  void ObserveStoreFailure();
 
   // The registry, for the server to add its own instruments (e.g. HTTP request counters).
   Registry& registry() { return registry_; }
@@ -116,6 +118,7 @@ class ClusterMetrics {
   // Cycles.
   HistogramVec<0>* cycle_duration_;
   CounterVec<0>* bindings_total_;
+  CounterVec<0>* store_failures_total_;
   CounterVec<1>* evictions_total_;
   GaugeVec<1>* build_info_;
 };

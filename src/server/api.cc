@@ -166,6 +166,16 @@ void ApiServer::Routes() {
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
+  // Readiness: the process answers (/healthz) and its store takes writes. A full disk
+  // makes every submission fail with 503 while the process lives on: a load balancer or an
+  // alert should see it.
+  s.Get("/readyz", [&cp](const httplib::Request&, httplib::Response& res) {
+    ControlPlane::StoreHealth h = cp.store_health();
+    if (h.error.empty()) return res.set_content("ok\n", "text/plain");
+    Reply(res, 503,
+          ErrorJson(Unavailable("the store refused the last write (at " +
+                                std::to_string(h.failed_at) + "): " + h.error)));
+  });
   RegisterObservabilityRoutes(s);  // /metrics, /ui/ (observability_routes.h)
 
   s.Post("/v1/jobs",

@@ -215,8 +215,9 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
     EXPECT_NE(answer.find("a POST needs a Content-Length header, 0 for no body"), std::string::npos)
         << answer;
   }
-  // Still serving, nothing half-accepted.
+  // Still serving, nothing half-accepted; the store took every write (ready).
   EXPECT_EQ(Do("GET", "/healthz", "").status, 200);
+  EXPECT_EQ(Do("GET", "/readyz", "").status, 200);
   Resp list = Do("GET", "/v1/jobs", root);
   EXPECT_EQ(list.status, 200);
   EXPECT_TRUE(list.body["items"].empty());

@@ -513,7 +513,9 @@ Status ControlPlane::Commit(std::vector<store::Op> ops) {
   if (!r.ok()) {
     // Memory already holds the change; the store does not. Fail-stop: a restart reloads the
     // durable truth, and nothing of this change was acknowledged or dispatched.
-    std::fprintf(stderr, "tessera server: FATAL: store write failed: %s\n",
+    std::fprintf(stderr,
+                 "tessera server: FATAL: store write failed: %s (a full disk or an unwritable "
+                 "data dir?); stopping so that a restart reloads what is durable\n",
                  r.status().ToString().c_str());
     std::abort();
   }
@@ -882,7 +884,13 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (result.ok())
         for (auto& r : records) idempotency_[key].push_back(r.id());
     }
-    if (!result.ok()) return Unavailable("not stored, try again: " + result.status().message());
+    NoteStoreResult(result.status());
+    if (!result.ok()) {
+      std::fprintf(stderr, "tessera server: a submission was refused (503): the store failed: %s\n",
+                   result.status().ToString().c_str());
+      if (options_.on_store_error) options_.on_store_error(result.status());
+      return Unavailable("not stored, try again: " + result.status().message());
+    }
     for (auto& e : events) events_[e.seq] = std::move(e);
     for (auto& r : records) {
       std::string id = r.id();
@@ -892,6 +900,21 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
   }
   Kick();
   return out;
+}
+
+void ControlPlane::NoteStoreResult(const Status& s) {
+  if (s.ok()) {
+    store_health_.error.clear();
+    return;
+  }
+  store_health_.error = s.message();
+  store_health_.failed_at = Now();
+  store_health_.failures += 1;
+}
+
+ControlPlane::StoreHealth ControlPlane::store_health() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return store_health_;
 }
 
 StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& id, bool describe) {

@@ -181,6 +181,9 @@ struct ControlPlaneOptions {
   std::function<void(const Snapshot&, const Plan&, const std::vector<JobSummary>&, int64_t now,
                      double seconds)>
       on_cycle;
+  // Called (no lock held) when a store commit fails and a request was refused for it (a full
+  // disk: 503 to a submission), with the store's error; for metrics (observability).
+  std::function<void(const Status&)> on_store_error;
 };
 
 struct ListOptions {
@@ -217,6 +220,14 @@ class ControlPlane {
   // A finished job is removed with its allocations and events (its name is free again); an
   // unfinished one is cancelled (as Cancel).
   StatusOr<Json> DeleteJob(const Principal& p, const std::string& id);
+  // Whether the store took the last write: "" when it did (or none was refused), else why
+  // and when it refused (readiness: GET /readyz).
+  struct StoreHealth {
+    std::string error;  // the last refusal's error, while no commit has succeeded since
+    int64_t failed_at = 0;
+    int64_t failures = 0;  // in all, since the start
+  };
+  StoreHealth store_health() const;
   StatusOr<Json> ListEvents(const Principal& p, const std::string& job, int64_t after,
                             size_t limit);
   Json ListQueues(const Principal& p);
@@ -286,6 +297,8 @@ class ControlPlane {
   // Drops a job's oldest events beyond max_events_per_job.
   void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j);
   store::Op EventSeqOp() const;
+  void NoteStoreResult(const Status& s);  // for store_health(); mu_ held
+  StoreHealth store_health_;
   // Deleting finished jobs: the store deletes (job, allocations, events), the counters that
   // keep their numbers from coming back, and, once committed, forgetting them in memory.
   void DeleteJobOps(const JobRecord& j, std::vector<store::Op>& ops) const;

@@ -1100,3 +1100,64 @@ TEST_F(ControlPlaneTest, HundredThousandJobsRestartQuickly) {
 
 }  // namespace
 }  // namespace tessera::server
+
+namespace tessera::server {
+namespace {
+
+// A store that refuses every write while `full` is set, as a full disk does.
+class FullDiskStore : public store::Store {
+ public:
+  explicit FullDiskStore(std::unique_ptr<store::Store> s) : s_(std::move(s)) {}
+  std::future<StatusOr<store::TxnResult>> TxnAsync(std::vector<store::Compare> c,
+                                                   std::vector<store::Op> ops) override {
+    if (!full) return s_->TxnAsync(std::move(c), std::move(ops));
+    std::promise<StatusOr<store::TxnResult>> p;
+    p.set_value(Unavailable("sqlite: COMMIT: database or disk is full"));
+    return p.get_future();
+  }
+  StatusOr<std::optional<store::KeyValue>> Get(const std::string& k) override { return s_->Get(k); }
+  StatusOr<std::vector<store::KeyValue>> Range(const std::string& p, const std::string& a,
+                                               size_t l) override {
+    return s_->Range(p, a, l);
+  }
+  int64_t Revision() override { return s_->Revision(); }
+  Stats GetStats() override { return s_->GetStats(); }
+  std::atomic<bool> full{false};
+
+ private:
+  std::unique_ptr<store::Store> s_;
+};
+
+// A submission the store refuses gets 503, is logged and counted (on_store_error), and the
+// store's health says so until a write succeeds again.
+TEST(ControlPlaneStore, ARefusedWriteIsReportedUntilOneSucceeds) {
+  const std::string dir = testing::TempDir("cp_full_disk");
+  auto st = store::OpenSqliteStore(dir);
+  ASSERT_TRUE(st.ok());
+  auto owned = std::make_unique<FullDiskStore>(std::move(*st));
+  FullDiskStore* disk = owned.get();
+  int reported = 0;
+  ControlPlaneOptions o;
+  o.run_scheduler = false;
+  o.on_store_error = [&](const Status&) { ++reported; };
+  auto cp = ControlPlane::Open(std::move(owned), std::make_unique<ScriptedEngine>(), o);
+  ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+  ASSERT_TRUE((*cp)->Apply(kAdmin, kSetup).ok());
+  EXPECT_TRUE((*cp)->store_health().error.empty());
+  disk->full = true;
+  auto refused = (*cp)->Submit(kAdmin, JobDoc("lost", 1, 1));
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(reported, 1);
+  ControlPlane::StoreHealth h = (*cp)->store_health();
+  EXPECT_EQ(h.error, "sqlite: COMMIT: database or disk is full");
+  EXPECT_EQ(h.failures, 1);
+  disk->full = false;
+  ASSERT_TRUE((*cp)->Submit(kAdmin, JobDoc("kept", 1, 1)).ok());
+  EXPECT_TRUE((*cp)->store_health().error.empty());
+  EXPECT_EQ((*cp)->store_health().failures, 1);
+  cp->reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera::server

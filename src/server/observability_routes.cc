@@ -12,6 +12,8 @@ metrics::ClusterMetrics& ProcessMetrics() {
   return *m;  // scheduling thread may still report while static destructors run
 }
 
+void ObserveStoreErrorForMetrics(const Status&) { ProcessMetrics().ObserveStoreFailure(); }
+
 void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
                             const std::vector<JobSummary>& jobs, int64_t now, double seconds) {
   metrics::ClusterMetrics& m = ProcessMetrics();

@@ -23,6 +23,9 @@ metrics::ClusterMetrics& ProcessMetrics();
 // `jobs`: every job the server keeps, so tessera_jobs counts finished states too.
 void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
                             const std::vector<JobSummary>& jobs, int64_t now, double seconds);
+// Counts a store commit that failed (ControlPlaneOptions::on_store_error):
+// tessera_store_commit_failures_total.
+void ObserveStoreErrorForMetrics(const Status& error);
 // The dashboard folder: $TESSERA_WEB_DIR, else web/dist under the working directory, else
 // web/dist beside the source tree the binary was built in; "" when none exists.
 std::string DashboardDir();

@@ -42,6 +42,7 @@ const std::string& OpenApiJson() {
   "paths": {
     "/openapi.json": {"get": {"summary": "this document", "security": [], "responses": {"200": {"description": "OpenAPI 3"}}}},
     "/healthz": {"get": {"summary": "liveness", "security": [], "responses": {"200": {"description": "ok"}}}},
+    "/readyz": {"get": {"summary": "readiness: the store takes writes", "security": [], "responses": {"200": {"description": "ok"}, "503": {"$ref": "#/components/responses/Error"}}}},
     "/v1/jobs": {
       "post": {"summary": "submit jobs: Tessera/Volcano/Kubernetes YAML or JSON (several documents separated by ---), or an #SBATCH script; acknowledged only once durable",
                "requestBody": {"required": true, "content": {"application/yaml": {}, "application/json": {}, "text/x-shellscript": {}}},
