@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 
 #include <httplib.h>
 
@@ -147,6 +148,17 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     ::mkdir(options.work_dir.substr(0, pos).c_str(), 0755);
   ::mkdir(options.work_dir.c_str(), 0755);
   std::unique_ptr<Agent> a(new Agent(std::move(options)));
+  {
+    const std::string path = a->opt_.work_dir + "/agent-id";
+    std::ifstream in(path);
+    std::getline(in, a->instance_id_);
+    if (a->instance_id_.empty()) {
+      a->instance_id_ = a->opt_.boot_id;  // random; kept from now on
+      std::ofstream out(path, std::ios::trunc);
+      out << a->instance_id_ << "\n";
+      if (!out) return Unavailable("cannot write " + path + " (is the work dir writable?)");
+    }
+  }
   ExecutorOptions eo;
   eo.work_dir = a->opt_.work_dir;
   eo.node = a->opt_.node;
@@ -291,6 +303,7 @@ Json Agent::RegisterBody() const {
   body["node"] = NodeToJson(opt_.node);
   body["agentVersion"] = kAgentVersion;
   body["bootId"] = opt_.boot_id;
+  body["instanceId"] = instance_id_;
   body["logsUrl"] = logs_url();
   // The tasks this agent holds, adopted from an earlier agent process included: the server
   // keeps those allocations instead of writing them off with the old boot id.

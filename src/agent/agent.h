@@ -97,6 +97,9 @@ class Agent {
   Status StartLogsServer();
 
   AgentOptions opt_;
+  // This work dir's id (<work dir>/agent-id, made once): the same across restarts of the
+  // agent that owns these tasks, different for a second agent claiming the node's name.
+  std::string instance_id_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<httplib::Server> logs_server_;
   std::thread logs_thread_, loop_thread_;

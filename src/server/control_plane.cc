@@ -176,6 +176,7 @@ Status ControlPlane::Load() {
     n.node = *node;
     n.epoch = j.value("epoch", int64_t{0});
     n.boot_id = j.value("bootId", "");
+    n.instance_id = j.value("instanceId", "");
     n.logs_url = j.value("logsUrl", "");
     n.agent_version = j.value("agentVersion", "");
     n.last_heartbeat = now;  // agents get a full grace period after a server restart
@@ -347,11 +348,9 @@ store::Op ControlPlane::AllocOp(const Allocation& a) const {
 }
 
 store::Op ControlPlane::NodeOp(const NodeRecord& n) const {
-  Json o = {{"node", NodeToJson(n.node)},
-            {"epoch", n.epoch},
-            {"bootId", n.boot_id},
-            {"logsUrl", n.logs_url},
-            {"agentVersion", n.agent_version}};
+  Json o = {{"node", NodeToJson(n.node)}, {"epoch", n.epoch},
+            {"bootId", n.boot_id},        {"instanceId", n.instance_id},
+            {"logsUrl", n.logs_url},      {"agentVersion", n.agent_version}};
   return store::Op::Put("nodes/" + n.node.name, o.dump());
 }
 
@@ -1483,8 +1482,9 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   std::string version, boot;
   TESSERA_RETURN_IF_ERROR(r.String("agentVersion", version));
   TESSERA_RETURN_IF_ERROR(r.String("bootId", boot, true));
-  std::string logs_url;
+  std::string logs_url, instance;
   TESSERA_RETURN_IF_ERROR(r.String("logsUrl", logs_url));
+  TESSERA_RETURN_IF_ERROR(r.String("instanceId", instance));
   // The tasks the agent holds, adopted from its previous process included (agent-protocol.md).
   std::set<std::string> held;
   if (const Json* tasks = r.Get("tasks")) {
@@ -1503,12 +1503,24 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   std::vector<store::Op> ops;
   auto it = nodes_.find(node->name);
   bool fresh = it == nodes_.end();
+  // A second agent under the same node name (a cloned VM, a host name collision) while the
+  // first still heartbeats would take the node over back and forth, and both would run the
+  // node's tasks. The agent that owns the node's work dir (same id) may always come back.
+  if (!fresh && it->second.node.ready && !instance.empty() && !it->second.instance_id.empty() &&
+      instance != it->second.instance_id &&
+      Now() - it->second.last_heartbeat <= 2 * options_.heartbeat_seconds)
+    return FailedPrecondition(
+        "node " + node->name + " is served by another live agent (work dir id " +
+        it->second.instance_id + ", last heartbeat " +
+        std::to_string(Now() - it->second.last_heartbeat) + " s ago; this agent's is " + instance +
+        "): two agents with one node name? Give this one its own --node");
   NodeRecord& n = nodes_[node->name];
   bool new_boot = fresh || n.boot_id != boot;
   bool was_ready = !fresh && n.node.ready;
   n.node = *node;
   n.node.ready = true;
   n.agent_version = version;
+  if (!instance.empty()) n.instance_id = instance;
   if (!logs_url.empty()) n.logs_url = logs_url;
   n.last_heartbeat = Now();
   if (new_boot) {

@@ -127,6 +127,7 @@ struct NodeRecord {
   Node node;
   int64_t epoch = 0;
   std::string boot_id;
+  std::string instance_id;  // the agent's work dir id: another one is a second agent
   std::string logs_url;
   std::string agent_version;
   int64_t last_heartbeat = 0;

@@ -1012,6 +1012,28 @@ TEST_F(ControlPlaneTest, ARequeuedJobKeepsItsServiceAndStartsAfresh) {
   EXPECT_EQ(Job("victim")["attainedGpuSeconds"], 8000);
 }
 
+// A second agent under a node name that a live agent serves is refused (it would take the
+// node over back and forth, both running its tasks); the owner of the node's work dir may
+// come back at once with a new boot, and once the first goes quiet the second may take over.
+TEST_F(ControlPlaneTest, ASecondLiveAgentForANodeIsRefused) {
+  auto doc = [](const std::string& boot, const std::string& instance) {
+    Json d = NodeDoc("node-a", 8);
+    d["bootId"] = boot;
+    d["instanceId"] = instance;
+    return d;
+  };
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-1", "workdir-1")).ok());
+  auto twin = cp_->RegisterAgent(kAdmin, doc("boot-2", "workdir-2"));
+  EXPECT_EQ(twin.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(twin.status().message().find("node node-a is served by another live agent (work dir "
+                                         "id workdir-1"),
+            std::string::npos)
+      << twin.status().message();
+  EXPECT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-3", "workdir-1")).ok()) << "its restart";
+  clock_.now += 5;  // the first agent went quiet
+  EXPECT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-4", "workdir-2")).ok());
+}
+
 TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   int64_t ea = Epoch("node-a");
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("gang", 1, 8)).ok());
