@@ -818,6 +818,32 @@ void AddClientCommands(CLI::App& app) {
     });
   }
 
+  // cordon / uncordon / drain (admin), as kubectl's
+  for (const char* op : {"cordon", "uncordon", "drain"}) {
+    auto nodes = std::make_shared<std::vector<std::string>>();
+    const std::string what = op;
+    CLI::App* c = app.add_subcommand(
+        what, what == "cordon"     ? "mark nodes unschedulable: no new tasks (admin)"
+              : what == "uncordon" ? "mark nodes schedulable again (admin)"
+                                   : "cordon nodes and evict their jobs, which restart elsewhere "
+                                     "(admin)");
+    c->add_option("nodes", *nodes, "node names")->required();
+    AddCommon(c, *f, false);
+    c->callback([f, nodes, what] {
+      for (const auto& n : *nodes) {
+        auto r = Call(*f, "POST", "/v1/nodes/" + Esc(n) + "/" + what, "", "application/json");
+        if (!Check(*f, r)) continue;
+        std::printf("node/%s %s\n", n.c_str(),
+                    what == "cordon"     ? "cordoned"
+                    : what == "uncordon" ? "uncordoned"
+                                         : "drained");
+        if (what == "drain")
+          for (const auto& j : r.body.value("evicted", Json::array()))
+            std::printf("job/%s evicted\n", j.get<std::string>().c_str());
+      }
+    });
+  }
+
   // cancel
   {
     auto names = std::make_shared<std::vector<std::string>>();
@@ -841,22 +867,24 @@ void AddClientCommands(CLI::App& app) {
     auto names = std::make_shared<std::vector<std::string>>();
     CLI::App* c = app.add_subcommand(
         "delete",
-        "delete finished jobs (an unfinished one is cancelled), or queues, priority classes, "
-        "tokens (admin)");
-    c->add_option("kind", *kind, "job | queue | priorityclass | token")
+        "delete finished jobs (an unfinished one is cancelled), or NotReady nodes, queues, "
+        "priority classes, tokens (admin)");
+    c->add_option("kind", *kind, "job | node | queue | priorityclass | token")
         ->required()
-        ->check(CLI::IsMember({"job", "jobs", "queue", "queues", "priorityclass", "priorityclasses",
-                               "pc", "token", "tokens"}));
+        ->check(CLI::IsMember({"job", "jobs", "node", "nodes", "queue", "queues", "priorityclass",
+                               "priorityclasses", "pc", "token", "tokens"}));
     c->add_option("names", *names, "names")->required();
     AddCommon(c, *f, false);
     c->callback([f, kind, names] {
       const std::string k = kind->starts_with("queue")   ? "queue"
                             : kind->starts_with("token") ? "token"
                             : kind->starts_with("job")   ? "job"
+                            : kind->starts_with("node")  ? "node"
                                                          : "priorityclass";
       const std::string path = k == "queue"   ? "/v1/queues/"
                                : k == "token" ? "/v1/tokens/"
                                : k == "job"   ? "/v1/jobs/"
+                               : k == "node"  ? "/v1/nodes/"
                                               : "/v1/priorityclasses/";
       for (const auto& n : *names) {
         auto r = Call(*f, "DELETE", path + Esc(n));

@@ -344,6 +344,20 @@ void ApiServer::Routes() {
         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
           Reply(res, 200, cp.ListNodes(p, req.get_param_value("allocations") == "true"));
         }));
+  // Node operations (admin), as kubectl cordon / uncordon / drain / delete node.
+  s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon|drain))",
+         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+           const std::string node = req.matches[1], op = req.matches[2];
+           auto r = op == "drain" ? cp.DrainNode(p, node) : cp.CordonNode(p, node, op == "cordon");
+           if (!r.ok()) return Fail(res, r.status());
+           Reply(res, 200, *r);
+         }));
+  s.Delete(R"(/v1/nodes/([^/]+))", Authed(cp, [&cp](const Principal& p, const httplib::Request& req,
+                                                    httplib::Response& res) {
+             auto r = cp.DeleteNode(p, req.matches[1]);
+             if (!r.ok()) return Fail(res, r.status());
+             Reply(res, 200, *r);
+           }));
   s.Get("/v1/pools",
         Authed(cp, [&cp](const Principal&, const httplib::Request&, httplib::Response& res) {
           Reply(res, 200, cp.ListPools());

@@ -177,6 +177,7 @@ Status ControlPlane::Load() {
     n.epoch = j.value("epoch", int64_t{0});
     n.boot_id = j.value("bootId", "");
     n.instance_id = j.value("instanceId", "");
+    n.cordoned = j.value("cordoned", false);
     n.logs_url = j.value("logsUrl", "");
     n.agent_version = j.value("agentVersion", "");
     n.last_heartbeat = now;  // agents get a full grace period after a server restart
@@ -351,6 +352,7 @@ store::Op ControlPlane::NodeOp(const NodeRecord& n) const {
   Json o = {{"node", NodeToJson(n.node)}, {"epoch", n.epoch},
             {"bootId", n.boot_id},        {"instanceId", n.instance_id},
             {"logsUrl", n.logs_url},      {"agentVersion", n.agent_version}};
+  if (n.cordoned) o["cordoned"] = true;
   return store::Op::Put("nodes/" + n.node.name, o.dump());
 }
 
@@ -1068,6 +1070,7 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
   Json items = Json::array();
   for (const auto& [name, n] : nodes_) {
     Json o = NodeToJson(n.node);
+    if (n.cordoned) o["unschedulable"] = true;
     o["ready"] = n.node.ready;
     o["epoch"] = n.epoch;
     o["lastHeartbeat"] = n.last_heartbeat;
@@ -1086,6 +1089,85 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
     items.push_back(o);
   }
   return {{"items", items}};
+}
+
+StatusOr<Json> ControlPlane::CordonNode(const Principal& p, const std::string& name, bool cordon) {
+  if (!p.IsAdmin()) return PermissionDenied("only an admin may cordon or uncordon a node");
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return NotFound("node \"" + name + "\" not found");
+  NodeRecord& n = it->second;
+  std::vector<store::Op> ops;
+  if (n.cordoned != cordon) {
+    n.cordoned = cordon;
+    ops.push_back(NodeOp(n));
+    AddEvent(ops, "Normal", cordon ? "NodeCordoned" : "NodeUncordoned", "node/" + name,
+             (cordon ? "no new tasks (cordoned by " : "schedulable again (uncordoned by ") +
+                 p.name + ")");
+    AddAudit(ops, p, cordon ? "cordon" : "uncordon", "node/" + name, "ok");
+  }
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  Kick();
+  return Json{{"name", name}, {"unschedulable", n.cordoned || n.node.unschedulable}};
+}
+
+StatusOr<Json> ControlPlane::DrainNode(const Principal& p, const std::string& name) {
+  auto c = CordonNode(p, name, true);
+  if (!c.ok()) return c.status();
+  std::lock_guard<std::mutex> l(mu_);
+  std::set<std::string> affected;
+  for (const auto& [id, a] : allocations_)
+    if (a.placement.node == name && a.Live()) affected.insert(a.job);
+  std::vector<store::Op> ops;
+  Json evicted = Json::array();
+  for (const auto& jid : affected) {
+    auto j = jobs_.find(jid);
+    if (j == jobs_.end()) continue;
+    OnTaskLoss(ops, j->second, true, "Drained", "node " + name + " is being drained by " + p.name);
+    evicted.push_back(jid);
+  }
+  if (!affected.empty()) AddAudit(ops, p, "drain", "node/" + name, "ok");
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  Kick();
+  return Json{{"name", name}, {"unschedulable", true}, {"evicted", evicted}};
+}
+
+StatusOr<Json> ControlPlane::DeleteNode(const Principal& p, const std::string& name) {
+  if (!p.IsAdmin()) return PermissionDenied("only an admin may delete a node");
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return NotFound("node \"" + name + "\" not found");
+  if (it->second.node.ready)
+    return FailedPrecondition("node " + name +
+                              " is Ready (its agent heartbeats): drain it and stop its agent "
+                              "first; a node is deleted once it is NotReady");
+  // Its agent is gone: what it ran is presumed stopped (a returning agent kills what it
+  // holds, as no allocation of it is desired any more).
+  std::vector<store::Op> ops;
+  std::set<std::string> affected;
+  int64_t released = 0;
+  for (auto& [id, a] : allocations_) {
+    if (a.placement.node != name || !a.HoldsDevices()) continue;
+    a.state = AllocState::kKilled;
+    a.finished_at = Now();
+    a.message = "node " + name + " deleted by " + p.name;
+    ops.push_back(AllocOp(a));
+    affected.insert(a.job);
+    ++released;
+  }
+  for (const auto& jid : affected) {
+    auto j = jobs_.find(jid);
+    if (j != jobs_.end()) MaybeFinishTermination(ops, j->second);
+  }
+  ops.push_back(store::Op::Delete("nodes/" + name));
+  AddEvent(ops, "Normal", "NodeDeleted", "node/" + name,
+           "deleted by " + p.name + "; " + std::to_string(released) +
+               " task(s) it held were written off");
+  AddAudit(ops, p, "delete", "node/" + name, "ok");
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  nodes_.erase(it);
+  Kick();
+  return Json{{"name", name}, {"deleted", true}, {"released", released}};
 }
 
 Json ControlPlane::ListPools() {
@@ -1806,7 +1888,10 @@ void ControlPlane::Loop() {
 
 Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) const {
   Snapshot s;
-  for (const auto& [name, n] : nodes_) s.nodes.push_back(n.node);
+  for (const auto& [name, n] : nodes_) {
+    s.nodes.push_back(n.node);
+    if (n.cordoned) s.nodes.back().unschedulable = true;
+  }
   for (const auto& [name, q] : queues_) s.queues.push_back(q);
   for (const auto& [name, pc] : priority_classes_) s.priority_classes.push_back(pc);
   std::map<std::string, std::vector<const Allocation*>>

@@ -128,6 +128,7 @@ struct NodeRecord {
   int64_t epoch = 0;
   std::string boot_id;
   std::string instance_id;  // the agent's work dir id: another one is a second agent
+  bool cordoned = false;    // by an admin (cordon/drain): no new tasks; kept across registers
   std::string logs_url;
   std::string agent_version;
   int64_t last_heartbeat = 0;
@@ -234,6 +235,13 @@ class ControlPlane {
   Json ListQueues(const Principal& p);
   Json ListPriorityClasses();
   Json ListNodes(const Principal& p, bool with_allocations = false);
+  // Admin node operations, as kubectl's. cordon: no new tasks (running ones stay);
+  // uncordon; drain: cordon, and every job with a task there is evicted (onEviction, so it
+  // restarts elsewhere); DeleteNode: a NotReady node is forgotten and what its tasks held is
+  // released (its queue's usage, its devices), for a node that is not coming back.
+  StatusOr<Json> CordonNode(const Principal& p, const std::string& name, bool cordon);
+  StatusOr<Json> DrainNode(const Principal& p, const std::string& name);
+  StatusOr<Json> DeleteNode(const Principal& p, const std::string& name);
   Json ListPools();
   StatusOr<Json> ListAudit(const Principal& p, int64_t after, size_t limit);
   // Queue / PriorityClass documents (admin): create or replace.

@@ -1034,6 +1034,52 @@ TEST_F(ControlPlaneTest, ASecondLiveAgentForANodeIsRefused) {
   EXPECT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-4", "workdir-2")).ok());
 }
 
+// Node operations, as kubectl's: drain cordons and evicts (the job restarts elsewhere, no
+// retry counted), a cordon survives the agent registering again, uncordon lifts it; a
+// NotReady node that is not coming back is deleted, releasing what its tasks held.
+TEST_F(ControlPlaneTest, CordonDrainAndDeleteANode) {
+  real_engine_ = true;
+  Reopen();
+  int64_t ea = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("moved", 1, 8)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::string id = Beat("node-a", ea)["allocations"][0]["allocation"];
+  Beat("node-a", ea, {Task(id, "running")});
+  const Principal member{"team", Role::kMember, {"default"}};
+  EXPECT_EQ(cp_->DrainNode(member, "node-a").status().code(), StatusCode::kPermissionDenied);
+  auto drained = cp_->DrainNode(kAdmin, "node-a");
+  ASSERT_TRUE(drained.ok()) << drained.status().ToString();
+  EXPECT_EQ((*drained)["evicted"], Json::array({"moved"}));
+  EXPECT_EQ(State("moved"), "Terminating");
+  Beat("node-a", ea, {Task(id, "killed", 143)});
+  EXPECT_EQ(State("moved"), "Pending");
+  int64_t eb = Epoch("node-b");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Job("moved")["nodes"], Json::array({"node-b"})) << "not back on the cordoned node";
+  Epoch("node-a");  // the agent registers again: still cordoned
+  Json nodes = cp_->ListNodes(kAdmin)["items"];
+  EXPECT_EQ(nodes[0].value("unschedulable", false), true) << nodes.dump();
+  ASSERT_TRUE(cp_->CordonNode(kAdmin, "node-a", false).ok());
+  EXPECT_EQ(cp_->ListNodes(kAdmin)["items"][0].value("unschedulable", false), false);
+
+  // node-b dies with the job's task on it: NotReady, the task written off but holding its
+  // devices; deleting the node releases them.
+  std::string on_b = Beat("node-b", eb)["allocations"][0]["allocation"];
+  Beat("node-b", eb, {Task(on_b, "running")});
+  EXPECT_EQ(cp_->DeleteNode(kAdmin, "node-b").status().code(), StatusCode::kFailedPrecondition)
+      << "a Ready node is drained and its agent stopped first";
+  clock_.now += 31;
+  Beat("node-a", Epoch("node-a"));
+  cp_->CheckNodes();
+  auto deleted = cp_->DeleteNode(kAdmin, "node-b");
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_EQ((*deleted)["released"], 1);
+  for (const auto& a : Job("moved")["allocations"]) EXPECT_NE(a["state"], "Lost") << a.dump();
+  EXPECT_EQ(cp_->ListNodes(kAdmin)["items"].size(), 1u);
+  Reopen();
+  EXPECT_EQ(cp_->ListNodes(kAdmin)["items"].size(), 1u) << "durable";
+}
+
 TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   int64_t ea = Epoch("node-a");
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("gang", 1, 8)).ok());
