@@ -2173,9 +2173,15 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     }
     j.pending = {};  // (a running job's: its missing task is placed)
     j.last_failed_scheduling.clear();
+    // What ended the last attempt or task (evicted, failed) is history once it is placed
+    // again: its events keep it; the job's message would read as if it still held.
+    const bool had_message = !j.message.empty();
+    j.message.clear();
     if (pending) {
       j.state = JobState::kScheduled;
       j.run_started_at = plan.now;
+      ops.push_back(JobOp(j));
+    } else if (had_message) {
       ops.push_back(JobOp(j));
     }
     AddEvent(ops, "Normal", "Scheduled", "job/" + jid,

@@ -1056,6 +1056,7 @@ TEST_F(ControlPlaneTest, CordonDrainAndDeleteANode) {
   int64_t eb = Epoch("node-b");
   ASSERT_TRUE(cp_->RunCycle().ok());
   EXPECT_EQ(Job("moved")["nodes"], Json::array({"node-b"})) << "not back on the cordoned node";
+  EXPECT_FALSE(Job("moved").contains("message")) << "the drain is history once placed again";
   Epoch("node-a");  // the agent registers again: still cordoned
   Json nodes = cp_->ListNodes(kAdmin)["items"];
   EXPECT_EQ(nodes[0].value("unschedulable", false), true) << nodes.dump();
