@@ -1342,9 +1342,11 @@ void CycleRun::EvictFor(bool reclaim) {
     std::optional<int64_t> rank;
   };
   std::vector<Running> running;
+  std::vector<JobRec*> terminating;  // tasks being stopped: soon free
   int64_t used_gpu = 0;
   for (auto& [id, j] : m_.jobs) {
     used_gpu += j.allocated.gpu_milli;
+    if (j.running > 0 && j.spec->terminating) terminating.push_back(&j);
     if (j.running == 0 || !j.spec->preemptible || fresh.count(&j)) continue;
     if (e_.preempt_exempt_seconds > 0 && j.start_time >= 0 &&
         now_ - j.start_time < e_.preempt_exempt_seconds)
@@ -1371,6 +1373,27 @@ void CycleRun::EvictFor(bool reclaim) {
     const ResourceVector& need = *may;
     const JobRec& pre = *pj->rec;
     const Job& pjob = *pre.spec;
+    // Would it fit once the tasks being stopped are gone? Then it waits for them: evicting
+    // more now would take a victim per cycle for as long as their grace period runs.
+    if (!terminating.empty()) {
+      size_t mark = m_.undo.size();
+      int32_t stopping = 0;
+      for (JobRec* j : terminating)
+        for (int32_t t = 0; t < j->spec->TaskCount(); ++t)
+          if (j->allocations[t] && m_.ReleaseTask(*j, t).ok()) ++stopping;
+      const bool soon = TryPlaceJob(*pj, nullptr);
+      m_.Rollback(mark);
+      if (soon) {
+        pj->state = JState::kWaiting;
+        Decision(*pj).outcome = Outcome::kWaiting;
+        SetReason(*pj, {"PreemptionInProgress",
+                        "waiting for " + std::to_string(stopping) +
+                            " task(s) being stopped to exit (their grace period)",
+                        "",
+                        {}});
+        continue;
+      }
+    }
     // Victim units: a job's tasks above its gang minimum one by one, then the rest whole.
     struct Unit {
       JobRec* job;

@@ -652,6 +652,7 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.Int32("minAvailable", j.min_available));
   TESSERA_RETURN_IF_ERROR(r.StringMap("nodeSelector", j.node_selector));
   TESSERA_RETURN_IF_ERROR(r.Bool("preemptible", j.preemptible));
+  TESSERA_RETURN_IF_ERROR(r.Bool("terminating", j.terminating));
   TESSERA_RETURN_IF_ERROR(r.Int("gracePeriodSeconds", j.grace_period_seconds));
   TESSERA_RETURN_IF_ERROR(r.Bool("oneTaskPerNode", j.one_task_per_node));
   if (r.Has("runtimeEstimateSeconds")) {
@@ -750,6 +751,7 @@ Json JobToJson(const Job& j) {
   if (j.min_available) o["minAvailable"] = j.min_available;
   if (!j.node_selector.empty()) o["nodeSelector"] = j.node_selector;
   if (!j.preemptible) o["preemptible"] = false;
+  if (j.terminating) o["terminating"] = true;
   o["gracePeriodSeconds"] = j.grace_period_seconds;
   if (j.one_task_per_node) o["oneTaskPerNode"] = true;
   if (j.runtime_estimate_seconds) o["runtimeEstimateSeconds"] = *j.runtime_estimate_seconds;

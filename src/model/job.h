@@ -55,10 +55,10 @@ struct TaskGroup {
 
 // Where and with what one running task is placed.
 struct DeviceAssignment {
-  int32_t device = 0;        // index on the node
-  int32_t milli = 1000;      // compute taken: 1000 whole; <1000 fraction; MIG: profile milli
-  int64_t memory_bytes = 0;  // device memory taken
-  int32_t mig_instance = -1; // index into Device::mig, or -1
+  int32_t device = 0;         // index on the node
+  int32_t milli = 1000;       // compute taken: 1000 whole; <1000 fraction; MIG: profile milli
+  int64_t memory_bytes = 0;   // device memory taken
+  int32_t mig_instance = -1;  // index into Device::mig, or -1
   friend bool operator==(const DeviceAssignment&, const DeviceAssignment&) = default;
 };
 
@@ -79,7 +79,7 @@ struct Job {
   std::string id;  // unique and stable; the last key of every ordering
   std::string queue = "default";
   std::string priority_class;
-  int32_t priority = 0;  // resolved value of priority_class; higher goes first
+  int32_t priority = 0;     // resolved value of priority_class; higher goes first
   int64_t submit_time = 0;  // seconds, engine clock
   std::vector<TaskGroup> groups;
   int32_t min_available = 0;  // gang minimum; 0 means all tasks
@@ -87,7 +87,11 @@ struct Job {
   NodeAffinity affinity;
   std::vector<Toleration> tolerations;
   bool preemptible = true;
-  int64_t grace_period_seconds = 30;  // between SIGTERM and SIGKILL on eviction
+  // Its tasks are being stopped (their grace period runs): what they hold is as good as free
+  // for a preemptor, which waits for it instead of evicting more (as kube-scheduler does
+  // with terminating victims).
+  bool terminating = false;
+  int64_t grace_period_seconds = 30;                // between SIGTERM and SIGKILL on eviction
   std::optional<int64_t> runtime_estimate_seconds;  // user's or oracle's; backfill uses it
   // No two tasks of the job on one node, running ones included (Slurm's `-N`: distinct
   // nodes). The engine then needs as many nodes as tasks that run together.
@@ -95,7 +99,7 @@ struct Job {
 
   // Running state. allocations[i] is task i's placement, or nullopt while it waits.
   std::vector<std::optional<TaskAllocation>> allocations;
-  int64_t start_time = -1;  // when the gang started; -1 if never
+  int64_t start_time = -1;                 // when the gang started; -1 if never
   int64_t attained_gpu_milli_seconds = 0;  // service received so far (LAS policies)
 
   int32_t TaskCount() const;

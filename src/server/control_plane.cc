@@ -1962,6 +1962,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
       ph.min_available = 1;
       ph.preemptible =
           job.preemptible && a->state != AllocState::kStopping && a->state != AllocState::kLost;
+      ph.terminating = a->state == AllocState::kStopping;
       ph.grace_period_seconds = job.grace_period_seconds;
       ph.allocations = {a->placement};
       ph.start_time = j.run_started_at >= 0 ? j.run_started_at : j.created_at;

@@ -970,6 +970,32 @@ TEST_F(ControlPlaneTest, PreemptionEvictsRequeuesAndNamesThePreemptor) {
   EXPECT_EQ(State("vip"), "Scheduled");
 }
 
+// While a victim's task is in its grace period, the preemptor waits for it: the next
+// cycles evict nobody else (they once took another victim in every cycle until it exited).
+TEST_F(ControlPlaneTest, APreemptorWaitsForItsVictimInsteadOfEvictingMore) {
+  real_engine_ = true;
+  Reopen();
+  int64_t epoch = Epoch("node-a");
+  for (const char* name : {"low-1", "low-2"})
+    ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc(name, 1, 4, "  priorityClass: low\n")).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 2u);
+  Json running = Json::array();
+  for (const auto& a : d["allocations"]) running.push_back(Task(a["allocation"], "running"));
+  Beat("node-a", epoch, running);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("vip", 1, 4, "  priorityClass: high\n")).ok());
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    clock_.now += 1;
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    Beat("node-a", epoch, running);  // the victim's task is still stopping
+  }
+  int terminating = 0;
+  for (const char* name : {"low-1", "low-2"}) terminating += State(name) == "Terminating";
+  EXPECT_EQ(terminating, 1);
+  EXPECT_EQ(Job("vip")["pendingReason"]["code"], "PreemptionInProgress");
+}
+
 // The engine sees the current attempt: a requeued job has no start time and keeps the GPU
 // time its earlier attempt held (least attained service), across a restart of the server;
 // its next attempt starts when it is bound again.
