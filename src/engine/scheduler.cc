@@ -59,6 +59,7 @@ struct PendingJob {
   int32_t shapes_at = 0;   // its task groups' shape ids: CycleRun::group_shapes_[shapes_at + g]
   int32_t failure = -1;    // index into CycleRun::failures_ of the last failed attempt
   bool one_task_per_node = false;  // rec->spec->one_task_per_node
+  bool over_limit = false;         // waits on its queue's limit (it may preempt within it)
 
   // The task group of `task`, and its index.
   int32_t GroupOf(int32_t task) const {
@@ -252,6 +253,7 @@ class CycleRun {
   std::vector<Failure> failures_;              // why attempts failed; see PendingJob
   std::vector<PendingJob*> order_;             // job order (static keys)
   std::vector<PendingJob*> visit_;             // the order allocate visited them
+  bool any_over_limit_ = false;                // a job waits on its queue's limit
   // During a pass that only binds (allocate's, backfill's after its reservation): per
   // fence mode (none, backfill's fence) and shape id, the failure (index into failures_)
   // of a single-task job of that shape that found no node in this pass, or -1. See Attempt.
@@ -1116,6 +1118,7 @@ void CycleRun::Attempt(PendingJob& pj) {
     Decision(pj).outcome = Outcome::kInfeasible;
   } else if (why.code == "QueueOverLimit") {
     pj.state = JState::kWaiting;
+    pj.over_limit = any_over_limit_ = true;
     Decision(pj).outcome = Outcome::kWaiting;
   } else if (why.code == "Error") {
     pj.state = JState::kError;
@@ -1153,6 +1156,7 @@ void CycleRun::Enqueue() {
       if (!lim) continue;
       if (!WithinLimit(m_.queues[q].allocated + admitted[q] + need, *lim)) {
         pj->state = JState::kWaiting;
+        pj->over_limit = any_over_limit_ = true;
         Decision(*pj).outcome = Outcome::kWaiting;
         SetReason(*pj, {"QueueOverLimit",
                         "queue " + m_.queues[q].q.name + " would exceed its limit (" +
@@ -1300,11 +1304,16 @@ std::optional<int64_t> CycleRun::PreemptionRank(const JobRec& j) const {
 void CycleRun::EvictFor(bool reclaim) {
   // Nothing failed to place: nothing to evict for, and no pass over every job (most cycles
   // of a busy server or a replay).
-  const std::vector<PendingJob*>& tried = visit_.empty() ? order_ : visit_;
+  // (Jobs that wait on their queue's limit were not visited: all jobs then.)
+  const std::vector<PendingJob*>& tried = visit_.empty() || any_over_limit_ ? order_ : visit_;
   // What a failed job would need, if it may evict at all: its priority class allows it;
   // for reclaim, its queue has a guarantee that this job keeps it within.
+  // A job waiting on its queue's limit may preempt lower-priority work of its own queue (not
+  // reclaim: that is for queues below their guarantee): a victim frees the quota it needs.
   auto may_evict = [&](const PendingJob* pj) -> std::optional<ResourceVector> {
-    if (pj->state != JState::kFailed) return std::nullopt;
+    if (pj->state != JState::kFailed &&
+        !(!reclaim && pj->state == JState::kWaiting && pj->over_limit))
+      return std::nullopt;
     const JobRec& pre = *pj->rec;
     const Job& pjob = *pre.spec;
     auto pc = m_.priority_classes.find(pjob.priority_class);
@@ -1385,6 +1394,7 @@ void CycleRun::EvictFor(bool reclaim) {
       m_.Rollback(mark);
       if (soon) {
         pj->state = JState::kWaiting;
+        pj->over_limit = false;
         Decision(*pj).outcome = Outcome::kWaiting;
         SetReason(*pj, {"PreemptionInProgress",
                         "waiting for " + std::to_string(stopping) +
@@ -1523,6 +1533,7 @@ void CycleRun::EvictFor(bool reclaim) {
     std::string names;
     for (const auto& v : victim_jobs) names += (names.empty() ? "" : ", ") + v;
     pj->state = JState::kWaiting;
+    pj->over_limit = false;
     Decision(*pj).outcome = Outcome::kWaiting;
     SetReason(*pj, {"PreemptionInProgress",
                     "waiting for " + std::to_string(count) + " task(s) of " + names + " to exit (" +
