@@ -72,7 +72,21 @@ bool DeviceMatches(const TaskRequest& r, const NodeState& node, int32_t d) {
 namespace {
 // What a node lacks for a request, without building the words (scores ask this millions of
 // times per cycle; only the pending reason needs the words).
-enum class Shortfall { kNone, kGpu, kGpuMilli, kMig, kCpu, kMemory };
+enum class Shortfall { kNone, kGpu, kGpuMilli, kGpuMemory, kMig, kCpu, kMemory };
+
+// A GPU request that failed: for want of device memory when the node has devices of the
+// model but none with as much as each device is asked for (more GPUs or a larger share could
+// never help), else `other`.
+Shortfall GpuShortfall(const TaskRequest& r, const NodeState& node, Shortfall other) {
+  if (r.gpu.memory_bytes <= 0) return other;
+  bool matched = false;
+  for (int32_t d = 0; d < static_cast<int32_t>(node.devices.size()); ++d) {
+    if (!DeviceMatches(r, node, d)) continue;
+    if (node.node->devices[d].memory_bytes >= r.gpu.memory_bytes) return other;
+    matched = true;
+  }
+  return matched ? Shortfall::kGpuMemory : other;
+}
 
 Shortfall FitShortfall(const TaskRequest& r, const NodeState& node) {
   const int32_t nd = static_cast<int32_t>(node.devices.size());
@@ -82,13 +96,13 @@ Shortfall FitShortfall(const TaskRequest& r, const NodeState& node) {
     case GpuRequestKind::kWhole: {
       int32_t free = 0;
       for (int32_t d = 0; d < nd && free < r.gpu.count; ++d) free += WholeFree(r, node, d);
-      if (free < r.gpu.count) return Shortfall::kGpu;
+      if (free < r.gpu.count) return GpuShortfall(r, node, Shortfall::kGpu);
       break;
     }
     case GpuRequestKind::kFraction: {
       bool any = false;
       for (int32_t d = 0; d < nd && !any; ++d) any = FractionFits(r, node, d);
-      if (!any) return Shortfall::kGpuMilli;
+      if (!any) return GpuShortfall(r, node, Shortfall::kGpuMilli);
       break;
     }
     case GpuRequestKind::kMig: {
@@ -122,6 +136,8 @@ FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node) {
       return FilterVerdict::Fail("Insufficient nvidia.com/gpu", "nvidia.com/gpu");
     case Shortfall::kGpuMilli:
       return FilterVerdict::Fail("Insufficient tessera.io/gpu-milli", "tessera.io/gpu-milli");
+    case Shortfall::kGpuMemory:
+      return FilterVerdict::Fail("Insufficient tessera.io/gpu-memory", "tessera.io/gpu-memory");
     case Shortfall::kMig: {
       std::string res = "nvidia.com/mig-" + r.gpu.mig_profile;
       return FilterVerdict::Fail("Insufficient " + res, res);
