@@ -2059,6 +2059,25 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
   env["TESSERA_JOB"] = j.id();
   env["TESSERA_TASK"] = std::to_string(task);
   env["TESSERA_ATTEMPT"] = std::to_string(j.attempt);
+  if (j.spec.source == "sbatch") {
+    // What a batch script reads from Slurm. One Tessera task per Slurm node: the script runs
+    // once on each, as node `task` of the allocation.
+    std::map<int32_t, std::string> by_task = {{task, a.node}};
+    for (const auto& [key, other] : others) by_task[std::stoi(key)] = other.node;
+    std::vector<std::string> nodes;
+    for (const auto& [t, node] : by_task)
+      if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+    env["SLURM_JOB_ID"] = std::to_string(j.seq);
+    env["SLURM_JOBID"] = env["SLURM_JOB_ID"];
+    env["SLURM_JOB_NAME"] = j.id();
+    env["SLURM_JOB_NODELIST"] = Join(nodes, ",");
+    env["SLURM_NODELIST"] = env["SLURM_JOB_NODELIST"];
+    env["SLURM_JOB_NUM_NODES"] = std::to_string(j.spec.job.TaskCount());
+    env["SLURM_NODEID"] = std::to_string(task);
+    env["SLURM_PROCID"] = std::to_string(task);
+    env["SLURM_LOCALID"] = "0";
+    env["SLURM_RESTART_COUNT"] = std::to_string(j.attempt - 1);
+  }
   return env;
 }
 

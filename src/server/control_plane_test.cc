@@ -343,6 +343,36 @@ TEST_F(ControlPlaneTest, LifecycleScheduledRunningSucceededWithTorchrunEnv) {
 
 // A task over before any heartbeat saw it running (assigned, then succeeded) still started
 // its job; and a finished job's GPU time is counted whether it succeeded or not.
+// A batch script reads Slurm's variables: the job's id and name, the node list, and which
+// node of the allocation it runs on.
+TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
+  real_engine_ = true;
+  Reopen();
+  int64_t ea = Epoch("node-a"), eb = Epoch("node-b");
+  auto r = cp_->Submit(kAdmin,
+                       "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH -N 2\n#SBATCH --gres=gpu:1\n"
+                       "echo $SLURM_NODEID\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::map<std::string, Json> env;  // by SLURM_NODEID
+  for (auto [node, epoch] : {std::pair<const char*, int64_t>{"node-a", ea}, {"node-b", eb}}) {
+    const Json desired = Beat(node, epoch);  // (named: a temporary's items would dangle)
+    for (const auto& a : desired["allocations"])
+      env[a["env"]["SLURM_NODEID"].get<std::string>()] = a["env"];
+  }
+  ASSERT_EQ(env.size(), 2u);
+  for (const auto& [id, e] : env) {
+    EXPECT_EQ(e["SLURM_JOB_NAME"], "sweep");
+    EXPECT_EQ(e["SLURM_JOB_NODELIST"], e["SLURM_NODELIST"]);
+    EXPECT_EQ(e["SLURM_JOB_NUM_NODES"], "2");
+    EXPECT_EQ(e["SLURM_PROCID"], id);
+    EXPECT_FALSE(e["SLURM_JOB_ID"].get<std::string>().empty());
+  }
+  EXPECT_EQ(env["0"]["SLURM_JOB_ID"], env["1"]["SLURM_JOB_ID"]);
+  const std::string list = env["0"]["SLURM_JOB_NODELIST"];
+  EXPECT_TRUE(list == "node-a,node-b" || list == "node-b,node-a") << list;
+}
+
 TEST_F(ControlPlaneTest, AQuickJobHasStartedAndItsGpuTimeIsCounted) {
   int64_t epoch = Epoch("node-a");
   for (const char* name : {"quick", "cancelled"})
@@ -1101,7 +1131,8 @@ TEST_F(ControlPlaneTest, CordonDrainAndDeleteANode) {
   auto deleted = cp_->DeleteNode(kAdmin, "node-b");
   ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
   EXPECT_EQ((*deleted)["released"], 1);
-  for (const auto& a : Job("moved")["allocations"]) EXPECT_NE(a["state"], "Lost") << a.dump();
+  const Json moved = Job("moved");
+  for (const auto& a : moved["allocations"]) EXPECT_NE(a["state"], "Lost") << a.dump();
   EXPECT_EQ(cp_->ListNodes(kAdmin)["items"].size(), 1u);
   Reopen();
   EXPECT_EQ(cp_->ListNodes(kAdmin)["items"].size(), 1u) << "durable";
