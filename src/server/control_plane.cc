@@ -1920,7 +1920,10 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     // (Its tasks restarted alone back off below; the job's own back-off is only ever pending.)
     bool exact = j.state == JobState::kScheduled || j.state == JobState::kRunning;
     for (const Allocation* a : hold) {
-      if (a->attempt != j.attempt || !a->Live() || job.allocations[a->task])
+      // (A task being stopped, e.g. evicted alone from an elastic job: placeholders, so the
+      // engine sees it terminating and places it again once it has exited.)
+      if (a->attempt != j.attempt || !a->Live() || a->state == AllocState::kStopping ||
+          job.allocations[a->task])
         exact = false;
       else
         job.allocations[a->task] = a->placement;
@@ -2209,25 +2212,71 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
                  Join(std::vector<std::string>(node_names.begin(), node_names.end()), ", ") +
                  " (attempt " + std::to_string(j.attempt) + ")");
   }
-  // Evictions: the victim stops (grace period) and follows its restart policy.
-  std::map<std::string, const Eviction*> victims;
+  // Evictions: the victim stops (grace period) and follows its restart policy. An elastic
+  // job keeping at least its gang minimum loses only the tasks the engine chose (it evicts
+  // tasks above the minimum one by one): those stop and are placed again once they have
+  // exited; the rest runs on.
+  struct Victim {
+    const Eviction* first = nullptr;
+    std::set<std::string> allocations;  // the evicted ones
+  };
+  std::map<std::string, Victim> victims;
   for (const auto& e : plan.evictions) {
     auto o = owner.find(e.job);
     std::string jid = o == owner.end() ? e.job : o->second;
-    victims.emplace(jid, &e);
+    Victim& v = victims[jid];
+    if (v.first == nullptr) v.first = &e;
+    auto ji = jobs_.find(jid);
+    if (o != owner.end()) {
+      v.allocations.insert(e.job.substr(e.job.find('#') + 1));  // a placeholder: job#alloc
+    } else if (ji != jobs_.end()) {
+      for (const auto& aid : ji->second.allocations) {
+        const Allocation& a = allocations_.at(aid);
+        if (a.task == e.task && a.attempt == ji->second.attempt && a.Live())
+          v.allocations.insert(aid);
+      }
+    }
   }
-  for (const auto& [jid, e] : victims) {
+  for (const auto& [jid, v] : victims) {
     auto ji = jobs_.find(jid);
     if (ji == jobs_.end()) continue;
     JobRecord& j = ji->second;
     if (j.state != JobState::kScheduled && j.state != JobState::kRunning) continue;
+    const Eviction* e = v.first;
+    const std::string reason = e->reason.empty() ? "Preempted" : e->reason;
     std::string msg =
         e->reason + " by " + e->preemptor + (e->message.empty() ? "" : ": " + e->message);
+    int32_t live = 0;
+    for (const auto& aid : j.allocations) {
+      const Allocation& a = allocations_.at(aid);
+      if (a.attempt == j.attempt && a.Live() && a.state != AllocState::kStopping) ++live;
+    }
+    const int32_t left = live - static_cast<int32_t>(v.allocations.size());
+    if (left > 0 && left >= j.spec.job.GangMinimum()) {
+      std::vector<std::string> tasks;
+      for (const auto& aid : v.allocations) {
+        Allocation& a = allocations_.at(aid);
+        if (a.state != AllocState::kAssigned && a.state != AllocState::kRunning) continue;
+        a.state = AllocState::kStopping;
+        a.grace_period_seconds = e->grace_period_seconds;
+        a.message = msg;
+        ops.push_back(AllocOp(a));
+        auto b = backends_.find(
+            nodes_.count(a.placement.node) ? nodes_.at(a.placement.node).node.pool : "");
+        (b == backends_.end() ? default_backend_ : b->second)->Stop(a.id, a.grace_period_seconds);
+        tasks.push_back(std::to_string(a.task));
+      }
+      AddEvent(ops, "Warning", reason, "job/" + j.id(),
+               msg + "; task(s) " + Join(tasks, ", ") + " stopped, the job runs on with " +
+                   std::to_string(left) + " (gang minimum " +
+                   std::to_string(j.spec.job.GangMinimum()) + ")");
+      continue;
+    }
     for (const auto& aid : j.allocations) {
       Allocation& a = allocations_.at(aid);
       if (a.Live()) a.grace_period_seconds = e->grace_period_seconds;
     }
-    OnTaskLoss(ops, j, true, e->reason.empty() ? "Preempted" : e->reason, msg);
+    OnTaskLoss(ops, j, true, reason, msg);
   }
   // Decisions: pending reasons, and FailedScheduling events when the reason changes.
   for (const auto& d : plan.decisions) {

@@ -1026,6 +1026,43 @@ TEST_F(ControlPlaneTest, APreemptorWaitsForItsVictimInsteadOfEvictingMore) {
   EXPECT_EQ(Job("vip")["pendingReason"]["code"], "PreemptionInProgress");
 }
 
+// An elastic job keeping its gang minimum loses only the task the engine evicted: the rest
+// runs on in the same attempt, and the task is placed again once capacity returns.
+TEST_F(ControlPlaneTest, AnElasticJobLosesOnlyTheEvictedTask) {
+  real_engine_ = true;
+  Reopen();
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(
+      cp_->Submit(kAdmin, JobDoc("elastic", 2, 4, "  priorityClass: low\n  minAvailable: 1\n"))
+          .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 2u);
+  Json running = Json::array();
+  for (const auto& a : d["allocations"]) running.push_back(Task(a["allocation"], "running"));
+  Beat("node-a", epoch, running);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("vip", 1, 4, "  priorityClass: high\n")).ok());
+  clock_.now += 1;
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json j = Job("elastic");
+  EXPECT_EQ(j["state"], "Running");
+  EXPECT_EQ(j["attempt"], 1);
+  std::string stopping;
+  for (const auto& a : j["allocations"])
+    if (a["state"] == "Stopping") stopping = a["id"];
+  ASSERT_FALSE(stopping.empty()) << j.dump();
+  // The stopped task exits; the vip takes its GPUs; the job still runs its other task.
+  Json after = Json::array();
+  for (const auto& t : running)
+    after.push_back(t["allocation"] == stopping ? Task(stopping, "killed", 143) : t);
+  Beat("node-a", epoch, after);
+  clock_.now += 1;
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("vip"), "Scheduled");
+  EXPECT_EQ(State("elastic"), "Running");
+  EXPECT_EQ(Job("elastic")["attempt"], 1);
+}
+
 // The engine sees the current attempt: a requeued job has no start time and keeps the GPU
 // time its earlier attempt held (least attained service), across a restart of the server;
 // its next attempt starts when it is bound again.
