@@ -118,6 +118,17 @@ class ControlPlaneTest : public ::testing::Test {
   static Json Task(const std::string& alloc, const std::string& state, int exit_code = 0) {
     return {{"allocation", alloc}, {"state", state}, {"exitCode", exit_code}};
   }
+  // Runs a cycle and reports every allocation the node is given as running (`count` of them);
+  // returns those reports.
+  Json StartAll(const std::string& node, int64_t epoch, size_t count) {
+    EXPECT_TRUE(cp_->RunCycle().ok());
+    const Json d = Beat(node, epoch);
+    EXPECT_EQ(d["allocations"].size(), count) << d.dump();
+    Json running = Json::array();
+    for (const auto& a : d["allocations"]) running.push_back(Task(a["allocation"], "running"));
+    Beat(node, epoch, running);
+    return running;
+  }
 
   std::string dir_;
   FakeClock clock_;
@@ -1008,12 +1019,7 @@ TEST_F(ControlPlaneTest, APreemptorWaitsForItsVictimInsteadOfEvictingMore) {
   int64_t epoch = Epoch("node-a");
   for (const char* name : {"low-1", "low-2"})
     ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc(name, 1, 4, "  priorityClass: low\n")).ok());
-  ASSERT_TRUE(cp_->RunCycle().ok());
-  Json d = Beat("node-a", epoch);
-  ASSERT_EQ(d["allocations"].size(), 2u);
-  Json running = Json::array();
-  for (const auto& a : d["allocations"]) running.push_back(Task(a["allocation"], "running"));
-  Beat("node-a", epoch, running);
+  const Json running = StartAll("node-a", epoch, 2);
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("vip", 1, 4, "  priorityClass: high\n")).ok());
   for (int cycle = 0; cycle < 3; ++cycle) {
     clock_.now += 1;
@@ -1035,12 +1041,7 @@ TEST_F(ControlPlaneTest, AnElasticJobLosesOnlyTheEvictedTask) {
   ASSERT_TRUE(
       cp_->Submit(kAdmin, JobDoc("elastic", 2, 4, "  priorityClass: low\n  minAvailable: 1\n"))
           .ok());
-  ASSERT_TRUE(cp_->RunCycle().ok());
-  Json d = Beat("node-a", epoch);
-  ASSERT_EQ(d["allocations"].size(), 2u);
-  Json running = Json::array();
-  for (const auto& a : d["allocations"]) running.push_back(Task(a["allocation"], "running"));
-  Beat("node-a", epoch, running);
+  const Json running = StartAll("node-a", epoch, 2);
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("vip", 1, 4, "  priorityClass: high\n")).ok());
   clock_.now += 1;
   ASSERT_TRUE(cp_->RunCycle().ok());
