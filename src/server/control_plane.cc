@@ -197,6 +197,7 @@ Status ControlPlane::Load() {
         ParseJobState(j.value("afterTermination", "Pending")).value_or(JobState::kPending);
     r.attempt = j.value("attempt", 1);
     r.task_restarts = j.value("taskRestarts", 0);
+    r.evicted_restarts = j.value("evictedRestarts", 0);
     r.idempotency_key = j.value("idempotencyKey", "");
     r.idempotency_digest = j.value("idempotencyDigest", "");
     r.user = j.value("user", "");
@@ -298,6 +299,7 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
   if (j.state == JobState::kTerminating) o["afterTermination"] = JobStateName(j.after_termination);
   o["attempt"] = j.attempt;
   if (j.task_restarts) o["taskRestarts"] = j.task_restarts;
+  if (j.evicted_restarts) o["evictedRestarts"] = j.evicted_restarts;
   if (!j.idempotency_key.empty()) o["idempotencyKey"] = j.idempotency_key;
   if (!j.idempotency_digest.empty()) o["idempotencyDigest"] = j.idempotency_digest;
   o["user"] = j.user;
@@ -1443,7 +1445,7 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
   if (action == spec::FailureAction::kRestartTask && (eviction || task < 0))
     action = spec::FailureAction::kRestartJob;
   int32_t max = j.spec.restart.max_retries;
-  int32_t retries = j.attempt - 1 + j.task_restarts;
+  int32_t retries = j.attempt - 1 - j.evicted_restarts + j.task_restarts;
   bool retries_left = eviction || max < 0 || retries < max;
   // A failure restart waits (crash-loop back-off); an eviction restarts at once.
   std::string wait;
@@ -1474,6 +1476,7 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
     return;
   }
   if (action == spec::FailureAction::kRestartJob && retries_left) {
+    if (eviction) j.evicted_restarts += 1;  // the next attempt is not a retry
     Terminate(
         ops, j, JobState::kPending, reason,
         message + "; restarting the job (attempt " + std::to_string(j.attempt + 1) + ")" + wait);

@@ -435,6 +435,29 @@ TEST_F(ControlPlaneTest, ATaskItsAgentStoppedIsAnEvictionNotAFailure) {
   EXPECT_EQ(std::find(r.begin(), r.end(), "TaskFailed"), r.end());
 }
 
+// Evictions do not use up retries: after one, a job allowed one retry still gets it.
+TEST_F(ControlPlaneTest, AnEvictionLeavesTheRetriesForFailures) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("once", 1, 1,
+                                         "  restartPolicy: {onFailure: RestartJob, maxRetries: "
+                                         "1}\n"))
+                  .ok());
+  auto run = [&](const std::string& state, int code) {
+    clock_.now += 60;  // past any back-off
+    EXPECT_TRUE(cp_->RunCycle().ok());
+    std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
+    Beat("node-a", epoch, {Task(id, "running")});
+    Beat("node-a", epoch, {Task(id, state, code)});
+  };
+  run("killed", 143);  // stopped by its agent: an eviction
+  EXPECT_EQ(Job("once")["attempt"], 2);
+  run("failed", 1);  // the one retry
+  EXPECT_EQ(State("once"), "Pending");
+  EXPECT_EQ(Job("once")["attempt"], 3);
+  run("failed", 1);  // past the limit
+  EXPECT_EQ(State("once"), "Failed");
+}
+
 TEST_F(ControlPlaneTest, FailuresFollowTheRestartPolicyAndRetryLimit) {
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(
