@@ -233,6 +233,7 @@ TEST_F(ApiTest, TwoTeamsSeeAndCancelOnlyTheirQueues) {
   EXPECT_NE(denied.raw.find("may not submit to queue \\\"debug\\\""), std::string::npos)
       << denied.raw;
   EXPECT_EQ(Do("POST", "/v1/jobs", agent, Job("agent-job", "debug")).status, 403);
+  EXPECT_EQ(Do("GET", "/v1/jobs", agent).status, 403);
 
   auto names = [&](const std::string& token) {
     std::vector<std::string> out;

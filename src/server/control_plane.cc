@@ -928,6 +928,8 @@ StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& id, b
 }
 
 StatusOr<Json> ControlPlane::ListJobs(const Principal& p, const ListOptions& o) {
+  if (p.role == Role::kAgent)
+    return PermissionDenied("agent tokens speak the agent protocol only; they may not list jobs");
   std::optional<JobState> want;
   if (!o.state.empty()) {
     // A filter, unlike a stored state, may be written in any case (`--state running`).
