@@ -981,6 +981,14 @@ void AddClientCommands(CLI::App& app) {
         auto r = Call(*f, "GET", base);
         if (!Check(*f, r)) return;
         std::cout << r.raw;
+        // An empty stdout of a task that wrote to stderr (a failure, usually): point there.
+        if (r.raw.empty() && *stream == "stdout") {
+          auto e = Call(*f, "GET", base.substr(0, base.rfind("&stream=")) + "&stream=stderr");
+          if (e.reached && e.status == 200 && !e.raw.empty())
+            std::fprintf(stderr,
+                         "(no stdout; stderr has %zu bytes: tessera logs %s --stream stderr)\n",
+                         e.raw.size(), job->c_str());
+        }
         return;
       }
       // Long polls (docs/api.md): each answer carries the bytes after `offset`, the next

@@ -403,6 +403,11 @@ class FakeAgentLogs {
   FakeAgentLogs() {
     http_.Get(R"(/v1/logs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard<std::mutex> l(mu_);
+      if (req.get_param_value("stream") == "stderr" && !err_.empty()) {
+        res.set_header("X-Tessera-Log-Size", std::to_string(err_.size()));
+        res.set_content(err_, "text/plain");
+        return;
+      }
       if (req.get_param_value("stream") == "stderr") {  // as the agent answers: no such file
         res.status = 404;
         res.set_content(
@@ -429,12 +434,16 @@ class FakeAgentLogs {
     std::lock_guard<std::mutex> l(mu_);
     log_ += s;
   }
+  void AppendErr(const std::string& s) {
+    std::lock_guard<std::mutex> l(mu_);
+    err_ += s;
+  }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
  private:
   httplib::Server http_;
   std::mutex mu_;
-  std::string log_;
+  std::string log_, err_;
   int port_ = 0;
   std::thread thread_;
 };
@@ -521,6 +530,34 @@ TEST_F(ApiTest, LogsFollowWaitsForNewBytesAndEndsWithTheTask) {
                      " --token " + root + " 2>&1");
   EXPECT_EQ(rc_none, 1) << out_none;
   EXPECT_NE(out_none.find("Error from server (NotFound)"), std::string::npos) << out_none;
+}
+
+// A task that wrote only to stderr (a failure, usually): `tessera logs` shows its empty
+// stdout and points at stderr, as the output is not lost on the user.
+TEST_F(ApiTest, LogsOfAnEmptyStdoutPointAtStderr) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  const std::string root = "root-token-0123456789";
+  FakeAgentLogs agent;
+  Json reg = {{"node",
+               {{"name", "n1"},
+                {"cpu", 8},
+                {"memory", "64Gi"},
+                {"gpus", {{"model", "A100-80GB"}, {"count", 1}, {"virtual", true}}}}},
+              {"agentVersion", "test"},
+              {"bootId", "b1"},
+              {"logsUrl", agent.url()}};
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, reg).ok());
+  ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("quiet", "debug")).status, 201);
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  agent.AppendErr("Traceback: boom\n");
+  auto [rc, out] = CaptureCommand(std::string(bin) + " logs quiet --server " + api_->url() +
+                                  " --token " + root + " 2>&1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("(no stdout; stderr has 16 bytes: tessera logs quiet --stream stderr)"),
+            std::string::npos)
+      << out;
 }
 
 // A pool whose nodes run no agent and whose tasks write their output to files the server
