@@ -212,6 +212,7 @@ class CycleRun {
   // or "" when it could.
   std::string ExceedsQueueLimit(const PendingJob& pj, const ResourceVector& need) const;
   bool Infeasible(PendingJob& pj, int32_t task);
+  bool NeverFits(PendingJob& pj, int32_t task);  // Infeasible, cached per shape (infeasible_)
   Failure CountRejections(PendingJob& pj, int32_t task);
   Failure CountNeverFits(PendingJob& pj, int32_t task);
   void BuildCapacityNodes();
@@ -739,9 +740,7 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
   why->task = task;
   why->shape = group_shapes_[pj.shapes_at + group];
   why->fenced = !fenced_.empty();
-  auto it = infeasible_.find(why->shape);
-  if (it == infeasible_.end()) it = infeasible_.emplace(why->shape, Infeasible(pj, task)).first;
-  why->infeasible = it->second;
+  why->infeasible = NeverFits(pj, task);
   if (job.one_task_per_node) {
     why->ever_nodes = NodesEverHolding(job);
     why->infeasible |= why->ever_nodes < job.GangMinimum();
@@ -936,6 +935,13 @@ void CycleRun::Finalize() {
   }
 }
 
+bool CycleRun::NeverFits(PendingJob& pj, int32_t task) {
+  const int32_t shape = group_shapes_[pj.shapes_at + pj.GroupOf(task)];
+  auto it = infeasible_.find(shape);
+  if (it == infeasible_.end()) it = infeasible_.emplace(shape, Infeasible(pj, task)).first;
+  return it->second;
+}
+
 bool CycleRun::Infeasible(PendingJob& pj, int32_t task) {
   const Job& job = *pj.rec->spec;
   const TaskRequest& req = job.GroupOfTask(task).request;
@@ -1026,7 +1032,9 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     if (j.allocations[t]) continue;
     std::string limit_why;
     const TaskRequest& req = pj.groups[pj.GroupOf(t)].request;
-    if (limited && !QueueAdmits(j, RequestVector(req), &limit_why)) {
+    // (A task that can never fit is not held back by the limit: placing it fails and says
+    // why, as a limit that frees up would not help it.)
+    if (limited && !QueueAdmits(j, RequestVector(req), &limit_why) && !NeverFits(pj, t)) {
       if (!failed) {
         first.code = "QueueOverLimit";
         first.message = limit_why;
@@ -1150,6 +1158,16 @@ void CycleRun::Enqueue() {
       SetReason(*pj, {"QueueOverLimit", std::move(never), "", {}});
       continue;
     }
+    // A job that can never fit on the cluster is neither held back by the limit (a limit
+    // that frees up would not help it: the reason must say it can never fit) nor holds
+    // admission quota (it would block feasible jobs of its queue for ever). Allocate
+    // reports it Infeasible.
+    bool never = false;
+    for (int32_t t = 0; !never && t < pj->task_count; ++t)
+      never = !j.allocations[t] && NeverFits(*pj, t);
+    if (!never && pj->gang_min > 1 && j.running == 0 && !GangExceedsCluster(*j.spec).empty())
+      never = true;
+    if (never) continue;
     // Admission counts what earlier admitted jobs of the same queues will take.
     for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
       auto lim = EffectiveLimit(m_.queues[q].q);
@@ -1169,15 +1187,7 @@ void CycleRun::Enqueue() {
       }
     }
     if (pj->state != JState::kAdmitted) continue;
-    // A job that can never fit holds no admission quota: it would block feasible jobs
-    // of its queue forever. Allocate still reports it as Infeasible.
-    bool holds = true;
-    for (int32_t t = 0; holds && t < pj->task_count; ++t)
-      if (!j.allocations[t] && Infeasible(*pj, t)) holds = false;
-    if (holds && pj->gang_min > 1 && j.running == 0 && !GangExceedsCluster(*j.spec).empty())
-      holds = false;
-    if (holds)
-      for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += need;
+    for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += need;
   }
 }
 
