@@ -326,7 +326,9 @@ TEST_F(EndToEndTest, AgentThatLostItsWorkDirHasItsTasksRestarted) {
   std::ofstream(journal, std::ios::app) << "end " << first << "\n";
   fs::rename(dir_ / "agent", dir_ / "agent.old");  // ...and to the work dir
   StartAgent();
-  ASSERT_TRUE(WaitFor([&] { return HasEvent("NodeRestarted"); }))
+  // A new work dir is another agent to the server: it takes the node over once the old one
+  // has been silent for an agent's lease (20 s).
+  ASSERT_TRUE(WaitFor([&] { return HasEvent("NodeRestarted"); }, 60))
       << Slurp((dir_ / "agent.log").string());
   ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 2; }));
   ASSERT_TRUE(WaitFor([&] { return JobField("e2e-wiped", "state") == "\"Running\""; }));

@@ -173,8 +173,8 @@ void ApiServer::Routes() {
     ControlPlane::StoreHealth h = cp.store_health();
     if (h.error.empty()) return res.set_content("ok\n", "text/plain");
     Reply(res, 503,
-          ErrorJson(Unavailable("the store refused the last write (at " +
-                                std::to_string(h.failed_at) + "): " + h.error)));
+          ErrorJson(Unavailable("the store refused the last write, " +
+                                std::to_string(h.seconds_ago) + " s ago: " + h.error)));
   });
   RegisterObservabilityRoutes(s);  // /metrics, /ui/ (observability_routes.h)
 

@@ -843,7 +843,11 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists (" +
                              JobStateName(old->second.state) + "); `tessera delete job " +
                              s.job.id + "` removes it and frees the name");
-      if (jobs_.count(s.job.id) || reserved_ids_.count(s.job.id) || seen.count(s.job.id))
+      if (auto old = jobs_.find(s.job.id); old != jobs_.end())
+        return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists (" +
+                             JobStateName(old->second.state) + "); `tessera delete job " +
+                             s.job.id + "` cancels it, and removes it once it has ended");
+      if (reserved_ids_.count(s.job.id) || seen.count(s.job.id))
         return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists");
       seen.insert(s.job.id);
       r.created_at = Now();
@@ -917,7 +921,9 @@ void ControlPlane::NoteStoreResult(const Status& s) {
 
 ControlPlane::StoreHealth ControlPlane::store_health() const {
   std::lock_guard<std::mutex> l(mu_);
-  return store_health_;
+  StoreHealth h = store_health_;
+  if (!h.error.empty()) h.seconds_ago = std::max<int64_t>(0, Now() - h.failed_at);
+  return h;
 }
 
 StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& id, bool describe) {
@@ -1593,9 +1599,12 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   // A second agent under the same node name (a cloned VM, a host name collision) while the
   // first still heartbeats would take the node over back and forth, and both would run the
   // node's tasks. The agent that owns the node's work dir (same id) may always come back.
+  // Refused until the agent has been silent for an agent's default lease (10 heartbeats),
+  // after which a live one has stopped its tasks itself: not merely after a stall of a few
+  // seconds. (A node that rebooted and lost its work dir waits as long.)
   if (!fresh && it->second.node.ready && !instance.empty() && !it->second.instance_id.empty() &&
       instance != it->second.instance_id &&
-      Now() - it->second.last_heartbeat <= 2 * options_.heartbeat_seconds)
+      Now() - it->second.last_heartbeat <= options_.heartbeat_seconds * 10)
     return FailedPrecondition(
         "node " + node->name + " is served by another live agent (work dir id " +
         it->second.instance_id + ", last heartbeat " +

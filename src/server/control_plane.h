@@ -228,7 +228,8 @@ class ControlPlane {
   struct StoreHealth {
     std::string error;  // the last refusal's error, while no commit has succeeded since
     int64_t failed_at = 0;
-    int64_t failures = 0;  // in all, since the start
+    int64_t seconds_ago = 0;  // since failed_at, when asked
+    int64_t failures = 0;     // in all, since the start
   };
   StoreHealth store_health() const;
   StatusOr<Json> ListEvents(const Principal& p, const std::string& job, int64_t after,

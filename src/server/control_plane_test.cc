@@ -1147,7 +1147,10 @@ TEST_F(ControlPlaneTest, ASecondLiveAgentForANodeIsRefused) {
             std::string::npos)
       << twin.status().message();
   EXPECT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-3", "workdir-1")).ok()) << "its restart";
-  clock_.now += 5;  // the first agent went quiet
+  clock_.now += 6;  // a stall of a few seconds: still its node
+  EXPECT_EQ(cp_->RegisterAgent(kAdmin, doc("boot-4", "workdir-2")).status().code(),
+            StatusCode::kFailedPrecondition);
+  clock_.now += 15;  // silent past an agent's lease (its tasks stopped)
   EXPECT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-4", "workdir-2")).ok());
 }
 
