@@ -792,6 +792,11 @@ TEST_F(ApiTest, CliDeleteJobCancelsThenRemovesAndFreesTheName) {
                           root + " 2>&1");
   };
   ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("again", "training")).status, 201);
+  Resp live = Do("POST", "/v1/jobs", root, Job("again", "training"));
+  EXPECT_EQ(live.status, 409);
+  EXPECT_NE(live.raw.find("already exists (Pending); `tessera delete job again` cancels it"),
+            std::string::npos)
+      << live.raw;
   auto [rc1, out1] = run("delete job again");
   EXPECT_EQ(rc1, 0) << out1;
   EXPECT_NE(out1.find("job/again cancelled"), std::string::npos) << out1;
