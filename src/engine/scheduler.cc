@@ -217,7 +217,11 @@ class CycleRun {
   Failure CountNeverFits(PendingJob& pj, int32_t task);
   void BuildCapacityNodes();
   int32_t NodesEverHolding(const Job& job);
+  // Why the gang can never start on the cluster as it is, "" when it could; asked by enqueue
+  // and by allocate, computed once per job and cycle (it walks every node).
   std::string GangExceedsCluster(const Job& job);
+  std::string GangExceedsClusterUncached(const Job& job);
+  std::map<const Job*, std::string> gang_exceeds_;
   std::vector<int64_t> cluster_totals_;  // GPU milli, CPU milli, memory of all nodes (lazy)
   void DistinctNodesReason(PendingJob& pj, const Failure& f, const Failure& counted,
                            std::string& msg, std::map<std::string, int32_t>& rejected);
@@ -752,6 +756,12 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
 // node; "" when it could. (Without this it would wait forever as merely busy, and as a
 // backfill head it would hold its reservation for nothing.)
 std::string CycleRun::GangExceedsCluster(const Job& job) {
+  auto [it, fresh] = gang_exceeds_.try_emplace(&job);
+  if (fresh) it->second = GangExceedsClusterUncached(job);
+  return it->second;
+}
+
+std::string CycleRun::GangExceedsClusterUncached(const Job& job) {
   struct Dim {
     const char* name;
     std::vector<int64_t> asks;

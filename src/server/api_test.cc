@@ -439,6 +439,17 @@ class FakeAgentLogs {
     err_ += s;
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // The registration of node n1 (one virtual GPU) whose agent serves logs here.
+  Json Registration() const {
+    return {{"node",
+             {{"name", "n1"},
+              {"cpu", 8},
+              {"memory", "64Gi"},
+              {"gpus", {{"model", "A100-80GB"}, {"count", 1}, {"virtual", true}}}}},
+            {"agentVersion", "test"},
+            {"bootId", "b1"},
+            {"logsUrl", url()}};
+  }
 
  private:
   httplib::Server http_;
@@ -451,15 +462,7 @@ class FakeAgentLogs {
 TEST_F(ApiTest, LogsFollowWaitsForNewBytesAndEndsWithTheTask) {
   const std::string root = "root-token-0123456789";
   FakeAgentLogs agent;
-  Json reg = {{"node",
-               {{"name", "n1"},
-                {"cpu", 8},
-                {"memory", "64Gi"},
-                {"gpus", {{"model", "A100-80GB"}, {"count", 1}, {"virtual", true}}}}},
-              {"agentVersion", "test"},
-              {"bootId", "b1"},
-              {"logsUrl", agent.url()}};
-  auto r = cp_->RegisterAgent(kAdmin, reg);
+  auto r = cp_->RegisterAgent(kAdmin, agent.Registration());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   int64_t epoch = (*r)["epoch"];
   ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("talk", "debug")).status, 201);
@@ -540,15 +543,7 @@ TEST_F(ApiTest, LogsOfAnEmptyStdoutPointAtStderr) {
     GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
   const std::string root = "root-token-0123456789";
   FakeAgentLogs agent;
-  Json reg = {{"node",
-               {{"name", "n1"},
-                {"cpu", 8},
-                {"memory", "64Gi"},
-                {"gpus", {{"model", "A100-80GB"}, {"count", 1}, {"virtual", true}}}}},
-              {"agentVersion", "test"},
-              {"bootId", "b1"},
-              {"logsUrl", agent.url()}};
-  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, reg).ok());
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, agent.Registration()).ok());
   ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("quiet", "debug")).status, 201);
   ASSERT_TRUE(cp_->RunCycle().ok());
   agent.AppendErr("Traceback: boom\n");

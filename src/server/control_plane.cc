@@ -839,14 +839,12 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       JobRecord r;
       r.seq = next_job_seq_++;
       if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);
-      if (auto old = jobs_.find(s.job.id); old != jobs_.end() && IsTerminal(old->second.state))
-        return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists (" +
-                             JobStateName(old->second.state) + "); `tessera delete job " +
-                             s.job.id + "` removes it and frees the name");
       if (auto old = jobs_.find(s.job.id); old != jobs_.end())
-        return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists (" +
-                             JobStateName(old->second.state) + "); `tessera delete job " +
-                             s.job.id + "` cancels it, and removes it once it has ended");
+        return AlreadyExists(
+            ctx + "metadata.name: job \"" + s.job.id + "\" already exists (" +
+            JobStateName(old->second.state) + "); `tessera delete job " + s.job.id + "` " +
+            (IsTerminal(old->second.state) ? "removes it and frees the name"
+                                           : "cancels it, and removes it once it has ended"));
       if (reserved_ids_.count(s.job.id) || seen.count(s.job.id))
         return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists");
       seen.insert(s.job.id);
@@ -1368,18 +1366,20 @@ StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p
 
 // ---- lifecycle ----
 
+void ControlPlane::StopAllocation(std::vector<store::Op>& ops, Allocation& a) {
+  a.state = AllocState::kStopping;
+  ops.push_back(AllocOp(a));
+  auto b =
+      backends_.find(nodes_.count(a.placement.node) ? nodes_.at(a.placement.node).node.pool : "");
+  (b == backends_.end() ? default_backend_ : b->second)->Stop(a.id, a.grace_period_seconds);
+}
+
 void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState next,
                              const std::string& reason, const std::string& message) {
   bool any = false;
   for (const auto& id : j.allocations) {
     Allocation& a = allocations_.at(id);
-    if (a.state == AllocState::kAssigned || a.state == AllocState::kRunning) {
-      a.state = AllocState::kStopping;
-      ops.push_back(AllocOp(a));
-      auto b = backends_.find(nodes_.count(a.placement.node) ? nodes_.at(a.placement.node).node.pool
-                                                             : "");
-      (b == backends_.end() ? default_backend_ : b->second)->Stop(a.id, a.grace_period_seconds);
-    }
+    if (a.state == AllocState::kAssigned || a.state == AllocState::kRunning) StopAllocation(ops, a);
     if (a.Live()) any = true;
   }
   j.state = JobState::kTerminating;
@@ -2271,13 +2271,9 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       for (const auto& aid : v.allocations) {
         Allocation& a = allocations_.at(aid);
         if (a.state != AllocState::kAssigned && a.state != AllocState::kRunning) continue;
-        a.state = AllocState::kStopping;
         a.grace_period_seconds = e->grace_period_seconds;
         a.message = msg;
-        ops.push_back(AllocOp(a));
-        auto b = backends_.find(
-            nodes_.count(a.placement.node) ? nodes_.at(a.placement.node).node.pool : "");
-        (b == backends_.end() ? default_backend_ : b->second)->Stop(a.id, a.grace_period_seconds);
+        StopAllocation(ops, a);
         tasks.push_back(std::to_string(a.task));
       }
       AddEvent(ops, "Warning", reason, "job/" + j.id(),

@@ -309,6 +309,8 @@ class ControlPlane {
   void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j);
   store::Op EventSeqOp() const;
   void NoteStoreResult(const Status& s);  // for store_health(); mu_ held
+  // Stopping: the allocation is told to stop (its pool's backend; grace period) and stored.
+  void StopAllocation(std::vector<store::Op>& ops, Allocation& a);
   StoreHealth store_health_;
   // Deleting finished jobs: the store deletes (job, allocations, events), the counters that
   // keep their numbers from coming back, and, once committed, forgetting them in memory.
