@@ -305,6 +305,9 @@ Json Agent::RegisterBody() const {
   body["bootId"] = opt_.boot_id;
   body["instanceId"] = instance_id_;
   body["logsUrl"] = logs_url();
+  // The server waits this long (and the tasks' grace) before running a lost node's work
+  // elsewhere; absent, it assumes the default of 10 heartbeats.
+  if (opt_.lease_seconds >= 0) body["leaseSeconds"] = opt_.lease_seconds;
   // The tasks this agent holds, adopted from an earlier agent process included: the server
   // keeps those allocations instead of writing them off with the old boot id.
   body["tasks"] = TasksJson(executor_->Statuses());

@@ -177,6 +177,7 @@ Status ControlPlane::Load() {
     n.epoch = j.value("epoch", int64_t{0});
     n.boot_id = j.value("bootId", "");
     n.instance_id = j.value("instanceId", "");
+    n.lease_seconds = j.value("leaseSeconds", int64_t{-1});
     n.cordoned = j.value("cordoned", false);
     n.logs_url = j.value("logsUrl", "");
     n.agent_version = j.value("agentVersion", "");
@@ -214,6 +215,8 @@ Status ControlPlane::Load() {
     for (const auto& t : j.value("taskBackoff", Json::array()))
       r.task_backoff[t.value("task", 0)] = {t.value("failuresInARow", 0),
                                             t.value("until", int64_t{0})};
+    r.fenced_until = j.value("fencedUntil", int64_t{0});
+    r.fenced_node = j.value("fencedNode", "");
     r.message = j.value("message", "");
     next_job_seq_ = std::max(next_job_seq_, r.seq + 1);
     std::string id = r.id();
@@ -314,6 +317,10 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
   for (const auto& [task, c] : j.task_backoff)
     o["taskBackoff"].push_back(
         {{"task", task}, {"failuresInARow", c.failures_in_a_row}, {"until", c.until}});
+  if (j.fenced_until) {
+    o["fencedUntil"] = j.fenced_until;
+    o["fencedNode"] = j.fenced_node;
+  }
   if (!j.message.empty()) o["message"] = j.message;
   return store::Op::Put("jobs/" + j.id(), o.dump());
 }
@@ -355,6 +362,7 @@ store::Op ControlPlane::NodeOp(const NodeRecord& n) const {
             {"bootId", n.boot_id},        {"instanceId", n.instance_id},
             {"logsUrl", n.logs_url},      {"agentVersion", n.agent_version}};
   if (n.cordoned) o["cordoned"] = true;
+  if (n.lease_seconds >= 0) o["leaseSeconds"] = n.lease_seconds;
   return store::Op::Put("nodes/" + n.node.name, o.dump());
 }
 
@@ -713,6 +721,12 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
     back_off(next_task->second, "task " + std::to_string(next_task->first) + " ");
   } else if (j.backoff.until > Now() && j.state == JobState::kPending) {
     back_off(j.backoff, "");
+  } else if (j.fenced_until > Now() && j.state == JobState::kPending) {
+    o["pendingReason"] = {
+        {"code", "NodeLost"},
+        {"message", "node " + j.fenced_node + " stopped answering; its agent stops the job's " +
+                        "tasks there itself (lease, then grace period): restarting in " +
+                        std::to_string(j.fenced_until - Now()) + " s, so that none runs twice"}};
   } else if ((j.state == JobState::kPending || active) && !j.pending.code.empty()) {
     Json pr = {{"code", j.pending.code}, {"message", j.pending.message}};
     if (!j.pending.resource.empty()) pr["resource"] = j.pending.resource;
@@ -1578,6 +1592,8 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   std::string logs_url, instance;
   TESSERA_RETURN_IF_ERROR(r.String("logsUrl", logs_url));
   TESSERA_RETURN_IF_ERROR(r.String("instanceId", instance));
+  int64_t lease = -1;  // absent: the agent's default (10 heartbeats)
+  TESSERA_RETURN_IF_ERROR(r.Int("leaseSeconds", lease));
   // The tasks the agent holds, adopted from its previous process included (agent-protocol.md).
   std::set<std::string> held;
   if (const Json* tasks = r.Get("tasks")) {
@@ -1618,6 +1634,7 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   n.agent_version = version;
   if (!instance.empty()) n.instance_id = instance;
   if (!logs_url.empty()) n.logs_url = logs_url;
+  n.lease_seconds = lease;
   n.last_heartbeat = Now();
   if (new_boot) {
     n.epoch += 1;
@@ -1835,18 +1852,31 @@ void ControlPlane::CheckNodes() {
     ops.push_back(NodeOp(n));
     AddEvent(ops, "Warning", "NodeNotReady", "node/" + name,
              "no heartbeat for " + std::to_string(now - n.last_heartbeat) + "s");
-    std::set<std::string> affected;
+    // The agent stops its tasks itself once its lease has run out without an answer (counted
+    // from about our last heartbeat; one interval more for the answer's way back) and their
+    // grace period has passed: only then may they run elsewhere. An agent without a lease
+    // (0) never stops them, and its work is placed again at once.
+    const int64_t lease = n.lease_seconds >= 0 ? n.lease_seconds : options_.heartbeat_seconds * 10;
+    std::map<std::string, int64_t> affected;  // job -> when its tasks there have surely stopped
     for (auto& [id, a] : allocations_) {
       if (a.placement.node != name || !a.Live()) continue;
       a.state = AllocState::kLost;
       a.message = "node " + name + " not ready";
       ops.push_back(AllocOp(a));
-      affected.insert(a.job);
+      int64_t& stopped = affected[a.job];
+      if (lease > 0)
+        stopped = std::max(stopped, n.last_heartbeat + lease + options_.heartbeat_seconds +
+                                        a.grace_period_seconds);
     }
-    for (const auto& jid : affected) {
+    for (const auto& [jid, stopped] : affected) {
       auto j = jobs_.find(jid);
-      if (j != jobs_.end())
-        OnTaskLoss(ops, j->second, true, "NodeLost", "node " + name + " stopped heartbeating");
+      if (j == jobs_.end()) continue;
+      if (stopped > now && stopped > j->second.fenced_until) {
+        j->second.fenced_until = stopped;
+        j->second.fenced_node = name;
+      }
+      OnTaskLoss(ops, j->second, true, "NodeLost", "node " + name + " stopped heartbeating");
+      ops.push_back(JobOp(j->second));
     }
   }
   (void)Commit(std::move(ops));
@@ -1927,7 +1957,8 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     bool pending = j.state == JobState::kPending;
     if (pending) {
       // Requeued after a failure (RestartJob) and backing off: nothing of it to place yet.
-      if (j.backoff.until <= Now()) s.jobs.push_back(job);
+      // (Or lost with a node whose agent may still be stopping its tasks.)
+      if (j.backoff.until <= Now() && j.fenced_until <= Now()) s.jobs.push_back(job);
       if (hold.empty()) continue;
     }
     // A job exactly as the engine models it: each live task of the current attempt placed once.

@@ -114,6 +114,11 @@ struct JobRecord {
   // one's restart nor resets its count. Evictions are the scheduler's doing and add none.
   CrashLoop backoff;
   std::map<int32_t, CrashLoop> task_backoff;
+  // Lost with a node that stopped answering: not placed again before `fenced_until`, when
+  // that node's agent has surely stopped the tasks itself (its lease, then their grace
+  // period), so that no task runs twice at once (agent-protocol.md).
+  int64_t fenced_until = 0;
+  std::string fenced_node;
   std::string message;
   std::vector<std::string> allocations;  // every allocation of every attempt, in order
   // Not persisted: the engine's latest verdict while pending.
@@ -132,6 +137,7 @@ struct NodeRecord {
   bool cordoned = false;    // by an admin (cordon/drain): no new tasks; kept across registers
   std::string logs_url;
   std::string agent_version;
+  int64_t lease_seconds = -1;  // the agent's self-fencing lease; -1: its default, 0: none
   int64_t last_heartbeat = 0;
 };
 

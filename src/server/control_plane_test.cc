@@ -1215,7 +1215,19 @@ TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   Json nodes = cp_->ListNodes(kAdmin);
   EXPECT_FALSE(nodes["items"][0]["ready"].get<bool>());
   EXPECT_TRUE(nodes["items"][1]["ready"].get<bool>());
-  EXPECT_EQ(State("gang"), "Pending");  // RestartJob on eviction: requeued at once
+  // RestartJob on eviction: requeued, but not placed before node-a's agent has surely
+  // stopped the task (lease 20 s + one heartbeat from its last answer, then 30 s of grace).
+  EXPECT_EQ(State("gang"), "Pending");
+  EXPECT_EQ(Job("gang")["pendingReason"]["code"], "NodeLost");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("gang"), "Pending") << "the lost task may still be running";
+  Reopen();
+  clock_.now += 20;  // 51 s after node-a's last heartbeat
+  eb = Epoch("node-b");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("gang"), "Pending") << "the fence is durable";
+  clock_.now += 2;
+  Beat("node-b", eb);
   ASSERT_TRUE(cp_->RunCycle().ok());
   Json j = Job("gang");
   EXPECT_EQ(j["state"], "Scheduled");
@@ -1227,6 +1239,42 @@ TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   // A stale epoch is refused.
   EXPECT_EQ(cp_->Heartbeat(kAdmin, "node-a", Json{{"epoch", ea + 5}}).status().code(),
             StatusCode::kFailedPrecondition);
+}
+
+// The agent's own lease sets the fence: 0 (it never stops its tasks itself) places the work
+// again at once; a short one shortens the wait.
+TEST_F(ControlPlaneTest, LostWorkWaitsForTheAgentsOwnLease) {
+  auto reg = [&](const std::string& node, int64_t lease) {
+    Json doc = NodeDoc(node, 8);
+    doc["leaseSeconds"] = lease;
+    auto r = cp_->RegisterAgent(kAdmin, doc);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? (*r)["epoch"].get<int64_t>() : 0;
+  };
+  int64_t ea = reg("node-a", 0);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("nofence", 1, 8)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::string id = Beat("node-a", ea)["allocations"][0]["allocation"];
+  Beat("node-a", ea, {Task(id, "running")});
+  int64_t eb = reg("node-b", 4);
+  clock_.now += 31;
+  Beat("node-b", eb);
+  cp_->CheckNodes();
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Job("nofence")["nodes"], Json::array({"node-b"})) << "lease 0: placed again at once";
+  id = Beat("node-b", eb)["allocations"][0]["allocation"];
+  Beat("node-b", eb, {Task(id, "running")});
+  reg("node-a", 0);
+  clock_.now += 31;
+  Beat("node-a", ea);
+  cp_->CheckNodes();
+  EXPECT_EQ(Job("nofence")["pendingReason"]["code"], "NodeLost");
+  clock_.now += 4 + 2 + 30 - 31 - 1;  // one second before lease 4 + heartbeat 2 + grace 30
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("nofence"), "Pending");
+  clock_.now += 1;
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Job("nofence")["nodes"], Json::array({"node-a"}));
 }
 
 TEST_F(ControlPlaneTest, ConflictingBindingsNeverDoubleAllocateADevice) {
