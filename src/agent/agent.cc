@@ -53,6 +53,8 @@ StatusOr<TaskSpec> SpecFromJson(const Json& a, const std::string& path) {
     return InvalidArgument(path + ".allocation: \"" + spec.allocation + "\" is not a valid id");
   TESSERA_RETURN_IF_ERROR(str("job", spec.job, false));
   TESSERA_RETURN_IF_ERROR(str("workingDir", spec.working_dir, false));
+  TESSERA_RETURN_IF_ERROR(str("stdoutFile", spec.stdout_file, false));
+  TESSERA_RETURN_IF_ERROR(str("stderrFile", spec.stderr_file, false));
   TESSERA_RETURN_IF_ERROR(integer("task", spec.task));
   TESSERA_RETURN_IF_ERROR(integer("attempt", spec.attempt));
   TESSERA_RETURN_IF_ERROR(integer("gracePeriodSeconds", spec.grace_period_seconds));

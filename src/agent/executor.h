@@ -34,6 +34,9 @@ struct TaskSpec {
   int32_t attempt = 0;
   std::vector<std::string> command;  // argv; command[0] is looked up in PATH when it has no '/'
   std::string working_dir;           // empty: the task's own folder under the work dir
+  // sbatch -o / -e: where stdout / stderr go (relative to working_dir; appended to). The
+  // task folder's stdout / stderr are then links to them, so the logs read the same bytes.
+  std::string stdout_file, stderr_file;
   std::map<std::string, std::string> env;
   std::vector<DeviceAssignment> devices;
   int64_t grace_period_seconds = 30;

@@ -158,6 +158,36 @@ TEST_F(ExecutorTest, SetsDeviceGangAndTaskEnvironmentAndWorkingDir) {
             "MIG-aaa,0|MIG-aaa,0|gpu-node-1|29500|2|4|0|a-env|2\n" + dir_.string() + "\n");
 }
 
+// sbatch -o / -e: output goes to the user's files (relative to the working dir, appended
+// to), and the logs read the same bytes; a file that cannot be opened fails the task.
+TEST_F(ExecutorTest, WritesOutputToTheFilesSbatchNamed) {
+  Executor ex(Options());
+  TaskSpec s = Shell("a-o", "echo out; echo err >&2");
+  s.working_dir = dir_.string();
+  s.stdout_file = "both.log";
+  s.stderr_file = dir_.string() + "/both.log";
+  std::filesystem::create_directories(dir_);
+  {
+    std::ofstream before(dir_ / "both.log");
+    before << "earlier\n";
+  }
+  TaskSpec bad = Shell("a-bad", "true");
+  bad.working_dir = dir_.string();
+  bad.stdout_file = "no-such-dir/out";
+  ASSERT_TRUE(ex.Start(s).ok());
+  ASSERT_TRUE(ex.Start(bad).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  EXPECT_EQ(StatusOf(ex, "a-o").state, TaskState::kSucceeded);
+  EXPECT_EQ(Slurp((dir_ / "both.log").string()), "earlier\nout\nerr\n");
+  EXPECT_EQ(Slurp(ex.LogPath("a-o", "stdout")), "earlier\nout\nerr\n");
+  EXPECT_EQ(StatusOf(ex, "a-bad").state, TaskState::kFailed);
+  EXPECT_NE(
+      StatusOf(ex, "a-bad")
+          .message.find("-o: cannot open " + dir_.string() + "/no-such-dir/out: No such file"),
+      std::string::npos)
+      << StatusOf(ex, "a-bad").message;
+}
+
 TEST_F(ExecutorTest, TasksThatCannotStartFailWithAMessage) {
   Executor ex(Options());
   TaskSpec wd = Shell("a-wd", "true");

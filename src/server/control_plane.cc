@@ -252,6 +252,8 @@ Status ControlPlane::Load() {
     a.command = j.value("command", std::vector<std::string>{});
     a.env = j.value("env", std::map<std::string, std::string>{});
     a.working_dir = j.value("workingDir", "");
+    a.stdout_file = j.value("stdoutFile", "");
+    a.stderr_file = j.value("stderrFile", "");
     auto it = jobs_.find(a.job);
     if (it != jobs_.end()) it->second.allocations.push_back(a.id);
     int64_t n = std::strtoll(a.id.c_str() + 2, nullptr, 10);
@@ -350,6 +352,8 @@ Json ControlPlane::AllocView(const Allocation& a) const {
   o["command"] = a.command;
   o["env"] = a.env;
   if (!a.working_dir.empty()) o["workingDir"] = a.working_dir;
+  if (!a.stdout_file.empty()) o["stdoutFile"] = a.stdout_file;
+  if (!a.stderr_file.empty()) o["stderrFile"] = a.stderr_file;
   return o;
 }
 
@@ -1080,7 +1084,7 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
     Json o = AllocView(a);
     o.erase("command");
     o.erase("env");
-    o.erase("workingDir");
+    for (const char* k : {"workingDir", "stdoutFile", "stderrFile"}) o.erase(k);
     auto j = jobs_.find(a.job);
     if (j == jobs_.end() || !Visible(p, j->second))
       for (const char* k : {"id", "job", "message", "exitCode"}) o.erase(k);
@@ -1831,6 +1835,8 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                       {"env", a.env},
                       {"devices", devs},
                       {"gracePeriodSeconds", a.grace_period_seconds}});
+    if (!a.stdout_file.empty()) allocs.back()["stdoutFile"] = a.stdout_file;
+    if (!a.stderr_file.empty()) allocs.back()["stderrFile"] = a.stderr_file;
     // The agent's cgroup limits (cpu.max, memory.max), where the node allows them.
     if (a.placement.cpu_milli > 0)
       allocs.back()["cpu"] = std::to_string(a.placement.cpu_milli) + "m";
@@ -2226,7 +2232,12 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       }
       if (g < static_cast<int32_t>(j.spec.templates.size())) {
         a.command = j.spec.templates[g].command;
-        a.working_dir = j.spec.templates[g].working_dir;
+        const spec::TaskTemplate& tt = j.spec.templates[g];
+        a.working_dir = tt.working_dir;
+        const spec::SlurmFilenameFields f{j.seq,  j.id(),  a.placement.node,
+                                          j.user, b->task, b->task};
+        if (!tt.stdout_file.empty()) a.stdout_file = spec::ExpandSlurmFilename(tt.stdout_file, f);
+        if (!tt.stderr_file.empty()) a.stderr_file = spec::ExpandSlurmFilename(tt.stderr_file, f);
       }
       a.env = TaskEnv(j, b->task, b->allocation, placed);
       a.env["TESSERA_ALLOCATION"] = a.id;

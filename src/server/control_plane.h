@@ -64,6 +64,7 @@ struct Allocation {
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
   std::string working_dir;
+  std::string stdout_file, stderr_file;  // sbatch -o / -e, expanded (empty: none)
 
   // Still occupies its devices (until an agent confirms the process is gone).
   bool HoldsDevices() const {

@@ -362,14 +362,20 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
   int64_t ea = Epoch("node-a"), eb = Epoch("node-b");
   auto r = cp_->Submit(kAdmin,
                        "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH -N 2\n#SBATCH --gres=gpu:1\n"
-                       "echo $SLURM_NODEID\n");
+                       "#SBATCH -o out/%x-%j-%N.log\necho $SLURM_NODEID\n");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(cp_->RunCycle().ok());
   std::map<std::string, Json> env;  // by SLURM_NODEID
   for (auto [node, epoch] : {std::pair<const char*, int64_t>{"node-a", ea}, {"node-b", eb}}) {
     const Json desired = Beat(node, epoch);  // (named: a temporary's items would dangle)
-    for (const auto& a : desired["allocations"])
+    for (const auto& a : desired["allocations"]) {
       env[a["env"]["SLURM_NODEID"].get<std::string>()] = a["env"];
+      // -o, expanded for the node it runs on; stderr goes with it.
+      const std::string out =
+          "out/sweep-" + a["env"]["SLURM_JOB_ID"].get<std::string>() + "-" + node + ".log";
+      EXPECT_EQ(a.value("stdoutFile", ""), out);
+      EXPECT_EQ(a.value("stderrFile", ""), out);
+    }
   }
   ASSERT_EQ(env.size(), 2u);
   for (const auto& [id, e] : env) {

@@ -1058,6 +1058,68 @@ StatusOr<int32_t> PositiveInt(const std::string& v, const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// One walk for checking and expanding sbatch's filename patterns.
+StatusOr<std::string> SlurmFilename(const std::string& pattern, const SlurmFilenameFields& f) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%') {
+      out += pattern[i];
+      continue;
+    }
+    size_t at = i++;
+    size_t width = 0;
+    while (i < pattern.size() && std::isdigit(static_cast<unsigned char>(pattern[i])))
+      width = std::min<size_t>(width * 10 + static_cast<size_t>(pattern[i++] - '0'), 10);
+    if (i >= pattern.size()) return InvalidArgument("\"" + pattern + "\" ends in an unfinished %");
+    std::string v;
+    switch (pattern[i]) {
+      case '%':
+        v = "%";
+        break;
+      case 'j':
+        v = std::to_string(f.job_id);
+        break;
+      case 'x':
+        v = f.job_name;
+        break;
+      case 'N':
+        v = f.node;
+        break;
+      case 'n':
+        v = std::to_string(f.node_index);
+        break;
+      case 't':
+        v = std::to_string(f.task);
+        break;
+      case 'u':
+        v = f.user;
+        break;
+      default:
+        return InvalidArgument("\"" + pattern.substr(at, i + 1 - at) +
+                               "\" is not supported (supported: %j, %x, %N, %n, %t, %u, %%)");
+    }
+    if (v.size() < width && pattern[i] != 'x' && pattern[i] != 'N' && pattern[i] != 'u')
+      v.insert(0, width - v.size(), '0');
+    out += v;
+  }
+  return out;
+}
+
+}  // namespace
+
+Status CheckSlurmFilename(const std::string& pattern, const std::string& path) {
+  if (pattern.empty()) return InvalidArgument(path + ": needs a file name");
+  auto r = SlurmFilename(pattern, {});
+  return r.ok() ? Status::Ok() : InvalidArgument(path + ": " + r.status().message());
+}
+
+std::string ExpandSlurmFilename(const std::string& pattern, const SlurmFilenameFields& f) {
+  auto r = SlurmFilename(pattern, f);
+  return r.ok() ? *r : pattern;  // checked when the script was parsed
+}
+
 StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   JobSpec s;
   s.source = "sbatch";
@@ -1065,7 +1127,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   s.restart.on_failure = FailureAction::kFailJob;
   s.restart.on_eviction = FailureAction::kRestartJob;  // Slurm's --requeue, unless --no-requeue
   int32_t nodes = 1, ntasks = 0, per_node = 0, cpus_per_task = 1, gpus_per_node = 0;
-  std::string gpu_type;
+  std::string gpu_type, stdout_file, stderr_file;
   int64_t mem = 0;
   std::istringstream in(text);
   std::string line;
@@ -1175,8 +1237,10 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
                        "should run)"
                      : ": not supported (Tessera does not reserve whole nodes: ask for all of a "
                        "node's GPUs, CPUs and memory with --gres, -c and --mem)"));
-      } else if (opt == "-o" || opt == "--output" || opt == "-e" || opt == "--error" ||
-                 opt == "-A" || opt == "--account" || opt == "--mail-type" ||
+      } else if (opt == "-o" || opt == "--output" || opt == "-e" || opt == "--error") {
+        TESSERA_RETURN_IF_ERROR(CheckSlurmFilename(val, p));
+        (opt == "-o" || opt == "--output" ? stdout_file : stderr_file) = val;
+      } else if (opt == "-A" || opt == "--account" || opt == "--mail-type" ||
                  opt == "--mail-user" || opt == "-D" || opt == "--chdir") {
         if (opt == "-D" || opt == "--chdir")
           s.templates.resize(1), s.templates[0].working_dir = val;
@@ -1222,6 +1286,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   s.job.allocations.assign(nodes, std::nullopt);
   s.templates.resize(1);
   s.templates[0].command = {"/bin/bash", "-c", text};
+  // As sbatch: stderr goes with stdout unless -e is given; stdout to slurm-%j.out unless -o.
+  // (Neither given: the agent's log files only, which `tessera logs` reads.)
+  if (!stdout_file.empty() || !stderr_file.empty()) {
+    s.templates[0].stdout_file = stdout_file.empty() ? "slurm-%j.out" : stdout_file;
+    s.templates[0].stderr_file = stderr_file.empty() ? s.templates[0].stdout_file : stderr_file;
+  }
   s.templates[0].env["SLURM_NTASKS"] = std::to_string(ntasks);
   s.templates[0].env["SLURM_NNODES"] = std::to_string(nodes);
   return s;
@@ -1299,6 +1369,8 @@ Json JobSpecToJson(const JobSpec& s) {
     if (!tt.env.empty()) x["env"] = tt.env;
     if (!tt.working_dir.empty()) x["workingDir"] = tt.working_dir;
     if (!tt.image.empty()) x["image"] = tt.image;
+    if (!tt.stdout_file.empty()) x["stdoutFile"] = tt.stdout_file;
+    if (!tt.stderr_file.empty()) x["stderrFile"] = tt.stderr_file;
     t.push_back(x);
   }
   j["templates"] = t;
@@ -1333,6 +1405,8 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
         TESSERA_RETURN_IF_ERROR(tr.StringMap("env", tt.env));
         TESSERA_RETURN_IF_ERROR(tr.String("workingDir", tt.working_dir));
         TESSERA_RETURN_IF_ERROR(tr.String("image", tt.image));
+        TESSERA_RETURN_IF_ERROR(tr.String("stdoutFile", tt.stdout_file));
+        TESSERA_RETURN_IF_ERROR(tr.String("stderrFile", tt.stderr_file));
         s.templates.push_back(std::move(tt));
         return tr.Finish();
       }));

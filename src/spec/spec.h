@@ -53,6 +53,9 @@ struct TaskTemplate {
   std::map<std::string, std::string> env;
   std::string working_dir;
   std::string image;  // informational: Kubernetes documents name one
+  // sbatch -o / -e: files (relative to working_dir) the task's stdout and stderr go to, as
+  // filename patterns (ExpandSlurmFilename); empty: the agent's own log files only.
+  std::string stdout_file, stderr_file;
   friend bool operator==(const TaskTemplate&, const TaskTemplate&) = default;
 };
 
@@ -95,6 +98,17 @@ inline constexpr int64_t kMaxTasksPerJob = 100000;
 // Rejects text that is not UTF-8 or nests deeper than kMaxNesting (by brackets, indentation
 // or `- - -` sequences), before a recursive parser could be pushed off its stack.
 Status CheckText(const std::string& text);
+
+// sbatch's filename patterns (-o/-e): %j job id, %x job name, %N node name, %n node index,
+// %t task id, %u user, %% a percent sign; a number after % zero-pads (%4j). Check refuses
+// any other %-letter, naming it.
+struct SlurmFilenameFields {
+  int64_t job_id = 0;
+  std::string job_name, node, user;
+  int32_t node_index = 0, task = 0;
+};
+Status CheckSlurmFilename(const std::string& pattern, const std::string& path);
+std::string ExpandSlurmFilename(const std::string& pattern, const SlurmFilenameFields& f);
 
 // Parses every document of a text (YAML/JSON, possibly `---`-separated, or an sbatch
 // script). Document i's errors are prefixed "document[i]: " when there are several.

@@ -166,6 +166,35 @@ TEST(Spec, SbatchDirectives) {
   EXPECT_EQ((*late)[0].job.job.groups[0].request.gpu.count, 0) << "after the first command";
 }
 
+// sbatch -o / -e: kept as patterns (stderr with stdout unless -e; stdout to slurm-%j.out
+// unless -o), stored, and expanded per task as sbatch does.
+TEST(Spec, SbatchOutputFiles) {
+  auto s = ParseDocuments("#!/bin/bash\n#SBATCH -o logs/%x-%j.%3t.out\ntrue\n");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const TaskTemplate& t = (*s)[0].job.templates[0];
+  EXPECT_EQ(t.stdout_file, "logs/%x-%j.%3t.out");
+  EXPECT_EQ(t.stderr_file, t.stdout_file);
+  auto back = JobSpecFromJson(JobSpecToJson((*s)[0].job), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->templates[0].stderr_file, t.stdout_file);
+  const SlurmFilenameFields f{42, "train", "gpu-node-1", "alice", 1, 1};
+  EXPECT_EQ(ExpandSlurmFilename(t.stdout_file, f), "logs/train-42.001.out");
+  EXPECT_EQ(ExpandSlurmFilename("%N_%n_%u_100%%", f), "gpu-node-1_1_alice_100%");
+
+  auto e = ParseDocuments("#!/bin/bash\n#SBATCH --error=err-%j\ntrue\n");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ((*e)[0].job.templates[0].stdout_file, "slurm-%j.out");
+  EXPECT_EQ((*e)[0].job.templates[0].stderr_file, "err-%j");
+  auto none = ParseDocuments("#!/bin/bash\ntrue\n");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ((*none)[0].job.templates[0].stdout_file, "") << "the agent's log files only";
+
+  auto bad = ParseDocuments("#!/bin/bash\n#SBATCH -o out-%A_%a\ntrue\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 2: -o: \"%A\" is not supported"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(Spec, TesseraOwnShapeRoundTrips) {
   const char* doc = R"(
 apiVersion: tessera.io/v1
