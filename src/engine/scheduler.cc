@@ -22,6 +22,16 @@ namespace {
 
 constexpr int64_t kUnknown = INT64_MIN;
 
+// Reclaim's test, for the queue taking back and for its victims alike: only the components a
+// queue is guaranteed count (a GPU guarantee says nothing of CPU or memory, which every GPU
+// task also uses); a queue with no guarantee is above it with anything.
+bool AboveGuarantee(const ResourceVector& used, const ResourceVector& g) {
+  if (g.IsZero()) return !used.IsZero();
+  return (g.cpu_milli && used.cpu_milli > g.cpu_milli) ||
+         (g.memory_bytes && used.memory_bytes > g.memory_bytes) ||
+         (g.gpu_milli && used.gpu_milli > g.gpu_milli);
+}
+
 enum class JState { kAdmitted, kPlaced, kFailed, kWaiting, kError, kInfeasible };
 
 // Why a placement failed, gathered for the pending reason.
@@ -1347,11 +1357,7 @@ void CycleRun::EvictFor(bool reclaim) {
       const QueueRec& q = m_.queues[pre.queue];
       const ResourceVector& g = q.q.guarantee;
       if (g.IsZero()) return std::nullopt;
-      ResourceVector after = q.allocated + need;
-      if ((g.cpu_milli && after.cpu_milli > g.cpu_milli) ||
-          (g.memory_bytes && after.memory_bytes > g.memory_bytes) ||
-          (g.gpu_milli && after.gpu_milli > g.gpu_milli))
-        return std::nullopt;
+      if (AboveGuarantee(q.allocated + need, g)) return std::nullopt;
     }
     return need;
   };
@@ -1484,9 +1490,7 @@ void CycleRun::EvictFor(bool reclaim) {
     if (units.empty()) continue;
     auto over_guarantee = [&](const JobRec* j) {
       const QueueRec& q = m_.queues[j->queue];
-      const ResourceVector& g = q.q.guarantee;
-      return q.allocated.cpu_milli > g.cpu_milli || q.allocated.memory_bytes > g.memory_bytes ||
-             q.allocated.gpu_milli > g.gpu_milli;
+      return AboveGuarantee(q.allocated, q.q.guarantee);
     };
     // Fits(S): would the preemptor fit with the units in S gone?
     auto fits = [&](const std::vector<size_t>& set) {
