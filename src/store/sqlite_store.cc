@@ -92,9 +92,11 @@ class SqliteStore final : public Store {
     }
     ckpt_cv_.notify_all();
     if (checkpointer_.joinable()) checkpointer_.join();
+    // The last connection to close checkpoints the WAL into the database file and removes
+    // it (tessera.db alone is then the whole store): it must be a writable one.
     sqlite3_close(cdb_);
-    sqlite3_close(wdb_);
     sqlite3_close(rdb_);
+    sqlite3_close(wdb_);
     if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
   }
 
@@ -155,6 +157,10 @@ class SqliteStore final : public Store {
                           nullptr) != SQLITE_OK)
         return Unavailable("cannot open " + path + " for checkpoints: " + sqlite3_errmsg(cdb_));
       TESSERA_RETURN_IF_ERROR(Exec(cdb_, "PRAGMA busy_timeout=5000"));
+      // A connection learns that the database is in WAL mode when it first reads it; until
+      // then every checkpoint it runs is a no-op (log and done -1), and the WAL never stops
+      // growing.
+      TESSERA_RETURN_IF_ERROR(Exec(cdb_, "SELECT count(*) FROM meta"));
       // Replaces SQLite's automatic checkpoint (itself a WAL hook) on the writer connection.
       sqlite3_wal_hook(wdb_, &SqliteStore::OnWalCommit, this);
       checkpointer_ = std::thread([this] { CheckpointLoop(); });
@@ -260,6 +266,9 @@ class SqliteStore final : public Store {
         have = sqlite3_column_int64(get_rev.get(), 0);
       else if (rc != SQLITE_DONE)
         return Unavailable(std::string("sqlite compare: ") + sqlite3_errmsg(wdb_));
+      // A statement left on its row keeps its read transaction open past COMMIT: the snapshot
+      // it pins stops every checkpoint, and the WAL grows for ever.
+      get_rev.Reset();
       if (have != c.mod_revision) {
         return FailedPrecondition(c.mod_revision == 0
                                       ? c.key + ": already exists"
@@ -282,9 +291,18 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
-  // Runs on the writer thread after each commit with the WAL's size in pages.
-  static int OnWalCommit(void* self, sqlite3*, const char*, int pages) {
+  // Runs on the writer thread after each commit with the WAL's size in pages. Under writes
+  // that never pause, the background (passive) checkpoint never catches up, and the WAL
+  // would grow without bound (a FULL or TRUNCATE one from its own thread is starved by the
+  // writer): at 4x the threshold the writer itself empties it, holding the next commit back.
+  static int OnWalCommit(void* self, sqlite3* db, const char*, int pages) {
     auto* s = static_cast<SqliteStore*>(self);
+    if (pages >= 4 * s->options_.checkpoint_pages) {
+      int rc = sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+      if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+        std::fprintf(stderr, "tessera store: checkpoint: %s\n", sqlite3_errmsg(db));
+      return SQLITE_OK;
+    }
     if (pages >= s->options_.checkpoint_pages) {
       {
         std::lock_guard<std::mutex> l(s->ckpt_mu_);
