@@ -124,6 +124,12 @@ TEST(ShippedQueriesTest, GrafanaDashboardUsesOnlyExportedMetrics) {
     EXPECT_FALSE(names->empty()) << where << " selects no metric: " << expr;
     EXPECT_EQ(UnknownName(*names, exported), "") << where << ": " << expr;
     all_used.insert(names->begin(), names->end());
+    // NVML reads 0 % utilisation on MIG devices: an "idle GPU" query that does not leave them
+    // out (as the IdleGpuAllocated alert does) counts every busy MIG GPU as idle.
+    if (names->count("DCGM_FI_DEV_GPU_UTIL") && names->count("tessera_gpu_allocated_ratio")) {
+      EXPECT_NE(expr.find("unless on (node, gpu) tessera_gpu_mig_instances"), std::string::npos)
+          << where << ": " << expr;
+    }
   }
   // The headline metrics are on the dashboard.
   for (const char* want : {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE",

@@ -206,6 +206,7 @@ Status ControlPlane::Load() {
     r.created_at = j.value("createdAt", int64_t{0});
     r.started_at = j.value("startedAt", int64_t{-1});
     r.finished_at = j.value("finishedAt", int64_t{-1});
+    r.queued_at = j.value("queuedAt", r.created_at);
     // Records written before these fields existed: an active attempt started when the job did.
     r.run_started_at = j.value(
         "runStartedAt", r.state == JobState::kPending || IsTerminal(r.state) ? -1 : r.started_at);
@@ -312,6 +313,7 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
   o["createdAt"] = j.created_at;
   o["startedAt"] = j.started_at;
   o["finishedAt"] = j.finished_at;
+  if (j.queued_at != j.created_at) o["queuedAt"] = j.queued_at;
   if (j.run_started_at >= 0) o["runStartedAt"] = j.run_started_at;
   if (j.attained_gpu_milli_seconds) o["attainedGpuMilliSeconds"] = j.attained_gpu_milli_seconds;
   if (j.backoff.failures_in_a_row) o["failuresInARow"] = j.backoff.failures_in_a_row;
@@ -867,6 +869,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists");
       seen.insert(s.job.id);
       r.created_at = Now();
+      r.queued_at = r.created_at;
       s.job.submit_time = r.created_at;
       r.user = p.name;
       r.idempotency_key = key;
@@ -1440,6 +1443,7 @@ void ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord
   if (next == JobState::kPending) {
     j.attempt += 1;
     j.state = JobState::kPending;
+    j.queued_at = Now();
     j.pending = {};
     j.last_failed_scheduling.clear();
     AddEvent(ops, "Normal", "Requeued", "job/" + j.id(),
@@ -2041,7 +2045,8 @@ Status ControlPlane::RunCycle() {
     if (options_.on_cycle) {
       summaries.reserve(jobs_.size());
       for (const auto& [id, j] : jobs_)
-        summaries.push_back({id, j.spec.job.queue, j.state, j.created_at, j.started_at});
+        summaries.push_back(
+            {id, j.spec.job.queue, j.state, j.created_at, j.queued_at, j.run_started_at});
     }
   }
   {

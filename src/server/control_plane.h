@@ -106,6 +106,7 @@ struct JobRecord {
   std::string user;
   int64_t seq = 0;
   int64_t created_at = 0, started_at = -1, finished_at = -1;  // started_at: first attempt
+  int64_t queued_at = 0;  // when it last became pending: created_at, or its latest requeue
   // The current attempt: bound at run_started_at (-1 while pending). GPU time held by the
   // earlier attempts, for least-attained-service ordering (the engine's `las`).
   int64_t run_started_at = -1;
@@ -155,7 +156,9 @@ struct AuditRecord {
 struct JobSummary {
   std::string id, queue;
   JobState state = JobState::kPending;
-  int64_t created_at = 0, started_at = -1;
+  int64_t created_at = 0;
+  int64_t queued_at = 0;        // when it last became pending (a requeue included)
+  int64_t run_started_at = -1;  // the current attempt's start; -1 while pending
 };
 
 struct ControlPlaneOptions {

@@ -29,8 +29,10 @@ void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
     s.queue = j.queue;
     s.state = JobStateName(j.state);  // Prometheus label values are lower case: "pending"
     for (char& c : s.state) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    // A requeued job waits (and its attempt's wait is observed) from its requeue.
     s.submit_time = j.created_at;
-    if (j.state != JobState::kPending) s.start_time = j.started_at;
+    s.pending_since = j.queued_at;
+    s.start_time = j.run_started_at;
     view.jobs.push_back(std::move(s));
   }
   m.Update(view);

@@ -52,5 +52,61 @@ TEST(ObservabilityRoutes, TesseraJobsCountsFinishedJobsByState) {
   std::filesystem::remove_all(dir);
 }
 
+// A job requeued after an eviction waits from its requeue: the oldest pending age and the
+// queue-wait histogram count from there, not from its submission an hour earlier.
+TEST(ObservabilityRoutes, ARequeuedJobWaitsFromItsRequeue) {
+  const std::string dir = testing::TempDir("obs_requeue");
+  testing::FakeClock clock;
+  auto st = store::OpenSqliteStore(dir);
+  ASSERT_TRUE(st.ok());
+  ControlPlaneOptions o;
+  o.clock = clock.fn();
+  o.run_scheduler = false;
+  o.on_cycle = ObserveCycleForMetrics;
+  auto opened = ControlPlane::Open(std::move(*st), std::make_unique<testing::ScriptedEngine>(), o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ControlPlane& cp = **opened;
+  ASSERT_TRUE(cp.Apply(kAdmin,
+                       "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
+                       "metadata: {name: requeues}\n")
+                  .ok());
+  const Json node = {{"node",
+                      {{"name", "n1"},
+                       {"cpu", 8},
+                       {"memory", "64Gi"},
+                       {"gpus", {{"model", "A100-80GB"}, {"count", 1}, {"virtual", true}}}}},
+                     {"agentVersion", "test"},
+                     {"bootId", "b"}};
+  auto reg = cp.RegisterAgent(kAdmin, node);
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const int64_t epoch = (*reg)["epoch"];
+  std::string doc = Job("requeued", 1);
+  doc.replace(doc.find("queue: default"), 14, "queue: requeues");
+  ASSERT_TRUE(cp.Submit(kAdmin, doc).ok());
+  ASSERT_TRUE(cp.RunCycle().ok());  // placed at once (observed by the next cycle: none runs)
+  clock.now += 3600;
+  ASSERT_TRUE(cp.DrainNode(kAdmin, "n1").ok());
+  auto hb = cp.Heartbeat(kAdmin, "n1", Json{{"epoch", epoch}, {"tasks", Json::array()}});
+  ASSERT_TRUE(hb.ok()) << hb.status().ToString();  // the task is gone: requeued
+  clock.now += 5;
+  ASSERT_TRUE(cp.RunCycle().ok());  // cordoned: still pending
+  std::string text = ProcessMetrics().RenderText();
+  EXPECT_NE(text.find("tessera_queue_oldest_pending_job_age_seconds{queue=\"requeues\"} 5\n"),
+            std::string::npos)
+      << text;
+  ASSERT_TRUE(cp.CordonNode(kAdmin, "n1", false).ok());
+  ASSERT_TRUE(cp.RunCycle().ok());  // placed again, 5 s after its requeue
+  ASSERT_TRUE(cp.RunCycle().ok());  // (a cycle observes the states before its own plan)
+  text = ProcessMetrics().RenderText();
+  EXPECT_NE(text.find("tessera_job_queue_wait_seconds_sum{queue=\"requeues\"} 5\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tessera_job_queue_wait_seconds_count{queue=\"requeues\"} 1\n"),
+            std::string::npos)
+      << text;
+  opened->reset();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tessera::server
