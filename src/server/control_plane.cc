@@ -1053,6 +1053,17 @@ Json ControlPlane::ListQueues(const Principal& p) {
     if (j == jobs_.end()) continue;
     stats[j->second.spec.job.queue][2] += a.placement.GpuMilli();
   }
+  // A parent queue's figures include its children's, as the engine counts a parent's use
+  // against its limit (jobs are in leaf queues only).
+  std::map<std::string, std::array<int64_t, 4>> leaf = stats;
+  for (const auto& [name, s] : leaf) {
+    auto q = queues_.find(name);
+    for (size_t depth = 0; q != queues_.end() && !q->second.parent.empty() && depth < 64; ++depth) {
+      auto& up = stats[q->second.parent];
+      for (size_t i = 0; i < up.size(); ++i) up[i] += s[i];
+      q = queues_.find(q->second.parent);
+    }
+  }
   Json items = Json::array();
   for (const auto& [name, q] : queues_) {
     Json o = QueueToJson(q);

@@ -206,6 +206,29 @@ TEST_F(ControlPlaneTest, DeleteRefusesWhatIsStillNeededAndIsDurable) {
             StatusCode::kInvalidArgument);
 }
 
+// A parent queue's usage is its children's (what its limit is checked against).
+TEST_F(ControlPlaneTest, AParentQueueShowsItsChildrensUse) {
+  ASSERT_TRUE(cp_->Apply(kAdmin,
+                         "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
+                         "metadata: {name: research}\n---\n"
+                         "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
+                         "metadata: {name: research-a}\nspec: {parent: research}\n---\n"
+                         "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
+                         "metadata: {name: research-b}\nspec: {parent: research}\n")
+                  .ok());
+  Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("a", 1, 2, "", "research-a")).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("b", 1, 1, "", "research-b")).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::map<std::string, Json> by_name;
+  const Json queues = cp_->ListQueues(kAdmin)["items"];  // (named: items of a temporary dangle)
+  for (const auto& q : queues) by_name[q["name"].get<std::string>()] = q;
+  EXPECT_EQ(by_name["research-a"]["gpuMilliInUse"], 2000);
+  EXPECT_EQ(by_name["research"]["gpuMilliInUse"], 3000);
+  EXPECT_EQ(by_name["research"]["runningJobs"], 2);
+  EXPECT_EQ(by_name["research"]["jobs"], 2);
+}
+
 TEST_F(ControlPlaneTest, QueueParentLoopsAreRefusedWithThePath) {
   auto queue = [](const std::string& name, const std::string& parent) {
     return "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: " + name +
