@@ -6,6 +6,7 @@
 // SortJobs and Allocate's queue tree; placement (where) in PlaceTask. See docs/engine.md.
 #include <algorithm>
 #include <climits>
+#include <ctime>
 #include <map>
 #include <optional>
 #include <set>
@@ -21,6 +22,18 @@ namespace tessera {
 namespace {
 
 constexpr int64_t kUnknown = INT64_MIN;
+
+// A time for people: UTC wall-clock time for the server's clock; a virtual clock (the
+// simulator's seconds from the trace's start, below 2001) prints as t=N.
+std::string TimeText(int64_t t) {
+  if (t < 1'000'000'000) return "t=" + std::to_string(t);
+  std::time_t tt = static_cast<std::time_t>(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 // Reclaim's test, for the queue taking back and for its victims alike: only the components a
 // queue is guaranteed count (a GPU guarantee says nothing of CPU or memory, which every GPU
@@ -1594,7 +1607,10 @@ void CycleRun::Backfill() {
     std::vector<Ending> ends, unknown;
     for (auto& [id, j] : m_.jobs) {
       if (j.running == 0) continue;
-      if (j.spec->runtime_estimate_seconds && j.start_time >= 0)
+      // A job past its estimate (estimates are hints, not limits) ends at an unknown time:
+      // taking "now" instead would move the head's earliest start with every cycle.
+      if (j.spec->runtime_estimate_seconds && j.start_time >= 0 &&
+          j.start_time + *j.spec->runtime_estimate_seconds > now_)
         ends.push_back({j.start_time + *j.spec->runtime_estimate_seconds, &j});
       else
         unknown.push_back({INT64_MAX, &j});
@@ -1665,7 +1681,7 @@ void CycleRun::Backfill() {
       plan_.reservations.push_back(r);
       reserved_head_ = head;
       reservation_note_ = " Reserved " + std::to_string(reserved.size()) + " node(s) for this job" +
-                          (earliest >= 0 ? "; earliest start at t=" + std::to_string(earliest) + "."
+                          (earliest >= 0 ? "; earliest start at " + TimeText(earliest) + "."
                                          : "; start time unknown.");
       fenced_.assign(m_.nodes.size(), false);
       for (int32_t i : reserved) fenced_[i] = true;
