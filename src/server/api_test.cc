@@ -308,6 +308,15 @@ TEST_F(ApiTest, TwoTeamsSeeAndCancelOnlyTheirQueues) {
                            "team-a submit queue/debug denied", "team-a cancel job/a-train ok",
                            "root create-token token/team-c ok"})
     EXPECT_NE(std::find(audit.begin(), audit.end(), want), audit.end()) << want;
+  // Pages say where the next begins and whether there is one.
+  Json page = Do("GET", "/v1/audit?limit=2", root).body;
+  ASSERT_EQ(page["items"].size(), 2u);
+  EXPECT_TRUE(page["more"].get<bool>());
+  Json rest =
+      Do("GET", "/v1/audit?limit=10000&after=" + std::to_string(page["next"].get<int64_t>()), root)
+          .body;
+  EXPECT_EQ(rest["items"].size() + 2, records.size());
+  EXPECT_FALSE(rest["more"].get<bool>());
 }
 
 // A second server on a port in use fails to bind (no SO_REUSEPORT sharing the port, which

@@ -1,5 +1,7 @@
 #include "server/auth.h"
 
+#include <strings.h>
+
 #include <openssl/evp.h>
 
 #include <fstream>
@@ -73,7 +75,8 @@ bool TokenRegistry::HasRole(Role r) const {
 
 StatusOr<Principal> TokenRegistry::Authenticate(const std::string& header) const {
   if (header.empty()) return Unauthenticated("missing Authorization: Bearer <token> header");
-  if (header.rfind("Bearer ", 0) != 0)
+  // The scheme is case-insensitive (RFC 7235): "bearer" and "BEARER" are "Bearer".
+  if (header.size() < 7 || strncasecmp(header.c_str(), "Bearer ", 7) != 0)
     return Unauthenticated("Authorization header must be \"Bearer <token>\"");
   std::string token = header.substr(7);
   std::string h = Sha256Hex(token);

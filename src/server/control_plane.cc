@@ -1245,7 +1245,9 @@ StatusOr<Json> ControlPlane::ListAudit(const Principal& p, int64_t after, size_t
                      {"object", a.object},
                      {"result", a.result}});
   }
-  return Json{{"items", items}};
+  // As events: where the next page begins (pass it as `after`), and whether there is one.
+  int64_t next = items.empty() ? after : items.back()["seq"].get<int64_t>();
+  return Json{{"items", items}, {"next", next}, {"more", audit_.upper_bound(next) != audit_.end()}};
 }
 
 StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::string& body,

@@ -184,6 +184,8 @@ TEST_F(ControlPlaneTest, DeleteRefusesWhatIsStillNeededAndIsDurable) {
       cp_->AddToken(kAdmin, {{"bot", Role::kMember, {"default"}}, Sha256Hex("bot-t"), "api"}).ok());
   cp_->tokens().Add({{"ops", Role::kMember, {"default"}}, Sha256Hex("ops-t"), "config"});
   ASSERT_TRUE(cp_->tokens().Authenticate("Bearer bot-t").ok());
+  ASSERT_TRUE(cp_->tokens().Authenticate("bearer bot-t").ok()) << "the scheme has no case";
+  EXPECT_FALSE(cp_->tokens().Authenticate("Basic bot-t").ok());
   EXPECT_TRUE(cp_->Delete(kAdmin, "token", "bot").ok());
   EXPECT_EQ(cp_->tokens().Authenticate("Bearer bot-t").status().code(),
             StatusCode::kUnauthenticated);
