@@ -130,8 +130,14 @@ ClusterMetrics::ClusterMetrics() {
                         std::array<std::string, 0>{}));
   evictions_total_ =
       Must(r.AddCounter("tessera_scheduling_evictions_total",
-                        "Task evictions decided by the engine, by reason (Preempted, Reclaimed).",
+                        "Task evictions by reason: the engine's (Preempted, Reclaimed), a drain "
+                        "(Drained), a node lost (NodeLost) or whose agent restarted "
+                        "(NodeRestarted), tasks stopped by their agent (Evicted).",
                         std::array<std::string, 1>{"reason"}));
+  // Every reason's series exists before its first eviction (increase() sees the first one).
+  for (const char* reason :
+       {"Preempted", "Reclaimed", "Drained", "NodeLost", "NodeRestarted", "Evicted"})
+    evictions_total_->Add({reason}, 0);
   store_failures_total_ = Must(r.AddCounter(
       "tessera_store_commit_failures_total",
       "Store commits that failed and made the server refuse a request (a full disk, an "
@@ -158,6 +164,10 @@ void ClusterMetrics::ObserveCycle(const Plan& plan, double seconds) {
 }
 
 void ClusterMetrics::ObserveStoreFailure() { store_failures_total_->Add({}, 1); }
+
+void ClusterMetrics::ObserveEvictions(const std::string& reason, int64_t tasks) {
+  evictions_total_->Add({reason}, static_cast<double>(tasks));
+}
 
 void ClusterMetrics::Update(const ClusterView& view) {
   std::lock_guard lock(mu_);

@@ -55,6 +55,8 @@ class ClusterMetrics {
   void ObserveCycle(const Plan& plan, double seconds);
   // A store commit failed and the server refused a request for it.
   void ObserveStoreFailure();
+  // Tasks the server evicted itself (drain, node loss...): tessera_scheduling_evictions_total.
+  void ObserveEvictions(const std::string& reason, int64_t tasks);
 
   // The registry, for the server to add its own instruments (e.g. HTTP request counters).
   Registry& registry() { return registry_; }

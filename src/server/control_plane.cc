@@ -938,6 +938,10 @@ void ControlPlane::NoteStoreResult(const Status& s) {
   store_health_.failures += 1;
 }
 
+void ControlPlane::NoteEvictions(const char* reason, int64_t tasks) {
+  if (tasks > 0 && options_.on_evictions) options_.on_evictions(reason, tasks);
+}
+
 ControlPlane::StoreHealth ControlPlane::store_health() const {
   std::lock_guard<std::mutex> l(mu_);
   StoreHealth h = store_health_;
@@ -1156,8 +1160,9 @@ StatusOr<Json> ControlPlane::DrainNode(const Principal& p, const std::string& na
   if (!c.ok()) return c.status();
   std::lock_guard<std::mutex> l(mu_);
   std::set<std::string> affected;
+  int64_t tasks = 0;
   for (const auto& [id, a] : allocations_)
-    if (a.placement.node == name && a.Live()) affected.insert(a.job);
+    if (a.placement.node == name && a.Live()) affected.insert(a.job), ++tasks;
   std::vector<store::Op> ops;
   Json evicted = Json::array();
   for (const auto& jid : affected) {
@@ -1168,6 +1173,7 @@ StatusOr<Json> ControlPlane::DrainNode(const Principal& p, const std::string& na
   }
   if (!affected.empty()) AddAudit(ops, p, "drain", "node/" + name, "ok");
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  NoteEvictions("Drained", tasks);
   Kick();
   return Json{{"name", name}, {"unschedulable", true}, {"evicted", evicted}};
 }
@@ -1664,14 +1670,17 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
     // they keep their allocation (the first heartbeat reports how each is doing, and one that
     // ended while no agent watched goes through the job's policy there).
     std::set<std::string> affected;
-    int64_t adopted = 0;
+    int64_t adopted = 0, killed = 0;
     for (auto& [id, a] : allocations_) {
       if (a.placement.node != n.node.name || !a.HoldsDevices() || a.state == AllocState::kAssigned)
         continue;
       if (held.count(id)) {
-        ++adopted;
+        // (A task already written off with its NotReady node is not adopted: it is no longer
+        // wanted, and the agent stops it.)
+        if (a.Live()) ++adopted;
         continue;
       }
+      if (a.Live()) ++killed;
       bool was_running = a.state == AllocState::kRunning;
       a.state = AllocState::kKilled;
       a.finished_at = Now();
@@ -1685,6 +1694,7 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
         OnTaskLoss(ops, j->second, true, "NodeRestarted",
                    "node " + n.node.name + " restarted its agent");
     }
+    NoteEvictions("NodeRestarted", killed);
     if (adopted > 0)
       AddEvent(ops, "Normal", "TasksAdopted", "node/" + n.node.name,
                "the restarted agent adopted " + std::to_string(adopted) +
@@ -1810,6 +1820,7 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                    "task " + std::to_string(a.task) + " on " + node_name +
                        " was stopped by its agent" + (a.message.empty() ? "" : ": " + a.message),
                    a.task);
+        NoteEvictions("Evicted", 1);
       } else {
         OnTaskLoss(ops, j, false, "TaskFailed",
                    "task " + std::to_string(a.task) + " on " + node_name +
@@ -1886,6 +1897,7 @@ void ControlPlane::CheckNodes() {
       a.state = AllocState::kLost;
       a.message = "node " + name + " not ready";
       ops.push_back(AllocOp(a));
+      NoteEvictions("NodeLost", 1);
       int64_t& stopped = affected[a.job];
       if (lease > 0)
         stopped = std::max(stopped, n.last_heartbeat + lease + options_.heartbeat_seconds +

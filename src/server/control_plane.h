@@ -197,6 +197,9 @@ struct ControlPlaneOptions {
   // Called (no lock held) when a store commit fails and a request was refused for it (a full
   // disk: 503 to a submission), with the store's error; for metrics (observability).
   std::function<void(const Status&)> on_store_error;
+  // Tasks evicted by the server itself (the engine's evictions are in on_cycle's plan):
+  // Drained, NodeLost, NodeRestarted, Evicted (stopped by their agent).
+  std::function<void(const std::string& reason, int64_t tasks)> on_evictions;
 };
 
 struct ListOptions {
@@ -318,7 +321,8 @@ class ControlPlane {
   // Drops a job's oldest events beyond max_events_per_job.
   void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j);
   store::Op EventSeqOp() const;
-  void NoteStoreResult(const Status& s);  // for store_health(); mu_ held
+  void NoteStoreResult(const Status& s);                  // for store_health(); mu_ held
+  void NoteEvictions(const char* reason, int64_t tasks);  // options_.on_evictions
   // Stopping: the allocation is told to stop (its pool's backend; grace period) and stored.
   void StopAllocation(std::vector<store::Op>& ops, Allocation& a);
   StoreHealth store_health_;

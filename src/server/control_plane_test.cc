@@ -1190,6 +1190,10 @@ TEST_F(ControlPlaneTest, ASecondLiveAgentForANodeIsRefused) {
 // NotReady node that is not coming back is deleted, releasing what its tasks held.
 TEST_F(ControlPlaneTest, CordonDrainAndDeleteANode) {
   real_engine_ = true;
+  std::map<std::string, int64_t> evictions;  // on_evictions: what the metrics count
+  tune_ = [&](ControlPlaneOptions& o) {
+    o.on_evictions = [&](const std::string& reason, int64_t n) { evictions[reason] += n; };
+  };
   Reopen();
   int64_t ea = Epoch("node-a");
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("moved", 1, 8)).ok());
@@ -1201,6 +1205,7 @@ TEST_F(ControlPlaneTest, CordonDrainAndDeleteANode) {
   auto drained = cp_->DrainNode(kAdmin, "node-a");
   ASSERT_TRUE(drained.ok()) << drained.status().ToString();
   EXPECT_EQ((*drained)["evicted"], Json::array({"moved"}));
+  EXPECT_EQ(evictions, (std::map<std::string, int64_t>{{"Drained", 1}}));
   EXPECT_EQ(State("moved"), "Terminating");
   Beat("node-a", ea, {Task(id, "killed", 143)});
   EXPECT_EQ(State("moved"), "Pending");
@@ -1223,6 +1228,7 @@ TEST_F(ControlPlaneTest, CordonDrainAndDeleteANode) {
   clock_.now += 31;
   Beat("node-a", Epoch("node-a"));
   cp_->CheckNodes();
+  EXPECT_EQ(evictions["NodeLost"], 1);
   auto deleted = cp_->DeleteNode(kAdmin, "node-b");
   ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
   EXPECT_EQ((*deleted)["released"], 1);
@@ -1270,6 +1276,20 @@ TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   // A stale epoch is refused.
   EXPECT_EQ(cp_->Heartbeat(kAdmin, "node-a", Json{{"epoch", ea + 5}}).status().code(),
             StatusCode::kFailedPrecondition);
+  // An agent restarted on node-a that still holds a task written off with the node does not
+  // adopt it (it is not wanted: the agent stops it).
+  const std::string second = Job("gang")["allocations"][1]["id"];
+  Beat("node-b", eb, {Task(second, "running")});
+  clock_.now += 31;
+  Beat("node-a", ea);
+  cp_->CheckNodes();  // node-b lost, with the task on it
+  Json doc = NodeDoc("node-b", 8);
+  doc["bootId"] = "boot-node-b-2";
+  doc["tasks"] = Json::array({Task(second, "running")});
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, doc).ok());
+  const auto events = cp_->ListEvents(kAdmin, "", 0, 10000);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->dump().find("TasksAdopted"), std::string::npos) << events->dump();
 }
 
 // The agent's own lease sets the fence: 0 (it never stops its tasks itself) places the work

@@ -117,6 +117,9 @@ Status RunServer(const ServerFlags& flags) {
   cpo.seed = flags.seed;
   cpo.on_cycle = ObserveCycleForMetrics;  // /metrics (observability_routes.h)
   cpo.on_store_error = ObserveStoreErrorForMetrics;
+  cpo.on_evictions = [](const std::string& reason, int64_t tasks) {
+    ProcessMetrics().ObserveEvictions(reason, tasks);
+  };
   if (flags.max_events_per_job < 0 || flags.max_events < 0 || flags.event_ttl_seconds < 0 ||
       flags.finished_job_ttl_seconds < 0)
     return InvalidArgument(
