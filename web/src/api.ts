@@ -98,12 +98,23 @@ export class Api {
     return JSON.parse(text) as T;
   }
 
+  // Every unfinished job (what the cards count and the table leads with), then at most 1000
+  // finished ones of each end state: the server keeps finished jobs for days, and a cap over
+  // all jobs in name order would drop live ones from the view.
   async jobs(): Promise<JobView[]> {
+    const live = ["Pending", "Scheduled", "Running", "Terminating"];
+    const done = ["Succeeded", "Failed", "Cancelled"];
+    const lists = await Promise.all([
+      ...live.map((s) => this.pages(`/v1/jobs?state=${s}`, 100)),
+      ...done.map((s) => this.pages(`/v1/jobs?state=${s}`, 1)),
+    ]);
+    return lists.flat();
+  }
+  private async pages(path: string, maxPages: number): Promise<JobView[]> {
     const out: JobView[] = [];
     let cont = "";
-    // Pages of 1000; the dashboard shows at most 5000 jobs.
-    for (let page = 0; page < 5; page++) {
-      const q = `/v1/jobs?limit=1000${cont ? `&continue=${encodeURIComponent(cont)}` : ""}`;
+    for (let page = 0; page < maxPages; page++) {
+      const q = `${path}&limit=1000${cont ? `&continue=${encodeURIComponent(cont)}` : ""}`;
       const r = await this.get<{ items: JobView[]; continue?: string }>(q);
       out.push(...r.items);
       if (!r.continue) break;
