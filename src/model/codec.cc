@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
@@ -286,6 +287,12 @@ Status ReadTaskResources(const Json& resources, const std::string& path, TaskReq
       out.gpu.count = static_cast<int32_t>(*r / 1000);
       out.gpu.mig_profile = name.substr(sizeof(kMigPrefix) - 1);
       if (out.gpu.mig_profile.empty()) return InvalidArgument(p + ": missing MIG profile name");
+      // NVIDIA's profile names: <compute slices, 1-7>g.<memory>gb, with "+me" for media
+      // engines. (Which ones a model has is the node's business: a newer GPU may have more.)
+      static const std::regex kProfile(R"([1-7]g\.[1-9][0-9]*gb(\+me)?)");
+      if (!std::regex_match(out.gpu.mig_profile, kProfile))
+        return InvalidArgument(p + ": \"" + out.gpu.mig_profile +
+                               "\" is not a MIG profile (<1-7>g.<memory>gb, e.g. 1g.10gb, 3g.40gb)");
     } else if (name == kGpuMilli) {
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 999)
         return InvalidArgument(p + ": thousandths of one GPU, 1..999 (use nvidia.com/gpu for whole GPUs)");

@@ -5,20 +5,22 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "common/status.h"
 #include "model/resources.h"
 
 namespace tessera {
 
 struct Queue {
   std::string name;
-  std::string parent;            // "" for a child of the root
-  int32_t weight = 1;            // share of what is left after guarantees, among siblings
-  ResourceVector guarantee;      // always available to this queue (reclaimable from others)
+  std::string parent;                   // "" for a child of the root
+  int32_t weight = 1;                   // share of what is left after guarantees, among siblings
+  ResourceVector guarantee;             // always available to this queue (reclaimable from others)
   std::optional<ResourceVector> limit;  // capability: never more than this; nullopt = none
-  bool reclaimable = true;       // others may take back what it borrowed above its guarantee
-  bool borrowing = true;         // may use idle capacity beyond its deserved share
-  bool open = true;              // accepts new jobs
+  bool reclaimable = true;              // others may take back what it borrowed above its guarantee
+  bool borrowing = true;                // may use idle capacity beyond its deserved share
+  bool open = true;                     // accepts new jobs
 };
 
 struct PriorityClass {
@@ -27,5 +29,10 @@ struct PriorityClass {
   bool preempt_lower = true;  // preemptionPolicy: PreemptLowerPriority (true) or Never
   bool global_default = false;
 };
+
+// Guarantees a queue tree can honour: the children of a parent together are guaranteed no
+// more than the parent (in the resources the parent is guaranteed), and no queue more than
+// an ancestor's limit. (Unknown parents and loops are the caller's to refuse first.)
+Status CheckQueueGuarantees(const std::vector<Queue>& queues);
 
 }  // namespace tessera

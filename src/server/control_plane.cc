@@ -1320,6 +1320,11 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       at = &queues.at(at->parent);
     }
   }
+  {
+    std::vector<Queue> tree;
+    for (const auto& [name, q] : queues) tree.push_back(q);
+    TESSERA_RETURN_IF_ERROR(CheckQueueGuarantees(tree));
+  }
   // A queue that becomes a parent must hold no unfinished job (jobs go to leaf queues).
   std::map<std::string, std::string> new_parents;  // parent -> a new child
   for (const auto& [name, q] : queues)

@@ -231,6 +231,37 @@ TEST_F(ControlPlaneTest, AParentQueueShowsItsChildrensUse) {
   EXPECT_EQ(by_name["research"]["jobs"], 2);
 }
 
+// Guarantees the tree cannot honour are refused: children guaranteed more than their parent
+// together, or a queue guaranteed more than an ancestor may use.
+TEST_F(ControlPlaneTest, QueueGuaranteesMustFitTheTree) {
+  auto queue = [](const std::string& name, const std::string& spec) {
+    return "apiVersion: tessera.io/v1\nkind: Queue\nmetadata: {name: " + name + "}\nspec: " + spec +
+           "\n---\n";
+  };
+  const std::string parent =
+      queue("org", "{guarantee: {nvidia.com/gpu: 3}, limit: {nvidia.com/gpu: 6}}");
+  auto sum =
+      cp_->Apply(kAdmin, parent + queue("a", "{parent: org, guarantee: {nvidia.com/gpu: 2}}") +
+                             queue("b", "{parent: org, guarantee: {nvidia.com/gpu: 2}}"));
+  ASSERT_FALSE(sum.ok());
+  EXPECT_NE(sum.status().message().find(
+                "queue org: its children are guaranteed 4 nvidia.com/gpu together; it is "
+                "guaranteed 3"),
+            std::string::npos)
+      << sum.status().message();
+  const std::string open = queue("open", "{limit: {nvidia.com/gpu: 6}}");
+  auto over =
+      cp_->Apply(kAdmin, open + queue("x", "{parent: open, guarantee: {nvidia.com/gpu: 10}}"));
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("queue x: guaranteed 10 nvidia.com/gpu, more than queue "
+                                         "open may use (limit 6)"),
+            std::string::npos)
+      << over.status().message();
+  EXPECT_TRUE(
+      cp_->Apply(kAdmin, parent + queue("a", "{parent: org, guarantee: {nvidia.com/gpu: 2}}"))
+          .ok());
+}
+
 TEST_F(ControlPlaneTest, QueueParentLoopsAreRefusedWithThePath) {
   auto queue = [](const std::string& name, const std::string& parent) {
     return "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: " + name +

@@ -7,49 +7,33 @@ namespace tessera::sim {
 
 namespace {
 
-// The guarantees among siblings must fit in what their parent is guaranteed, and those of
-// the top-level queues in the cluster: a guarantee nothing can honour would make reclaim
-// promise what is not there, and the replay's share-vs-guarantee report meaningless.
+// The guarantees of the top-level queues must fit in the cluster, and the tree must be one
+// that can honour them (CheckQueueGuarantees): a guarantee nothing can honour would make
+// reclaim promise what is not there, and the replay's share-vs-guarantee report meaningless.
 Status CheckGuarantees(const Snapshot& s) {
-  ResourceVector cluster;
+  ResourceVector cluster, top;
   for (const Node& n : s.nodes) {
     cluster.gpu_milli += static_cast<int64_t>(n.devices.size()) * 1000;
     cluster.cpu_milli += n.cpu_milli;
     cluster.memory_bytes += n.memory_bytes;
   }
-  std::map<std::string, ResourceVector> children;  // parent ("" = the cluster) -> sum
-  std::map<std::string, const Queue*> by_name;
-  for (const Queue& q : s.queues) {
-    children[q.parent] += q.guarantee;
-    by_name[q.name] = &q;
+  for (const Queue& q : s.queues)
+    if (q.parent.empty()) top += q.guarantee;
+  struct Dim {
+    const char* name;
+    int64_t want, have;
+    bool bytes;
+  } dims[] = {{"nvidia.com/gpu", top.gpu_milli, cluster.gpu_milli, false},
+              {"cpu", top.cpu_milli, cluster.cpu_milli, false},
+              {"memory", top.memory_bytes, cluster.memory_bytes, true}};
+  for (const Dim& d : dims) {
+    if (d.want <= d.have) continue;
+    auto amount = [&](int64_t v) { return d.bytes ? FormatBytes(v) : FormatMilli(v); };
+    return InvalidArgument("queues: the guarantees of the top-level queues add up to " +
+                           amount(d.want) + " " + d.name + "; the cluster has " + amount(d.have));
   }
-  for (const auto& [parent, sum] : children) {
-    ResourceVector have = cluster;
-    std::string whose = "the cluster has";
-    if (!parent.empty()) {
-      auto it = by_name.find(parent);
-      if (it == by_name.end()) continue;  // SnapshotFromJson names an unknown parent
-      have = it->second->guarantee;
-      whose = "queue " + parent + " is guaranteed";
-    }
-    struct Dim {
-      const char* name;
-      int64_t want, have;
-      bool bytes;
-    } dims[] = {{"nvidia.com/gpu", sum.gpu_milli, have.gpu_milli, false},
-                {"cpu", sum.cpu_milli, have.cpu_milli, false},
-                {"memory", sum.memory_bytes, have.memory_bytes, true}};
-    for (const Dim& d : dims) {
-      // Under a parent, only the dimensions the parent is guaranteed bound its children.
-      if (d.want <= d.have || (!parent.empty() && d.have == 0)) continue;
-      auto amount = [&](int64_t v) { return d.bytes ? FormatBytes(v) : FormatMilli(v); };
-      return InvalidArgument(
-          "queues: the guarantees of " +
-          (parent.empty() ? std::string("the top-level queues") : "the children of " + parent) +
-          " add up to " + amount(d.want) + " " + d.name + "; " + whose + " " + amount(d.have));
-    }
-  }
-  return Status::Ok();
+  Status tree = CheckQueueGuarantees(s.queues);
+  return tree.ok() ? tree : InvalidArgument("queues: " + tree.message());
 }
 
 }  // namespace

@@ -51,8 +51,7 @@ TEST(Cluster, ErrorsNameThePath) {
       {"nodes: [{name: n, cpu: 8, memory: 1Gi, gpus: {model: T4, count: 4}}]\n"
        "queues: [{name: org, guarantee: {cpu: 4}}, {name: a, parent: org, guarantee: {cpu: "
        "3}}, {name: b, parent: org, guarantee: {cpu: 2}}]",
-       "queues: the guarantees of the children of org add up to 5 cpu; queue org is "
-       "guaranteed 4"},
+       "queues: queue org: its children are guaranteed 5 cpu together; it is guaranteed 4"},
   };
   for (const Case& c : cases) {
     auto doc = ParseYaml(c.yaml);

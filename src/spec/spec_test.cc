@@ -408,6 +408,10 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: tessera.io/v1\nkind: Queue\nmetadata: {name: q}\nspec: {limit: {cpu: 4}, "
        "guarantee: {cpu: 8}}\n",
        "guarantee.cpu: 8 is more than"},
+      {"tessera unknown MIG profile",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{command: [x], "
+       "resources: {nvidia.com/mig-9g.99gb: 1}}]}\n",
+       "nvidia.com/mig-9g.99gb: \"9g.99gb\" is not a MIG profile"},
       {"sbatch hold", "#!/bin/bash\n#SBATCH --hold\ntrue\n", "line 2: --hold: not supported"},
       {"sbatch exclusive", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --exclusive\ntrue\n",
        "line 3: --exclusive: not supported"},

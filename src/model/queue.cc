@@ -1,0 +1,58 @@
+#include "model/queue.h"
+
+#include <map>
+
+namespace tessera {
+
+namespace {
+
+struct Dim {
+  const char* name;
+  int64_t ResourceVector::*field;
+  bool bytes;
+};
+constexpr Dim kDims[] = {{"nvidia.com/gpu", &ResourceVector::gpu_milli, false},
+                         {"cpu", &ResourceVector::cpu_milli, false},
+                         {"memory", &ResourceVector::memory_bytes, true}};
+
+std::string Amount(const Dim& d, int64_t v) { return d.bytes ? FormatBytes(v) : FormatMilli(v); }
+
+}  // namespace
+
+Status CheckQueueGuarantees(const std::vector<Queue>& queues) {
+  std::map<std::string, const Queue*> by_name;
+  std::map<std::string, ResourceVector> children;  // parent -> the sum of its children's
+  for (const Queue& q : queues) {
+    by_name[q.name] = &q;
+    if (!q.parent.empty()) children[q.parent] += q.guarantee;
+  }
+  for (const auto& [parent, sum] : children) {
+    auto it = by_name.find(parent);
+    if (it == by_name.end()) continue;
+    for (const Dim& d : kDims) {
+      const int64_t have = it->second->guarantee.*d.field, want = sum.*d.field;
+      // Only the resources the parent is guaranteed bound its children's guarantees.
+      if (have == 0 || want <= have) continue;
+      return InvalidArgument("queue " + parent + ": its children are guaranteed " +
+                             Amount(d, want) + " " + d.name + " together; it is guaranteed " +
+                             Amount(d, have) + " (a parent divides its guarantee among them)");
+    }
+  }
+  for (const Queue& q : queues) {
+    auto up = by_name.find(q.parent);
+    for (size_t steps = 0; up != by_name.end() && steps < queues.size(); ++steps) {
+      const Queue& a = *up->second;
+      for (const Dim& d : kDims) {
+        const int64_t g = q.guarantee.*d.field, l = a.limit ? (*a.limit).*d.field : 0;
+        if (l == 0 || g <= l) continue;
+        return InvalidArgument("queue " + q.name + ": guaranteed " + Amount(d, g) + " " + d.name +
+                               ", more than queue " + a.name + " may use (limit " + Amount(d, l) +
+                               ")");
+      }
+      up = by_name.find(a.parent);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera
