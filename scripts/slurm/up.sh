@@ -90,6 +90,9 @@ SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
+# A job without --mem (Tessera leaves it out when the job asks for no memory) gets this per
+# CPU, not the whole node.
+DefMemPerCPU=100
 ReturnToService=2
 # Lets each emulated node claim more CPUs and memory than this machine has.
 SlurmdParameters=config_overrides

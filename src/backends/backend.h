@@ -73,6 +73,7 @@ struct AllocationStatus {
   int32_t exit_code = 0;  // of the job script/command; 128+N when killed by signal N
   int32_t signal = 0;     // N when killed by a signal, else 0
   std::string reason;     // the pool's own word: "Resources", "TIMEOUT", "NodeFail", ...
+  std::string state;      // the pool's own state of what decided `phase`: "NODE_FAIL", ...
   std::string message;    // one line for users
   std::vector<std::string> nodes;
   int64_t started_at = 0;   // epoch seconds, 0 = not started

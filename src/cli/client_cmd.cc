@@ -245,10 +245,14 @@ std::string Age(int64_t t) {
 }
 
 // kubectl's words: Ready / NotReady, with ",SchedulingDisabled" for a cordoned or drained
-// node (the engine places nothing there).
+// node (the engine places nothing there), and ",PoolDown" for a node of a pool run by
+// another system (Slurm) that the system says is down: the server keeps it, that system
+// ends its work (label pool.down, docs/slurm.md).
 std::string NodeStatus(const Json& n) {
   std::string s = n.value("ready", false) ? "Ready" : "NotReady";
   if (n.value("unschedulable", false)) s += ",SchedulingDisabled";
+  if (n.contains("labels") && n["labels"].is_object() && n["labels"].contains("pool.down"))
+    s += ",PoolDown";
   return s;
 }
 
@@ -737,8 +741,11 @@ void AddClientCommands(CLI::App& app) {
       } else if (k == "pools") {
         std::vector<std::vector<std::string>> rows;
         for (const auto& p : items)
-          rows.push_back({S(p, "name"), S(p, "backend"), S(p, "readyNodes") + "/" + S(p, "nodes"),
-                          S(p, "gpus")});
+          rows.push_back(
+              {S(p, "name"), S(p, "backend"),
+               S(p, "readyNodes") + "/" + S(p, "nodes") +
+                   (p.value("downNodes", 0) > 0 ? " (" + S(p, "downNodes") + " down)" : ""),
+               S(p, "gpus")});
         Table({"NAME", "BACKEND", "READY", "GPUS"}, rows);
       } else {
         PrintEvents(items);

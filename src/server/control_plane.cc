@@ -738,6 +738,16 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
     if (!j.pending.resource.empty()) pr["resource"] = j.pending.resource;
     if (!j.pending.rejected_nodes.empty()) pr["rejectedNodes"] = j.pending.rejected_nodes;
     o["pendingReason"] = pr;
+  } else if (j.state == JobState::kScheduled) {
+    // Bound, and queued by a pool that schedules on its own (Slurm): why it waits there.
+    for (const auto& id : j.allocations) {
+      const Allocation& a = allocations_.at(id);
+      if (a.attempt != j.attempt || a.state != AllocState::kAssigned || a.message.empty()) continue;
+      o["pendingReason"] = {{"code", "WaitingInPool"},
+                            {"message", "task " + std::to_string(a.task) + " waits on " +
+                                            a.placement.node + ": " + a.message}};
+      break;
+    }
   }
   if (describe) {
     o["labels"] = j.spec.labels;
@@ -938,7 +948,7 @@ void ControlPlane::NoteStoreResult(const Status& s) {
   store_health_.failures += 1;
 }
 
-void ControlPlane::NoteEvictions(const char* reason, int64_t tasks) {
+void ControlPlane::NoteEvictions(const std::string& reason, int64_t tasks) {
   if (tasks > 0 && options_.on_evictions) options_.on_evictions(reason, tasks);
 }
 
@@ -1218,12 +1228,13 @@ StatusOr<Json> ControlPlane::DeleteNode(const Principal& p, const std::string& n
 
 Json ControlPlane::ListPools() {
   std::lock_guard<std::mutex> l(mu_);
-  std::map<std::string, std::array<int64_t, 3>> pools;  // nodes, ready, gpus
+  std::map<std::string, std::array<int64_t, 4>> pools;  // nodes, ready, gpus, down
   for (const auto& [name, n] : nodes_) {
     auto& p = pools[n.node.pool];
     p[0]++;
     if (n.node.ready) p[1]++;
     p[2] += static_cast<int64_t>(n.node.devices.size());
+    if (n.node.labels.count("pool.down")) p[3]++;  // down in the pool's own system (Slurm)
   }
   Json items = Json::array();
   for (const auto& [name, p] : pools) {
@@ -1232,6 +1243,7 @@ Json ControlPlane::ListPools() {
                      {"backend", (b == backends_.end() ? default_backend_ : b->second)->Kind()},
                      {"nodes", p[0]},
                      {"readyNodes", p[1]},
+                     {"downNodes", p[3]},
                      {"gpus", p[2]}});
   }
   return {{"items", items}};
@@ -1797,6 +1809,18 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
         }
         continue;
       }
+      if (state == "pending") {
+        // Queued by a pool that schedules on its own (Slurm): why it waits there, on the
+        // allocation and, when it changes, as an event of the job.
+        const std::string why = t.value("message", "");
+        if (a.state != AllocState::kAssigned || why.empty() || why == a.message) continue;
+        a.message = why;
+        ops.push_back(AllocOp(a));
+        if (ji != jobs_.end() && ji->second.attempt == a.attempt)
+          AddEvent(ops, "Normal", "WaitingInPool", "job/" + a.job,
+                   "task " + std::to_string(a.task) + " waits on " + node_name + ": " + why);
+        continue;
+      }
       if (state != "succeeded" && state != "failed" && state != "killed") continue;
       if (!a.HoldsDevices()) continue;  // already final
       if (a.state == AllocState::kAssigned) started();
@@ -1820,12 +1844,15 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
       } else if (state == "killed") {
         // The agent stopped it on its own (its lease ran out while the server was away, it
         // shut down with its tasks): not the task's failure. An eviction: onEviction, no
-        // retry counted, no back-off.
-        OnTaskLoss(ops, j, true, "Evicted",
-                   "task " + std::to_string(a.task) + " on " + node_name +
-                       " was stopped by its agent" + (a.message.empty() ? "" : ": " + a.message),
+        // retry counted, no back-off. A pool that runs tasks itself (Slurm) gives its own
+        // reason (a failed node) and words.
+        const std::string why = t.value("reason", "");
+        OnTaskLoss(ops, j, true, why.empty() ? "Evicted" : why,
+                   "task " + std::to_string(a.task) +
+                       (why.empty() ? " on " + node_name + " was stopped by its agent" : "") +
+                       (a.message.empty() ? "" : ": " + a.message),
                    a.task);
-        NoteEvictions("Evicted", 1);
+        NoteEvictions(why.empty() ? "Evicted" : why, 1);
       } else {
         OnTaskLoss(ops, j, false, "TaskFailed",
                    "task " + std::to_string(a.task) + " on " + node_name +

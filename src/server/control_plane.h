@@ -321,8 +321,8 @@ class ControlPlane {
   // Drops a job's oldest events beyond max_events_per_job.
   void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j);
   store::Op EventSeqOp() const;
-  void NoteStoreResult(const Status& s);                  // for store_health(); mu_ held
-  void NoteEvictions(const char* reason, int64_t tasks);  // options_.on_evictions
+  void NoteStoreResult(const Status& s);                         // for store_health(); mu_ held
+  void NoteEvictions(const std::string& reason, int64_t tasks);  // options_.on_evictions
   // Stopping: the allocation is told to stop (its pool's backend; grace period) and stored.
   void StopAllocation(std::vector<store::Op>& ops, Allocation& a);
   StoreHealth store_health_;

@@ -104,6 +104,7 @@ AllocationStatus StatusFromSlurm(const std::vector<SlurmJob>& components) {
     st.exit_code = e.exit_code;
     st.signal = e.signal;
   }
+  st.state = why.state;
   st.reason =
       (why.state_reason.empty() || why.state_reason == "None") ? why.state : why.state_reason;
   st.message = "Slurm job " + std::to_string(why.job_id) + " " + why.state;

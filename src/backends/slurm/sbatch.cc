@@ -267,7 +267,9 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
     s.tasks = t.tasks;
     int64_t cpus = std::max<int64_t>(1, CeilDiv(t.cpu_milli, 1000));
     s.cpus_per_task = CeilDiv(cpus, t.tasks);
-    s.memory_mib = std::max<int64_t>(1, CeilDiv(t.memory_bytes, kMiB));
+    // 0 = the job asked for no memory: no --mem, so Slurm's DefMemPerCPU/DefMemPerNode
+    // applies (a token 1 MiB would be the job's cgroup limit where memory is enforced).
+    s.memory_mib = CeilDiv(t.memory_bytes, kMiB);
     s.gpus = t.gpus;
     NodeUsage u;
     u.cpus = s.cpus_per_task * s.tasks;
@@ -324,7 +326,7 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
     argv.push_back("--ntasks=" + std::to_string(n * s.tasks));
     argv.push_back("--ntasks-per-node=" + std::to_string(s.tasks));
     argv.push_back("--cpus-per-task=" + std::to_string(s.cpus_per_task));
-    argv.push_back("--mem=" + std::to_string(s.memory_mib));
+    if (s.memory_mib > 0) argv.push_back("--mem=" + std::to_string(s.memory_mib));
     if (!s.gpus.empty()) {
       std::string g;
       for (const auto& [type, count] : s.gpus) {

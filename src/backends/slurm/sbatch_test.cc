@@ -115,12 +115,30 @@ TEST(BuildSbatch, SingleCpuTaskWithOptions) {
   r.env = {{"B", "2"}, {"A", "1"}};
   auto cmd = BuildSbatch(r, Inventory());
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
-  EXPECT_EQ(
-      cmd->argv,
-      Cat(Common(), {"--time=1-01:01:01", "--chdir=/tmp/w", "--output=/tmp/w/%j.out",
-                     "--export=ALL,A=1,B=2", "--partition=debug", "--nodes=1", "--nodelist=node3",
-                     "--ntasks=1", "--ntasks-per-node=1", "--cpus-per-task=1", "--mem=1"}));
+  EXPECT_EQ(cmd->argv, Cat(Common(), {"--time=1-01:01:01", "--chdir=/tmp/w",
+                                      "--output=/tmp/w/%j.out", "--export=ALL,A=1,B=2",
+                                      "--partition=debug", "--nodes=1", "--nodelist=node3",
+                                      "--ntasks=1", "--ntasks-per-node=1", "--cpus-per-task=1"}));
   EXPECT_EQ(cmd->script.substr(cmd->script.rfind("exec")), "exec /bin/true\n");
+}
+
+// A job that asks for no memory gets no --mem: Slurm's DefMemPerCPU applies, not a 1 MiB
+// cgroup limit; any memory asked is rounded up to whole MiB.
+TEST(BuildSbatch, MemOnlyWhenAsked) {
+  auto mem_args = [](int64_t bytes) {
+    DispatchRequest r = Request({Bind(0, "node3", 1000, 0, {})});
+    r.bindings[0].allocation.memory_bytes = bytes;
+    r.command = {"/bin/true"};
+    auto cmd = BuildSbatch(r, Inventory());
+    EXPECT_TRUE(cmd.ok()) << cmd.status().ToString();
+    std::vector<std::string> out;
+    for (const auto& a : cmd->argv)
+      if (a.rfind("--mem", 0) == 0) out.push_back(a);
+    return out;
+  };
+  EXPECT_EQ(mem_args(0), std::vector<std::string>{});
+  EXPECT_EQ(mem_args(1), std::vector<std::string>{"--mem=1"});
+  EXPECT_EQ(mem_args((int64_t{3} << 20) + 1), std::vector<std::string>{"--mem=4"});
 }
 
 TEST(BuildSbatch, Rejections) {

@@ -156,7 +156,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     if (!w.never_run.empty()) {
       for (const server::Dispatch& d : w.never_run) {
         sink_({d.allocation, d.job, d.task, AllocationPhase::kKilled, 0,
-               "stopped before it reached Slurm", ""});
+               "stopped before it reached Slurm", "", ""});
       }
       std::lock_guard<std::mutex> lock(mu_);
       for (const server::Dispatch& d : w.never_run) gang_of_.erase(d.allocation);
@@ -191,7 +191,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     if (!info) {
       for (const server::Dispatch& d : tasks) {
         sink_({d.allocation, d.job, d.task, AllocationPhase::kFailed, 0,
-               "job " + job + " unknown to the server", ""});
+               "job " + job + " unknown to the server", "", ""});
       }
       std::lock_guard<std::mutex> lock(mu_);
       for (const server::Dispatch& d : tasks) gang_of_.erase(d.allocation);
@@ -221,8 +221,8 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     }
     if (!id.ok()) {  // Slurm refused it: every task fails with Slurm's words
       for (const server::Dispatch& d : tasks) {
-        sink_(
-            {d.allocation, d.job, d.task, AllocationPhase::kFailed, 0, id.status().message(), ""});
+        sink_({d.allocation, d.job, d.task, AllocationPhase::kFailed, 0, id.status().message(), "",
+               ""});
       }
       std::lock_guard<std::mutex> lock(mu_);
       for (const server::Dispatch& d : tasks) gang_of_.erase(d.allocation);
@@ -252,10 +252,11 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
       const AllocationStatus& st = *s->second;
       for (const auto& [t, d] : g.tasks) {
         auto prev = g.reported.find(d.allocation);
-        if (prev != g.reported.end() && prev->second == st.phase) continue;  // nothing new
-        g.reported[d.allocation] = st.phase;
-        reports.push_back(
-            {d.allocation, d.job, d.task, st.phase, st.exit_code, st.message, st.external_id});
+        auto now_is = std::make_pair(st.phase, st.message);
+        if (prev != g.reported.end() && prev->second == now_is) continue;  // nothing new
+        g.reported[d.allocation] = now_is;
+        reports.push_back({d.allocation, d.job, d.task, st.phase, st.exit_code, st.message,
+                           st.external_id, st.state});
       }
       if (IsTerminal(st.phase)) {
         for (const auto& [t, d] : g.tasks) gang_of_.erase(d.allocation);

@@ -58,6 +58,7 @@ struct TaskReport {
   int32_t exit_code = 0;
   std::string message;
   std::string external_id;  // "slurm:42"
+  std::string state;        // Slurm's word for what decided `phase` ("NODE_FAIL", "CANCELLED")
 };
 
 struct ServerAdapterOptions {
@@ -109,7 +110,8 @@ class SlurmServerBackend : public server::Backend {
     std::string slurm_allocation;  // set once dispatched: the tag's allocation id
     bool stop_requested = false;
     bool cancelled = false;
-    std::map<std::string, AllocationPhase> reported;  // per task allocation
+    // Per task allocation: what was reported last (a pending job's reason may change).
+    std::map<std::string, std::pair<AllocationPhase, std::string>> reported;
   };
   void Loop();
 

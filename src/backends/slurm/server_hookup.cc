@@ -32,21 +32,36 @@ StatusOr<TaskAllocation> PlacementFromJson(const Json& place, int32_t task) {
   return *job->allocations[task];
 }
 
-const char* ReportedState(AllocationPhase p) {
+// How a task's end in Slurm reaches the control plane's lifecycle: the agent protocol's
+// state, and for an eviction the reason its event gives (empty: the agent's own words).
+struct Outcome {
+  const char* state;
+  const char* reason = "";
+};
+
+Outcome OutcomeOf(AllocationPhase p, const std::string& slurm_state) {
   switch (p) {
     case AllocationPhase::kRunning:
-      return "running";
+      return {"running"};
     case AllocationPhase::kSucceeded:
-      return "succeeded";
+      return {"succeeded"};
     case AllocationPhase::kFailed:
+      // A failed node is not the task's failure: an eviction (onEviction), as Slurm itself
+      // requeues such a job unless --no-requeue (which Tessera passes, to decide itself).
+      if (slurm_state == "NODE_FAIL") return {"killed", "NodeFailed"};
+      return {"failed"};
     case AllocationPhase::kLost:
-      return "failed";
+      return {"failed"};
     case AllocationPhase::kKilled:
-      return "killed";
+      // CANCELLED that Tessera did not ask for ends the job (HeartbeatAll cancels it first);
+      // should that cancel not happen, the event still says what Slurm did.
+      if (slurm_state == "CANCELLED") return {"killed", "CancelledInSlurm"};
+      if (slurm_state == "PREEMPTED") return {"killed", "PreemptedBySlurm"};
+      return {"killed", "KilledBySlurm"};
     case AllocationPhase::kPending:
       break;
   }
-  return "";
+  return {""};
 }
 
 }  // namespace
@@ -216,11 +231,22 @@ StatusOr<std::unique_ptr<SlurmPoolHookup>> SlurmPoolHookup::Start(server::Contro
       [self](const TaskReport& r) { self->OnReport(r); }, ao);
 
   // Nodes the server already knows (a restart): keep heartbeating them from the start, so
-  // that they stay Ready while Slurm is reconciled.
-  const Json known = cp.ListNodes(System());  // (a temporary would die before the loop body)
+  // that they stay Ready while Slurm is reconciled. The tasks the server was stopping are
+  // reported running meanwhile (an unreported one counts as gone): their Slurm jobs may
+  // still run, and their GPUs are free only once Slurm confirms the cancel.
+  const Json known = cp.ListNodes(System(), true);  // (a temporary would die before the loop)
   for (const auto& n : known["items"]) {
     if (n.value("pool", "") != o.pool) continue;
     h->nodes_[n.value("name", "")].epoch = n.value("epoch", int64_t{-1});
+    for (const auto& a : n["allocations"]) {
+      if (a.value("state", "") != "Stopping") continue;
+      const std::string id = a.value("id", "");
+      TaskState& t = h->tasks_[id];
+      t.node = n.value("name", "");
+      t.job = a.value("job", "");
+      t.stop_requested = true;
+      h->stopped_.insert(id);
+    }
   }
   cp.RegisterBackend(o.pool, std::make_shared<Backend>(*h));
   h->report_ = std::thread([self] { self->ReportLoop(); });
@@ -272,8 +298,9 @@ void SlurmPoolHookup::OnReport(const TaskReport& r) {
     it->second.message = r.external_id.empty() ? r.message
                          : r.message.empty()   ? r.external_id
                                                : r.external_id + ": " + r.message;
-    if (r.phase == AllocationPhase::kPending) return;
-    report_now_ = true;
+    it->second.slurm_state = r.state;
+    if (!r.external_id.empty()) it->second.external_id = r.external_id;
+    report_now_ = true;  // (a pending task's reason too: the job shows it)
   }
   cv_.notify_all();
 }
@@ -313,6 +340,7 @@ Status SlurmPoolHookup::Reconcile() {
   // grouped by job attempt (one Slurm job each, tagged with its lowest task's allocation).
   struct Gang {
     std::vector<server::Dispatch> tasks;  // by task index
+    bool stopping = false;                // the server was stopping it
   };
   std::map<std::string, Gang> gangs;
   const Json listed = cp_.ListNodes(System(), true);
@@ -320,7 +348,7 @@ Status SlurmPoolHookup::Reconcile() {
     if (n.value("pool", "") != options_.pool) continue;
     for (const auto& a : n["allocations"]) {
       std::string state = a.value("state", "");
-      if (state != "Assigned" && state != "Running") continue;  // Stopping ones are cancelled
+      if (state != "Assigned" && state != "Running" && state != "Stopping") continue;
       server::Dispatch d;
       d.allocation = a.value("id", "");
       d.job = a.value("job", "");
@@ -329,7 +357,9 @@ Status SlurmPoolHookup::Reconcile() {
       auto place = PlacementFromJson(a.at("placement"), d.task);
       if (!place.ok()) return place.status().WithContext("allocation " + d.allocation);
       d.placement = *place;
-      gangs[d.job + "#" + std::to_string(d.attempt)].tasks.push_back(d);
+      Gang& g = gangs[d.job + "#" + std::to_string(d.attempt)];
+      g.tasks.push_back(d);
+      g.stopping = g.stopping || state == "Stopping";
     }
   }
   for (auto& [key, g] : gangs)
@@ -359,10 +389,11 @@ Status SlurmPoolHookup::Reconcile() {
     std::lock_guard<std::mutex> l(mu_);
     for (const auto& [key, g] : gangs) {
       std::string tag;
-      bool journaled = false;
+      bool submitted = false;  // an sbatch for it was answered with a Slurm job id
       for (const server::Dispatch& d : g.tasks) {
         if (tag.empty() && adopted.count(d.allocation)) tag = d.allocation;
-        journaled = journaled || journal->count(d.allocation) > 0;
+        auto j = journal->find(d.allocation);
+        submitted = submitted || (j != journal->end() && !j->second.empty());
       }
       for (const server::Dispatch& d : g.tasks) {
         TaskState& t = tasks_[d.allocation];
@@ -371,9 +402,17 @@ Status SlurmPoolHookup::Reconcile() {
         t.stop_requested = t.stop_requested || stopped_.count(d.allocation) > 0;
       }
       if (!tag.empty()) {
-        adopt.push_back({g.tasks, tag});
+        adopt.push_back({g.tasks, tag});  // (a stopping one is cancelled below)
         ++c.adopted;
-      } else if (journaled) {
+      } else if (g.stopping) {
+        // Being stopped, and no Slurm job runs it (never submitted, or over): it is gone.
+        for (const server::Dispatch& d : g.tasks) {
+          TaskState& t = tasks_[d.allocation];
+          t.phase = AllocationPhase::kKilled;
+          t.stop_requested = true;
+          t.message = "stopped; no Slurm job runs it";
+        }
+      } else if (submitted) {
         // Submitted by a previous instance, and Slurm no longer knows it.
         for (const server::Dispatch& d : g.tasks) {
           TaskState& t = tasks_[d.allocation];
@@ -384,6 +423,9 @@ Status SlurmPoolHookup::Reconcile() {
         }
         ++c.lost;
       } else {
+        // Never submitted, or every sbatch for it went unanswered (slurmctld away: the
+        // journal entry is written before each try) and squeue has no job with its tag:
+        // it never reached Slurm. Dispatched now, as a fresh submission.
         for (const server::Dispatch& d : g.tasks) launch.push_back(d);
         ++c.redispatched;
       }
@@ -424,9 +466,14 @@ Status SlurmPoolHookup::SyncNodes() {
   if (!nodes.ok()) return nodes.status();
   std::map<std::string, std::string> want;  // name -> NodeToJson
   for (Node& n : *nodes) {
-    // The control plane keeps a registered node ready while it heartbeats; a Slurm node
-    // that cannot take work is unschedulable instead (its jobs are Slurm's to end).
-    if (!n.ready) n.unschedulable = true;
+    // A Slurm node that is down or not responding stays Ready here (it heartbeats), only
+    // unschedulable, and labelled `pool.down` for `get nodes` / `get pools`: NotReady would
+    // write its tasks off as lost and restart them elsewhere while Slurm may still run
+    // them (a node that answers again keeps its jobs); Slurm ends them (NODE_FAIL) if not.
+    if (!n.ready) {
+      n.unschedulable = true;
+      n.labels["pool.down"] = "slurm: " + n.labels["slurm.state"];
+    }
     n.ready = true;
     want[n.name] = NodeToJson(n).dump();
   }
@@ -481,6 +528,7 @@ void SlurmPoolHookup::HeartbeatAll() {
     std::vector<std::string> final;  // allocations whose end this beat reports
   };
   std::vector<Beat> beats;
+  std::map<std::string, std::string> cancelled;  // job -> its Slurm job, scancelled outside
   {
     std::lock_guard<std::mutex> l(mu_);
     std::map<std::string, size_t> index;
@@ -491,23 +539,44 @@ void SlurmPoolHookup::HeartbeatAll() {
     }
     for (const auto& [alloc, t] : tasks_) {
       auto b = index.find(t.node);
-      if (b == index.end() || !t.phase) continue;
+      if (b == index.end()) continue;
       Beat& beat = beats[b->second];
-      AllocationPhase p = *t.phase;
-      if (p == AllocationPhase::kPending) {
-        // Still in Slurm's queue: nothing to say, unless the server is stopping it, when it
-        // must stay held until Slurm confirms the cancel.
-        if (t.stop_requested) beat.tasks.push_back({{"allocation", alloc}, {"state", "running"}});
+      if (t.stop_requested && (!t.phase || !IsTerminal(*t.phase))) {
+        // The server is stopping it: held (running) until Slurm confirms the cancel, also
+        // while nothing was heard from Slurm yet (a restart) or it is still queued there.
+        beat.tasks.push_back({{"allocation", alloc}, {"state", "running"}});
         continue;
       }
-      Json r = {{"allocation", alloc}, {"state", ReportedState(p)}};
+      if (!t.phase) continue;
+      AllocationPhase p = *t.phase;
+      if (p == AllocationPhase::kPending) {
+        // In Slurm's queue: why it waits (Resources, ReqNodeNotAvail, ...), for the job.
+        beat.tasks.push_back({{"allocation", alloc}, {"state", "pending"}, {"message", t.message}});
+        continue;
+      }
+      Outcome o = OutcomeOf(p, t.slurm_state);
+      Json r = {{"allocation", alloc}, {"state", o.state}};
       if (IsTerminal(p)) {
         r["exitCode"] = t.exit_code;
         if (!t.message.empty()) r["message"] = t.message;
+        if (*o.reason) r["reason"] = o.reason;
         beat.final.push_back(alloc);
+        // Cancelled in Slurm (scancel) without Tessera asking: the job ends, as a Slurm job
+        // does (Slurm never requeues a cancelled job), rather than restart as an eviction.
+        if (p == AllocationPhase::kKilled && t.slurm_state == "CANCELLED" && !t.stop_requested)
+          cancelled.emplace(t.job, t.external_id.empty() ? "its Slurm job" : t.external_id);
       }
       beat.tasks.push_back(std::move(r));
     }
+  }
+  for (const auto& [job, external] : cancelled) {
+    // Before the task's end is reported, so that the end finishes the cancel.
+    const server::Principal by{
+        "scancel of " + external + " in Slurm, outside Tessera", server::Role::kAdmin, {"*"}};
+    auto st = cp_.Cancel(by, job);
+    if (!st.ok())
+      std::fprintf(stderr, "tessera server: slurm pool %s: job %s cancelled in Slurm: %s\n",
+                   options_.pool.c_str(), job.c_str(), st.status().ToString().c_str());
   }
   for (Beat& b : beats) {
     auto r = cp_.Heartbeat(System(), b.node, Json{{"epoch", b.epoch}, {"tasks", b.tasks}});

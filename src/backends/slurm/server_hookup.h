@@ -88,6 +88,8 @@ class SlurmPoolHookup {
     std::optional<AllocationPhase> phase;  // nullopt: nothing heard from Slurm yet
     int32_t exit_code = 0;
     std::string message;
+    std::string slurm_state;  // Slurm's word for the end ("CANCELLED", "NODE_FAIL", ...)
+    std::string external_id;  // "slurm:42"
     bool stop_requested = false;
   };
   struct NodeState {

@@ -29,6 +29,9 @@ class FakeSlurm : public CommandRunner {
     std::lock_guard<std::mutex> l(mu_);
     calls_[argv.at(0)]++;
     const std::string& p = argv.at(0);
+    if (ctld_down_ && p != "sinfo")  // (sinfo answers: the nodes stay known)
+      return CommandResult{1, "",
+                           p + ": error: Unable to contact slurm controller (connect failure)"};
     if (p == "sinfo") return CommandResult{0, Sinfo(), ""};
     if (p == "squeue") return CommandResult{0, Squeue(), ""};
     if (p == "sbatch") {
@@ -52,9 +55,23 @@ class FakeSlurm : public CommandRunner {
     return calls_[p];
   }
   // Sets the state of every job (the test runs one at a time).
-  void SetAll(const std::string& state, int64_t exit_status = 0) {
+  void SetAll(const std::string& state, int64_t exit_status = 0,
+              const std::string& reason = "None") {
     std::lock_guard<std::mutex> l(mu_);
-    for (auto& [id, j] : jobs_) j.state = state, j.exit = exit_status;
+    for (auto& [id, j] : jobs_) j.state = state, j.exit = exit_status, j.reason = reason;
+  }
+  void SetCtldDown(bool down) {  // every call but sinfo: "Unable to contact slurm controller"
+    std::lock_guard<std::mutex> l(mu_);
+    ctld_down_ = down;
+  }
+  void SetNodeState(const std::string& node, const std::string& state) {
+    std::lock_guard<std::mutex> l(mu_);
+    node_state_[node] = state;
+  }
+  // Slurm ran the jobs on these nodes ("node1,node2").
+  void SetJobNodes(const std::string& nodes) {
+    std::lock_guard<std::mutex> l(mu_);
+    job_nodes_ = nodes;
   }
   void Forget() {  // slurmctld purged everything (MinJobAge passed)
     std::lock_guard<std::mutex> l(mu_);
@@ -74,13 +91,21 @@ class FakeSlurm : public CommandRunner {
   struct J {
     std::string comment, state;
     int64_t exit = 0;
+    std::string reason = "None";
   };
   std::string Sinfo() {
     nlohmann::json doc = {{"errors", nlohmann::json::array()}, {"nodes", nlohmann::json::array()}};
     for (int i = 1; i <= 2; ++i) {
       std::string name = "node" + std::to_string(i);
+      std::string state = name == drained ? "drained" : "idle";
+      std::vector<std::string> flags;
+      if (auto it = node_state_.find(name); it != node_state_.end()) {
+        state = it->second;
+        if (state == "down") flags = {"NOT_RESPONDING"};
+      }
       doc["nodes"].push_back({{"name", name},
-                              {"state", name == drained ? "drained" : "idle"},
+                              {"state", state},
+                              {"state_flags", flags},
                               {"partitions", {"debug"}},
                               {"cpus", 32},
                               {"real_memory", 64000},
@@ -101,9 +126,9 @@ class FakeSlurm : public CommandRunner {
                              {"name", "x"},
                              {"comment", j.comment},
                              {"job_state", j.state},
-                             {"state_reason", "None"},
+                             {"state_reason", j.reason},
                              {"exit_code", j.exit},
-                             {"nodes", "node1"},
+                             {"nodes", job_nodes_},
                              {"submit_time", 1},
                              {"start_time", 2},
                              {"end_time", 3},
@@ -116,6 +141,9 @@ class FakeSlurm : public CommandRunner {
   std::map<int64_t, J> jobs_;
   std::vector<std::string> last_sbatch_;
   int64_t next_id_ = 42;
+  bool ctld_down_ = false;
+  std::map<std::string, std::string> node_state_;
+  std::string job_nodes_ = "node1";
 };
 
 const server::Principal kAdmin{"admin", server::Role::kAdmin, {"*"}};
@@ -200,6 +228,26 @@ TEST_F(HookupTest, SlurmNodesJoinThePoolAndDrainedOnesTakeNoWork) {
   EXPECT_EQ(cp_->ListPools()["items"][0].value("backend", ""), "slurm");
 }
 
+// A node Slurm says is down stays Ready (it heartbeats: its jobs are Slurm's to end, with
+// NODE_FAIL) but takes no work, and says it is down (label pool.down, pools' downNodes).
+TEST_F(HookupTest, DownSlurmNodesAreUnschedulableAndSayTheyAreDown) {
+  slurm_->SetNodeState("node2", "down");
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Json nodes = cp_->ListNodes(kAdmin)["items"];
+  EXPECT_TRUE(nodes[1].value("ready", false)) << nodes[1].dump();
+  EXPECT_TRUE(nodes[1].value("unschedulable", false)) << nodes[1].dump();
+  EXPECT_EQ(nodes[1]["labels"].value("pool.down", ""), "slurm: down") << nodes[1].dump();
+  EXPECT_FALSE(nodes[0]["labels"].contains("pool.down")) << nodes[0].dump();
+  EXPECT_EQ(cp_->ListPools()["items"][0].value("downNodes", -1), 1);
+  slurm_->SetNodeState("node2", "idle");  // back: schedulable, not down
+  ASSERT_TRUE(Until([&] {
+    Json n = cp_->ListNodes(kAdmin)["items"][1];
+    return !n.value("unschedulable", false) && !n["labels"].contains("pool.down");
+  })) << cp_->ListNodes(kAdmin)["items"][1].dump();
+  EXPECT_EQ(cp_->ListPools()["items"][0].value("downNodes", -1), 0);
+}
+
 TEST_F(HookupTest, LifecycleFollowsSlurmWithExitCodes) {
   Open();
   ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
@@ -262,6 +310,135 @@ TEST_F(HookupTest, RestartWritesOffWhatSlurmLostAndTheJobPolicyDecides) {
   ASSERT_TRUE(Until([&] { return State("lost") == "Failed"; })) << State("lost");
   EXPECT_NE(Describe("lost").dump().find("gone from Slurm"), std::string::npos);
   EXPECT_EQ(slurm_->Calls("sbatch"), 1);
+}
+
+// A job scancelled in Slurm, not by Tessera, ends Cancelled (Slurm never requeues a cancelled
+// job), rather than being restarted as an eviction "stopped by its agent".
+TEST_F(HookupTest, ScancelInSlurmEndsTheJob) {
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Submit("sc");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  slurm_->SetAll("RUNNING");
+  ASSERT_TRUE(Until([&] { return State("sc") == "Running"; }));
+  slurm_->SetAll("CANCELLED", 15);
+  ASSERT_TRUE(Until([&] { return State("sc") == "Cancelled"; })) << State("sc");
+  std::string events = Describe("sc")["events"].dump();
+  EXPECT_NE(events.find("scancel of slurm:42 in Slurm"), std::string::npos) << events;
+  EXPECT_EQ(events.find("stopped by its agent"), std::string::npos) << events;
+  EXPECT_EQ(Describe("sc").value("attempt", 0), 1);
+  for (int i = 0; i < 20; ++i) (void)cp_->RunCycle();
+  EXPECT_EQ(slurm_->Calls("sbatch"), 1);  // never submitted again
+}
+
+// Submitted while slurmctld was down, then the server restarts: the sbatch never got an
+// answer and Slurm has no job with its tag, so it is dispatched again, not written off as
+// "failed with exit code 0".
+TEST_F(HookupTest, AnUnansweredSubmitIsDispatchedAfterARestart) {
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  slurm_->SetCtldDown(true);
+  Submit("down");
+  ASSERT_TRUE(Until([&] { return slurm_->Calls("sbatch") >= 1; }));
+  Close();  // (as kill -9: the journal entry stays, with no Slurm job id)
+  slurm_->SetCtldDown(false);
+  Open();
+  EXPECT_EQ(hookup_->counts().lost, 0);
+  EXPECT_EQ(hookup_->counts().redispatched, 1);
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  slurm_->SetAll("RUNNING");
+  ASSERT_TRUE(Until([&] { return State("down") == "Running"; })) << State("down");
+  slurm_->SetAll("COMPLETED");
+  ASSERT_TRUE(Until([&] { return State("down") == "Succeeded"; })) << State("down");
+  EXPECT_EQ(Describe("down").value("attempt", 0), 1);
+  EXPECT_EQ(Describe("down")["events"].dump().find("exit code 0"), std::string::npos);
+}
+
+// A job being cancelled when the server restarts stays Terminating, its task held, until
+// Slurm confirms the cancel: the restarted server's first heartbeats report it running.
+TEST_F(HookupTest, AStopInFlightAtARestartHoldsUntilSlurmConfirms) {
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Submit("t");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  slurm_->SetAll("RUNNING");
+  ASSERT_TRUE(Until([&] { return State("t") == "Running"; }));
+  slurm_->SetCtldDown(true);  // the scancel cannot get through
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "t").ok());
+  ASSERT_TRUE(Until([&] { return slurm_->Calls("scancel") >= 1; }));
+  Close();
+  // Restarted with slurmctld still away: nodes heartbeat, Reconcile waits for squeue.
+  auto st = store::OpenSqliteStore(dir_);
+  ASSERT_TRUE(st.ok());
+  server::ControlPlaneOptions o;
+  o.run_scheduler = false;
+  auto cp =
+      ControlPlane::Open(std::move(*st), std::make_unique<server::testing::ScriptedEngine>(), o);
+  ASSERT_TRUE(cp.ok());
+  cp_ = std::move(*cp);
+  HookupOptions ho;
+  ho.pool = "hpc";
+  ho.runner = slurm_;
+  ho.sync = std::chrono::milliseconds(50);
+  ho.heartbeat = std::chrono::milliseconds(20);
+  ho.poll = std::chrono::milliseconds(20);
+  auto h = SlurmPoolHookup::Start(*cp_, ho);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  hookup_ = std::move(*h);
+  const int squeue_before = slurm_->Calls("squeue");
+  ASSERT_TRUE(Until([&] { return slurm_->Calls("squeue") >= squeue_before + 2; }));
+  EXPECT_EQ(State("t"), "Terminating");
+  Json allocs = Describe("t")["allocations"];
+  ASSERT_EQ(allocs.size(), 1u);
+  EXPECT_EQ(allocs[0].value("state", ""), "Stopping") << allocs.dump();
+  slurm_->SetCtldDown(false);
+  ASSERT_TRUE(Until([&] { return State("t") == "Cancelled"; })) << State("t");
+  EXPECT_NE(Describe("t")["allocations"][0].value("message", "").find("CANCELLED"),
+            std::string::npos)
+      << Describe("t")["allocations"].dump();
+}
+
+// Why Slurm keeps a job queued is on the job: its allocation's message and an event per
+// change of reason.
+TEST_F(HookupTest, SlurmsPendingReasonIsShown) {
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Submit("p");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  slurm_->SetAll("PENDING", 0, "Resources");
+  auto has = [&](const std::string& what) {
+    return Describe("p")["events"].dump().find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(Until([&] { return has("PENDING (Resources)"); })) << Describe("p").dump();
+  EXPECT_TRUE(has("WaitingInPool"));
+  EXPECT_EQ(Describe("p")["allocations"][0].value("message", ""),
+            "slurm:42: Slurm job 42 PENDING (Resources)");
+  slurm_->SetAll("PENDING", 0, "ReqNodeNotAvail");
+  ASSERT_TRUE(Until([&] { return has("PENDING (ReqNodeNotAvail)"); })) << Describe("p").dump();
+  EXPECT_EQ(State("p"), "Scheduled");
+  EXPECT_EQ(Describe("p")["pendingReason"].value("code", ""), "WaitingInPool");  // get jobs' REASON
+  slurm_->SetAll("RUNNING");
+  ASSERT_TRUE(Until([&] { return State("p") == "Running"; })) << State("p");
+}
+
+// NODE_FAIL is an eviction (onEviction: an sbatch job restarts), and says which node failed.
+TEST_F(HookupTest, NodeFailIsAnEvictionNamingTheNode) {
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  auto r = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J nf\n#SBATCH -N 2\nsrun hostname\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  slurm_->SetJobNodes("node[1-2]");
+  slurm_->SetAll("RUNNING");
+  ASSERT_TRUE(Until([&] { return State("nf") == "Running"; }));
+  slurm_->SetNodeState("node2", "down");
+  slurm_->SetAll("NODE_FAIL", 15, "NodeDown");
+  ASSERT_TRUE(Until([&] { return Describe("nf").value("attempt", 0) == 2; })) << Describe("nf");
+  EXPECT_NE(State("nf"), "Failed");
+  std::string events = Describe("nf")["events"].dump();
+  EXPECT_NE(events.find("NodeFailed"), std::string::npos) << events;
+  EXPECT_NE(events.find("node node2 (down+NOT_RESPONDING) failed"), std::string::npos) << events;
+  EXPECT_EQ(events.find("stopped by its agent"), std::string::npos) << events;
 }
 
 // Slurm is told to write each job attempt's output under the logs directory, and the

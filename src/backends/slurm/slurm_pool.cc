@@ -49,6 +49,28 @@ StatusOr<std::vector<Node>> SlurmPool::Discover() {
   return NodesFromSlurm(nodes, options_.discovery, own);
 }
 
+void SlurmPool::NameFailedNodesLocked(AllocationStatus& st) {
+  if (st.state != "NODE_FAIL") return;
+  // The job does not say which of its nodes failed; sinfo does (a fresh look: the node
+  // went down just now). Without an answer the message stays Slurm's own.
+  if (!RefreshInventoryLocked().ok()) return;
+  std::vector<std::string> failed;
+  for (const std::string& n : st.nodes) {
+    auto it = inventory_.find(n);
+    if (it == inventory_.end()) {
+      failed.push_back(n + " (gone from sinfo)");
+    } else if (!SlurmNodeReady(it->second)) {
+      std::string state = it->second.state;
+      for (const std::string& f : it->second.state_flags) state += "+" + f;
+      failed.push_back(n + " (" + state + ")");
+    }
+  }
+  if (failed.empty()) return;
+  std::string names;
+  for (const std::string& f : failed) names += (names.empty() ? "" : ", ") + f;
+  st.message = (failed.size() == 1 ? "node " : "nodes ") + names + " failed: " + st.message;
+}
+
 std::map<std::string, NodeUsage> SlurmPool::UsageOfLocked(const DispatchRequest& request) {
   auto cmd = BuildSbatch(request, inventory_, options_.sbatch);
   return cmd.ok() ? cmd->usage : std::map<std::string, NodeUsage>{};
@@ -112,7 +134,13 @@ StatusOr<std::vector<AllocationStatus>> SlurmPool::Poll() {
       if (auto c = s->second.find(r.slurm_id); c != s->second.end()) comps = &c->second;
     }
     if (comps) {
-      r.last = StatusFromSlurm(*comps);
+      AllocationStatus st = StatusFromSlurm(*comps);
+      if (IsTerminal(r.last.phase)) {
+        st.message = r.last.message;  // as first reported
+      } else {
+        NameFailedNodesLocked(st);
+      }
+      r.last = std::move(st);
       out.push_back(r.last);
       continue;
     }
@@ -123,6 +151,7 @@ StatusOr<std::vector<AllocationStatus>> SlurmPool::Poll() {
     if (!shown.ok()) return shown.status();
     if (shown->has_value()) {
       AllocationStatus st = StatusFromSlurm({**shown});
+      NameFailedNodesLocked(st);
       st.job = r.job;
       st.allocation = alloc;
       out.push_back(st);

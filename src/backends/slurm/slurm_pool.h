@@ -60,6 +60,8 @@ class SlurmPool : public PoolBackend {
   static Submissions GroupTagged(const std::vector<SlurmJob>& jobs);
   Status RefreshInventoryLocked();
   std::map<std::string, NodeUsage> UsageOfLocked(const DispatchRequest& request);
+  // A job Slurm ended NODE_FAIL: names its nodes that sinfo now shows down or gone.
+  void NameFailedNodesLocked(AllocationStatus& st);
 
   std::shared_ptr<CommandRunner> runner_;
   SlurmCli cli_;
