@@ -207,6 +207,15 @@ class HookupTest : public ::testing::Test {
     auto r = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J " + name + "\n#SBATCH -c 2\n" + body);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
+  // Opens on the fake cluster's two nodes, submits `name`, and waits until Slurm runs it.
+  void OpenAndRun(const std::string& name) {
+    Open();
+    ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+    Submit(name);
+    ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+    slurm_->SetAll("RUNNING");
+    ASSERT_TRUE(Until([&] { return State(name) == "Running"; }));
+  }
 
   std::string dir_;
   std::string logs_dir_;  // HookupOptions::logs_dir
@@ -268,24 +277,14 @@ TEST_F(HookupTest, LifecycleFollowsSlurmWithExitCodes) {
 }
 
 TEST_F(HookupTest, CancelIsScancel) {
-  Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
-  Submit("c");
-  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
-  slurm_->SetAll("RUNNING");
-  ASSERT_TRUE(Until([&] { return State("c") == "Running"; }));
+  ASSERT_NO_FATAL_FAILURE(OpenAndRun("c"));
   ASSERT_TRUE(cp_->Cancel(kAdmin, "c").ok());
   ASSERT_TRUE(Until([&] { return State("c") == "Cancelled"; })) << State("c");
   EXPECT_GE(slurm_->Calls("scancel"), 1);
 }
 
 TEST_F(HookupTest, RestartAdoptsWhatSlurmStillRuns) {
-  Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
-  Submit("r");
-  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
-  slurm_->SetAll("RUNNING");
-  ASSERT_TRUE(Until([&] { return State("r") == "Running"; }));
+  ASSERT_NO_FATAL_FAILURE(OpenAndRun("r"));
   Close();
   Open();
   EXPECT_EQ(hookup_->counts().adopted, 1);
@@ -296,12 +295,7 @@ TEST_F(HookupTest, RestartAdoptsWhatSlurmStillRuns) {
 }
 
 TEST_F(HookupTest, RestartWritesOffWhatSlurmLostAndTheJobPolicyDecides) {
-  Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
-  Submit("lost");
-  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
-  slurm_->SetAll("RUNNING");
-  ASSERT_TRUE(Until([&] { return State("lost") == "Running"; }));
+  ASSERT_NO_FATAL_FAILURE(OpenAndRun("lost"));
   Close();
   slurm_->Forget();
   Open();
@@ -315,12 +309,7 @@ TEST_F(HookupTest, RestartWritesOffWhatSlurmLostAndTheJobPolicyDecides) {
 // A job scancelled in Slurm, not by Tessera, ends Cancelled (Slurm never requeues a cancelled
 // job), rather than being restarted as an eviction "stopped by its agent".
 TEST_F(HookupTest, ScancelInSlurmEndsTheJob) {
-  Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
-  Submit("sc");
-  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
-  slurm_->SetAll("RUNNING");
-  ASSERT_TRUE(Until([&] { return State("sc") == "Running"; }));
+  ASSERT_NO_FATAL_FAILURE(OpenAndRun("sc"));
   slurm_->SetAll("CANCELLED", 15);
   ASSERT_TRUE(Until([&] { return State("sc") == "Cancelled"; })) << State("sc");
   std::string events = Describe("sc")["events"].dump();
@@ -357,12 +346,7 @@ TEST_F(HookupTest, AnUnansweredSubmitIsDispatchedAfterARestart) {
 // A job being cancelled when the server restarts stays Terminating, its task held, until
 // Slurm confirms the cancel: the restarted server's first heartbeats report it running.
 TEST_F(HookupTest, AStopInFlightAtARestartHoldsUntilSlurmConfirms) {
-  Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
-  Submit("t");
-  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
-  slurm_->SetAll("RUNNING");
-  ASSERT_TRUE(Until([&] { return State("t") == "Running"; }));
+  ASSERT_NO_FATAL_FAILURE(OpenAndRun("t"));
   slurm_->SetCtldDown(true);  // the scancel cannot get through
   ASSERT_TRUE(cp_->Cancel(kAdmin, "t").ok());
   ASSERT_TRUE(Until([&] { return slurm_->Calls("scancel") >= 1; }));
