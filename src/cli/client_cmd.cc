@@ -691,13 +691,23 @@ void AddClientCommands(CLI::App& app) {
       } else if (k == "nodes" || k == "node") {
         std::vector<std::vector<std::string>> rows;
         for (const auto& n : items) {
-          std::string model = n["devices"].empty() ? "<none>" : S(n["devices"][0], "model");
+          // Per model, in device order: a node may mix models (1xA100-80GB,1xH200-141GB).
+          std::vector<std::pair<std::string, int64_t>> models;
+          for (const auto& d : n["devices"]) {
+            const std::string m = S(d, "model");
+            if (models.empty() || models.back().first != m) models.push_back({m, 0});
+            models.back().second += 1;
+          }
+          std::string shape;
+          for (const auto& [m, count] : models)
+            shape += (shape.empty() ? "" : ",") + std::to_string(count) + "x" + m;
+          if (shape.empty()) shape = "0x<none>";
           int64_t gpus = n.value("gpus", int64_t{0});
           std::vector<std::string> r2 = {
               S(n, "name"),
               NodeStatus(n),
               S(n, "pool"),
-              std::to_string(gpus) + "x" + model + (n.value("virtual", false) ? " (virtual)" : ""),
+              shape + (n.value("virtual", false) ? " (virtual)" : ""),
               FormatMilli(n.value("gpuMilliInUse", int64_t{0})) + "/" + std::to_string(gpus),
               Age(n.value("lastHeartbeat", int64_t{0}))};
           if (f->output == "wide") {

@@ -663,6 +663,14 @@ TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
   cp_->CheckNodes();
   reg("n-drained", true);
   reg("n-ok", false);
+  // A node with two models says so (not 2x the first one's).
+  Json mixed = {
+      {"name", "n-mixed"},
+      {"cpu", 8},
+      {"memory", "64Gi"},
+      {"devices",
+       {{{"index", 0}, {"model", "A100-80GB"}}, {{"index", 1}, {"model", "H200-141GB"}}}}};
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, Json{{"node", mixed}, {"bootId", "boot-m"}}).ok());
   std::string cmd = std::string(bin) + " get nodes --server " + api_->url() +
                     " --token root-token-0123456789 2>&1";
   const auto [rc, out] = CaptureCommand(cmd);
@@ -678,6 +686,7 @@ TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
   EXPECT_EQ(status["n-ok"], "Ready") << out;
   EXPECT_EQ(status["n-drained"], "Ready,SchedulingDisabled") << out;
   EXPECT_EQ(status["n-gone"], "NotReady,SchedulingDisabled") << out;
+  EXPECT_NE(out.find("1xA100-80GB,1xH200-141GB"), std::string::npos) << out;
 }
 
 // `tessera get` filters every kind as it says (or refuses a filter it cannot apply),
