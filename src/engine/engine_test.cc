@@ -109,6 +109,19 @@ TEST(Examples, SchedulerConfigsParse) {
     ++n;
   }
   EXPECT_GE(n, 2) << "expected the Volcano and Tessera examples in " << dir;
+  // tessera.yaml says it is the default engine spelled out: it is (its typical requests
+  // aside, which the default learns).
+  auto spelled = LoadEngineConfig((dir / "tessera.yaml").string());
+  ASSERT_TRUE(spelled.ok()) << spelled.status().ToString();
+  const EngineConfig def = DefaultEngineConfig();
+  EXPECT_EQ(spelled->actions, def.actions);
+  auto names = [](const EngineConfig& c) {
+    std::vector<std::string> out;
+    for (const auto& tier : c.tiers)
+      for (const auto& p : tier) out.push_back(p.name + p.arguments.dump());
+    return out;
+  };
+  EXPECT_EQ(names(*spelled), names(def));
 }
 
 TEST(Registry, SortedUniqueAndBuildsWithDefaults) {
