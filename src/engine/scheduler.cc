@@ -850,8 +850,8 @@ std::string CycleRun::GangExceedsClusterUncached(const Job& job) {
 // The rejections' summary: the Kubernetes-style message, the code, the resource most
 // nodes lacked, over a cluster of `nodes` nodes.
 Failure SummariseRejections(Failure f, const std::map<std::string, int32_t>& by_resource,
-                            int32_t nodes) {
-  f.message = KubeMessage(nodes, f.rejected);
+                            int32_t nodes, int32_t available = 0) {
+  f.message = KubeMessage(nodes, f.rejected, available);
   f.code = by_resource.empty() ? "NoMatchingNode" : "Insufficient";
   int32_t most = 0;
   for (const auto& [res, n] : by_resource)
@@ -869,6 +869,9 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
   TaskContext t{&job, task, &req, &ctx_, &none, &m_.nodes, -1};
   Failure f;
   std::map<std::string, int32_t> by_resource;
+  // Nodes that would take this task alone (the job failed on the rest of its gang, or on
+  // one task per node): "available", so that the counts add up to the cluster.
+  int32_t available = 0;
   for (int32_t cls : m_.live_classes) {
     const auto& members = m_.SortedMembers(cls);
     FilterVerdict v = Verdict(t, m_.nodes[members.front()]);
@@ -876,12 +879,14 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
       int32_t fenced = 0;
       for (int32_t i : members) fenced += !fenced_.empty() && fenced_[i];
       if (fenced > 0) f.rejected["node(s) were reserved for job " + fence_owner_] += fenced;
+      available += static_cast<int32_t>(members.size()) - fenced;
       continue;
     }
     f.rejected[v.reason] += static_cast<int32_t>(members.size());
     if (!v.resource.empty()) by_resource[v.resource] += static_cast<int32_t>(members.size());
   }
-  return SummariseRejections(std::move(f), by_resource, static_cast<int32_t>(m_.nodes.size()));
+  return SummariseRejections(std::move(f), by_resource, static_cast<int32_t>(m_.nodes.size()),
+                             available);
 }
 
 // Why a task can never fit: the verdicts against every node as it would be empty, ready and
