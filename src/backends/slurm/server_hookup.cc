@@ -51,7 +51,9 @@ Outcome OutcomeOf(AllocationPhase p, const std::string& slurm_state) {
       if (slurm_state == "NODE_FAIL") return {"killed", "NodeFailed"};
       return {"failed"};
     case AllocationPhase::kLost:
-      return {"failed"};
+      // Its outcome is unknown (purged from Slurm while the server was away): not the task's
+      // failure, and no exit code; an eviction (onEviction), as a Tessera node that is lost.
+      return {"killed", "LostInSlurm"};
     case AllocationPhase::kKilled:
       // CANCELLED that Tessera did not ask for ends the job (HeartbeatAll cancels it first);
       // should that cancel not happen, the event still says what Slurm did.

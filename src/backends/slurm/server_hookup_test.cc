@@ -294,16 +294,20 @@ TEST_F(HookupTest, RestartAdoptsWhatSlurmStillRuns) {
   EXPECT_EQ(Describe("r").value("attempt", 0), 1);
 }
 
-TEST_F(HookupTest, RestartWritesOffWhatSlurmLostAndTheJobPolicyDecides) {
+TEST_F(HookupTest, RestartEvictsWhatSlurmLostAndTheJobPolicyDecides) {
   ASSERT_NO_FATAL_FAILURE(OpenAndRun("lost"));
   Close();
   slurm_->Forget();
   Open();
   EXPECT_EQ(hookup_->counts().lost, 1);
-  // An sbatch job fails on task failure (FailJob), with the reason in its events.
-  ASSERT_TRUE(Until([&] { return State("lost") == "Failed"; })) << State("lost");
-  EXPECT_NE(Describe("lost").dump().find("gone from Slurm"), std::string::npos);
-  EXPECT_EQ(slurm_->Calls("sbatch"), 1);
+  // Its outcome is unknown: an eviction (no exit code), and an sbatch job restarts
+  // (onEviction), as a new attempt with its own Slurm job.
+  ASSERT_TRUE(Until([&] { return slurm_->Calls("sbatch") == 2; })) << Describe("lost").dump();
+  const std::string events = Describe("lost")["events"].dump();
+  EXPECT_NE(events.find("LostInSlurm"), std::string::npos) << events;
+  EXPECT_NE(events.find("gone from Slurm"), std::string::npos) << events;
+  EXPECT_EQ(events.find("exit code"), std::string::npos) << events;
+  EXPECT_EQ(Describe("lost").value("attempt", 0), 2);
 }
 
 // A job scancelled in Slurm, not by Tessera, ends Cancelled (Slurm never requeues a cancelled
