@@ -35,14 +35,14 @@ std::string TimeText(int64_t t) {
   return buf;
 }
 
-// Reclaim's test, for the queue taking back and for its victims alike: only the components a
-// queue is guaranteed count (a GPU guarantee says nothing of CPU or memory, which every GPU
-// task also uses); a queue with no guarantee is above it with anything.
+// Reclaim's test, for the queue taking back and for its victims alike. GPUs always count (a
+// queue not guaranteed GPUs is above its guarantee with any); CPU and memory only where the
+// queue is guaranteed them (a GPU guarantee says nothing of the CPU and memory every GPU task
+// also uses); a queue with no guarantee is above it with anything.
 bool AboveGuarantee(const ResourceVector& used, const ResourceVector& g) {
   if (g.IsZero()) return !used.IsZero();
-  return (g.cpu_milli && used.cpu_milli > g.cpu_milli) ||
-         (g.memory_bytes && used.memory_bytes > g.memory_bytes) ||
-         (g.gpu_milli && used.gpu_milli > g.gpu_milli);
+  return used.gpu_milli > g.gpu_milli || (g.cpu_milli && used.cpu_milli > g.cpu_milli) ||
+         (g.memory_bytes && used.memory_bytes > g.memory_bytes);
 }
 
 enum class JState { kAdmitted, kPlaced, kFailed, kWaiting, kError, kInfeasible };
