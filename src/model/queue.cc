@@ -19,7 +19,8 @@ std::string Amount(const Dim& d, int64_t v) { return d.bytes ? FormatBytes(v) : 
 
 }  // namespace
 
-Status CheckQueueGuarantees(const std::vector<Queue>& queues) {
+std::vector<std::string> QueueGuaranteeViolations(const std::vector<Queue>& queues) {
+  std::vector<std::string> out;
   std::map<std::string, const Queue*> by_name;
   std::map<std::string, ResourceVector> children;  // parent -> the sum of its children's
   for (const Queue& q : queues) {
@@ -33,9 +34,9 @@ Status CheckQueueGuarantees(const std::vector<Queue>& queues) {
       const int64_t have = it->second->guarantee.*d.field, want = sum.*d.field;
       // Only the resources the parent is guaranteed bound its children's guarantees.
       if (have == 0 || want <= have) continue;
-      return InvalidArgument("queue " + parent + ": its children are guaranteed " +
-                             Amount(d, want) + " " + d.name + " together; it is guaranteed " +
-                             Amount(d, have) + " (a parent divides its guarantee among them)");
+      out.push_back("queue " + parent + ": its children are guaranteed " + Amount(d, want) + " " +
+                    d.name + " together; it is guaranteed " + Amount(d, have) +
+                    " (a parent divides its guarantee among them)");
     }
   }
   for (const Queue& q : queues) {
@@ -45,14 +46,18 @@ Status CheckQueueGuarantees(const std::vector<Queue>& queues) {
       for (const Dim& d : kDims) {
         const int64_t g = q.guarantee.*d.field, l = a.limit ? (*a.limit).*d.field : 0;
         if (l == 0 || g <= l) continue;
-        return InvalidArgument("queue " + q.name + ": guaranteed " + Amount(d, g) + " " + d.name +
-                               ", more than queue " + a.name + " may use (limit " + Amount(d, l) +
-                               ")");
+        out.push_back("queue " + q.name + ": guaranteed " + Amount(d, g) + " " + d.name +
+                      ", more than queue " + a.name + " may use (limit " + Amount(d, l) + ")");
       }
       up = by_name.find(a.parent);
     }
   }
-  return Status::Ok();
+  return out;
+}
+
+Status CheckQueueGuarantees(const std::vector<Queue>& queues) {
+  auto v = QueueGuaranteeViolations(queues);
+  return v.empty() ? Status::Ok() : InvalidArgument(v.front());
 }
 
 }  // namespace tessera

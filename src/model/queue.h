@@ -33,6 +33,7 @@ struct PriorityClass {
 // Guarantees a queue tree can honour: the children of a parent together are guaranteed no
 // more than the parent (in the resources the parent is guaranteed), and no queue more than
 // an ancestor's limit. (Unknown parents and loops are the caller's to refuse first.)
-Status CheckQueueGuarantees(const std::vector<Queue>& queues);
+Status CheckQueueGuarantees(const std::vector<Queue>& queues);  // the first violation
+std::vector<std::string> QueueGuaranteeViolations(const std::vector<Queue>& queues);  // all
 
 }  // namespace tessera

@@ -162,6 +162,15 @@ Status ControlPlane::Load() {
     queues_[q->name] = *q;
     return Status::Ok();
   }));
+  {
+    std::vector<Queue> tree;
+    for (const auto& [name, q] : queues_) tree.push_back(q);
+    for (const std::string& v : QueueGuaranteeViolations(tree))
+      std::fprintf(stderr,
+                   "tessera server: warning: stored queues: %s; reclaim cannot honour it (apply "
+                   "smaller guarantees)\n",
+                   v.c_str());
+  }
   TESSERA_RETURN_IF_ERROR(each("tokens/", [&](const std::string&, const Json& j) -> Status {
     auto e = TokenRegistry::FromJson(j, "");
     if (!e.ok()) return e.status();
@@ -1333,9 +1342,16 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
     }
   }
   {
-    std::vector<Queue> tree;
-    for (const auto& [name, q] : queues) tree.push_back(q);
-    TESSERA_RETURN_IF_ERROR(CheckQueueGuarantees(tree));
+    // Refused: what this apply makes the tree promise that it cannot. (A tree stored by an
+    // earlier version may already break the rule: that is logged at start, and does not
+    // stop other applies.)
+    std::vector<Queue> before, after;
+    for (const auto& [name, q] : queues_) before.push_back(q);
+    for (const auto& [name, q] : queues) after.push_back(q);
+    const auto old_violations = QueueGuaranteeViolations(before);
+    for (const std::string& v : QueueGuaranteeViolations(after))
+      if (std::find(old_violations.begin(), old_violations.end(), v) == old_violations.end())
+        return InvalidArgument(v);
   }
   // A queue that becomes a parent must hold no unfinished job (jobs go to leaf queues).
   std::map<std::string, std::string> new_parents;  // parent -> a new child

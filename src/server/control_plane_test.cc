@@ -260,6 +260,16 @@ TEST_F(ControlPlaneTest, QueueGuaranteesMustFitTheTree) {
   EXPECT_TRUE(
       cp_->Apply(kAdmin, parent + queue("a", "{parent: org, guarantee: {nvidia.com/gpu: 2}}"))
           .ok());
+  // A tree stored by an earlier version that breaks the rule does not stop other applies
+  // (nor the server's start): only what an apply makes worse is refused.
+  ASSERT_TRUE(cp_->store()
+                  .Txn({}, {store::Op::Put("queues/b", R"({"name":"b","parent":"org",)"
+                                                       R"("guarantee":{"nvidia.com/gpu":"2"}})")})
+                  .ok());
+  Reopen();
+  EXPECT_TRUE(cp_->Apply(kAdmin, queue("unrelated", "{weight: 2}")).ok());
+  EXPECT_FALSE(
+      cp_->Apply(kAdmin, queue("c", "{parent: org, guarantee: {nvidia.com/gpu: 1}}")).ok());
 }
 
 TEST_F(ControlPlaneTest, QueueParentLoopsAreRefusedWithThePath) {
