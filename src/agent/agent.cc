@@ -19,8 +19,10 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-int64_t MillisSince(SteadyClock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - t).count();
+int64_t SteadyMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             SteadyClock::now().time_since_epoch())
+      .count();
 }
 
 // Which tasks are in which state: a change is worth an early heartbeat.
@@ -208,7 +210,10 @@ Status Agent::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   stop_ = false;
   running_ = true;
+  last_ok_ms_ = SteadyMillis();
+  fenced_ = false;
   loop_thread_ = std::thread([this] { Loop(); });
+  fence_thread_ = std::thread([this] { FenceLoop(); });
   return Status::Ok();
 }
 
@@ -219,6 +224,7 @@ void Agent::Stop(bool stop_tasks) {
   }
   cv_.notify_all();
   if (loop_thread_.joinable()) loop_thread_.join();
+  if (fence_thread_.joinable()) fence_thread_.join();
   if (stop_tasks && executor_) {
     executor_->StopAll("agent shutting down");
     executor_->WaitAll(executor_->MaxGraceSeconds() * 1000 + 5000);
@@ -502,10 +508,8 @@ Status Agent::Reconcile(const Json& ans, const std::vector<TaskStatus>& sent) {
 
 void Agent::Loop() {
   auto next_call = SteadyClock::now();
-  auto last_ok = SteadyClock::now();
   int64_t backoff_ms = 200;
   bool last_call_ok = false;
-  bool fenced = false;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -529,12 +533,11 @@ void Agent::Loop() {
       }
       last_call_ok = s.ok();
       if (s.ok()) {
-        if (fenced) Log("server reachable again");
-        fenced = false;
+        if (fenced_.exchange(false)) Log("server reachable again");
         SetError("");
-        last_ok = SteadyClock::now();
+        last_ok_ms_ = SteadyMillis();
         backoff_ms = 200;
-        next_call = last_ok + std::chrono::milliseconds(heartbeat_ms_.load());
+        next_call = SteadyClock::now() + std::chrono::milliseconds(heartbeat_ms_.load());
       } else {
         SetError(s.message());
         next_call = SteadyClock::now() +
@@ -542,23 +545,38 @@ void Agent::Loop() {
         backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
       }
     }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; });
+  }
+}
+
+void Agent::FenceLoop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; });
+      if (stop_) break;
+    }
     // Default: 10 heartbeats (20 s), past a routine server restart, and short of the 15 after
-    // which the server writes the node off and restarts its work elsewhere.
+    // which the server writes the node off (it runs the tasks elsewhere only after this
+    // lease, a heartbeat and their grace period).
     const int64_t lease_ms =
         opt_.lease_seconds >= 0 ? opt_.lease_seconds * 1000 : 10 * heartbeat_ms_.load();
-    if (lease_ms > 0 && !fenced && MillisSince(last_ok) > lease_ms) {
-      fenced = true;
+    const int64_t silent_ms = SteadyMillis() - last_ok_ms_.load();
+    if (lease_ms > 0 && !fenced_ && silent_ms > lease_ms) {
+      fenced_ = true;
       bool any = false;
       for (const auto& t : executor_->Statuses())
         any = any || (t.state == TaskState::kRunning && !t.stopping);
       if (any) {
-        Log("no answer from the server for " + std::to_string(MillisSince(last_ok) / 1000) +
+        Log("no answer from the server for " + std::to_string(silent_ms / 1000) +
             " s: stopping every task (self-fencing; the server may run them elsewhere)");
         executor_->StopAll("stopped: agent lost contact with the server (lease expired)");
       }
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; });
+    // The grace period's SIGKILL is the executor's Poll: on time even while a heartbeat
+    // call blocks the loop.
+    if (fenced_) executor_->Poll();
   }
 }
 

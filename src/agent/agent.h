@@ -102,7 +102,13 @@ class Agent {
   std::string instance_id_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<httplib::Server> logs_server_;
-  std::thread logs_thread_, loop_thread_;
+  std::thread logs_thread_, loop_thread_, fence_thread_;
+  // The lease, on its own thread (FenceLoop): a heartbeat call blocked on a frozen server
+  // (connect, write and read timeouts: up to 12 s) must not delay the self-fencing past the
+  // time the server waits before it runs the tasks elsewhere.
+  std::atomic<int64_t> last_ok_ms_{0};  // steady clock, of the last answered heartbeat
+  std::atomic<bool> fenced_{false};
+  void FenceLoop();
   int logs_port_ = 0;
 
   std::mutex mu_;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -71,7 +72,9 @@ class FakeServer {
     svr_->Post(R"(/v1/agents/([^/]+)/heartbeat)",
                [this](const httplib::Request& req, httplib::Response& res) {
                  Json body = Json::parse(req.body);
-                 std::lock_guard<std::mutex> lock(mu_);
+                 std::unique_lock<std::mutex> lock(mu_);
+                 // A frozen server (SIGSTOP, a wedged disk): the call hangs, no answer.
+                 frozen_cv_.wait(lock, [this] { return !frozen_; });
                  auto it = nodes_.find(req.matches[1]);
                  if (it == nodes_.end()) {
                    res.status = 404;
@@ -100,7 +103,15 @@ class FakeServer {
     }
     thread_ = std::thread([this] { svr_->listen_after_bind(); });
   }
+  void Freeze(bool frozen) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      frozen_ = frozen;
+    }
+    frozen_cv_.notify_all();
+  }
   void Shutdown() {
+    Freeze(false);
     if (svr_) svr_->stop();
     if (thread_.joinable()) thread_.join();
     svr_.reset();
@@ -159,6 +170,8 @@ class FakeServer {
   std::thread thread_;
   int port_ = 0;
   std::mutex mu_;
+  std::condition_variable frozen_cv_;
+  bool frozen_ = false;
   std::map<std::string, Node> nodes_;
   std::vector<Json> registers_, heartbeats_;
   std::map<std::string, Json> last_state_;
@@ -443,6 +456,27 @@ TEST_F(AgentTest, LeaseExpiryStopsTasksWhenTheServerIsGone) {
   EXPECT_EQ(st[0].state, TaskState::kKilled);
   EXPECT_EQ(st[0].message.rfind("stopped: agent lost contact with the server", 0), 0u)
       << st[0].message;
+  agent->Stop(true);
+}
+
+// The lease runs on its own clock: a heartbeat call hanging on a frozen server (up to the
+// client's 5 s read timeout) does not hold the self-fencing back past the lease, which the
+// server counts on before it runs the task elsewhere.
+TEST_F(AgentTest, LeaseExpiresWhileAHeartbeatCallHangs) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
+  AgentOptions o = Options(server.url());
+  o.lease_seconds = 1;
+  auto agent = StartAgent(o);
+  ASSERT_TRUE(
+      WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
+  server.Freeze(true);
+  ASSERT_TRUE(WaitFor([&] {
+    auto st = agent->executor().Statuses();
+    return st.size() == 1 && st[0].state != TaskState::kRunning;
+  }));
+  EXPECT_EQ(agent->last_error(), "") << "stopped only after the hanging call gave up";
+  server.Freeze(false);
   agent->Stop(true);
 }
 
