@@ -323,23 +323,34 @@ Status Executor::Start(const TaskSpec& spec) {
   // sbatch -o / -e: the user's files (appended to), linked from the task folder so that the
   // logs server reads them as the agent's own.
   std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
+  int user_fd[2] = {-1, -1};  // kept open: the task gets exactly the file that was checked
+  int i = 0;
   for (auto [file, path, stream] : {std::tuple{&spec.stdout_file, &out_path, "stdout"},
                                     std::tuple{&spec.stderr_file, &err_path, "stderr"}}) {
+    const int at = i++;
     if (file->empty()) continue;
     *path = (*file)[0] == '/' ? *file : workdir + "/" + *file;
-    int fd = ::open(path->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0)
-      return fail(std::string(stream == std::string("stdout") ? "-o" : "-e") + ": cannot open " +
-                  *path + ": " + std::strerror(errno));
-    ::close(fd);
+    // O_NOFOLLOW: the agent often runs as root, and a relative path may land in a shared
+    // world-writable directory (/tmp) where another user could plant a link.
+    int fd = ::open(path->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+      const std::string why = std::strerror(errno);
+      if (user_fd[0] >= 0) ::close(user_fd[0]);
+      return fail(std::string(at == 0 ? "-o" : "-e") + ": cannot open " + *path + ": " + why);
+    }
+    user_fd[at] = fd;
     const std::string link = dir + "/" + stream;
     ::unlink(link.c_str());
     if (::symlink(path->c_str(), link.c_str()) != 0)
       Log("allocation " + spec.allocation + ": cannot link " + link + ": " + std::strerror(errno));
   }
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int out = user_fd[0] >= 0
+                ? user_fd[0]
+                : ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int err = user_fd[1] >= 0
+                ? user_fd[1]
+                : ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   int gate[2] = {-1, -1};
   if (devnull < 0 || out < 0 || err < 0 || ::pipe2(gate, O_CLOEXEC) != 0) {
     std::string why = std::strerror(errno);

@@ -174,8 +174,14 @@ TEST_F(ExecutorTest, WritesOutputToTheFilesSbatchNamed) {
   TaskSpec bad = Shell("a-bad", "true");
   bad.working_dir = dir_.string();
   bad.stdout_file = "no-such-dir/out";
+  // A link planted where the file goes (a shared /tmp) is not followed.
+  std::filesystem::create_symlink(dir_ / "victim", dir_ / "planted.log");
+  TaskSpec link = Shell("a-link", "echo pwned");
+  link.working_dir = dir_.string();
+  link.stdout_file = "planted.log";
   ASSERT_TRUE(ex.Start(s).ok());
   ASSERT_TRUE(ex.Start(bad).ok());
+  ASSERT_TRUE(ex.Start(link).ok());
   ASSERT_TRUE(ex.WaitAll(20000));
   EXPECT_EQ(StatusOf(ex, "a-o").state, TaskState::kSucceeded);
   EXPECT_EQ(Slurp((dir_ / "both.log").string()), "earlier\nout\nerr\n");
@@ -186,6 +192,8 @@ TEST_F(ExecutorTest, WritesOutputToTheFilesSbatchNamed) {
           .message.find("-o: cannot open " + dir_.string() + "/no-such-dir/out: No such file"),
       std::string::npos)
       << StatusOf(ex, "a-bad").message;
+  EXPECT_EQ(StatusOf(ex, "a-link").state, TaskState::kFailed);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "victim"));
 }
 
 TEST_F(ExecutorTest, TasksThatCannotStartFailWithAMessage) {

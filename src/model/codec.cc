@@ -287,9 +287,10 @@ Status ReadTaskResources(const Json& resources, const std::string& path, TaskReq
       out.gpu.count = static_cast<int32_t>(*r / 1000);
       out.gpu.mig_profile = name.substr(sizeof(kMigPrefix) - 1);
       if (out.gpu.mig_profile.empty()) return InvalidArgument(p + ": missing MIG profile name");
-      // NVIDIA's profile names: <compute slices, 1-7>g.<memory>gb, with "+me" for media
-      // engines. (Which ones a model has is the node's business: a newer GPU may have more.)
-      static const std::regex kProfile(R"([1-7]g\.[1-9][0-9]*gb(\+me)?)");
+      // NVIDIA's profile names: <compute slices, 1-7>g.<memory>gb, with suffixes as "+me",
+      // "-me", "+gfx", "+me.all". (Which ones a model has is the node's business: a newer GPU
+      // may have more.)
+      static const std::regex kProfile(R"([1-7]g\.[1-9][0-9]*gb([+-][a-z][a-z0-9.]*)*)");
       if (!std::regex_match(out.gpu.mig_profile, kProfile))
         return InvalidArgument(p + ": \"" + out.gpu.mig_profile +
                                "\" is not a MIG profile (<1-7>g.<memory>gb, e.g. 1g.10gb, 3g.40gb)");

@@ -73,6 +73,14 @@ TEST(Spec, KubernetesWorkloads) {
   EXPECT_EQ(d.job.groups[0].request.cpu_milli, 4000);  // requests win over limits for cpu
   EXPECT_EQ(d.restart.max_retries, -1);
 
+  // Newer profile names carry suffixes (+me, -me, +gfx, +me.all): accepted.
+  for (const char* profile : {"1g.10gb+me", "1g.24gb+gfx", "4g.96gb-me", "7g.141gb+me.all"}) {
+    auto p =
+        ParseDocuments(std::string("apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\n"
+                                   "spec: {tasks: [{command: [x], resources: {nvidia.com/mig-") +
+                       profile + ": 1}}]}\n");
+    EXPECT_TRUE(p.ok()) << profile << ": " << p.status().ToString();
+  }
   auto mig = ParseDocuments(SeedFile("mig-pod.yaml"));
   ASSERT_TRUE(mig.ok());
   const GpuRequest& g = (*mig)[0].job.job.groups[0].request.gpu;
@@ -408,6 +416,10 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: tessera.io/v1\nkind: Queue\nmetadata: {name: q}\nspec: {limit: {cpu: 4}, "
        "guarantee: {cpu: 8}}\n",
        "guarantee.cpu: 8 is more than"},
+      {"tessera MIG profile with a suffix it cannot have",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{command: [x], "
+       "resources: {nvidia.com/mig-1g.24gb+: 1}}]}\n",
+       "is not a MIG profile"},
       {"tessera unknown MIG profile",
        "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{command: [x], "
        "resources: {nvidia.com/mig-9g.99gb: 1}}]}\n",
