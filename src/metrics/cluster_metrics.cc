@@ -128,15 +128,18 @@ ClusterMetrics::ClusterMetrics() {
   bindings_total_ =
       Must(r.AddCounter("tessera_scheduling_bindings_total", "Task bindings decided by the engine.",
                         std::array<std::string, 0>{}));
-  evictions_total_ =
-      Must(r.AddCounter("tessera_scheduling_evictions_total",
-                        "Task evictions by reason: the engine's (Preempted, Reclaimed), a drain "
-                        "(Drained), a node lost (NodeLost) or whose agent restarted "
-                        "(NodeRestarted), tasks stopped by their agent (Evicted).",
-                        std::array<std::string, 1>{"reason"}));
+  evictions_total_ = Must(
+      r.AddCounter("tessera_scheduling_evictions_total",
+                   "Task evictions by reason: the engine's (Preempted, Reclaimed), a drain "
+                   "(Drained), a node lost (NodeLost) or whose agent restarted "
+                   "(NodeRestarted), tasks stopped by their agent (Evicted) or ended by a pool "
+                   "(NodeFailed, PreemptedBySlurm, KilledBySlurm, CancelledInSlurm, "
+                   "LostInSlurm).",
+                   std::array<std::string, 1>{"reason"}));
   // Every reason's series exists before its first eviction (increase() sees the first one).
   for (const char* reason :
-       {"Preempted", "Reclaimed", "Drained", "NodeLost", "NodeRestarted", "Evicted"})
+       {"Preempted", "Reclaimed", "Drained", "NodeLost", "NodeRestarted", "Evicted", "NodeFailed",
+        "PreemptedBySlurm", "KilledBySlurm", "CancelledInSlurm", "LostInSlurm"})
     evictions_total_->Add({reason}, 0);
   store_failures_total_ = Must(r.AddCounter(
       "tessera_store_commit_failures_total",

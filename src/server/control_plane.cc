@@ -1862,7 +1862,11 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
         // shut down with its tasks): not the task's failure. An eviction: onEviction, no
         // retry counted, no back-off. A pool that runs tasks itself (Slurm) gives its own
         // reason (a failed node) and words.
-        const std::string why = t.value("reason", "");
+        // (From a fixed set: it names events and a metric's label.)
+        static const std::set<std::string> kPoolReasons = {
+            "NodeFailed", "PreemptedBySlurm", "KilledBySlurm", "CancelledInSlurm", "LostInSlurm"};
+        std::string why = t.value("reason", "");
+        if (!why.empty() && !kPoolReasons.count(why)) why = "Evicted";
         OnTaskLoss(ops, j, true, why.empty() ? "Evicted" : why,
                    "task " + std::to_string(a.task) +
                        (why.empty() ? " on " + node_name + " was stopped by its agent" : "") +
@@ -2118,8 +2122,12 @@ Status ControlPlane::RunCycle() {
     if (options_.on_cycle) {
       summaries.reserve(jobs_.size());
       for (const auto& [id, j] : jobs_)
-        summaries.push_back(
-            {id, j.spec.job.queue, j.state, j.created_at, j.queued_at, j.run_started_at});
+        summaries.push_back({id, j.spec.job.queue, j.state, j.created_at, j.queued_at,
+                             j.run_started_at,
+                             j.state != JobState::kPending ? ""
+                             : j.backoff.until > now       ? "BackOff"
+                             : j.fenced_until > now        ? "NodeLost"
+                                                           : ""});
     }
   }
   {

@@ -159,6 +159,8 @@ struct JobSummary {
   int64_t created_at = 0;
   int64_t queued_at = 0;        // when it last became pending (a requeue included)
   int64_t run_started_at = -1;  // the current attempt's start; -1 while pending
+  // Why it waits when the engine does not see it (BackOff, NodeLost); "": the engine's reason.
+  std::string pending_reason;
 };
 
 struct ControlPlaneOptions {

@@ -33,6 +33,7 @@ void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
     s.submit_time = j.created_at;
     s.pending_since = j.queued_at;
     s.start_time = j.run_started_at;
+    s.pending_reason = j.pending_reason;
     view.jobs.push_back(std::move(s));
   }
   m.Update(view);

@@ -104,6 +104,14 @@ TEST(ObservabilityRoutes, ARequeuedJobWaitsFromItsRequeue) {
   EXPECT_NE(text.find("tessera_job_queue_wait_seconds_count{queue=\"requeues\"} 1\n"),
             std::string::npos)
       << text;
+  // Its node goes silent: pending, waiting out the fence, and counted under that reason.
+  clock.now += 26;  // 31 s after its last heartbeat; the fence runs 52 s from it
+  cp.CheckNodes();
+  ASSERT_TRUE(cp.RunCycle().ok());
+  text = ProcessMetrics().RenderText();
+  EXPECT_NE(text.find("tessera_pending_jobs{queue=\"requeues\",reason=\"NodeLost\"} 1\n"),
+            std::string::npos)
+      << text;
   opened->reset();
   std::filesystem::remove_all(dir);
 }
