@@ -211,6 +211,8 @@ class AgentTest : public ::testing::Test {
     o.log = [](const std::string&) {};
     return o;
   }
+  std::unique_ptr<Agent> StartLeasedTask(FakeServer& server);
+  bool WaitForTaskEnd(Agent& agent);
   std::unique_ptr<Agent> StartAgent(AgentOptions o) {
     auto a = Agent::Create(std::move(o));
     EXPECT_TRUE(a.ok()) << a.status().ToString();
@@ -436,20 +438,31 @@ TEST_F(AgentTest, KilledConnectionsAreRetriedAndTheAgentReconnects) {
   agent->Stop(true);
 }
 
-TEST_F(AgentTest, LeaseExpiryStopsTasksWhenTheServerIsGone) {
-  FakeServer server;
+// An agent with a lease of 1 s, running task a-long.
+std::unique_ptr<Agent> AgentTest::StartLeasedTask(FakeServer& server) {
   server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
   AgentOptions o = Options(server.url());
   o.lease_seconds = 1;
   auto agent = StartAgent(o);
-  ASSERT_TRUE(
+  EXPECT_TRUE(
       WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
-  const pid_t pid = TaskPid("a-long");
-  server.Shutdown();  // a partition: the server may already be restarting the job elsewhere
-  ASSERT_TRUE(WaitFor([&] {
-    auto st = agent->executor().Statuses();
+  return agent;
+}
+
+bool AgentTest::WaitForTaskEnd(Agent& agent) {
+  return WaitFor([&] {
+    auto st = agent.executor().Statuses();
     return st.size() == 1 && st[0].state != TaskState::kRunning;
-  }));
+  });
+}
+
+TEST_F(AgentTest, LeaseExpiryStopsTasksWhenTheServerIsGone) {
+  FakeServer server;
+  auto agent = StartLeasedTask(server);
+  const pid_t pid = TaskPid("a-long");
+  ASSERT_GT(pid, 0);
+  server.Shutdown();  // a partition: the server may already be restarting the job elsewhere
+  ASSERT_TRUE(WaitForTaskEnd(*agent));
   EXPECT_TRUE(WaitFor([&] { return !Running(pid); }));
   auto st = agent->executor().Statuses();
   ASSERT_EQ(st.size(), 1u);
@@ -464,17 +477,10 @@ TEST_F(AgentTest, LeaseExpiryStopsTasksWhenTheServerIsGone) {
 // server counts on before it runs the task elsewhere.
 TEST_F(AgentTest, LeaseExpiresWhileAHeartbeatCallHangs) {
   FakeServer server;
-  server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
-  AgentOptions o = Options(server.url());
-  o.lease_seconds = 1;
-  auto agent = StartAgent(o);
-  ASSERT_TRUE(
-      WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
+  auto agent = StartLeasedTask(server);
+  ASSERT_GT(TaskPid("a-long"), 0);
   server.Freeze(true);
-  ASSERT_TRUE(WaitFor([&] {
-    auto st = agent->executor().Statuses();
-    return st.size() == 1 && st[0].state != TaskState::kRunning;
-  }));
+  ASSERT_TRUE(WaitForTaskEnd(*agent));
   EXPECT_EQ(agent->last_error(), "") << "stopped only after the hanging call gave up";
   server.Freeze(false);
   agent->Stop(true);

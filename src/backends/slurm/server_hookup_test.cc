@@ -159,20 +159,18 @@ class HookupTest : public ::testing::Test {
     Close();
     std::filesystem::remove_all(dir_);
   }
-  void Open() {
+  std::unique_ptr<ControlPlane> OpenControlPlane() {
     auto st = store::OpenSqliteStore(dir_);
-    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    if (!st.ok()) return nullptr;
     server::ControlPlaneOptions o;
     o.run_scheduler = false;
     auto cp =
         ControlPlane::Open(std::move(*st), std::make_unique<server::testing::ScriptedEngine>(), o);
-    ASSERT_TRUE(cp.ok()) << cp.status().ToString();
-    cp_ = std::move(*cp);
-    ASSERT_TRUE(cp_->Apply(kAdmin,
-                           "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
-                           "metadata: {name: default}\n",
-                           true)
-                    .ok());
+    EXPECT_TRUE(cp.ok()) << cp.status().ToString();
+    return cp.ok() ? std::move(*cp) : nullptr;
+  }
+  HookupOptions Options() const {
     HookupOptions ho;
     ho.pool = "hpc";
     ho.runner = slurm_;
@@ -180,10 +178,24 @@ class HookupTest : public ::testing::Test {
     ho.heartbeat = std::chrono::milliseconds(20);
     ho.poll = std::chrono::milliseconds(20);
     ho.logs_dir = logs_dir_;
-    auto h = SlurmPoolHookup::Start(*cp_, ho);
+    return ho;
+  }
+  // The control plane and the pool's hookup on dir_, as a server starts (again); by default
+  // waits for the reconciliation with Slurm.
+  void Open(bool wait_reconciled = true) {
+    cp_ = OpenControlPlane();
+    ASSERT_NE(cp_, nullptr);
+    ASSERT_TRUE(cp_->Apply(kAdmin,
+                           "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
+                           "metadata: {name: default}\n",
+                           true)
+                    .ok());
+    auto h = SlurmPoolHookup::Start(*cp_, Options());
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     hookup_ = std::move(*h);
-    ASSERT_TRUE(hookup_->WaitReconciled(std::chrono::seconds(10)));
+    if (wait_reconciled) {
+      ASSERT_TRUE(hookup_->WaitReconciled(std::chrono::seconds(10)));
+    }
   }
   void Close() {
     hookup_.reset();
@@ -356,23 +368,7 @@ TEST_F(HookupTest, AStopInFlightAtARestartHoldsUntilSlurmConfirms) {
   ASSERT_TRUE(Until([&] { return slurm_->Calls("scancel") >= 1; }));
   Close();
   // Restarted with slurmctld still away: nodes heartbeat, Reconcile waits for squeue.
-  auto st = store::OpenSqliteStore(dir_);
-  ASSERT_TRUE(st.ok());
-  server::ControlPlaneOptions o;
-  o.run_scheduler = false;
-  auto cp =
-      ControlPlane::Open(std::move(*st), std::make_unique<server::testing::ScriptedEngine>(), o);
-  ASSERT_TRUE(cp.ok());
-  cp_ = std::move(*cp);
-  HookupOptions ho;
-  ho.pool = "hpc";
-  ho.runner = slurm_;
-  ho.sync = std::chrono::milliseconds(50);
-  ho.heartbeat = std::chrono::milliseconds(20);
-  ho.poll = std::chrono::milliseconds(20);
-  auto h = SlurmPoolHookup::Start(*cp_, ho);
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  hookup_ = std::move(*h);
+  ASSERT_NO_FATAL_FAILURE(Open(/*wait_reconciled=*/false));
   const int squeue_before = slurm_->Calls("squeue");
   ASSERT_TRUE(Until([&] { return slurm_->Calls("squeue") >= squeue_before + 2; }));
   EXPECT_EQ(State("t"), "Terminating");
@@ -468,18 +464,11 @@ TEST_F(HookupTest, SlurmWritesOutputWhereTheServerReadsIt) {
 }
 
 TEST_F(HookupTest, ALogsDirectoryThatSlurmWouldExpandIsRefused) {
-  auto st = store::OpenSqliteStore(dir_);
-  ASSERT_TRUE(st.ok());
-  server::ControlPlaneOptions o;
-  o.run_scheduler = false;
-  auto cp =
-      ControlPlane::Open(std::move(*st), std::make_unique<server::testing::ScriptedEngine>(), o);
-  ASSERT_TRUE(cp.ok());
-  HookupOptions ho;
-  ho.pool = "hpc";
-  ho.runner = slurm_;
+  auto cp = OpenControlPlane();
+  ASSERT_NE(cp, nullptr);
+  HookupOptions ho = Options();
   ho.logs_dir = dir_ + "/logs-%j";
-  auto h = SlurmPoolHookup::Start(**cp, ho);
+  auto h = SlurmPoolHookup::Start(*cp, ho);
   ASSERT_FALSE(h.ok());
   EXPECT_NE(h.status().message().find("must not contain '%'"), std::string::npos)
       << h.status().message();
