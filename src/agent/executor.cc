@@ -320,37 +320,34 @@ Status Executor::Start(const TaskSpec& spec) {
     }
   }
 
-  // sbatch -o / -e: the user's files (appended to), linked from the task folder so that the
-  // logs server reads them as the agent's own.
-  std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
-  int user_fd[2] = {-1, -1};  // kept open: the task gets exactly the file that was checked
-  int i = 0;
-  for (auto [file, path, stream] : {std::tuple{&spec.stdout_file, &out_path, "stdout"},
-                                    std::tuple{&spec.stderr_file, &err_path, "stderr"}}) {
-    const int at = i++;
-    if (file->empty()) continue;
-    *path = (*file)[0] == '/' ? *file : workdir + "/" + *file;
-    // O_NOFOLLOW: the agent often runs as root, and a relative path may land in a shared
-    // world-writable directory (/tmp) where another user could plant a link.
-    int fd = ::open(path->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) {
-      const std::string why = std::strerror(errno);
-      if (user_fd[0] >= 0) ::close(user_fd[0]);
-      return fail(std::string(at == 0 ? "-o" : "-e") + ": cannot open " + *path + ": " + why);
+  // stdout and stderr: the task folder's files, or sbatch -o / -e (the user's files, appended
+  // to), linked from the task folder so that the logs server reads them as the agent's own.
+  const std::string* user_file[2] = {&spec.stdout_file, &spec.stderr_file};
+  const char* const kStream[2] = {"stdout", "stderr"};
+  int std_fd[2] = {-1, -1};
+  for (int k = 0; k < 2; ++k) {
+    const std::string own = dir + "/" + kStream[k];
+    const std::string& file = *user_file[k];
+    if (file.empty()) {
+      std_fd[k] = ::open(own.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      continue;
     }
-    user_fd[at] = fd;
-    const std::string link = dir + "/" + stream;
-    ::unlink(link.c_str());
-    if (::symlink(path->c_str(), link.c_str()) != 0)
-      Log("allocation " + spec.allocation + ": cannot link " + link + ": " + std::strerror(errno));
+    const std::string path = file[0] == '/' ? file : workdir + "/" + file;
+    // O_NOFOLLOW: the agent often runs as root, and a relative path may land in a shared
+    // world-writable directory (/tmp) where another user could plant a link. The checked
+    // descriptor is the one the task gets.
+    std_fd[k] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (std_fd[k] < 0) {
+      const std::string why = std::strerror(errno);
+      if (k == 1 && std_fd[0] >= 0) ::close(std_fd[0]);
+      return fail(std::string(k == 0 ? "-o" : "-e") + ": cannot open " + path + ": " + why);
+    }
+    ::unlink(own.c_str());
+    if (::symlink(path.c_str(), own.c_str()) != 0)
+      Log("allocation " + spec.allocation + ": cannot link " + own + ": " + std::strerror(errno));
   }
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  int out = user_fd[0] >= 0
-                ? user_fd[0]
-                : ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  int err = user_fd[1] >= 0
-                ? user_fd[1]
-                : ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int out = std_fd[0], err = std_fd[1];
   int gate[2] = {-1, -1};
   if (devnull < 0 || out < 0 || err < 0 || ::pipe2(gate, O_CLOEXEC) != 0) {
     std::string why = std::strerror(errno);

@@ -37,6 +37,10 @@ Event EventFromJson(const Json& j) {
   return e;
 }
 
+// An agent's default lease (agent.h): without an answer for this many heartbeat intervals
+// it stops its tasks itself.
+constexpr int64_t kAgentLeaseHeartbeats = 10;
+
 const char* kJobStates[] = {"Pending",   "Scheduled", "Running",  "Terminating",
                             "Succeeded", "Failed",    "Cancelled"};
 const char* kAllocStates[] = {"Assigned",  "Running", "Stopping", "Lost",
@@ -670,6 +674,20 @@ int32_t ControlPlane::PriorityOf(const JobRecord& j) const {
   return it == priority_classes_.end() ? 0 : it->second.value;
 }
 
+namespace {
+
+// Why a pending job is held back from the engine at `now`: "BackOff" (restarting after
+// failures), "NodeLost" (lost with a node whose agent may still be stopping its tasks), or
+// "" (the engine sees it).
+const char* HeldBack(const JobRecord& j, int64_t now) {
+  if (j.state != JobState::kPending) return "";
+  if (j.backoff.until > now) return "BackOff";
+  if (j.fenced_until > now) return "NodeLost";
+  return "";
+}
+
+}  // namespace
+
 Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   const Job& job = j.spec.job;
   Json o = Json::object();
@@ -734,9 +752,9 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   };
   if (next_task) {
     back_off(next_task->second, "task " + std::to_string(next_task->first) + " ");
-  } else if (j.backoff.until > Now() && j.state == JobState::kPending) {
+  } else if (const std::string held = HeldBack(j, Now()); held == "BackOff") {
     back_off(j.backoff, "");
-  } else if (j.fenced_until > Now() && j.state == JobState::kPending) {
+  } else if (held == "NodeLost") {
     o["pendingReason"] = {
         {"code", "NodeLost"},
         {"message", "node " + j.fenced_node + " stopped answering; its agent stops the job's " +
@@ -1680,7 +1698,7 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   // seconds. (A node that rebooted and lost its work dir waits as long.)
   if (!fresh && it->second.node.ready && !instance.empty() && !it->second.instance_id.empty() &&
       instance != it->second.instance_id &&
-      Now() - it->second.last_heartbeat <= options_.heartbeat_seconds * 10)
+      Now() - it->second.last_heartbeat <= options_.heartbeat_seconds * kAgentLeaseHeartbeats)
     return FailedPrecondition(
         "node " + node->name + " is served by another live agent (work dir id " +
         it->second.instance_id + ", last heartbeat " +
@@ -1942,7 +1960,8 @@ void ControlPlane::CheckNodes() {
     // from about our last heartbeat; one interval more for the answer's way back) and their
     // grace period has passed: only then may they run elsewhere. An agent without a lease
     // (0) never stops them, and its work is placed again at once.
-    const int64_t lease = n.lease_seconds >= 0 ? n.lease_seconds : options_.heartbeat_seconds * 10;
+    const int64_t lease =
+        n.lease_seconds >= 0 ? n.lease_seconds : options_.heartbeat_seconds * kAgentLeaseHeartbeats;
     std::map<std::string, int64_t> affected;  // job -> when its tasks there have surely stopped
     for (auto& [id, a] : allocations_) {
       if (a.placement.node != name || !a.Live()) continue;
@@ -2043,9 +2062,9 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
         holding.count(id) ? holding.at(id) : std::vector<const Allocation*>{};
     bool pending = j.state == JobState::kPending;
     if (pending) {
-      // Requeued after a failure (RestartJob) and backing off: nothing of it to place yet.
-      // (Or lost with a node whose agent may still be stopping its tasks.)
-      if (j.backoff.until <= Now() && j.fenced_until <= Now()) s.jobs.push_back(job);
+      // Backing off after a failure (RestartJob), or lost with a node whose agent may still
+      // be stopping its tasks: nothing of it to place yet.
+      if (!*HeldBack(j, Now())) s.jobs.push_back(job);
       if (hold.empty()) continue;
     }
     // A job exactly as the engine models it: each live task of the current attempt placed once.
@@ -2123,11 +2142,7 @@ Status ControlPlane::RunCycle() {
       summaries.reserve(jobs_.size());
       for (const auto& [id, j] : jobs_)
         summaries.push_back({id, j.spec.job.queue, j.state, j.created_at, j.queued_at,
-                             j.run_started_at,
-                             j.state != JobState::kPending ? ""
-                             : j.backoff.until > now       ? "BackOff"
-                             : j.fenced_until > now        ? "NodeLost"
-                                                           : ""});
+                             j.run_started_at, HeldBack(j, now)});
     }
   }
   {
