@@ -193,8 +193,8 @@ class EndToEndTest : public ::testing::Test {
     return out;
   }
   std::string Script(const std::string& journal) {
-    return "echo start $$ >> " + journal + "; echo hello-e2e; trap 'echo end $$ >> " + journal +
-           "; exit 0' TERM; while :; do sleep 0.2; done";
+    return "echo start $$ >> " + journal + "; echo hello-e2e in $PWD; trap 'echo end $$ >> " +
+           journal + "; exit 0' TERM; while :; do sleep 0.2; done";
   }
 
   std::string bin_, src_, url_, admin_, agent_token_;
@@ -215,6 +215,10 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
     auto r = Call("GET", "/v1/jobs/e2e-run/logs?task=0");
     return r && r->status == 200 && r->body.find("hello-e2e") != std::string::npos;
   }));
+  // A job without workingDir runs in its task's own folder on the node, not a shared one.
+  EXPECT_NE(Call("GET", "/v1/jobs/e2e-run/logs?task=0")
+                ->body.find("hello-e2e in " + (dir_ / "agent" / "tasks").string() + "/"),
+            std::string::npos);
   // `tessera logs -f` follows through the restart: it waits for the server, then ends
   // (exit 0) when the task does.
   const std::string follow_log = (dir_ / "follow.log").string();

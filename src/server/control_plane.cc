@@ -1929,10 +1929,12 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                       {"task", a.task},
                       {"attempt", a.attempt},
                       {"command", a.command},
-                      {"workingDir", a.working_dir.empty() ? "/tmp" : a.working_dir},
                       {"env", a.env},
                       {"devices", devs},
                       {"gracePeriodSeconds", a.grace_period_seconds}});
+    // Without one the agent runs the task in its own folder, where a relative sbatch -o
+    // cannot land in (or be raced for in) a directory shared with other users.
+    if (!a.working_dir.empty()) allocs.back()["workingDir"] = a.working_dir;
     if (!a.stdout_file.empty()) allocs.back()["stdoutFile"] = a.stdout_file;
     if (!a.stderr_file.empty()) allocs.back()["stderrFile"] = a.stderr_file;
     // The agent's cgroup limits (cpu.max, memory.max), where the node allows them.
