@@ -356,13 +356,15 @@ void CycleRun::AppendSortKeys(const JobRec& j) {
   const JobProgress progress = j.progress();
   for (const auto& o : e_.orders) sort_keys_.push_back(o->Key(*j.spec, progress, ctx_));
   sort_keys_.push_back(j.spec->submit_time);
+  sort_keys_.push_back(j.spec->submit_seq);
 }
 
 void CycleRun::SortJobs() {
   // A sort over integers (the keys were taken while setting each job up, when it was in
-  // cache): (plugin keys..., submit time), then job id, which is unique: a total order.
-  // jobs_ is in id order, so a job's index stands for its id.
-  const size_t K = e_.orders.size() + 1;
+  // cache): (plugin keys..., submit time, submission order), then job id, which is unique: a
+  // total order. jobs_ is in id order, so a job's index stands for its id. (Traces leave the
+  // submission order 0: a constant column costs the radix sort nothing.)
+  const size_t K = e_.orders.size() + 2;
   order_.clear();
   std::vector<uint32_t> rows;
   if (RadixSortRows(sort_keys_, K, jobs_.size(), rows)) {
@@ -1740,7 +1742,7 @@ Plan CycleRun::Run() {
   if (!m_.borrowed) m_.SortPending();
   const size_t most = m_.borrowed ? m_.jobs.size() : m_.pending.size();
   jobs_.reserve(most);
-  sort_keys_.reserve(most * (e_.orders.size() + 1));
+  sort_keys_.reserve(most * (e_.orders.size() + 2));
   plan_.decisions.reserve(most);
   size_t tasks = 0;
   auto add = [&](const std::string& id, JobRec& rec) {

@@ -657,6 +657,7 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.Int("priority", prio, false, INT32_MIN));
   j.priority = static_cast<int32_t>(prio);
   TESSERA_RETURN_IF_ERROR(r.Int("submitTime", j.submit_time));
+  TESSERA_RETURN_IF_ERROR(r.Int("submitSeq", j.submit_seq));
   TESSERA_RETURN_IF_ERROR(r.Int32("minAvailable", j.min_available));
   TESSERA_RETURN_IF_ERROR(r.StringMap("nodeSelector", j.node_selector));
   TESSERA_RETURN_IF_ERROR(r.Bool("preemptible", j.preemptible));
@@ -756,6 +757,7 @@ Json JobToJson(const Job& j) {
   if (!j.priority_class.empty()) o["priorityClass"] = j.priority_class;
   o["priority"] = j.priority;
   o["submitTime"] = j.submit_time;
+  if (j.submit_seq) o["submitSeq"] = j.submit_seq;
   if (j.min_available) o["minAvailable"] = j.min_available;
   if (!j.node_selector.empty()) o["nodeSelector"] = j.node_selector;
   if (!j.preemptible) o["preemptible"] = false;

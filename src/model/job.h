@@ -81,6 +81,9 @@ struct Job {
   std::string priority_class;
   int32_t priority = 0;     // resolved value of priority_class; higher goes first
   int64_t submit_time = 0;  // seconds, engine clock
+  // Order of submission among jobs of the same submit_time (the server's job sequence), so
+  // that FIFO holds within a second; 0 where unknown (traces), and the id decides.
+  int64_t submit_seq = 0;
   std::vector<TaskGroup> groups;
   int32_t min_available = 0;  // gang minimum; 0 means all tasks
   std::map<std::string, std::string> node_selector;

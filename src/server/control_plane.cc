@@ -2054,6 +2054,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     if (IsTerminal(j.state) && holding.count(id) == 0) continue;
     Job job = j.spec.job;
     job.priority = PriorityOf(j);
+    job.submit_seq = j.seq;  // FIFO within a second: submission order, not the name
     if (job.priority_class.empty()) job.priority_class = DefaultPriorityClass();
     job.allocations.assign(job.TaskCount(), std::nullopt);
     // The engine sees the current attempt: when it was bound, and the service of the earlier
@@ -2112,6 +2113,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
       ph.priority_class = job.priority_class;
       ph.priority = job.priority;
       ph.submit_time = job.submit_time;
+      ph.submit_seq = job.submit_seq;
       TaskGroup g = job.GroupOfTask(a->task);
       g.replicas = 1;
       ph.groups.push_back(g);

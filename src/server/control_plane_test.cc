@@ -381,6 +381,24 @@ TEST_F(ControlPlaneTest, SubmitIsDurableAndNamedErrorsAreReturned) {
   EXPECT_EQ((*gen)[0]["name"], "job-000002");
 }
 
+// FIFO holds within a second: the job submitted first runs first, whatever its name.
+TEST_F(ControlPlaneTest, JobsSubmittedInOneSecondRunInSubmissionOrder) {
+  real_engine_ = true;
+  Reopen();
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, NodeDoc("n1", 1)).ok());
+  for (const char* name : {"zz-first", "mm-second", "aa-third"})
+    ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc(name, 1, 1)).ok());
+  Reopen();  // the order is the durable submission sequence
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("zz-first"), "Scheduled");
+  EXPECT_EQ(State("mm-second"), "Pending");
+  EXPECT_EQ(State("aa-third"), "Pending");
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, NodeDoc("n2", 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("mm-second"), "Scheduled");
+  EXPECT_EQ(State("aa-third"), "Pending");
+}
+
 TEST_F(ControlPlaneTest, LifecycleScheduledRunningSucceededWithTorchrunEnv) {
   int64_t epoch = Epoch("node-a");
   Epoch("node-b");
