@@ -254,6 +254,13 @@ constexpr char kGpuMilli[] = "tessera.io/gpu-milli";
 constexpr char kGpuMemory[] = "tessera.io/gpu-memory";
 }  // namespace
 
+// More devices than any node has by far; beyond it a count would wrap in 32 bits.
+constexpr int64_t kMaxDevicesPerTask = 4096;
+Status TooManyDevices(const std::string& path, int64_t count) {
+  return InvalidArgument(path + ": " + std::to_string(count) + " is too large (at most " +
+                         std::to_string(kMaxDevicesPerTask) + " per task)");
+}
+
 Status ReadTaskResources(const Json& resources, const std::string& path, TaskRequest& out) {
   if (!resources.is_object()) return TypeError(path, "a map of resource quantities", resources);
   int64_t gpu_milli_total = 0;
@@ -275,6 +282,7 @@ Status ReadTaskResources(const Json& resources, const std::string& path, TaskReq
       if (*r == 0) continue;
       if (out.gpu.kind != GpuRequestKind::kNone)
         return InvalidArgument(p + ": a task asks for one kind of GPU (whole, fraction or MIG)");
+      if (*r / 1000 > kMaxDevicesPerTask) return TooManyDevices(p, *r / 1000);
       out.gpu.kind = GpuRequestKind::kWhole;
       out.gpu.count = static_cast<int32_t>(*r / 1000);
     } else if (name.rfind(kMigPrefix, 0) == 0) {
@@ -283,6 +291,7 @@ Status ReadTaskResources(const Json& resources, const std::string& path, TaskReq
       if (*r % 1000 != 0 || *r == 0) return InvalidArgument(p + ": a whole number of instances >= 1");
       if (out.gpu.kind != GpuRequestKind::kNone)
         return InvalidArgument(p + ": a task asks for one kind of GPU (whole, fraction or MIG)");
+      if (*r / 1000 > kMaxDevicesPerTask) return TooManyDevices(p, *r / 1000);
       out.gpu.kind = GpuRequestKind::kMig;
       out.gpu.count = static_cast<int32_t>(*r / 1000);
       out.gpu.mig_profile = name.substr(sizeof(kMigPrefix) - 1);
@@ -295,9 +304,19 @@ Status ReadTaskResources(const Json& resources, const std::string& path, TaskReq
         return InvalidArgument(p + ": \"" + out.gpu.mig_profile +
                                "\" is not a MIG profile (<1-7>g.<memory>gb, e.g. 1g.10gb, 3g.40gb)");
     } else if (name == kGpuMilli) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 999)
-        return InvalidArgument(p + ": thousandths of one GPU, 1..999 (use nvidia.com/gpu for whole GPUs)");
-      gpu_milli_total = v.get<int64_t>();
+      // An integer, quoted or not (as every other quantity may be).
+      int64_t milli = 0;
+      if (v.is_number_integer()) {
+        milli = v.get<int64_t>();
+      } else if (v.is_string()) {
+        const std::string t = v.get<std::string>();
+        if (!t.empty() && t.size() <= 3 && t.find_first_not_of("0123456789") == std::string::npos)
+          milli = std::stoll(t);
+      }
+      if (milli < 1 || milli > 999)
+        return InvalidArgument(p + ": thousandths of one GPU, an integer 1..999, got " + v.dump() +
+                               " (use nvidia.com/gpu for whole GPUs)");
+      gpu_milli_total = milli;
     } else if (name == kGpuMemory) {
       auto r = JsonBytes(v, p);
       if (!r.ok()) return r.status();

@@ -58,6 +58,11 @@ TEST(CodecTest, ReadsClusterShorthandsAndResolvesClasses) {
   EXPECT_EQ(infer.groups[0].request.gpu.kind, GpuRequestKind::kMig);
   EXPECT_EQ(infer.groups[0].request.gpu.mig_profile, "1g.10gb");
   EXPECT_EQ(infer.groups[0].request.cpu_milli, 500);
+  // A quoted fraction is a fraction, as any other quoted quantity is.
+  auto quoted = SnapshotFromJson(
+      *ParseYaml("jobs: [{id: q, tasks: [{resources: {tessera.io/gpu-milli: \"300\"}}]}]"));
+  ASSERT_TRUE(quoted.ok()) << quoted.status().ToString();
+  EXPECT_EQ(quoted->jobs[0].groups[0].request.gpu.milli, 300);
 }
 
 TEST(CodecTest, RoundTripIsStable) {
@@ -79,6 +84,13 @@ TEST(CodecTest, ErrorsNameTheFieldPath) {
       {"jobs: [{id: j, tasks: [{replicas: 0}]}]", "jobs[0].tasks[0].replicas: must be >= 1"},
       {"jobs: [{id: j, tasks: [{resources: {nvidia.com/gpu: 0.5}}]}]",
        "jobs[0].tasks[0].resources.nvidia.com/gpu: whole GPUs only"},
+      // Counts that would wrap in 32 bits (2^31, 2^32 + 1) are refused, not run as others.
+      {"jobs: [{id: j, tasks: [{resources: {nvidia.com/gpu: 2147483648}}]}]",
+       "jobs[0].tasks[0].resources.nvidia.com/gpu: 2147483648 is too large (at most 4096"},
+      {"jobs: [{id: j, tasks: [{resources: {nvidia.com/mig-1g.10gb: 4294967297}}]}]",
+       "resources.nvidia.com/mig-1g.10gb: 4294967297 is too large"},
+      {"jobs: [{id: j, tasks: [{resources: {tessera.io/gpu-milli: \"1000\"}}]}]",
+       "tessera.io/gpu-milli: thousandths of one GPU, an integer 1..999, got \"1000\""},
       {"jobs: [{id: j, tasks: [{resources: {gpus: 1}}]}]",
        "jobs[0].tasks[0].resources.gpus: unknown resource"},
       {"jobs: [{id: j, priorityClass: nope, tasks: [{}]}]",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 namespace tessera::spec {
 namespace {
@@ -1048,9 +1049,45 @@ StatusOr<int64_t> SlurmTime(const std::string& v, const std::string& path) {
   return days * 86400 + secs;
 }
 
+// An #SBATCH line's words, as sbatch splits them: blanks separate words except inside single
+// or double quotes, which are removed (--output="logs/%x.out"); an unquoted word starting
+// with # begins a comment.
+StatusOr<std::vector<std::string>> DirectiveWords(const std::string& text,
+                                                  const std::string& path) {
+  std::vector<std::string> out;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (char c : text) {
+    if (quote != 0) {
+      if (c == quote)
+        quote = 0;
+      else
+        word += c;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ' || c == '\t') {
+      if (in_word) out.push_back(std::exchange(word, {}));
+      in_word = false;
+    } else if (c == '#' && !in_word) {
+      break;  // trailing comment
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (quote != 0)
+    return InvalidArgument(path + ": unterminated " + (quote == '"' ? "double" : "single") +
+                           " quote");
+  if (in_word) out.push_back(word);
+  return out;
+}
+
 StatusOr<int32_t> PositiveInt(const std::string& v, const std::string& path) {
-  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
     return InvalidArgument(path + ": expected a positive integer, got \"" + v + "\"");
+  if (v.size() > 9) return InvalidArgument(path + ": " + v + " is too large");
   int32_t x = static_cast<int32_t>(std::stol(v));
   if (x < 1) return InvalidArgument(path + ": must be >= 1, got " + v);
   return x;
@@ -1142,15 +1179,15 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
     if (line[text_at] != '#') break;
     if (line.rfind("#SBATCH", 0) != 0) continue;
     std::string path = "line " + std::to_string(lineno);
-    std::istringstream words(line.substr(7));
-    std::vector<std::string> args;
-    std::string w;
-    while (words >> w) {
-      if (w[0] == '#') break;  // trailing comment
-      args.push_back(w);
-    }
+    auto words = DirectiveWords(line.substr(7), path);
+    if (!words.ok()) return words.status();
+    const std::vector<std::string>& args = *words;
     for (size_t i = 0; i < args.size(); ++i) {
       std::string opt = args[i], val;
+      if (opt.empty() || opt[0] != '-')
+        return InvalidArgument(path + ": \"" + opt +
+                               "\" is not an option (options start with -; a value with spaces "
+                               "is quoted, as in -J \"my job\")");
       auto eq = opt.find('=');
       bool long_opt = opt.rfind("--", 0) == 0;
       if (long_opt && eq != std::string::npos) {

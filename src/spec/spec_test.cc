@@ -197,6 +197,16 @@ TEST(Spec, SbatchOutputFiles) {
   ASSERT_TRUE(none.ok());
   EXPECT_EQ((*none)[0].job.templates[0].stdout_file, "") << "the agent's log files only";
 
+  // Quoted values, as sbatch reads them: the quotes go, the blanks inside stay.
+  auto quoted = ParseDocuments(
+      "#!/bin/bash\n#SBATCH --output=\"logs/%x-%j.out\" -e 'err %j' # comment\n"
+      "#SBATCH -J \"quoted\" --gres=\"gpu:1\"\ntrue\n");
+  ASSERT_TRUE(quoted.ok()) << quoted.status().ToString();
+  EXPECT_EQ((*quoted)[0].job.templates[0].stdout_file, "logs/%x-%j.out");
+  EXPECT_EQ((*quoted)[0].job.templates[0].stderr_file, "err %j");
+  EXPECT_EQ((*quoted)[0].job.job.id, "quoted");
+  EXPECT_EQ((*quoted)[0].job.job.groups[0].request.gpu.count, 1);
+
   auto bad = ParseDocuments("#!/bin/bash\n#SBATCH -o out-%A_%a\ntrue\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("line 2: -o: \"%A\" is not supported"), std::string::npos)
@@ -425,6 +435,12 @@ TEST(Spec, RejectsWithFieldPaths) {
        "resources: {nvidia.com/mig-9g.99gb: 1}}]}\n",
        "nvidia.com/mig-9g.99gb: \"9g.99gb\" is not a MIG profile"},
       {"sbatch hold", "#!/bin/bash\n#SBATCH --hold\ntrue\n", "line 2: --hold: not supported"},
+      {"sbatch unterminated quote", "#!/bin/bash\n#SBATCH -J \"train\ntrue\n",
+       "line 2: unterminated double quote"},
+      {"sbatch value with a blank", "#!/bin/bash\n#SBATCH -J has space\ntrue\n",
+       "line 2: \"space\" is not an option"},
+      {"sbatch count beyond 32 bits", "#!/bin/bash\n#SBATCH --gres=gpu:4294967297\ntrue\n",
+       "4294967297 is too large"},
       {"sbatch exclusive", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --exclusive\ntrue\n",
        "line 3: --exclusive: not supported"},
       // A typo in replicas must not be stored and then exhaust the server's memory.
