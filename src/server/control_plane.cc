@@ -1946,6 +1946,26 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
   return Json{{"allocations", allocs}, {"heartbeatSeconds", options_.heartbeat_seconds}};
 }
 
+void ControlPlane::CheckDeadlines() {
+  std::lock_guard<std::mutex> l(mu_);
+  const int64_t now = Now();
+  std::vector<store::Op> ops;
+  for (auto& [id, j] : jobs_) {
+    if (!j.spec.time_limit_seconds ||
+        (j.state != JobState::kScheduled && j.state != JobState::kRunning))
+      continue;
+    const int64_t since =
+        j.spec.time_limit_whole_job && j.started_at >= 0 ? j.started_at : j.run_started_at;
+    const int64_t limit = *j.spec.time_limit_seconds;
+    if (since < 0 || now - since < limit) continue;
+    Terminate(ops, j, JobState::kFailed, "DeadlineExceeded",
+              "ran " + std::to_string(now - since) + " s" +
+                  (j.spec.time_limit_whole_job ? " since it first started" : "") +
+                  ", past its time limit of " + std::to_string(limit) + " s: stopped, not retried");
+  }
+  (void)Commit(std::move(ops));
+}
+
 void ControlPlane::CheckNodes() {
   std::lock_guard<std::mutex> l(mu_);
   int64_t now = Now();
@@ -2031,6 +2051,7 @@ void ControlPlane::Loop() {
     if (since < min) std::this_thread::sleep_for(min - since);
     last = std::chrono::steady_clock::now();
     CheckNodes();
+    CheckDeadlines();
     (void)CompactEvents();
     (void)CompactFinishedJobs();
     Status st = RunCycle();

@@ -293,6 +293,9 @@ class ControlPlane {
   void Kick();        // ask for a cycle soon
   Status RunCycle();  // one cycle now (tests, and the loop)
   void CheckNodes();  // NotReady transitions (the loop calls it)
+  // Fails running jobs past their time limit (sbatch -t, activeDeadlineSeconds); the loop
+  // calls it.
+  void CheckDeadlines();
   // Drops events beyond the retention bounds (ControlPlaneOptions), durably; the loop calls
   // it every cycle, Open() once with per_job (a restart may follow a change of the bounds).
   // Returns how many were dropped.

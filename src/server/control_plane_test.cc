@@ -474,6 +474,70 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
   EXPECT_TRUE(list == "node-a,node-b" || list == "node-b,node-a") << list;
 }
 
+// sbatch -t and activeDeadlineSeconds are limits, not only estimates: past them the job's
+// tasks are stopped and it fails (DeadlineExceeded), without a retry. -t counts from when
+// the attempt was bound; a batch/v1 Job's deadline from its first start, across restarts.
+TEST_F(ControlPlaneTest, TimeLimitsStopTheJobAndFailIt) {
+  real_engine_ = true;
+  Reopen();
+  const int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "#!/bin/bash\n#SBATCH -J limited\n#SBATCH -t 4\n"
+                          "#SBATCH --requeue\nsleep 1000\n")
+                  .ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: batch/v1\nkind: Job\nmetadata: {name: deadline}\n"
+                          "spec:\n  activeDeadlineSeconds: 300\n  backoffLimit: 5\n"
+                          "  template:\n    spec:\n      restartPolicy: Never\n"
+                          "      containers: [{name: c, image: x, command: [sleep, '1000']}]\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::map<std::string, std::string> alloc;    // job -> its allocation
+  const Json desired = Beat("node-a", epoch);  // (named: a temporary's items would dangle)
+  for (const auto& a : desired["allocations"]) alloc[a["job"]] = a["allocation"];
+  ASSERT_EQ(alloc.size(), 2u);
+  Beat("node-a", epoch,
+       Json::array({Task(alloc["deadline"], "running"), Task(alloc["limited"], "running")}));
+  // batch/v1: the first pod fails after 200 s and is replaced (backoffLimit).
+  clock_.now += 200;
+  Beat("node-a", epoch,
+       Json::array({Task(alloc["deadline"], "failed", 1), Task(alloc["limited"], "running")}));
+  clock_.now += 10;  // the crash-loop back-off
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::string replacement;
+  const Json next = Beat("node-a", epoch);
+  for (const auto& a : next["allocations"])
+    if (a["job"] == "deadline") replacement = a["allocation"];
+  ASSERT_FALSE(replacement.empty());
+  clock_.now += 29;  // 239 s
+  cp_->CheckDeadlines();
+  EXPECT_EQ(State("limited"), "Running");
+  // -t 4 = 240 s since the attempt was bound: stopped, not requeued; Failed once its task is
+  // gone.
+  clock_.now += 1;
+  cp_->CheckDeadlines();
+  EXPECT_EQ(State("limited"), "Terminating");
+  EXPECT_EQ(Reasons("limited").back(), "DeadlineExceeded");
+  EXPECT_NE(Job("limited")["message"].get<std::string>().find("past its time limit of 240 s"),
+            std::string::npos)
+      << Job("limited").dump();
+  Beat("node-a", epoch, Json::array({Task(alloc["limited"], "killed", 137)}));
+  EXPECT_EQ(State("limited"), "Failed");
+  // The batch/v1 deadline counts from the job's first start, through the replacement.
+  clock_.now += 59;  // 299 s
+  cp_->CheckDeadlines();
+  EXPECT_EQ(State("deadline"), "Running");
+  clock_.now += 1;
+  cp_->CheckDeadlines();
+  EXPECT_EQ(State("deadline"), "Terminating");
+  EXPECT_EQ(Reasons("deadline").back(), "DeadlineExceeded");
+  Beat("node-a", epoch, Json::array({Task(replacement, "killed", 137)}));
+  EXPECT_EQ(State("deadline"), "Failed");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("limited"), "Failed");
+  EXPECT_EQ(State("deadline"), "Failed");
+}
+
 TEST_F(ControlPlaneTest, AQuickJobHasStartedAndItsGpuTimeIsCounted) {
   int64_t epoch = Epoch("node-a");
   for (const char* name : {"quick", "cancelled"})

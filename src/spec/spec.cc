@@ -289,6 +289,7 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
     j.tolerations = parsed->tolerations;
     if (pod.grace_period) j.grace_period_seconds = *pod.grace_period;
     if (pod.active_deadline) j.runtime_estimate_seconds = pod.active_deadline;
+    if (pod.active_deadline) spec.time_limit_seconds = pod.active_deadline;
   } else if (j.node_selector != pod.node_selector) {
     return InvalidArgument(path +
                            ".nodeSelector: every task of a job must use the same nodeSelector");
@@ -552,6 +553,8 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
       int64_t d = 0;
       TESSERA_RETURN_IF_ERROR(r.Int("activeDeadlineSeconds", d, false, 1));
       s.job.runtime_estimate_seconds = d;
+      s.time_limit_seconds = d;
+      s.time_limit_whole_job = true;
     }
     TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
     std::string mode = "NonIndexed";
@@ -669,6 +672,14 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
     ObjectReader r(model, "spec");
     TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
     model.erase("ttlSecondsAfterFinished");
+  }
+  if (model.contains("activeDeadlineSeconds")) {
+    ObjectReader r(model, "spec");
+    int64_t d = 0;
+    TESSERA_RETURN_IF_ERROR(r.Int("activeDeadlineSeconds", d, false, 1));
+    s.time_limit_seconds = d;
+    s.time_limit_whole_job = true;
+    model.erase("activeDeadlineSeconds");
   }
   if (model.contains("service")) {
     if (!model["service"].is_boolean())
@@ -1244,7 +1255,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
       } else if (opt == "-t" || opt == "--time") {
         auto t = SlurmTime(val, p);
         if (!t.ok()) return t.status();
-        if (*t > 0) s.job.runtime_estimate_seconds = *t;
+        if (*t > 0) s.job.runtime_estimate_seconds = s.time_limit_seconds = *t;
       } else if (opt == "--gres" || opt == "--gpus-per-node") {
         // --gres=gpu[:type]:N ; --gpus-per-node=[type:]N
         std::vector<std::string> f;
@@ -1421,6 +1432,8 @@ Json JobSpecToJson(const JobSpec& s) {
   if (s.service) j["service"] = true;
   if (s.indexed) j["indexed"] = true;
   if (s.ttl_seconds_after_finished) j["ttlSecondsAfterFinished"] = *s.ttl_seconds_after_finished;
+  if (s.time_limit_seconds) j["timeLimitSeconds"] = *s.time_limit_seconds;
+  if (s.time_limit_whole_job) j["timeLimitWholeJob"] = true;
   if (!s.labels.empty()) j["labels"] = s.labels;
   if (!s.annotations.empty()) j["annotations"] = s.annotations;
   return j;
@@ -1467,6 +1480,12 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.Bool("service", s.service));
   TESSERA_RETURN_IF_ERROR(r.Bool("indexed", s.indexed));
   TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
+  if (r.Has("timeLimitSeconds")) {
+    int64_t limit = 0;
+    TESSERA_RETURN_IF_ERROR(r.Int("timeLimitSeconds", limit, false, 1));
+    s.time_limit_seconds = limit;
+  }
+  TESSERA_RETURN_IF_ERROR(r.Bool("timeLimitWholeJob", s.time_limit_whole_job));
   TESSERA_RETURN_IF_ERROR(r.StringMap("labels", s.labels));
   TESSERA_RETURN_IF_ERROR(r.StringMap("annotations", s.annotations));
   TESSERA_RETURN_IF_ERROR(r.Finish());

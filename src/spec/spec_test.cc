@@ -103,6 +103,22 @@ TEST(Spec, KubernetesWorkloads) {
   ASSERT_TRUE(indexed.ok()) << indexed.status().ToString();
   EXPECT_TRUE((*indexed)[0].job.indexed);
   EXPECT_TRUE(JobSpecFromJson(JobSpecToJson((*indexed)[0].job), "")->indexed);
+  // activeDeadlineSeconds is a limit on the whole job (through its retries), and stored.
+  auto deadline = ParseDocuments(batch + "  activeDeadlineSeconds: 600\n");
+  ASSERT_TRUE(deadline.ok()) << deadline.status().ToString();
+  EXPECT_EQ((*deadline)[0].job.time_limit_seconds, 600);
+  EXPECT_TRUE((*deadline)[0].job.time_limit_whole_job);
+  auto stored = JobSpecFromJson(JobSpecToJson((*deadline)[0].job), "");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->time_limit_seconds, 600);
+  EXPECT_TRUE(stored->time_limit_whole_job);
+  EXPECT_FALSE((*indexed)[0].job.time_limit_seconds);
+  auto tessera = ParseDocuments(
+      "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\n"
+      "spec: {activeDeadlineSeconds: 0, tasks: [{command: [x]}]}\n");
+  ASSERT_FALSE(tessera.ok());
+  EXPECT_NE(tessera.status().message().find("spec.activeDeadlineSeconds"), std::string::npos)
+      << tessera.status().ToString();
   auto odd = ParseDocuments(batch + "  completionMode: Sparse\n");
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.status().message().find("spec.completionMode"), std::string::npos);
@@ -151,12 +167,15 @@ TEST(Spec, SbatchDirectives) {
   EXPECT_EQ(j.job.groups[0].request.gpu.count, 2);
   EXPECT_EQ(j.job.min_available, 2);
   EXPECT_EQ(j.job.runtime_estimate_seconds, 7200);
+  EXPECT_EQ(j.time_limit_seconds, 7200);  // -t is also a limit, per attempt
+  EXPECT_FALSE(j.time_limit_whole_job);
   EXPECT_EQ(j.job.groups[0].request.memory_bytes, int64_t{64} << 30);
   EXPECT_EQ(j.templates[0].command[0], "/bin/bash");
   // Stored and read back (the server keeps the spec as JSON).
   auto back = JobSpecFromJson(JobSpecToJson(j), "");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->job.one_task_per_node);
+  EXPECT_EQ(back->time_limit_seconds, 7200);
   EXPECT_EQ(j.restart.on_eviction, FailureAction::kRestartJob);  // Slurm's default: requeue
 
   auto nr = ParseDocuments("#!/bin/bash\n#SBATCH --no-requeue\ntrue\n");
