@@ -54,6 +54,7 @@ StatusOr<TaskSpec> SpecFromJson(const Json& a, const std::string& path) {
   if (!ValidAllocationId(spec.allocation))
     return InvalidArgument(path + ".allocation: \"" + spec.allocation + "\" is not a valid id");
   TESSERA_RETURN_IF_ERROR(str("job", spec.job, false));
+  TESSERA_RETURN_IF_ERROR(str("script", spec.script, false));
   TESSERA_RETURN_IF_ERROR(str("workingDir", spec.working_dir, false));
   TESSERA_RETURN_IF_ERROR(str("stdoutFile", spec.stdout_file, false));
   TESSERA_RETURN_IF_ERROR(str("stderrFile", spec.stderr_file, false));

@@ -36,6 +36,22 @@ bool WriteFile(const std::string& path, const std::string& data) {
   return static_cast<bool>(out.flush());
 }
 
+// O_CLOEXEC: a descriptor open for writing that a concurrent fork inherits would make
+// executing the file fail with ETXTBSY.
+bool WriteExecutable(const std::string& path, const std::string& data) {
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+  if (fd < 0) return false;
+  bool ok = true;
+  for (size_t done = 0; ok && done < data.size();) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  return ::close(fd) == 0 && ok;
+}
+
 bool WriteFileAtomic(const std::string& path, const std::string& data) {
   const std::string tmp = path + ".tmp";
   return WriteFile(tmp, data) && ::rename(tmp.c_str(), path.c_str()) == 0;
@@ -273,13 +289,24 @@ Status Executor::Start(const TaskSpec& spec) {
     Record(*p);
     return Status::Ok();
   };
-  if (spec.command.empty()) return fail("command: empty (the job gives no program to run)");
+  if (spec.command.empty() && spec.script.empty())
+    return fail("command: empty (the job gives no program to run)");
   auto denv = DeviceEnvironment(opt_.node, spec.devices);
   if (!denv.ok()) return fail(denv.status().message());
   const std::string workdir = spec.working_dir.empty() ? dir : spec.working_dir;
   if (!IsDir(workdir)) return fail("workingDir: " + workdir + " is not a directory");
-  const std::string exe = ResolveExecutable(spec.command[0], spec.env);
-  if (exe.empty()) return fail("command[0]: " + spec.command[0] + " not found in PATH");
+  std::vector<std::string> args = spec.command;
+  std::string exe;
+  if (!spec.script.empty()) {
+    // Executed as a file, so that the kernel honours its #! line, as slurmd does.
+    exe = dir + "/script";
+    if (!WriteExecutable(exe, spec.script))
+      return fail("cannot write the batch script to " + exe + ": " + std::strerror(errno));
+    args.insert(args.begin(), exe);
+  } else {
+    exe = ResolveExecutable(spec.command[0], spec.env);
+    if (exe.empty()) return fail("command[0]: " + spec.command[0] + " not found in PATH");
+  }
 
   // Environment: the agent's, then the allocation's, then what the agent alone knows.
   std::map<std::string, std::string> env;
@@ -300,7 +327,6 @@ Status Executor::Start(const TaskSpec& spec) {
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = spec.command;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
   const std::string exit_path = dir + "/exit";

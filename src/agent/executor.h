@@ -33,7 +33,10 @@ struct TaskSpec {
   int32_t task = 0;
   int32_t attempt = 0;
   std::vector<std::string> command;  // argv; command[0] is looked up in PATH when it has no '/'
-  std::string working_dir;           // empty: the task's own folder under the work dir
+  // sbatch: a batch script, written to the task folder as `script` and executed there (its
+  // #! line names the interpreter); `command` then holds its arguments.
+  std::string script;
+  std::string working_dir;  // empty: the task's own folder under the work dir
   // sbatch -o / -e: where stdout / stderr go (relative to working_dir; appended to). The
   // task folder's stdout / stderr are then links to them, so the logs read the same bytes.
   std::string stdout_file, stderr_file;

@@ -139,6 +139,20 @@ TEST_F(ExecutorTest, CapturesOutputAndReportsExitCode) {
   EXPECT_EQ(ex.Start(Shell("../x", "true")).code(), StatusCode::kInvalidArgument);
 }
 
+// A batch script runs as a file, so its #! line picks the interpreter (here cat, which
+// prints the script: bash -c would have run it).
+TEST_F(ExecutorTest, RunsABatchScriptWithTheInterpreterItsFirstLineNames) {
+  Executor ex(Options());
+  TaskSpec s;
+  s.allocation = "a-1";
+  s.job = "sbatch";
+  s.script = "#!/bin/cat\n#SBATCH -J x\necho not run\n";
+  ASSERT_TRUE(ex.Start(s).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  EXPECT_EQ(StatusOf(ex, "a-1").state, TaskState::kSucceeded) << StatusOf(ex, "a-1").message;
+  EXPECT_EQ(Slurp(ex.LogPath("a-1", "stdout")), s.script);
+}
+
 TEST_F(ExecutorTest, SetsDeviceGangAndTaskEnvironmentAndWorkingDir) {
   Executor ex(Options());
   TaskSpec s =

@@ -264,6 +264,7 @@ Status ControlPlane::Load() {
     a.exit_code = j.value("exitCode", 0);
     a.message = j.value("message", "");
     a.command = j.value("command", std::vector<std::string>{});
+    a.script = j.value("script", "");
     a.env = j.value("env", std::map<std::string, std::string>{});
     a.working_dir = j.value("workingDir", "");
     a.stdout_file = j.value("stdoutFile", "");
@@ -365,6 +366,7 @@ Json ControlPlane::AllocView(const Allocation& a) const {
   if (a.exit_code) o["exitCode"] = a.exit_code;
   if (!a.message.empty()) o["message"] = a.message;
   o["command"] = a.command;
+  if (!a.script.empty()) o["script"] = a.script;
   o["env"] = a.env;
   if (!a.working_dir.empty()) o["workingDir"] = a.working_dir;
   if (!a.stdout_file.empty()) o["stdoutFile"] = a.stdout_file;
@@ -1137,8 +1139,7 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
   // shown as capacity in use only: no job, no id.
   auto view = [&](const Allocation& a) {
     Json o = AllocView(a);
-    o.erase("command");
-    o.erase("env");
+    for (const char* k : {"command", "script", "env"}) o.erase(k);
     for (const char* k : {"workingDir", "stdoutFile", "stderrFile"}) o.erase(k);
     auto j = jobs_.find(a.job);
     if (j == jobs_.end() || !Visible(p, j->second))
@@ -1934,6 +1935,7 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                       {"gracePeriodSeconds", a.grace_period_seconds}});
     // Without one the agent runs the task in its own folder, where a relative sbatch -o
     // cannot land in (or be raced for in) a directory shared with other users.
+    if (!a.script.empty()) allocs.back()["script"] = a.script;
     if (!a.working_dir.empty()) allocs.back()["workingDir"] = a.working_dir;
     if (!a.stdout_file.empty()) allocs.back()["stdoutFile"] = a.stdout_file;
     if (!a.stderr_file.empty()) allocs.back()["stderrFile"] = a.stderr_file;
@@ -2357,8 +2359,9 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
         }
       }
       if (g < static_cast<int32_t>(j.spec.templates.size())) {
-        a.command = j.spec.templates[g].command;
         const spec::TaskTemplate& tt = j.spec.templates[g];
+        a.command = tt.command;
+        a.script = tt.script;
         a.working_dir = tt.working_dir;
         const spec::SlurmFilenameFields f{j.seq,  j.id(),  a.placement.node,
                                           j.user, b->task, b->task};

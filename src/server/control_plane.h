@@ -62,6 +62,7 @@ struct Allocation {
   int32_t exit_code = 0;
   std::string message;
   std::vector<std::string> command;
+  std::string script;  // sbatch: the batch script, which the agent executes as a file
   std::map<std::string, std::string> env;
   std::string working_dir;
   std::string stdout_file, stderr_file;  // sbatch -o / -e, expanded (empty: none)

@@ -459,6 +459,9 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
           "out/sweep-" + a["env"]["SLURM_JOB_ID"].get<std::string>() + "-" + node + ".log";
       EXPECT_EQ(a.value("stdoutFile", ""), out);
       EXPECT_EQ(a.value("stderrFile", ""), out);
+      // The script itself, which the agent executes as a file (its #! line counts).
+      EXPECT_EQ(a.value("script", "").rfind("#!/bin/bash\n#SBATCH -J sweep\n", 0), 0u) << a.dump();
+      EXPECT_TRUE(a["command"].empty());
     }
   }
   ASSERT_EQ(env.size(), 2u);

@@ -1169,6 +1169,12 @@ std::string ExpandSlurmFilename(const std::string& pattern, const SlurmFilenameF
 }
 
 StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
+  // The node executes the script as a file, so the kernel reads this line (sbatch refuses a
+  // script without it too).
+  if (!text.starts_with("#!/"))
+    return InvalidArgument(
+        "line 1: a batch script must start with #! and the absolute path of its interpreter "
+        "(for instance #!/bin/bash), as sbatch requires");
   JobSpec s;
   s.source = "sbatch";
   s.job.queue = "default";
@@ -1333,7 +1339,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   s.job.one_task_per_node = true;  // -N means distinct nodes
   s.job.allocations.assign(nodes, std::nullopt);
   s.templates.resize(1);
-  s.templates[0].command = {"/bin/bash", "-c", text};
+  s.templates[0].script = text;
   // As sbatch: stderr goes with stdout unless -e is given; stdout to slurm-%j.out unless -o.
   // (Neither given: the agent's log files only, which `tessera logs` reads.)
   if (!stdout_file.empty() || !stderr_file.empty()) {
@@ -1414,6 +1420,7 @@ Json JobSpecToJson(const JobSpec& s) {
   for (const auto& tt : s.templates) {
     Json x = Json::object();
     x["command"] = tt.command;
+    if (!tt.script.empty()) x["script"] = tt.script;
     if (!tt.env.empty()) x["env"] = tt.env;
     if (!tt.working_dir.empty()) x["workingDir"] = tt.working_dir;
     if (!tt.image.empty()) x["image"] = tt.image;
@@ -1452,6 +1459,7 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
         TaskTemplate tt;
         ObjectReader tr(t, p);
         TESSERA_RETURN_IF_ERROR(tr.StringList("command", tt.command));
+        TESSERA_RETURN_IF_ERROR(tr.String("script", tt.script));
         TESSERA_RETURN_IF_ERROR(tr.StringMap("env", tt.env));
         TESSERA_RETURN_IF_ERROR(tr.String("workingDir", tt.working_dir));
         TESSERA_RETURN_IF_ERROR(tr.String("image", tt.image));

@@ -50,6 +50,9 @@ struct RestartPolicy {
 // How to run one task group's processes (the agent runs processes, not containers).
 struct TaskTemplate {
   std::vector<std::string> command;  // argv; empty: nothing to run (the agent reports failure)
+  // sbatch: the batch script. The agent writes it to the task's folder and executes it, so
+  // its #! line names the interpreter, as Slurm does; `command` is then empty.
+  std::string script;
   std::map<std::string, std::string> env;
   std::string working_dir;
   std::string image;  // informational: Kubernetes documents name one

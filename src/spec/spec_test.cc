@@ -170,7 +170,7 @@ TEST(Spec, SbatchDirectives) {
   EXPECT_EQ(j.time_limit_seconds, 7200);  // -t is also a limit, per attempt
   EXPECT_FALSE(j.time_limit_whole_job);
   EXPECT_EQ(j.job.groups[0].request.memory_bytes, int64_t{64} << 30);
-  EXPECT_EQ(j.templates[0].command[0], "/bin/bash");
+  EXPECT_EQ(j.templates[0].script, SeedFile("train.sbatch"));  // run as a file, #! and all
   // Stored and read back (the server keeps the spec as JSON).
   auto back = JobSpecFromJson(JobSpecToJson(j), "");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -215,6 +215,19 @@ TEST(Spec, SbatchOutputFiles) {
   auto none = ParseDocuments("#!/bin/bash\ntrue\n");
   ASSERT_TRUE(none.ok());
   EXPECT_EQ((*none)[0].job.templates[0].stdout_file, "") << "the agent's log files only";
+  // The script is run as a file (its #! line names the interpreter), and stored as such.
+  EXPECT_EQ((*none)[0].job.templates[0].script, "#!/bin/bash\ntrue\n");
+  EXPECT_TRUE((*none)[0].job.templates[0].command.empty());
+  EXPECT_EQ(JobSpecFromJson(JobSpecToJson((*none)[0].job), "")->templates[0].script,
+            "#!/bin/bash\ntrue\n");
+  // As sbatch: without a #! line there is no interpreter to run it with.
+  for (const char* text : {"#SBATCH -J x\ntrue\n", "\n#!/bin/bash\ntrue\n"}) {
+    auto no_interpreter = ParseDocuments(text);
+    ASSERT_FALSE(no_interpreter.ok()) << text;
+    EXPECT_NE(no_interpreter.status().message().find("line 1: a batch script must start with #!"),
+              std::string::npos)
+        << no_interpreter.status().message();
+  }
 
   // Quoted values, as sbatch reads them: the quotes go, the blanks inside stay.
   auto quoted = ParseDocuments(

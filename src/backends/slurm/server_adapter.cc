@@ -13,9 +13,8 @@ JobInfo JobInfoFromSpec(const spec::JobSpec& spec) {
   const spec::TaskTemplate& t = spec.templates.front();
   info.working_dir = t.working_dir;
   info.env = t.env;
-  if (spec.source == "sbatch" && t.command.size() == 3 && t.command[0] == "/bin/bash" &&
-      t.command[1] == "-c") {
-    info.script = t.command[2];
+  if (!t.script.empty()) {
+    info.script = t.script;
     info.time_limit_seconds = spec.job.runtime_estimate_seconds;
     auto get = [&](const char* k) -> int64_t {
       auto it = t.env.find(k);

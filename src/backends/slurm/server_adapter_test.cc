@@ -170,7 +170,7 @@ TEST(JobInfoFromSpec, SbatchScriptAndCommand) {
   spec::JobSpec plain;
   plain.job.groups.resize(1);
   plain.job.groups[0].replicas = 3;
-  plain.templates.push_back({{"python3", "train.py"}, {{"A", "1"}}, "/w", "", "", ""});
+  plain.templates.push_back({{"python3", "train.py"}, "", {{"A", "1"}}, "/w", "", "", ""});
   JobInfo p = JobInfoFromSpec(plain);
   EXPECT_EQ(p.tasks, 3);
   EXPECT_EQ(p.command, (std::vector<std::string>{"python3", "train.py"}));
