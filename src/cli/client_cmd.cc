@@ -289,8 +289,11 @@ void PrintJobs(const ClientFlags& f, const Json& items) {
                                   S(j, "runningTasks") + "/" + S(j, "tasks"),
                                   S(j, "gpus"),
                                   Age(j.value("createdAt", int64_t{0}))};
-    std::string reason =
-        j.contains("pendingReason") ? j["pendingReason"].value("code", "") : S(j, "message");
+    // An infeasible job says so first: no waiting will start it.
+    std::string reason = !j.contains("pendingReason") ? S(j, "message")
+                         : j["pendingReason"].value("infeasible", false)
+                             ? "Infeasible"
+                             : j["pendingReason"].value("code", "");
     if (wide) {
       r.push_back(S(j, "attempt"));
       r.push_back(S(j, "user"));

@@ -72,12 +72,16 @@ bool DeviceMatches(const TaskRequest& r, const NodeState& node, int32_t d) {
 namespace {
 // What a node lacks for a request, without building the words (scores ask this millions of
 // times per cycle; only the pending reason needs the words).
-enum class Shortfall { kNone, kGpu, kGpuMilli, kGpuMemory, kMig, kCpu, kMemory };
+enum class Shortfall { kNone, kGpu, kGpuModel, kGpuMilli, kGpuMemory, kMig, kCpu, kMemory };
 
-// A GPU request that failed: for want of device memory when the node has devices of the
-// model but none with as much as each device is asked for (more GPUs or a larger share could
-// never help), else `other`.
+// A GPU request that failed: for want of the model when the node has no device of the models
+// asked for; for want of device memory when it has devices of the model but none with as much
+// as each device is asked for (more GPUs or a larger share could never help); else `other`.
 Shortfall GpuShortfall(const TaskRequest& r, const NodeState& node, Shortfall other) {
+  if (!r.gpu.models.empty() &&
+      std::none_of(node.node->devices.begin(), node.node->devices.end(),
+                   [&](const Device& d) { return ModelAllowed(r.gpu, d.model); }))
+    return Shortfall::kGpuModel;
   if (r.gpu.memory_bytes <= 0) return other;
   bool matched = false;
   for (int32_t d = 0; d < static_cast<int32_t>(node.devices.size()); ++d) {
@@ -114,7 +118,7 @@ Shortfall FitShortfall(const TaskRequest& r, const NodeState& node) {
           if (dev.mig[k].profile == r.gpu.mig_profile && !(node.devices[d].mig_used & (1u << k)))
             ++free;
       }
-      if (free < r.gpu.count) return Shortfall::kMig;
+      if (free < r.gpu.count) return GpuShortfall(r, node, Shortfall::kMig);
       break;
     }
   }
@@ -134,6 +138,13 @@ FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node) {
       return FilterVerdict::Pass();
     case Shortfall::kGpu:
       return FilterVerdict::Fail("Insufficient nvidia.com/gpu", "nvidia.com/gpu");
+    case Shortfall::kGpuModel: {
+      // Not a shortage (no code "Insufficient"): no amount of waiting frees such a device.
+      std::string models;
+      for (size_t i = 0; i < r.gpu.models.size(); ++i)
+        models += (i == 0 ? "" : i + 1 == r.gpu.models.size() ? " or " : ", ") + r.gpu.models[i];
+      return FilterVerdict::Fail("node(s) had no " + models + " GPU");
+    }
     case Shortfall::kGpuMilli:
       return FilterVerdict::Fail("Insufficient tessera.io/gpu-milli", "tessera.io/gpu-milli");
     case Shortfall::kGpuMemory:

@@ -766,6 +766,7 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
     Json pr = {{"code", j.pending.code}, {"message", j.pending.message}};
     if (!j.pending.resource.empty()) pr["resource"] = j.pending.resource;
     if (!j.pending.rejected_nodes.empty()) pr["rejectedNodes"] = j.pending.rejected_nodes;
+    if (j.infeasible) pr["infeasible"] = true;  // no waiting will help
     o["pendingReason"] = pr;
   } else if (j.state == JobState::kScheduled) {
     // Bound, and queued by a pool that schedules on its own (Slurm): why it waits there.
@@ -1516,6 +1517,7 @@ void ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord
     j.state = JobState::kPending;
     j.queued_at = Now();
     j.pending = {};
+    j.infeasible = false;
     j.last_failed_scheduling.clear();
     AddEvent(ops, "Normal", "Requeued", "job/" + j.id(),
              "attempt " + std::to_string(j.attempt) + " is pending");
@@ -2380,6 +2382,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       allocations_[a.id] = std::move(a);
     }
     j.pending = {};  // (a running job's: its missing task is placed)
+    j.infeasible = false;
     j.last_failed_scheduling.clear();
     // What ended the last attempt or task (evicted, failed) is history once it is placed
     // again: its events keep it; the job's message would read as if it still held.
@@ -2469,6 +2472,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       continue;
     JobRecord& j = ji->second;
     j.pending = d.reason != nullptr ? *d.reason : PendingReason{};
+    j.infeasible = d.outcome == Outcome::kInfeasible;
     const PendingReason& why = j.pending;
     std::string key = std::string(OutcomeName(d.outcome)) + "/" + why.code + "/" + why.message;
     if (key != j.last_failed_scheduling) {

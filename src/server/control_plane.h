@@ -124,8 +124,10 @@ struct JobRecord {
   std::string fenced_node;
   std::string message;
   std::vector<std::string> allocations;  // every allocation of every attempt, in order
-  // Not persisted: the engine's latest verdict while pending.
+  // Not persisted: the engine's latest verdict while pending, and whether it found that the
+  // job can never fit the cluster as it is (Outcome::kInfeasible), not merely waits.
   PendingReason pending;
+  bool infeasible = false;
   std::string last_failed_scheduling;  // dedupes FailedScheduling events
   std::vector<int64_t> events;
 

@@ -824,6 +824,11 @@ TEST_F(ControlPlaneTest, ARunningJobsUnplacedTasksHaveAPendingReason) {
   EXPECT_NE(j["pendingReason"]["message"].get<std::string>().find("nvidia.com/gpu"),
             std::string::npos)
       << j["pendingReason"];
+  EXPECT_FALSE(j["pendingReason"].contains("infeasible"));  // it waits for room
+  // One that can never fit says so (get jobs -o wide shows Infeasible), apart from waiting.
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("huge", 1, 16)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Job("huge")["pendingReason"].value("infeasible", false), true) << Job("huge");
 }
 
 // Volcano exit-code policies: restart on 137 (killed for memory), abort on anything else.
