@@ -745,6 +745,19 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   EXPECT_NE(out_bad.find("job/b1 submitted"), std::string::npos) << out_bad;
   EXPECT_NE(out_bad.find(bad + ": nothing from it was submitted"), std::string::npos) << out_bad;
   EXPECT_EQ(json("get jobs").size(), 4u);
+  // A queue given to submit: the error says which command creates it.
+  const std::string queue = dir_ + "/queue.yaml";
+  std::ofstream(queue) << "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
+                          "metadata: {name: extra}\nspec: {weight: 1}\n";
+  auto [rc_queue, out_queue] = run("submit -f " + queue);
+  EXPECT_EQ(rc_queue, 1) << out_queue;
+  EXPECT_NE(out_queue.find("a Queue is not a job: create it with `tessera apply -f FILE`"),
+            std::string::npos)
+      << out_queue;
+  // As kubectl, --server and --token may come before the command too.
+  auto [rc_first, out_first] = CaptureCommand(cli + server + " get jobs b1 2>&1");
+  EXPECT_EQ(rc_first, 0) << out_first;
+  EXPECT_NE(out_first.find("b1"), std::string::npos) << out_first;
 
   // delete: queues, tokens (revoked at once), over DELETE routes an admin alone may use.
   EXPECT_EQ(Do("DELETE", "/v1/queues/debug", "team-b-token-0123456789").status, 403);

@@ -847,8 +847,10 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
   for (size_t i = 0; i < docs->size(); ++i)
     if ((*docs)[i].kind != spec::Document::Kind::kJob) {
       std::string ctx = docs->size() > 1 ? "document[" + std::to_string(i) + "]: " : "";
-      return InvalidArgument(
-          ctx + "kind: queues and priority classes go to POST /v1/queues or /v1/priorityclasses");
+      const bool queue = (*docs)[i].kind == spec::Document::Kind::kQueue;
+      return InvalidArgument(ctx + "kind: " + (queue ? "a Queue" : "a PriorityClass") +
+                             " is not a job: create it with `tessera apply -f FILE` (POST " +
+                             (queue ? "/v1/queues" : "/v1/priorityclasses") + ")");
     }
   std::vector<JobRecord> records;
   std::vector<Event> events;
