@@ -872,17 +872,18 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (q == queues_.end()) {
         std::vector<std::string> known;
         for (const auto& [name, qq] : queues_) known.push_back(name);
-        return InvalidArgument(ctx + "spec.queue: unknown queue \"" + s.job.queue +
+        return InvalidArgument(ctx + s.origin.queue + ": unknown queue \"" + s.job.queue +
                                "\" (known: " + Join(known, ", ") + ")");
       }
       if (!q->second.open)
-        return FailedPrecondition(ctx + "spec.queue: queue \"" + s.job.queue + "\" is closed");
+        return FailedPrecondition(ctx + s.origin.queue + ": queue \"" + s.job.queue +
+                                  "\" is closed");
       // As Volcano: jobs go to leaf queues; a parent queue only divides among its children.
       std::vector<std::string> children;
       for (const auto& [name, qq] : queues_)
         if (qq.parent == s.job.queue) children.push_back(name);
       if (!children.empty())
-        return InvalidArgument(ctx + "spec.queue: queue \"" + s.job.queue +
+        return InvalidArgument(ctx + s.origin.queue + ": queue \"" + s.job.queue +
                                "\" has child queues (" + Join(children, ", ") +
                                "); jobs go to a leaf queue");
       if (!p.MayUseQueue(s.job.queue)) {
@@ -895,7 +896,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (!s.job.priority_class.empty() && priority_classes_.count(s.job.priority_class) == 0) {
         std::vector<std::string> known;
         for (const auto& [name, pc] : priority_classes_) known.push_back(name);
-        return InvalidArgument(ctx + "spec.priorityClassName: unknown priority class \"" +
+        return InvalidArgument(ctx + s.origin.priority_class + ": unknown priority class \"" +
                                s.job.priority_class + "\" (known: " + Join(known, ", ") + ")");
       }
       JobRecord r;
@@ -903,12 +904,12 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);
       if (auto old = jobs_.find(s.job.id); old != jobs_.end())
         return AlreadyExists(
-            ctx + "metadata.name: job \"" + s.job.id + "\" already exists (" +
+            ctx + s.origin.name + ": job \"" + s.job.id + "\" already exists (" +
             JobStateName(old->second.state) + "); `tessera delete job " + s.job.id + "` " +
             (IsTerminal(old->second.state) ? "removes it and frees the name"
                                            : "cancels it, and removes it once it has ended"));
       if (reserved_ids_.count(s.job.id) || seen.count(s.job.id))
-        return AlreadyExists(ctx + "metadata.name: job \"" + s.job.id + "\" already exists");
+        return AlreadyExists(ctx + s.origin.name + ": job \"" + s.job.id + "\" already exists");
       seen.insert(s.job.id);
       r.created_at = Now();
       r.queued_at = r.created_at;

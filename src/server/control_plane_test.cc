@@ -369,6 +369,25 @@ TEST_F(ControlPlaneTest, SubmitIsDurableAndNamedErrorsAreReturned) {
   EXPECT_NE(unknown.status().message().find("unknown queue \"nope\""), std::string::npos);
   auto pc = cp_->Submit(kAdmin, JobDoc("j3", 1, 1, "  priorityClass: ultra\n"));
   EXPECT_NE(pc.status().message().find("unknown priority class"), std::string::npos);
+  // A batch script's errors name its line and option, not a YAML field it does not have;
+  // a Kubernetes object's, the annotation that named the queue.
+  const std::pair<std::string, std::string> where[] = {
+      {"#SBATCH -J j1", "line 2: -J: job \"j1\" already exists"},
+      {"#SBATCH --partition=nope", "line 2: --partition (partition: the queue): unknown queue"},
+      {"#SBATCH -q ultra", "line 2: -q (QOS: the priority class): unknown priority class"}};
+  for (const auto& [line, error] : where) {
+    auto bad = cp_->Submit(kAdmin, "#!/bin/bash\n" + line + "\ntrue\n");
+    ASSERT_FALSE(bad.ok()) << line;
+    EXPECT_NE(bad.status().message().find(error), std::string::npos) << bad.status().ToString();
+  }
+  auto annotated = cp_->Submit(
+      kAdmin,
+      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: "
+      "{scheduling.volcano.sh/queue-name: nope}\nspec: {containers: [{name: c, command: [x]}]}\n");
+  EXPECT_NE(annotated.status().message().find(
+                "metadata.annotations.scheduling.volcano.sh/queue-name: unknown queue"),
+            std::string::npos)
+      << annotated.status().ToString();
   Reopen();
   EXPECT_EQ(State("j1"), "Pending");
   EXPECT_EQ(Reasons("j1"), std::vector<std::string>{"Submitted"});

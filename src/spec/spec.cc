@@ -299,6 +299,7 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
       return InvalidArgument(path + ".priorityClassName: \"" + pod.priority_class +
                              "\" differs from the job's \"" + j.priority_class + "\"");
     j.priority_class = pod.priority_class;
+    spec.origin.priority_class = path + ".priorityClassName";
   }
   return Status::Ok();
 }
@@ -498,7 +499,9 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
   // Volcano's convention for plain Kubernetes objects: the queue is an annotation.
   for (const char* key : {"scheduling.volcano.sh/queue-name", "tessera.io/queue"}) {
     auto it = meta.annotations.find(key);
-    if (it != meta.annotations.end()) s.job.queue = it->second;
+    if (it == meta.annotations.end()) continue;
+    s.job.queue = it->second;
+    s.origin.queue = std::string("metadata.annotations.") + key;
   }
   const Json* spec = top.Get("spec");
   if (spec == nullptr) return InvalidArgument("spec: required");
@@ -1225,11 +1228,14 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
       if (opt == "-J" || opt == "--job-name") {
         TESSERA_RETURN_IF_ERROR(CheckName(val, p));
         s.job.id = val;
+        s.origin.name = p;
       } else if (opt == "-p" || opt == "--partition") {
         TESSERA_RETURN_IF_ERROR(CheckName(val, p));
         s.job.queue = val;
+        s.origin.queue = p + " (partition: the queue)";
       } else if (opt == "-q" || opt == "--qos") {
         s.job.priority_class = val;
+        s.origin.priority_class = p + " (QOS: the priority class)";
       } else if (opt == "-N" || opt == "--nodes") {
         auto x = PositiveInt(val, p);
         if (!x.ok()) return x.status();

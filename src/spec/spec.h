@@ -85,6 +85,13 @@ struct JobSpec {
   bool time_limit_whole_job = false;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
+  // Where the document gave what the server checks against its state, for its errors: a
+  // field path, or a batch script's line and option ("line 3: -p"). Not stored.
+  struct Origins {
+    std::string name = "metadata.name";
+    std::string queue = "spec.queue";
+    std::string priority_class = "spec.priorityClassName";
+  } origin;
 
   // The policy that applies to task `task`'s failures (its group's, else the job's).
   const RestartPolicy& RestartFor(int32_t task) const;
