@@ -1216,13 +1216,14 @@ void CycleRun::Enqueue() {
         pj->state = JState::kWaiting;
         pj->over_limit = any_over_limit_ = true;
         Decision(*pj).outcome = Outcome::kWaiting;
-        SetReason(*pj, {"QueueOverLimit",
-                        "queue " + m_.queues[q].q.name + " would exceed its limit (" +
+        // What runs and what was admitted ahead of it this cycle, apart: the latter is not
+        // in use yet, and the user looking at the queue would not find it.
+        std::string words = "queue " + m_.queues[q].q.name + " would exceed its limit (" +
                             ResourceWords(*lim) + "): in use " +
-                            ResourceWords(m_.queues[q].allocated + admitted[q]) +
-                            ", this job needs " + ResourceWords(need),
-                        "",
-                        {}});
+                            ResourceWords(m_.queues[q].allocated) + "; ";
+        if (!admitted[q].IsZero())
+          words += "admitted ahead of it " + ResourceWords(admitted[q]) + "; ";
+        SetReason(*pj, {"QueueOverLimit", words + "this job needs " + ResourceWords(need), "", {}});
         break;
       }
     }
