@@ -1481,14 +1481,23 @@ void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState
   j.state = JobState::kTerminating;
   j.after_termination = next;
   j.message = message;
+  // Not over while a task written off with a silent node may still run there.
+  if (next != JobState::kPending && FenceHolds(j))
+    j.message += "; a task on node " + j.fenced_node + ", which stopped answering, may run " +
+                 "until its agent stops it (lease and grace period): ending in " +
+                 std::to_string(j.fenced_until - Now()) + " s at the latest";
   // A failed task is worth a warning also when the job restarts (docs/lifecycle.md).
   const bool warn =
       next == JobState::kCancelled || next == JobState::kFailed || reason == "TaskFailed";
-  AddEvent(ops, warn ? "Warning" : "Normal", reason, "job/" + j.id(), message);
-  if (!any)
-    MaybeFinishTermination(ops, j);
-  else
-    ops.push_back(JobOp(j));
+  AddEvent(ops, warn ? "Warning" : "Normal", reason, "job/" + j.id(), j.message);
+  if (any || !MaybeFinishTermination(ops, j)) ops.push_back(JobOp(j));
+}
+
+bool ControlPlane::FenceHolds(const JobRecord& j) const {
+  if (j.fenced_until <= Now()) return false;
+  for (const auto& id : j.allocations)
+    if (allocations_.at(id).state == AllocState::kLost) return true;
+  return false;
 }
 
 // The attempt's GPU time (its devices' milli x how long it held them) joins the service of
@@ -1508,11 +1517,12 @@ void ControlPlane::EndAttempt(JobRecord& j) {
   j.run_started_at = -1;
 }
 
-void ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j) {
-  if (j.state != JobState::kTerminating) return;
+bool ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j) {
+  if (j.state != JobState::kTerminating) return false;
   for (const auto& id : j.allocations)
-    if (allocations_.at(id).Live()) return;
+    if (allocations_.at(id).Live()) return false;
   JobState next = j.after_termination;
+  if (next != JobState::kPending && FenceHolds(j)) return false;
   EndAttempt(j);
   j.task_backoff.clear();  // a new attempt places every task at once
   if (next == JobState::kPending) {
@@ -1534,6 +1544,7 @@ void ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord
              j.message);
   }
   ops.push_back(JobOp(j));
+  return true;
 }
 
 void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool eviction,
@@ -1953,11 +1964,15 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
   return Json{{"allocations", allocs}, {"heartbeatSeconds", options_.heartbeat_seconds}};
 }
 
-void ControlPlane::CheckDeadlines() {
+void ControlPlane::CheckTimers() {
   std::lock_guard<std::mutex> l(mu_);
   const int64_t now = Now();
   std::vector<store::Op> ops;
   for (auto& [id, j] : jobs_) {
+    // A termination held by a fence that has passed (the silent node's agent has surely
+    // stopped the task by now) ends.
+    if (j.state == JobState::kTerminating && j.fenced_until > 0 && j.fenced_until <= now)
+      MaybeFinishTermination(ops, j);
     if (!j.spec.time_limit_seconds ||
         (j.state != JobState::kScheduled && j.state != JobState::kRunning))
       continue;
@@ -2058,7 +2073,7 @@ void ControlPlane::Loop() {
     if (since < min) std::this_thread::sleep_for(min - since);
     last = std::chrono::steady_clock::now();
     CheckNodes();
-    CheckDeadlines();
+    CheckTimers();
     (void)CompactEvents();
     (void)CompactFinishedJobs();
     Status st = RunCycle();

@@ -296,9 +296,9 @@ class ControlPlane {
   void Kick();        // ask for a cycle soon
   Status RunCycle();  // one cycle now (tests, and the loop)
   void CheckNodes();  // NotReady transitions (the loop calls it)
-  // Fails running jobs past their time limit (sbatch -t, activeDeadlineSeconds); the loop
-  // calls it.
-  void CheckDeadlines();
+  // What time alone changes (the loop calls it): jobs past their time limit (sbatch -t,
+  // activeDeadlineSeconds) fail; terminations held by a fence that has passed end.
+  void CheckTimers();
   // Drops events beyond the retention bounds (ControlPlaneOptions), durably; the loop calls
   // it every cycle, Open() once with per_job (a restart may follow a change of the bounds).
   // Returns how many were dropped.
@@ -351,8 +351,12 @@ class ControlPlane {
   // straight to `next` when nothing is live).
   void Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState next,
                  const std::string& reason, const std::string& message);
-  // A Terminating job whose live allocations are all gone moves on.
-  void MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j);
+  // A Terminating job whose live allocations are all gone moves on; returns whether it did
+  // (it stays while FenceHolds, unless it only goes back to Pending, where the fence holds it).
+  bool MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j);
+  // A task of the job was written off with a node that stopped answering and may still run
+  // there until that node's agent stops it (its lease, then the grace period: fenced_until).
+  bool FenceHolds(const JobRecord& j) const;
   void EndAttempt(JobRecord& j);
   // Counts a failure that restarts the job or a task, and sets when it may be placed again;
   // returns the wait in seconds (0: at once). `ran_since`: when what failed started (-1: never

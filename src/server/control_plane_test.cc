@@ -532,12 +532,12 @@ TEST_F(ControlPlaneTest, TimeLimitsStopTheJobAndFailIt) {
     if (a["job"] == "deadline") replacement = a["allocation"];
   ASSERT_FALSE(replacement.empty());
   clock_.now += 29;  // 239 s
-  cp_->CheckDeadlines();
+  cp_->CheckTimers();
   EXPECT_EQ(State("limited"), "Running");
   // -t 4 = 240 s since the attempt was bound: stopped, not requeued; Failed once its task is
   // gone.
   clock_.now += 1;
-  cp_->CheckDeadlines();
+  cp_->CheckTimers();
   EXPECT_EQ(State("limited"), "Terminating");
   EXPECT_EQ(Reasons("limited").back(), "DeadlineExceeded");
   EXPECT_NE(Job("limited")["message"].get<std::string>().find("past its time limit of 240 s"),
@@ -547,10 +547,10 @@ TEST_F(ControlPlaneTest, TimeLimitsStopTheJobAndFailIt) {
   EXPECT_EQ(State("limited"), "Failed");
   // The batch/v1 deadline counts from the job's first start, through the replacement.
   clock_.now += 59;  // 299 s
-  cp_->CheckDeadlines();
+  cp_->CheckTimers();
   EXPECT_EQ(State("deadline"), "Running");
   clock_.now += 1;
-  cp_->CheckDeadlines();
+  cp_->CheckTimers();
   EXPECT_EQ(State("deadline"), "Terminating");
   EXPECT_EQ(Reasons("deadline").back(), "DeadlineExceeded");
   Beat("node-a", epoch, Json::array({Task(replacement, "killed", 137)}));
@@ -1440,6 +1440,46 @@ TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   const auto events = cp_->ListEvents(kAdmin, "", 0, 10000);
   ASSERT_TRUE(events.ok());
   EXPECT_EQ(events->dump().find("TasksAdopted"), std::string::npos) << events->dump();
+}
+
+// A job cancelled while its task may still run on a node that stopped answering is not over
+// before that task surely is: it stays Terminating until the node's agent confirms the task
+// gone, or until the agent's lease and the grace period have passed (the fence).
+TEST_F(ControlPlaneTest, CancelledWorkOnASilentNodeEndsOnlyWhenItsTaskSurelyHas) {
+  std::map<std::string, std::pair<std::string, int64_t>> where;  // job -> node, epoch
+  const int64_t ea = Epoch("node-a"), eb = Epoch("node-b");
+  for (const char* name : {"fenced", "back"})
+    ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc(name, 1, 8)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  for (auto [node, epoch] : {std::pair<std::string, int64_t>{"node-a", ea}, {"node-b", eb}}) {
+    const Json desired = Beat(node, epoch);
+    ASSERT_EQ(desired["allocations"].size(), 1u);
+    where[desired["allocations"][0]["job"]] = {node, epoch};
+    Beat(node, epoch, {Task(desired["allocations"][0]["allocation"], "running")});
+  }
+  const int64_t last_heartbeat = clock_.now;
+  clock_.now += 31;
+  cp_->CheckNodes();  // both nodes silent: their tasks are written off, maybe still running
+  for (const char* name : {"fenced", "back"}) {
+    ASSERT_TRUE(cp_->Cancel(kAdmin, name).ok());
+    EXPECT_EQ(State(name), "Terminating");
+    EXPECT_NE(Job(name)["message"].get<std::string>().find("may run until its agent stops it"),
+              std::string::npos)
+        << Job(name);
+  }
+  // One node comes back and its agent no longer runs the task: that job is over.
+  Beat(where["back"].first, where["back"].second, {});
+  EXPECT_EQ(State("back"), "Cancelled");
+  // The other's agent surely stopped its task once its lease (20 s) from its last answer, a
+  // heartbeat (2 s) and the grace period (30 s) are over; the restart keeps the fence.
+  Reopen();
+  clock_.now = last_heartbeat + 51;
+  cp_->CheckTimers();
+  EXPECT_EQ(State("fenced"), "Terminating");
+  clock_.now += 1;
+  cp_->CheckTimers();
+  EXPECT_EQ(State("fenced"), "Cancelled");
+  EXPECT_EQ(Reasons("fenced").back(), "Cancelled");
 }
 
 // The agent's own lease sets the fence: 0 (it never stops its tasks itself) places the work
