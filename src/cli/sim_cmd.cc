@@ -38,6 +38,9 @@ std::vector<std::string> SplitList(const std::string& s) {
   return out;
 }
 
+// Each seed is one experiment of up to a second or so: a bigger range is a typo.
+constexpr uint64_t kMaxSeedsInRange = 10001;
+
 StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& s) {
   const Status bad =
       InvalidArgument("--seeds: expected N, N-M or a comma list of them, got \"" + s + "\"");
@@ -55,7 +58,12 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& s) {
     auto a = number(part.substr(0, dash));
     auto b = dash == std::string::npos ? a : number(part.substr(dash + 1));
     if (!a || !b) return bad;
-    if (*b < *a || *b - *a > 10000) return InvalidArgument("--seeds: bad range \"" + part + "\"");
+    if (*b < *a)
+      return InvalidArgument("--seeds: bad range \"" + part + "\": it ends before it starts");
+    if (*b - *a >= kMaxSeedsInRange)
+      return InvalidArgument("--seeds: bad range \"" + part + "\": " + std::to_string(*b - *a + 1) +
+                             " seeds, at most " + std::to_string(kMaxSeedsInRange) +
+                             " in one range");
     for (uint64_t x = *a;; ++x) {  // (no x <= b: b may be the largest value)
       // A seed twice would count twice in the median.
       if (!seen.insert(x).second)
@@ -162,6 +170,8 @@ struct FgdArgs {
 };
 
 int RunFgdCommand(const FgdArgs& a) {
+  auto seeds = ParseSeeds(a.seeds);
+  if (!seeds.ok()) return Usage(seeds.status());
   std::string traces = FindTracesDir();
   std::string nodes_path = a.nodes, pods_path = a.pods;
   if (nodes_path.empty())
@@ -171,8 +181,6 @@ int RunFgdCommand(const FgdArgs& a) {
   if (nodes_path.empty() || pods_path.empty())
     return Fail(InvalidArgument(
         "--nodes/--pods: not given and ../shared/traces not found (set TESSERA_TRACES)"));
-  auto seeds = ParseSeeds(a.seeds);
-  if (!seeds.ok()) return Usage(seeds.status());
   if (!a.arrival_order.empty() && seeds->size() > 1)
     return Usage(InvalidArgument("--arrival-order fixes one workload; give one seed"));
   if (!a.arrival_order.empty() && a.load_given)
@@ -218,6 +226,9 @@ int RunFgdCommand(const FgdArgs& a) {
   report.pods_file = fs::path(pods_path).filename().string();
   report.load_percent = a.load;
   report.exact_order = wo.arrival_order.has_value();
+  if (!a.arrival_order.empty())
+    report.arrival_order_file = fs::path(a.arrival_order).filename().string();
+  if (!a.node_order.empty()) report.node_order_file = fs::path(a.node_order).filename().string();
   for (const Policy& policy : *names) {
     FgdPolicyResult pr;
     pr.policy = policy.label;

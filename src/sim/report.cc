@@ -274,6 +274,8 @@ Json FgdReportToJson(const FgdReport& r) {
   j["pods"] = r.pods_file;
   j["loadPercent"] = r.load_percent;
   j["exactOrder"] = r.exact_order;
+  j["arrivalOrderFile"] = r.arrival_order_file.empty() ? Json(nullptr) : Json(r.arrival_order_file);
+  j["nodeOrderFile"] = r.node_order_file.empty() ? Json(nullptr) : Json(r.node_order_file);
   j["totalGpus"] = r.total_gpus;
   j["metric"] =
       "unallocated GPU % = 100 - allocated GPU % at the given arrived GPU load (FGD-PROTOCOL.md "
@@ -328,12 +330,27 @@ std::string FgdReportHtml(const FgdReport& r) {
   s << "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>tessera sim fgd</title>" << kStyle
     << "</head><body>";
   s << "<h1>FGD protocol: unallocated GPUs as load arrives</h1>";
+  // What was run: each of the two random inputs (arrival order, node tie-break names) came
+  // either from a file or from Tessera's seeded Rng; say which, by name.
+  std::string seeds;
+  if (!r.policies.empty())
+    for (const FgdSeedResult& sd : r.policies.front().seeds)
+      seeds += (seeds.empty() ? "" : ", ") + std::to_string(sd.seed);
+  const std::string rng = "Tessera's seeded Rng (seed" +
+                          std::string(seeds.find(',') == std::string::npos ? " " : "s ") + seeds +
+                          "; not Go's math/rand)";
   s << "<p class=\"note\">nodes " << Escape(r.nodes_file) << " (" << r.total_gpus << " GPUs), pods "
-    << Escape(r.pods_file) << ", inflated to " << r.load_percent
-    << " % of GPU capacity, arrival only, failed pods dropped. "
-    << (r.exact_order ? "Arrival order and node tie-break names from the paper's seed-42 files."
-                      : "Workload sampled with Tessera's seeded Rng (not Go's math/rand).")
-    << "</p>";
+    << Escape(r.pods_file) << ", arrival only, failed pods dropped. ";
+  if (!r.arrival_order_file.empty())
+    s << "Arrival order from " << Escape(r.arrival_order_file) << " (" << r.load_percent
+      << " % of GPU capacity arrives).";
+  else
+    s << "Pods shuffled and cloned to " << r.load_percent << " % of GPU capacity by " << rng << ".";
+  if (!r.node_order_file.empty())
+    s << " Node tie-break names from " << Escape(r.node_order_file) << ".";
+  else
+    s << " Node tie-break names permuted by " << rng << ".";
+  s << "</p>";
   s << "<table><tr><th>policy</th><th>seeds</th><th>unallocated GPU % at 100 % load (median)</th>"
        "<th>min</th><th>max</th><th>failed pods (median)</th></tr>";
   for (const FgdPolicyResult& p : r.policies) {

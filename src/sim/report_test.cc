@@ -25,6 +25,44 @@ TEST(Report, FixedFormatting) {
   EXPECT_EQ(Fixed(-0.001, 2), "0.00");
 }
 
+// The page says where each random input came from: the arrival order and the node
+// tie-break names each from a file (by name) or from the seeded Rng. It used to call any
+// --arrival-order run "the paper's seed-42 files", node names included, and a --node-order
+// run "sampled", without the file.
+TEST(Report, FgdHtmlSaysWhatWasRun) {
+  FgdReport r;
+  r.nodes_file = "nodes.csv";
+  r.pods_file = "pods.csv";
+  r.load_percent = 98;
+  FgdPolicyResult p;
+  p.policy = "fgd";
+  p.seeds.push_back({42, {}});
+  r.policies.push_back(p);
+  r.exact_order = true;
+  r.arrival_order_file = "my_order.csv";
+  std::string html = FgdReportHtml(r);
+  EXPECT_NE(html.find("Arrival order from my_order.csv (98 % of GPU capacity arrives)."),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("Node tie-break names permuted by Tessera's seeded Rng (seed 42;"),
+            std::string::npos);
+  EXPECT_EQ(html.find("seed-42 files"), std::string::npos);
+  EXPECT_EQ(FgdReportToJson(r)["arrivalOrderFile"], "my_order.csv");
+  EXPECT_TRUE(FgdReportToJson(r)["nodeOrderFile"].is_null());
+
+  r.exact_order = false;
+  r.arrival_order_file.clear();
+  r.node_order_file = "my_prefix.csv";
+  r.load_percent = 130;
+  r.policies[0].seeds.push_back({43, {}});
+  html = FgdReportHtml(r);
+  EXPECT_NE(html.find("Pods shuffled and cloned to 130 % of GPU capacity by Tessera's seeded Rng "
+                      "(seeds 42, 43; not Go's math/rand). Node tie-break names from "
+                      "my_prefix.csv."),
+            std::string::npos)
+      << html;
+}
+
 // Runs the tessera binary (the same command twice) and compares the outputs byte for byte.
 int RunQuiet(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
 
@@ -113,7 +151,9 @@ TEST(SimCli, PolicyListsAreCheckedBeforeAnyRun) {
       {fgd + " --seeds 1e3", "--seeds: expected N, N-M or a comma list of them, got \"1e3\""},
       {fgd + " --seeds 42-43x", "got \"42-43x\""},
       {fgd + " --seeds 42,40-45", "--seeds: seed 42 is given twice"},
-      {fgd + " --seeds 50-42", "--seeds: bad range \"50-42\""},
+      {fgd + " --seeds 50-42", "--seeds: bad range \"50-42\": it ends before it starts"},
+      // The flag, the value and the limit (it said only: bad range "1-20000").
+      {fgd + " --seeds 1-20000", "--seeds: bad range \"1-20000\": 20000 seeds, at most 10001"},
       {fgd + " --seeds 42 --arrival-order a.csv --load 150",
        "--load: --arrival-order fixes the workload and its load"},
       {replay + " --format bogus", "--format: bogus not in"},

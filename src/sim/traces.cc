@@ -107,6 +107,8 @@ class Csv {
     return csv;
   }
   size_t size() const { return rows_.size(); }
+  bool Has(const std::string& col) const { return col_.count(col) > 0; }
+  int64_t Line(size_t row) const { return lines_[row]; }
   // An absent optional column reads as empty.
   std::string_view Cell(size_t row, const std::string& col) const {
     auto it = col_.find(col);
@@ -280,6 +282,7 @@ StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path) {
     OpenbPod p;
     int64_t num_gpu = 0, gpu_milli = 0;
     p.name = csv->Cell(i, "name");
+    p.line = csv->Line(i);
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "cpu_milli", p.cpu_milli));
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "memory_mib", p.memory_mib));
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "num_gpu", num_gpu));
@@ -327,17 +330,29 @@ StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path) {
   return out;
 }
 
-StatusOr<std::vector<std::string>> LoadArrivalOrder(const std::string& path) {
+StatusOr<std::vector<ArrivalOrderEntry>> LoadArrivalOrder(const std::string& path) {
   auto csv = Csv::Load(path, {"idx", "name"});
   if (!csv.ok()) return csv.status();
-  std::vector<std::string> out;
+  std::vector<ArrivalOrderEntry> out;
+  out.reserve(csv->size());
   for (size_t i = 0; i < csv->size(); ++i) {
     int64_t idx = 0;
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "idx", idx));
     if (idx != static_cast<int64_t>(i))
       return InvalidArgument(csv->Where(i, "idx") + ": expected " + std::to_string(i) + ", got " +
                              std::to_string(idx));
-    out.emplace_back(csv->Cell(i, "name"));
+    ArrivalOrderEntry e;
+    e.name = csv->Cell(i, "name");
+    e.where = BaseName(path) + ":" + std::to_string(csv->Line(i));
+    for (auto [col, field] : {std::pair{"cpu_milli", &e.cpu_milli},
+                              {"num_gpu", &e.num_gpu},
+                              {"gpu_milli", &e.gpu_milli}}) {
+      if (!csv->Has(col)) continue;
+      int64_t v = 0;
+      TESSERA_RETURN_IF_ERROR(csv->Int(i, col, v));
+      *field = v;
+    }
+    out.push_back(std::move(e));
   }
   return out;
 }

@@ -40,14 +40,23 @@ struct OpenbPod {
   std::optional<int64_t> creation_time;  // seconds from trace start; nullopt when empty
   std::optional<int64_t> deletion_time;
   std::optional<int64_t> scheduled_time;
+  int64_t line = 0;  // the row's line in the file
 };
 
 StatusOr<std::vector<OpenbNode>> LoadOpenbNodes(const std::string& path);
 StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path);
 
 // fgd-seed42/*_arrival_order.csv (idx,name,cpu_milli,num_gpu,gpu_milli): the pod names in
-// arrival order; clones are "<original>-tuned-<i>".
-StatusOr<std::vector<std::string>> LoadArrivalOrder(const std::string& path);
+// arrival order; clones are "<original>-tuned-<i>". The request columns, when the file has
+// them, are a copy of the pod list's (the protocol takes requests from the pod list only):
+// BuildFgdWorkload refuses a row that disagrees, which means the order was derived from
+// another pod list.
+struct ArrivalOrderEntry {
+  std::string name;
+  std::string where;  // "file.csv:12", for errors
+  std::optional<int64_t> cpu_milli, num_gpu, gpu_milli;
+};
+StatusOr<std::vector<ArrivalOrderEntry>> LoadArrivalOrder(const std::string& path);
 // fgd-seed42/*_node_prefix.csv (sn,sim_name): node name -> permuted tie-break name.
 StatusOr<std::map<std::string, std::string>> LoadNodePrefix(const std::string& path);
 
