@@ -339,18 +339,35 @@ int RunReplayCommand(const ReplayArgs& a) {
   auto trace = LoadTrace(a.trace, a.format);
   if (!trace.ok()) return Fail(trace.status());
   std::vector<TraceJob>& jobs = trace->jobs;
+  const std::string trace_name = fs::path(a.trace).filename().string();
+  const std::string cluster_name = fs::path(a.cluster).filename().string();
   if (trace->skipped.total() > 0 && !a.quiet)
-    std::fprintf(stderr, "tessera sim: note: %s: %s\n",
-                 fs::path(a.trace).filename().string().c_str(), trace->skipped.ToString().c_str());
+    std::fprintf(stderr, "tessera sim: note: %s: %s\n", trace_name.c_str(),
+                 trace->skipped.ToString().c_str());
+  // Warnings go to stderr even with --quiet (it silences the per-run lines only): each says
+  // the replay is not what the files seem to ask for.
+  if (jobs.empty())
+    std::fprintf(stderr, "tessera sim: warning: %s: the trace has no jobs, nothing to replay\n",
+                 trace_name.c_str());
   auto cluster = LoadCluster(a.cluster);
   if (!cluster.ok()) return Fail(cluster.status());
+  if (auto implicit = ImplicitQueues(*cluster, jobs, a.options); !implicit.empty()) {
+    std::string names;
+    for (const std::string& q : implicit) names += (names.empty() ? "" : ", ") + q;
+    std::fprintf(stderr,
+                 "tessera sim: warning: %s: %s %s not defined in %s; created with weight 1 and "
+                 "no guarantee (define %s in the cluster file%s)\n",
+                 trace_name.c_str(), implicit.size() == 1 ? "queue" : "queues", names.c_str(),
+                 cluster_name.c_str(), implicit.size() == 1 ? "it" : "them",
+                 a.options.single_queue ? "" : ", or use --single-queue");
+  }
   int32_t max_gpus_per_node = 0;
   for (const Node& n : cluster->nodes)
     max_gpus_per_node = std::max(max_gpus_per_node, static_cast<int32_t>(n.devices.size()));
   FitTasksToNodes(jobs, max_gpus_per_node);
   ReplayReport report;
-  report.trace_file = fs::path(a.trace).filename().string();
-  report.cluster_file = fs::path(a.cluster).filename().string();
+  report.trace_file = trace_name;
+  report.cluster_file = cluster_name;
   report.restart_cost_seconds = a.options.restart_cost_seconds;
   report.skipped_records = trace->skipped.by_reason;
   report.jobs = a.options.max_jobs > 0
@@ -373,6 +390,21 @@ int RunReplayCommand(const ReplayArgs& a) {
     double secs = Since(t0);
     ReplayRun run{label, std::move(*result), {}};
     run.summary = Summarise(run.result);
+    if (run.summary.infeasible > 0) {
+      // Name a few: a job that can never fit is usually a cluster file too small for the trace.
+      std::string some;
+      int64_t named = 0;
+      for (const JobRecord& j : run.result.jobs)
+        if ((j.outcome == "infeasible" || j.outcome == "error") && named++ < 5)
+          some += (some.empty() ? "" : ", ") + j.id + " (" + GpuCount(j.gpu_milli) + " GPUs)";
+      std::fprintf(stderr,
+                   "tessera sim: warning: %s: %lld %s can never fit %s (infeasible) and %s "
+                   "dropped: %s%s\n",
+                   label.c_str(), static_cast<long long>(run.summary.infeasible),
+                   run.summary.infeasible == 1 ? "job" : "jobs", cluster_name.c_str(),
+                   run.summary.infeasible == 1 ? "was" : "were", some.c_str(),
+                   named > 5 ? ", ..." : "");
+    }
     if (!a.quiet)
       std::fprintf(stderr,
                    "%-10s avg JCT %10.0f s  p99 wait %9lld s  max pending %9lld s  %lld cycles  "
@@ -451,7 +483,8 @@ void AddSimCommands(CLI::App& app) {
       sim->add_subcommand("replay", "replay arrivals and completions through the engine");
   rp->add_option("--trace", ra->trace, "philly.csv, openb pod CSV, Tiresias CSV, or SWF (.gz)")
       ->required();
-  rp->add_option("--format", ra->format, "auto, philly, openb, tiresias, swf")
+  rp->add_option("--format", ra->format,
+                 "auto (by file name, else by the first line), philly, openb, tiresias, swf")
       ->check(CLI::IsMember({"auto", "philly", "openb", "tiresias", "swf"}))
       ->capture_default_str();
   rp->add_option("--cluster", ra->cluster, "cluster YAML (examples/clusters/)")->required();

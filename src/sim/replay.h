@@ -44,9 +44,9 @@ struct JobRecord {
   std::string queue;
   int64_t submit = 0;
   int64_t duration = 0;
-  int32_t gpus = 0;     // total whole-GPU equivalents (milli / 1000, rounded up)
-  int64_t start = -1;   // first start; -1 never
-  int64_t finish = -1;  // -1 unfinished
+  int64_t gpu_milli = 0;  // the whole job's GPU request (a half GPU: 500)
+  int64_t start = -1;     // first start; -1 never
+  int64_t finish = -1;    // -1 unfinished
   int32_t preemptions = 0;
   // Seconds pending in all: the first wait and every wait after a preemption (JCT minus the
   // time it held GPUs); -1 unfinished. Starvation shows here, not in the first wait.
@@ -86,6 +86,12 @@ struct ReplayResult {
   int64_t stale_evictions = 0;            // plan evictions of tasks that were not running (ignored)
   int64_t restart_gpu_milli_seconds = 0;  // GPU time held while restarting (no progress)
 };
+
+// The queues a replay creates because the trace names them and `cluster` does not define
+// them (weight 1, no guarantee), in the order the trace first names them; with
+// `single_queue`, "default" if undefined.
+std::vector<std::string> ImplicitQueues(const Snapshot& cluster, const std::vector<TraceJob>& jobs,
+                                        const ReplayOptions& options);
 
 // Runs the jobs on the cluster (nodes, queues, priority classes of `cluster`; its jobs are
 // ignored) under `config`.

@@ -487,14 +487,23 @@ std::string ReplaySummaryCsv(const ReplayReport& r) {
   return s.str();
 }
 
+std::string GpuCount(int64_t milli) {
+  std::string out = std::to_string(milli / 1000);
+  int64_t frac = milli % 1000;
+  if (frac == 0) return out;
+  std::string digits = std::to_string(1000 + frac).substr(1);  // 500 -> "500", 5 -> "005"
+  while (digits.back() == '0') digits.pop_back();
+  return out + "." + digits;
+}
+
 std::string ReplayJobsCsv(const ReplayRun& run) {
   std::ostringstream s;
   s << "job,queue,gpus,submit,start,finish,duration,wait,jct,preemptions,outcome,pending\n";
   for (const JobRecord& j : run.result.jobs) {
-    s << j.id << "," << j.queue << "," << j.gpus << "," << j.submit << "," << j.start << ","
-      << j.finish << "," << j.duration << "," << (j.start >= 0 ? j.start - j.submit : -1) << ","
-      << (j.finish >= 0 ? j.finish - j.submit : -1) << "," << j.preemptions << "," << j.outcome
-      << "," << j.pending << "\n";
+    s << j.id << "," << j.queue << "," << GpuCount(j.gpu_milli) << "," << j.submit << "," << j.start
+      << "," << j.finish << "," << j.duration << "," << (j.start >= 0 ? j.start - j.submit : -1)
+      << "," << (j.finish >= 0 ? j.finish - j.submit : -1) << "," << j.preemptions << ","
+      << j.outcome << "," << j.pending << "\n";
   }
   return s.str();
 }
@@ -542,15 +551,17 @@ std::string ReplayReportHtml(const ReplayReport& r) {
                           ? 0
                           : static_cast<double>(r.runs.front().result.series.front().time);
     std::vector<Line> alloc, pend, jct, wait;
-    // Time in days, or in hours for a replay shorter than two days.
+    // The time axis in the unit of the span, as Duration() words a time: seconds under two
+    // minutes, minutes under two hours, hours under two days, else days.
     double span = 0;
     for (const ReplayRun& run : r.runs)
       if (!run.result.series.empty())
         span = std::max(span, static_cast<double>(run.result.series.back().time) - t0);
-    const bool hours = span < 2 * 86400.0;
-    const double unit = hours ? 3600.0 : 86400.0;
-    const std::string time_label =
-        std::string(hours ? "hours" : "days") + " since the first submission";
+    const auto [unit, unit_name] = span < 120      ? std::pair{1.0, "seconds"}
+                                   : span < 7200   ? std::pair{60.0, "minutes"}
+                                   : span < 172800 ? std::pair{3600.0, "hours"}
+                                                   : std::pair{86400.0, "days"};
+    const std::string time_label = std::string(unit_name) + " since the first submission";
     for (const ReplayRun& run : r.runs) {
       Line a{run.policy, {}, false}, p{run.policy, {}, false};
       const double cap = static_cast<double>(std::max<int64_t>(1, run.result.total_gpu_milli));

@@ -55,6 +55,8 @@ struct ReplayReport {
 Json ReplayReportToJson(const ReplayReport& r);
 std::string ReplaySummaryCsv(const ReplayReport& r);  // one row per policy
 std::string ReplayJobsCsv(const ReplayRun& run);      // one row per job
+// GPU milli as a GPU count with the decimals it needs: 500 -> "0.5", 8000 -> "8".
+std::string GpuCount(int64_t milli);
 std::string ReplayReportHtml(const ReplayReport& r);
 
 // A number with exactly `decimals` decimals ("4.86"), the one formatting every report uses.

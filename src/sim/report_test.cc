@@ -63,6 +63,42 @@ TEST(Report, FgdHtmlSaysWhatWasRun) {
       << html;
 }
 
+// The jobs CSV gives a job's real GPU amount: a half-GPU job showed as 1.
+TEST(Report, JobsCsvGivesFractionalGpus) {
+  EXPECT_EQ(GpuCount(500), "0.5");
+  EXPECT_EQ(GpuCount(250), "0.25");
+  EXPECT_EQ(GpuCount(5), "0.005");
+  EXPECT_EQ(GpuCount(8000), "8");
+  EXPECT_EQ(GpuCount(1500), "1.5");
+  ReplayRun run;
+  run.policy = "fifo";
+  JobRecord j;
+  j.id = "half";
+  j.queue = "default";
+  j.gpu_milli = 500;
+  run.result.jobs.push_back(j);
+  EXPECT_NE(ReplayJobsCsv(run).find("\nhalf,default,0.5,"), std::string::npos)
+      << ReplayJobsCsv(run);
+}
+
+// The time axes of the replay page take their unit from the span: a 15-minute replay was
+// drawn in hours (0 to 0.25).
+TEST(Report, ReplayTimeAxisUnitFollowsTheSpan) {
+  const std::pair<int64_t, std::string> cases[] = {
+      {90, "seconds"}, {900, "minutes"}, {7200, "hours"}, {86400, "hours"}, {10 * 86400, "days"}};
+  for (const auto& [span, unit] : cases) {
+    ReplayReport r;
+    ReplayRun run;
+    run.policy = "fifo";
+    run.result.total_gpu_milli = 8000;
+    run.result.series = {{100, 0, 1, 0}, {100 + span, 1000, 0, 1}};
+    r.runs.push_back(run);
+    const std::string html = ReplayReportHtml(r);
+    EXPECT_NE(html.find(unit + " since the first submission"), std::string::npos)
+        << span << " s should be in " << unit;
+  }
+}
+
 // Runs the tessera binary (the same command twice) and compares the outputs byte for byte.
 int RunQuiet(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
 
@@ -163,6 +199,55 @@ TEST(SimCli, PolicyListsAreCheckedBeforeAnyRun) {
     EXPECT_EQ(rc, 2) << args << ": " << out;
     EXPECT_NE(out.find(message), std::string::npos) << args << ": " << out;
   }
+}
+
+// What the replay's files do not say is said on stderr: an empty trace, a job that can never
+// fit, a queue the cluster file does not define (created with weight 1) warn, even with
+// --quiet; a job id twice or a trace of unknown format is an error naming the file.
+TEST(ReplayCli, SurprisesInTheInputAreSaid) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  const char* src = std::getenv("TESSERA_SOURCE_DIR");
+  if (bin == nullptr || src == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY/TESSERA_SOURCE_DIR not set (run through ctest)";
+  auto dir =
+      std::filesystem::temp_directory_path() / ("tessera_sim_warn_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string d = dir.string();
+  const std::string header = "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n";
+  std::ofstream(d + "/empty.csv") << header;
+  std::ofstream(d + "/big.csv") << header << "1,64,0,1,x,100,1\n2,1,5,1,x,100,1\n";
+  std::ofstream(d + "/dup.csv") << header << "1,1,0,1,x,100,1\n1,1,500,1,x,100,1\n";
+  std::ofstream(d + "/odd.csv") << "a,b\n1,2\n";
+  const std::string tail = " -1 -1 -1 -1 -1 -1 1 1 1 -1 -1 -1 -1\n";
+  std::ofstream(d + "/q.swf") << "1 0 -1 50 1 -1 -1 -1 -1 -1 -1 1 1 -1 7 -1 -1 -1\n"
+                              << "2 0 -1 50 1 -1 -1 -1 -1 -1 -1 1 1 -1 -1 -1 -1 -1\n";
+  const struct {
+    std::string trace;
+    int rc;
+    std::string message;
+  } cases[] = {
+      {"empty.csv", 0, "warning: empty.csv: the trace has no jobs, nothing to replay"},
+      {"big.csv", 0,
+       "warning: fifo: 1 job can never fit small-8gpu.yaml (infeasible) and was dropped: "
+       "tiresias-1 (64 GPUs)"},
+      {"dup.csv", 1, "dup.csv:3: job id \"tiresias-1\" is given twice (first at line 2)"},
+      {"odd.csv", 1, "odd.csv: cannot tell the trace format from the file name or the first line"},
+      // Queue 7 is not in small-8gpu.yaml; -1 (unknown) goes to its queue "default".
+      {"q.swf", 0,
+       "warning: q.swf: queue q7 not defined in small-8gpu.yaml; created with weight 1 and no "
+       "guarantee"},
+  };
+  for (const auto& c : cases) {
+    const auto [rc, out] = CaptureCommand(std::string(bin) + " sim replay --quiet --trace " + d +
+                                          "/" + c.trace + " --cluster " + src +
+                                          "/examples/clusters/small-8gpu.yaml --policy fifo 2>&1");
+    EXPECT_EQ(rc, c.rc) << c.trace << ": " << out;
+    EXPECT_NE(out.find(c.message), std::string::npos) << c.trace << ": " << out;
+    if (c.trace == "q.swf") {
+      EXPECT_EQ(out.find("queue default"), std::string::npos) << out;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -74,6 +74,7 @@ struct TraceJob {
   int64_t cpu_milli = 0;     // per task; 0 = not given by the trace
   int64_t memory_mib = 0;    // per task; 0 = not given by the trace
   std::vector<std::string> models;
+  int64_t line = 0;  // the record's line in the trace file (0: not from a file)
 };
 
 // philly/philly.csv: timestamp,duration,num_gpus,gpu_time,cluster. Sorted by submit time
@@ -116,9 +117,11 @@ struct LoadedTrace {
   std::vector<TraceJob> jobs;
   TraceSkips skipped;
 };
-// Loads by file name: philly*.csv, *.swf / *.swf.gz, openb_pod_list*.csv, else Tiresias.
-// A trace whose every record is skipped is an error saying why (a replay of nothing would
-// look like a success).
+// Loads by file name (philly*.csv, *.swf / *.swf.gz, openb_pod_list*.csv), else by the first
+// line (a known CSV header, or 18 SWF fields); a file neither tells is an error naming it and
+// the formats understood. A trace whose every record is skipped is an error saying why (a
+// replay of nothing would look like a success); so is a job id given twice (file, line, id).
+// A trace with no record at all loads as no jobs: the caller warns.
 StatusOr<LoadedTrace> LoadTrace(const std::string& path, const std::string& format = "auto");
 
 // Where the shared traces live: $TESSERA_TRACES, else $TESSERA_SOURCE_DIR/../shared/traces,
