@@ -472,7 +472,7 @@ void AddSimCommands(CLI::App& app) {
   fgd->add_option("--json", fa->json, "write the JSON report here ('-' = stdout)");
   fgd->add_option("--csv", fa->csv, "write the curves as CSV here");
   fgd->add_option("--html", fa->html, "write an HTML report with plots here");
-  fgd->add_flag("--quiet", fa->quiet, "no per-run lines on stderr");
+  fgd->add_flag("--quiet", fa->quiet, "no per-run lines on stderr (warnings still)");
   fgd->callback([fa, fgd] {
     fa->load_given = fgd->count("--load") > 0;
     SetExitCode(RunFgdCommand(*fa));
@@ -514,7 +514,7 @@ void AddSimCommands(CLI::App& app) {
                  "write replay.json, summary.csv, jobs-<policy>.csv and report.html here (other "
                  "jobs-*.csv there, from earlier runs, are removed)");
   rp->add_option("--json", ra->json, "write the JSON report here ('-' = stdout)");
-  rp->add_flag("--quiet", ra->quiet, "no per-run lines on stderr");
+  rp->add_flag("--quiet", ra->quiet, "no per-run lines on stderr (warnings still)");
   rp->callback([ra] { SetExitCode(RunReplayCommand(*ra)); });
 }
 
