@@ -4,9 +4,12 @@
 // A discrete-event loop over arrivals and completions. After the events of one instant the
 // host runs a cycle, at most once per `cycle_interval` seconds of virtual time (the
 // scheduler's period), applies the plan to its ClusterState, starts the jobs whose gang is
-// complete, and schedules their completions. Evicted jobs go back to pending and keep the
-// service they received (checkpoint/restart, as Tiresias assumes; each restart can cost
-// `restart_cost_seconds` of run time that makes no progress); a job the engine calls
+// complete, and schedules their completions. As the server's loop, it also runs a cycle
+// every `cycle_interval` while work waits (a time-dependent order such as least attained
+// service changes with no event), and one more at once after a plan that evicted (the
+// freed capacity goes to the waiting work then, not a period later). Evicted jobs go back to
+// pending and keep the service they received (checkpoint/restart, as Tiresias assumes; each restart
+// can cost `restart_cost_seconds` of run time that makes no progress); a job the engine calls
 // infeasible is dropped and counted. The host never orders or places anything itself.
 // Deterministic: events at equal times run in a fixed order (completions, then arrivals by
 // trace order), and the engine's one Rng is seeded. Thread-compatible.
