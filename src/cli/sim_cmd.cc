@@ -38,6 +38,9 @@ std::vector<std::string> SplitList(const std::string& s) {
   return out;
 }
 
+// Each seed is one experiment of up to a second or so: a bigger range is a typo.
+constexpr uint64_t kMaxSeedsInRange = 10001;
+
 StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& s) {
   const Status bad =
       InvalidArgument("--seeds: expected N, N-M or a comma list of them, got \"" + s + "\"");
@@ -55,7 +58,12 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& s) {
     auto a = number(part.substr(0, dash));
     auto b = dash == std::string::npos ? a : number(part.substr(dash + 1));
     if (!a || !b) return bad;
-    if (*b < *a || *b - *a > 10000) return InvalidArgument("--seeds: bad range \"" + part + "\"");
+    if (*b < *a)
+      return InvalidArgument("--seeds: bad range \"" + part + "\": it ends before it starts");
+    if (*b - *a >= kMaxSeedsInRange)
+      return InvalidArgument("--seeds: bad range \"" + part + "\": " + std::to_string(*b - *a + 1) +
+                             " seeds, at most " + std::to_string(kMaxSeedsInRange) +
+                             " in one range");
     for (uint64_t x = *a;; ++x) {  // (no x <= b: b may be the largest value)
       // A seed twice would count twice in the median.
       if (!seen.insert(x).second)
@@ -162,6 +170,8 @@ struct FgdArgs {
 };
 
 int RunFgdCommand(const FgdArgs& a) {
+  auto seeds = ParseSeeds(a.seeds);
+  if (!seeds.ok()) return Usage(seeds.status());
   std::string traces = FindTracesDir();
   std::string nodes_path = a.nodes, pods_path = a.pods;
   if (nodes_path.empty())
@@ -171,8 +181,6 @@ int RunFgdCommand(const FgdArgs& a) {
   if (nodes_path.empty() || pods_path.empty())
     return Fail(InvalidArgument(
         "--nodes/--pods: not given and ../shared/traces not found (set TESSERA_TRACES)"));
-  auto seeds = ParseSeeds(a.seeds);
-  if (!seeds.ok()) return Usage(seeds.status());
   if (!a.arrival_order.empty() && seeds->size() > 1)
     return Usage(InvalidArgument("--arrival-order fixes one workload; give one seed"));
   if (!a.arrival_order.empty() && a.load_given)
@@ -218,6 +226,9 @@ int RunFgdCommand(const FgdArgs& a) {
   report.pods_file = fs::path(pods_path).filename().string();
   report.load_percent = a.load;
   report.exact_order = wo.arrival_order.has_value();
+  if (!a.arrival_order.empty())
+    report.arrival_order_file = fs::path(a.arrival_order).filename().string();
+  if (!a.node_order.empty()) report.node_order_file = fs::path(a.node_order).filename().string();
   for (const Policy& policy : *names) {
     FgdPolicyResult pr;
     pr.policy = policy.label;
@@ -328,18 +339,35 @@ int RunReplayCommand(const ReplayArgs& a) {
   auto trace = LoadTrace(a.trace, a.format);
   if (!trace.ok()) return Fail(trace.status());
   std::vector<TraceJob>& jobs = trace->jobs;
+  const std::string trace_name = fs::path(a.trace).filename().string();
+  const std::string cluster_name = fs::path(a.cluster).filename().string();
   if (trace->skipped.total() > 0 && !a.quiet)
-    std::fprintf(stderr, "tessera sim: note: %s: %s\n",
-                 fs::path(a.trace).filename().string().c_str(), trace->skipped.ToString().c_str());
+    std::fprintf(stderr, "tessera sim: note: %s: %s\n", trace_name.c_str(),
+                 trace->skipped.ToString().c_str());
+  // Warnings go to stderr even with --quiet (it silences the per-run lines only): each says
+  // the replay is not what the files seem to ask for.
+  if (jobs.empty())
+    std::fprintf(stderr, "tessera sim: warning: %s: the trace has no jobs, nothing to replay\n",
+                 trace_name.c_str());
   auto cluster = LoadCluster(a.cluster);
   if (!cluster.ok()) return Fail(cluster.status());
+  if (auto implicit = ImplicitQueues(*cluster, jobs, a.options); !implicit.empty()) {
+    std::string names;
+    for (const std::string& q : implicit) names += (names.empty() ? "" : ", ") + q;
+    std::fprintf(stderr,
+                 "tessera sim: warning: %s: %s %s not defined in %s; created with weight 1 and "
+                 "no guarantee (define %s in the cluster file%s)\n",
+                 trace_name.c_str(), implicit.size() == 1 ? "queue" : "queues", names.c_str(),
+                 cluster_name.c_str(), implicit.size() == 1 ? "it" : "them",
+                 a.options.single_queue ? "" : ", or use --single-queue");
+  }
   int32_t max_gpus_per_node = 0;
   for (const Node& n : cluster->nodes)
     max_gpus_per_node = std::max(max_gpus_per_node, static_cast<int32_t>(n.devices.size()));
   FitTasksToNodes(jobs, max_gpus_per_node);
   ReplayReport report;
-  report.trace_file = fs::path(a.trace).filename().string();
-  report.cluster_file = fs::path(a.cluster).filename().string();
+  report.trace_file = trace_name;
+  report.cluster_file = cluster_name;
   report.restart_cost_seconds = a.options.restart_cost_seconds;
   report.skipped_records = trace->skipped.by_reason;
   report.jobs = a.options.max_jobs > 0
@@ -362,6 +390,21 @@ int RunReplayCommand(const ReplayArgs& a) {
     double secs = Since(t0);
     ReplayRun run{label, std::move(*result), {}};
     run.summary = Summarise(run.result);
+    if (run.summary.infeasible > 0) {
+      // Name a few: a job that can never fit is usually a cluster file too small for the trace.
+      std::string some;
+      int64_t named = 0;
+      for (const JobRecord& j : run.result.jobs)
+        if ((j.outcome == "infeasible" || j.outcome == "error") && named++ < 5)
+          some += (some.empty() ? "" : ", ") + j.id + " (" + GpuCount(j.gpu_milli) + " GPUs)";
+      std::fprintf(stderr,
+                   "tessera sim: warning: %s: %lld %s can never fit %s (infeasible) and %s "
+                   "dropped: %s%s\n",
+                   label.c_str(), static_cast<long long>(run.summary.infeasible),
+                   run.summary.infeasible == 1 ? "job" : "jobs", cluster_name.c_str(),
+                   run.summary.infeasible == 1 ? "was" : "were", some.c_str(),
+                   named > 5 ? ", ..." : "");
+    }
     if (!a.quiet)
       std::fprintf(stderr,
                    "%-10s avg JCT %10.0f s  p99 wait %9lld s  max pending %9lld s  %lld cycles  "
@@ -429,7 +472,7 @@ void AddSimCommands(CLI::App& app) {
   fgd->add_option("--json", fa->json, "write the JSON report here ('-' = stdout)");
   fgd->add_option("--csv", fa->csv, "write the curves as CSV here");
   fgd->add_option("--html", fa->html, "write an HTML report with plots here");
-  fgd->add_flag("--quiet", fa->quiet, "no per-run lines on stderr");
+  fgd->add_flag("--quiet", fa->quiet, "no per-run lines on stderr (warnings still)");
   fgd->callback([fa, fgd] {
     fa->load_given = fgd->count("--load") > 0;
     SetExitCode(RunFgdCommand(*fa));
@@ -440,7 +483,8 @@ void AddSimCommands(CLI::App& app) {
       sim->add_subcommand("replay", "replay arrivals and completions through the engine");
   rp->add_option("--trace", ra->trace, "philly.csv, openb pod CSV, Tiresias CSV, or SWF (.gz)")
       ->required();
-  rp->add_option("--format", ra->format, "auto, philly, openb, tiresias, swf")
+  rp->add_option("--format", ra->format,
+                 "auto (by file name, else by the first line), philly, openb, tiresias, swf")
       ->check(CLI::IsMember({"auto", "philly", "openb", "tiresias", "swf"}))
       ->capture_default_str();
   rp->add_option("--cluster", ra->cluster, "cluster YAML (examples/clusters/)")->required();
@@ -470,7 +514,7 @@ void AddSimCommands(CLI::App& app) {
                  "write replay.json, summary.csv, jobs-<policy>.csv and report.html here (other "
                  "jobs-*.csv there, from earlier runs, are removed)");
   rp->add_option("--json", ra->json, "write the JSON report here ('-' = stdout)");
-  rp->add_flag("--quiet", ra->quiet, "no per-run lines on stderr");
+  rp->add_flag("--quiet", ra->quiet, "no per-run lines on stderr (warnings still)");
   rp->callback([ra] { SetExitCode(RunReplayCommand(*ra)); });
 }
 

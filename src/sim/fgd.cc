@@ -59,15 +59,25 @@ StatusOr<FgdWorkload> BuildFgdWorkload(const std::vector<OpenbNode>& nodes,
     std::map<std::string, const FgdPod*> by_name;
     for (const FgdPod& p : w.originals) by_name[p.name] = &p;
     for (size_t i = 0; i < options.arrival_order->size(); ++i) {
-      const std::string& name = (*options.arrival_order)[i];
-      std::string original = name;
-      bool clone = CloneOf(name, original);
+      const ArrivalOrderEntry& e = (*options.arrival_order)[i];
+      const std::string where =
+          e.where.empty() ? "arrival order[" + std::to_string(i) + "]" : e.where;
+      std::string original = e.name;
+      bool clone = CloneOf(e.name, original);
       auto it = by_name.find(original);
       if (it == by_name.end())
-        return InvalidArgument("arrival order[" + std::to_string(i) + "]: pod \"" + original +
-                               "\" is not in the pod list");
+        return InvalidArgument(where + ": pod \"" + original + "\" is not in the pod list");
       FgdPod p = *it->second;
-      if (clone) p.name = name;
+      // The requests come from the pod list (FGD-PROTOCOL.md, 1-2); the order file's copy
+      // of them is a check that both describe the same pods.
+      for (auto [col, given, listed] : {std::tuple{"cpu_milli", e.cpu_milli, p.cpu_milli},
+                                        {"num_gpu", e.num_gpu, int64_t{p.num_gpu}},
+                                        {"gpu_milli", e.gpu_milli, int64_t{p.gpu_milli}}})
+        if (given && *given != listed)
+          return InvalidArgument(where + ": " + col + ": pod \"" + e.name + "\" has " +
+                                 std::to_string(*given) + " here but " + std::to_string(listed) +
+                                 " in the pod list: the order was made for another pod list");
+      if (clone) p.name = e.name;
       w.arrivals.push_back(std::move(p));
     }
   } else {

@@ -54,7 +54,8 @@ struct FgdWorkloadOptions {
   // Inflate to this share of cluster GPU capacity; below the trace's own load, the shuffled
   // pods arrive until it is reached. An arrival order fixes the workload and ignores it.
   int64_t load_percent = 130;
-  std::optional<std::vector<std::string>> arrival_order;  // pod names, clones "<n>-tuned-<i>"
+  // Pod names, clones "<n>-tuned-<i>"; a row's request columns must match the pod list's.
+  std::optional<std::vector<ArrivalOrderEntry>> arrival_order;
   std::optional<std::map<std::string, std::string>> node_order;  // trace name -> tie-break name
 };
 

@@ -1,6 +1,10 @@
 #include "sim/fgd.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <unordered_map>
 
 #include <gtest/gtest.h>
@@ -178,6 +182,43 @@ TEST(FgdWorkload, ALoadBelowTheTracesOwnCutsTheArrivals) {
   w = BuildFgdWorkload(nodes, pods, o);
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("no pod requests a GPU"), std::string::npos);
+}
+
+// An arrival order file's request columns are a copy of the pod list's (the protocol takes
+// requests from the pod list): a row that disagrees means the order was made for another pod
+// list (the seed-42 order with openb_pod_list_gpushare100.csv, say), and is refused by file
+// and line instead of replaying a mix of both.
+TEST(FgdWorkload, ArrivalOrderRowsMustMatchThePodList) {
+  std::vector<OpenbNode> nodes = {{"n0", 64000, 262144, 8, "T4"}};
+  std::vector<OpenbPod> pods = OneGpuPods(2, 500);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("tessera_order_" + std::to_string(::getpid())))
+          .string();
+  auto build = [&](const std::string& rows) {
+    std::ofstream(path) << "idx,name,cpu_milli,num_gpu,gpu_milli\n" << rows;
+    auto order = LoadArrivalOrder(path);
+    EXPECT_TRUE(order.ok()) << order.status().ToString();
+    FgdWorkloadOptions o;
+    o.arrival_order = *order;
+    return BuildFgdWorkload(nodes, pods, o);
+  };
+  auto ok = build("0,p1,1000,1,500\n1,p0,1000,1,500\n2,p0-tuned-0,1000,1,500\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->arrivals.size(), 3u);
+  const std::string file = std::filesystem::path(path).filename().string();
+  const std::pair<std::string, std::string> bad[] = {
+      {"0,p1,1000,1,500\n1,p0,1000,1,1000\n",
+       file + ":3: gpu_milli: pod \"p0\" has 1000 here but 500 in the pod list"},
+      {"0,p1,2000,1,500\n", file + ":2: cpu_milli: pod \"p1\" has 2000 here but 1000"},
+      {"0,p0-tuned-4,1000,2,500\n", file + ":2: num_gpu: pod \"p0-tuned-4\" has 2 here"},
+      {"0,p9,1000,1,500\n", file + ":2: pod \"p9\" is not in the pod list"},
+  };
+  for (const auto& [rows, want] : bad) {
+    auto w = build(rows);
+    ASSERT_FALSE(w.ok()) << rows;
+    EXPECT_EQ(w.status().message().rfind(want, 0), 0u) << w.status().message();
+  }
+  std::filesystem::remove(path);
 }
 
 // The exact-reproduction check on the paper's own seed-42 draws, with the direct transcription.

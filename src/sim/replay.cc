@@ -64,6 +64,18 @@ Job MakeJob(const TraceJob& t, const std::string& queue, const ReplayOptions& o)
   return j;
 }
 
+// The jobs a replay runs, as indexes into the trace: in submit order (stable: the trace's
+// order on ties), the first max_jobs of them.
+std::vector<size_t> ReplayOrder(const std::vector<TraceJob>& trace, const ReplayOptions& options) {
+  std::vector<size_t> order(trace.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return trace[a].submit < trace[b].submit; });
+  if (options.max_jobs > 0 && static_cast<int64_t>(order.size()) > options.max_jobs)
+    order.resize(options.max_jobs);
+  return order;
+}
+
 int64_t JobMilli(const TraceJob& t) {
   int64_t per =
       t.gpus_per_task == 1 && t.gpu_milli < 1000 ? t.gpu_milli : 1000 * int64_t{t.gpus_per_task};
@@ -71,6 +83,18 @@ int64_t JobMilli(const TraceJob& t) {
 }
 
 }  // namespace
+
+std::vector<std::string> ImplicitQueues(const Snapshot& cluster, const std::vector<TraceJob>& jobs,
+                                        const ReplayOptions& options) {
+  std::set<std::string> seen;
+  for (const Queue& q : cluster.queues) seen.insert(q.name);
+  std::vector<std::string> out;
+  for (size_t i : ReplayOrder(jobs, options)) {
+    const std::string q = options.single_queue ? "default" : jobs[i].queue;
+    if (seen.insert(q).second) out.push_back(q);
+  }
+  return out;
+}
 
 StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<TraceJob>& trace,
                                  const EngineConfig& config, const ReplayOptions& options) {
@@ -89,27 +113,15 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     for (const Device& d : n.devices)
       if (!d.mig_enabled()) res.total_gpu_milli += 1000;
 
-  // Jobs in submit order (stable: the trace's order on ties).
-  std::vector<size_t> order(trace.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return trace[a].submit < trace[b].submit; });
-  if (options.max_jobs > 0 && static_cast<int64_t>(order.size()) > options.max_jobs)
-    order.resize(options.max_jobs);
+  const std::vector<size_t> order = ReplayOrder(trace, options);
 
   // Queues: the cluster's, plus any the trace names (weight 1, no guarantee).
   std::map<std::string, int32_t> queue_ids;
-  for (const Queue& q : base.queues) {
-    queue_ids[q.name] = 0;
-  }
-  for (size_t i : order) {
-    const std::string q = options.single_queue ? "default" : trace[i].queue;
-    if (queue_ids.count(q)) continue;
+  for (const std::string& q : ImplicitQueues(cluster, trace, options)) {
     Queue nq;
     nq.name = q;
     TESSERA_RETURN_IF_ERROR(state.UpsertQueue(nq));
     base.queues.push_back(nq);
-    queue_ids[q] = 0;
     ++res.created_queues;
   }
   std::sort(base.queues.begin(), base.queues.end(),
@@ -134,7 +146,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     r.queue = options.single_queue ? "default" : t.queue;
     r.submit = t.submit;
     r.duration = t.duration;
-    r.gpus = static_cast<int32_t>((JobMilli(t) + 999) / 1000);
+    r.gpu_milli = JobMilli(t);
     r.outcome = "unfinished";
     record_of[order[k]] = k;
     live[order[k]].queue = queue_ids[r.queue];
@@ -193,7 +205,8 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
     return Status::Ok();
   };
 
-  auto run_cycle = [&](int64_t t, bool& again) -> Status {
+  // One cycle at t; `evicted` says whether its plan evicted a running task.
+  auto run_cycle = [&](int64_t t, bool& evicted_any) -> Status {
     Plan plan = engine->Cycle(state, t, rng);
     ++res.cycles;
     // ClusterState::ApplyPlan, tolerating a plan that evicts the same task twice (preempt
@@ -279,7 +292,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       res.jobs[record_of[it->second]].outcome =
           d.outcome == Outcome::kInfeasible ? "infeasible" : "error";
     }
-    again = pending > 0 && (!plan.bindings.empty() || !plan.evictions.empty());
+    evicted_any = !evicted.empty();
     return Status::Ok();
   };
 
@@ -313,10 +326,18 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       cycle_scheduled = false;
     }
     if (dirty && pending > 0 && t >= next_cycle_at) {
-      bool again = false;
-      TESSERA_RETURN_IF_ERROR(run_cycle(t, again));
+      bool evicted = false;
+      TESSERA_RETURN_IF_ERROR(run_cycle(t, evicted));
+      // As the server: its loop runs a cycle as soon as evicted tasks have exited (here at
+      // once, grace period 0), so the capacity they free goes to the waiting work now, not
+      // one period later. One follow-up: if it evicts again, that waits for the period (an
+      // engine that kept evicting would otherwise cycle without end at one instant).
+      if (evicted && pending > 0) TESSERA_RETURN_IF_ERROR(run_cycle(t, evicted));
       next_cycle_at = t + std::max<int64_t>(1, options.cycle_interval);
-      dirty = again;
+      // And periodically while work waits, as the server's loop does: a policy whose order
+      // moves with time (least attained service, its starvation guard, aging, reservations)
+      // may decide differently one period later with no arrival or completion in between.
+      dirty = pending > 0;
     }
     if (pending == 0) dirty = false;
     if (dirty && !cycle_scheduled) {

@@ -4,9 +4,12 @@
 // A discrete-event loop over arrivals and completions. After the events of one instant the
 // host runs a cycle, at most once per `cycle_interval` seconds of virtual time (the
 // scheduler's period), applies the plan to its ClusterState, starts the jobs whose gang is
-// complete, and schedules their completions. Evicted jobs go back to pending and keep the
-// service they received (checkpoint/restart, as Tiresias assumes; each restart can cost
-// `restart_cost_seconds` of run time that makes no progress); a job the engine calls
+// complete, and schedules their completions. As the server's loop, it also runs a cycle
+// every `cycle_interval` while work waits (a time-dependent order such as least attained
+// service changes with no event), and one more at once after a plan that evicted (the
+// freed capacity goes to the waiting work then, not a period later). Evicted jobs go back to
+// pending and keep the service they received (checkpoint/restart, as Tiresias assumes; each restart
+// can cost `restart_cost_seconds` of run time that makes no progress); a job the engine calls
 // infeasible is dropped and counted. The host never orders or places anything itself.
 // Deterministic: events at equal times run in a fixed order (completions, then arrivals by
 // trace order), and the engine's one Rng is seeded. Thread-compatible.
@@ -44,9 +47,9 @@ struct JobRecord {
   std::string queue;
   int64_t submit = 0;
   int64_t duration = 0;
-  int32_t gpus = 0;     // total whole-GPU equivalents (milli / 1000, rounded up)
-  int64_t start = -1;   // first start; -1 never
-  int64_t finish = -1;  // -1 unfinished
+  int64_t gpu_milli = 0;  // the whole job's GPU request (a half GPU: 500)
+  int64_t start = -1;     // first start; -1 never
+  int64_t finish = -1;    // -1 unfinished
   int32_t preemptions = 0;
   // Seconds pending in all: the first wait and every wait after a preemption (JCT minus the
   // time it held GPUs); -1 unfinished. Starvation shows here, not in the first wait.
@@ -86,6 +89,12 @@ struct ReplayResult {
   int64_t stale_evictions = 0;            // plan evictions of tasks that were not running (ignored)
   int64_t restart_gpu_milli_seconds = 0;  // GPU time held while restarting (no progress)
 };
+
+// The queues a replay creates because the trace names them and `cluster` does not define
+// them (weight 1, no guarantee), in the order the trace first names them; with
+// `single_queue`, "default" if undefined.
+std::vector<std::string> ImplicitQueues(const Snapshot& cluster, const std::vector<TraceJob>& jobs,
+                                        const ReplayOptions& options);
 
 // Runs the jobs on the cluster (nodes, queues, priority classes of `cluster`; its jobs are
 // ignored) under `config`.

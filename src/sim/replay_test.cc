@@ -81,30 +81,70 @@ TEST(Replay, LasPreemptsTheLongJobForShortOnesAndKeepsItsService) {
     o.restart_cost_seconds = cost;
     auto r = RunReplay(TwoNodes(), jobs, *config, o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->jobs[1].start, 5001);  // the cycle at 5,000 evicts a; the next one binds c
+    // The cycle at 5,000 evicts a; the follow-up at the same instant binds c (as the server
+    // runs a cycle once evicted tasks exit; it used to wait for the next period, 5,001).
+    EXPECT_EQ(r->jobs[1].start, 5000);
     EXPECT_EQ(r->jobs[2].start, 5010);  // level 0 before a (level 2); 7 GPUs are free
-    EXPECT_EQ(r->jobs[1].finish, 5011) << "a first start costs nothing";
+    EXPECT_EQ(r->jobs[1].finish, 5010) << "a first start costs nothing";
     EXPECT_EQ(r->jobs[0].start, 0);  // first start
     EXPECT_EQ(r->jobs[0].preemptions, 1);
     EXPECT_EQ(r->jobs[0].finish, 5020 + cost + 95000);  // restarted when d finished
     // Its first wait was 0, but it waited 5,000..5,020 after the preemption: pending counts it.
     EXPECT_EQ(r->jobs[0].pending, 20);
-    EXPECT_EQ(r->jobs[1].pending, 1);
+    EXPECT_EQ(r->jobs[1].pending, 0);
     EXPECT_EQ(Summarise(*r).max_pending, 20);
-    EXPECT_EQ(Summarise(*r).max_wait, 1);
+    EXPECT_EQ(Summarise(*r).max_wait, 0);
     EXPECT_EQ(r->restart_gpu_milli_seconds, cost * 8000);  // one restart of 8 GPUs
     EXPECT_EQ(r->preemptions, 1);
     EXPECT_EQ(r->stale_evictions, 0);
   }
 }
 
+// The freed capacity is reused at once whatever the period: with the default 60 s, c used
+// to wait a whole period after the eviction made room for it (5,060).
+TEST(Replay, AFollowUpCycleReusesEvictedCapacityAtOnce) {
+  std::vector<TraceJob> jobs = {J("a", 0, 100000, 4, 2), J("c", 5000, 10, 1)};
+  auto config = ReplayBaselineConfig("las");
+  ASSERT_TRUE(config.ok());
+  auto r = RunReplay(TwoNodes(), jobs, *config, ReplayOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->jobs[0].preemptions, 1);
+  EXPECT_EQ(r->jobs[1].start, 5000);
+  EXPECT_EQ(r->jobs[1].finish, 5010);
+}
+
+// LAS levels move while jobs run, with no arrival or completion: a (8 GPUs) reaches level 1
+// at 3,600 GPU-s, t = 450. b (1 GPU, level 0) waits behind a in level 0 from t = 100; the
+// periodic cycles (every 60 s while work waits: 100, 160, ..., 460) see a cross the threshold
+// and b preempts it at 460 (a follow-up cycle binds it). Cycles only at events left b waiting
+// for a's completion (100,000).
+TEST(Replay, CyclesRunPeriodicallyWhileWorkWaits) {
+  std::vector<TraceJob> jobs = {J("a", 0, 100000, 4, 2), J("b", 100, 10, 1)};
+  auto config = ReplayBaselineConfig("las");
+  ASSERT_TRUE(config.ok());
+  ReplayOptions o;  // cycle_interval 60
+  auto r = RunReplay(TwoNodes(), jobs, *config, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->jobs[1].start, 460);
+  EXPECT_EQ(r->jobs[0].preemptions, 1);
+  // b finishes at 470, but the cycle after 460 is due at 520: a runs again then, with 460 s
+  // of service kept.
+  EXPECT_EQ(r->jobs[0].finish, 520 + 100000 - 460);
+  // FIFO's order does not move with time: the same periodic cycles change nothing.
+  auto fifo = ReplayBaselineConfig("fifo");
+  ASSERT_TRUE(fifo.ok());
+  r = RunReplay(TwoNodes(), jobs, *fifo, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->jobs[1].start, 100000);
+}
+
 // A job evicted again while it is still restarting made no progress in that run: every
 // restart pays the full cost again, and nothing it held counts as progress.
 TEST(Replay, AnEvictionDuringARestartKeepsNoProgress) {
-  // a: 8 GPUs for 100,000 s. c arrives at 5,000 (evicts a at 5,000; c runs 5,001..5,011, a
-  // restarts at 5,011 with 1,000 s of restart time); e arrives at 5,500, during a's restart:
-  // a has held 8 GPUs for ~5,500 s (restarts count: LAS orders by GPU time held), still
-  // level 2, so it is evicted again; e runs 5,501..5,511.
+  // a: 8 GPUs for 100,000 s. c arrives at 5,000 (evicts a at 5,000; the follow-up cycle
+  // runs c 5,000..5,010, a restarts at 5,010 with 1,000 s of restart time); e arrives at
+  // 5,500, during a's restart: a has held 8 GPUs for ~5,500 s (restarts count: LAS orders by
+  // GPU time held), still level 2, so it is evicted again; e runs 5,500..5,510.
   std::vector<TraceJob> jobs = {J("a", 0, 100000, 4, 2), J("c", 5000, 10, 1), J("e", 5500, 10, 1)};
   auto config = ReplayBaselineConfig("las");
   ASSERT_TRUE(config.ok());
@@ -114,11 +154,11 @@ TEST(Replay, AnEvictionDuringARestartKeepsNoProgress) {
   auto r = RunReplay(TwoNodes(), jobs, *config, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->jobs[0].preemptions, 2);
-  EXPECT_EQ(r->jobs[2].start, 5501);
-  // a restarts at 5,511 with 95,000 s of work left, after another 1,000 s of restart.
-  EXPECT_EQ(r->jobs[0].finish, 5511 + 1000 + 95000);
-  // Restarting: 5,011..5,500 (cut short) and 5,511..6,511, 8 GPUs each time.
-  EXPECT_EQ(r->restart_gpu_milli_seconds, (489 + 1000) * 8000);
+  EXPECT_EQ(r->jobs[2].start, 5500);
+  // a restarts at 5,510 with 95,000 s of work left, after another 1,000 s of restart.
+  EXPECT_EQ(r->jobs[0].finish, 5510 + 1000 + 95000);
+  // Restarting: 5,010..5,500 (cut short) and 5,510..6,510, 8 GPUs each time.
+  EXPECT_EQ(r->restart_gpu_milli_seconds, (490 + 1000) * 8000);
 }
 
 TEST(Replay, InfeasibleJobsAreDroppedAndCounted) {

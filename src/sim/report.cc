@@ -274,6 +274,8 @@ Json FgdReportToJson(const FgdReport& r) {
   j["pods"] = r.pods_file;
   j["loadPercent"] = r.load_percent;
   j["exactOrder"] = r.exact_order;
+  j["arrivalOrderFile"] = r.arrival_order_file.empty() ? Json(nullptr) : Json(r.arrival_order_file);
+  j["nodeOrderFile"] = r.node_order_file.empty() ? Json(nullptr) : Json(r.node_order_file);
   j["totalGpus"] = r.total_gpus;
   j["metric"] =
       "unallocated GPU % = 100 - allocated GPU % at the given arrived GPU load (FGD-PROTOCOL.md "
@@ -328,12 +330,27 @@ std::string FgdReportHtml(const FgdReport& r) {
   s << "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>tessera sim fgd</title>" << kStyle
     << "</head><body>";
   s << "<h1>FGD protocol: unallocated GPUs as load arrives</h1>";
+  // What was run: each of the two random inputs (arrival order, node tie-break names) came
+  // either from a file or from Tessera's seeded Rng; say which, by name.
+  std::string seeds;
+  if (!r.policies.empty())
+    for (const FgdSeedResult& sd : r.policies.front().seeds)
+      seeds += (seeds.empty() ? "" : ", ") + std::to_string(sd.seed);
+  const std::string rng = "Tessera's seeded Rng (seed" +
+                          std::string(seeds.find(',') == std::string::npos ? " " : "s ") + seeds +
+                          "; not Go's math/rand)";
   s << "<p class=\"note\">nodes " << Escape(r.nodes_file) << " (" << r.total_gpus << " GPUs), pods "
-    << Escape(r.pods_file) << ", inflated to " << r.load_percent
-    << " % of GPU capacity, arrival only, failed pods dropped. "
-    << (r.exact_order ? "Arrival order and node tie-break names from the paper's seed-42 files."
-                      : "Workload sampled with Tessera's seeded Rng (not Go's math/rand).")
-    << "</p>";
+    << Escape(r.pods_file) << ", arrival only, failed pods dropped. ";
+  if (!r.arrival_order_file.empty())
+    s << "Arrival order from " << Escape(r.arrival_order_file) << " (" << r.load_percent
+      << " % of GPU capacity arrives).";
+  else
+    s << "Pods shuffled and cloned to " << r.load_percent << " % of GPU capacity by " << rng << ".";
+  if (!r.node_order_file.empty())
+    s << " Node tie-break names from " << Escape(r.node_order_file) << ".";
+  else
+    s << " Node tie-break names permuted by " << rng << ".";
+  s << "</p>";
   s << "<table><tr><th>policy</th><th>seeds</th><th>unallocated GPU % at 100 % load (median)</th>"
        "<th>min</th><th>max</th><th>failed pods (median)</th></tr>";
   for (const FgdPolicyResult& p : r.policies) {
@@ -470,14 +487,23 @@ std::string ReplaySummaryCsv(const ReplayReport& r) {
   return s.str();
 }
 
+std::string GpuCount(int64_t milli) {
+  std::string out = std::to_string(milli / 1000);
+  int64_t frac = milli % 1000;
+  if (frac == 0) return out;
+  std::string digits = std::to_string(1000 + frac).substr(1);  // 500 -> "500", 5 -> "005"
+  while (digits.back() == '0') digits.pop_back();
+  return out + "." + digits;
+}
+
 std::string ReplayJobsCsv(const ReplayRun& run) {
   std::ostringstream s;
   s << "job,queue,gpus,submit,start,finish,duration,wait,jct,preemptions,outcome,pending\n";
   for (const JobRecord& j : run.result.jobs) {
-    s << j.id << "," << j.queue << "," << j.gpus << "," << j.submit << "," << j.start << ","
-      << j.finish << "," << j.duration << "," << (j.start >= 0 ? j.start - j.submit : -1) << ","
-      << (j.finish >= 0 ? j.finish - j.submit : -1) << "," << j.preemptions << "," << j.outcome
-      << "," << j.pending << "\n";
+    s << j.id << "," << j.queue << "," << GpuCount(j.gpu_milli) << "," << j.submit << "," << j.start
+      << "," << j.finish << "," << j.duration << "," << (j.start >= 0 ? j.start - j.submit : -1)
+      << "," << (j.finish >= 0 ? j.finish - j.submit : -1) << "," << j.preemptions << ","
+      << j.outcome << "," << j.pending << "\n";
   }
   return s.str();
 }
@@ -525,15 +551,17 @@ std::string ReplayReportHtml(const ReplayReport& r) {
                           ? 0
                           : static_cast<double>(r.runs.front().result.series.front().time);
     std::vector<Line> alloc, pend, jct, wait;
-    // Time in days, or in hours for a replay shorter than two days.
+    // The time axis in the unit of the span, as Duration() words a time: seconds under two
+    // minutes, minutes under two hours, hours under two days, else days.
     double span = 0;
     for (const ReplayRun& run : r.runs)
       if (!run.result.series.empty())
         span = std::max(span, static_cast<double>(run.result.series.back().time) - t0);
-    const bool hours = span < 2 * 86400.0;
-    const double unit = hours ? 3600.0 : 86400.0;
-    const std::string time_label =
-        std::string(hours ? "hours" : "days") + " since the first submission";
+    const auto [unit, unit_name] = span < 120      ? std::pair{1.0, "seconds"}
+                                   : span < 7200   ? std::pair{60.0, "minutes"}
+                                   : span < 172800 ? std::pair{3600.0, "hours"}
+                                                   : std::pair{86400.0, "days"};
+    const std::string time_label = std::string(unit_name) + " since the first submission";
     for (const ReplayRun& run : r.runs) {
       Line a{run.policy, {}, false}, p{run.policy, {}, false};
       const double cap = static_cast<double>(std::max<int64_t>(1, run.result.total_gpu_milli));

@@ -27,7 +27,10 @@ struct FgdPolicyResult {
 struct FgdReport {
   std::string nodes_file, pods_file;
   int64_t load_percent = 130;
-  bool exact_order = false;  // --arrival-order/--node-order given
+  bool exact_order = false;  // --arrival-order given (the workload is the file's, not sampled)
+  // The files the arrival order and the node tie-break names came from (--arrival-order,
+  // --node-order, file names only); "" when the seeded Rng drew them.
+  std::string arrival_order_file, node_order_file;
   int64_t total_gpus = 0;
   std::vector<FgdPolicyResult> policies;
 };
@@ -52,6 +55,8 @@ struct ReplayReport {
 Json ReplayReportToJson(const ReplayReport& r);
 std::string ReplaySummaryCsv(const ReplayReport& r);  // one row per policy
 std::string ReplayJobsCsv(const ReplayRun& run);      // one row per job
+// GPU milli as a GPU count with the decimals it needs: 500 -> "0.5", 8000 -> "8".
+std::string GpuCount(int64_t milli);
 std::string ReplayReportHtml(const ReplayReport& r);
 
 // A number with exactly `decimals` decimals ("4.86"), the one formatting every report uses.

@@ -107,6 +107,8 @@ class Csv {
     return csv;
   }
   size_t size() const { return rows_.size(); }
+  bool Has(const std::string& col) const { return col_.count(col) > 0; }
+  int64_t Line(size_t row) const { return lines_[row]; }
   // An absent optional column reads as empty.
   std::string_view Cell(size_t row, const std::string& col) const {
     auto it = col_.find(col);
@@ -280,6 +282,7 @@ StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path) {
     OpenbPod p;
     int64_t num_gpu = 0, gpu_milli = 0;
     p.name = csv->Cell(i, "name");
+    p.line = csv->Line(i);
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "cpu_milli", p.cpu_milli));
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "memory_mib", p.memory_mib));
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "num_gpu", num_gpu));
@@ -327,17 +330,29 @@ StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path) {
   return out;
 }
 
-StatusOr<std::vector<std::string>> LoadArrivalOrder(const std::string& path) {
+StatusOr<std::vector<ArrivalOrderEntry>> LoadArrivalOrder(const std::string& path) {
   auto csv = Csv::Load(path, {"idx", "name"});
   if (!csv.ok()) return csv.status();
-  std::vector<std::string> out;
+  std::vector<ArrivalOrderEntry> out;
+  out.reserve(csv->size());
   for (size_t i = 0; i < csv->size(); ++i) {
     int64_t idx = 0;
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "idx", idx));
     if (idx != static_cast<int64_t>(i))
       return InvalidArgument(csv->Where(i, "idx") + ": expected " + std::to_string(i) + ", got " +
                              std::to_string(idx));
-    out.emplace_back(csv->Cell(i, "name"));
+    ArrivalOrderEntry e;
+    e.name = csv->Cell(i, "name");
+    e.where = BaseName(path) + ":" + std::to_string(csv->Line(i));
+    for (auto [col, field] : {std::pair{"cpu_milli", &e.cpu_milli},
+                              {"num_gpu", &e.num_gpu},
+                              {"gpu_milli", &e.gpu_milli}}) {
+      if (!csv->Has(col)) continue;
+      int64_t v = 0;
+      TESSERA_RETURN_IF_ERROR(csv->Int(i, col, v));
+      *field = v;
+    }
+    out.push_back(std::move(e));
   }
   return out;
 }
@@ -363,6 +378,7 @@ StatusOr<std::vector<TraceJob>> LoadPhilly(const std::string& path) {
     char id[32];
     std::snprintf(id, sizeof id, "philly-%05zu", i);
     j.id = id;
+    j.line = csv->Line(i);
     if (!ParseTimestamp(csv->Cell(i, "timestamp"), j.submit))
       return InvalidArgument(csv->Where(i, "timestamp") + ": expected YYYY-MM-DD HH:MM:SS, got \"" +
                              std::string(csv->Cell(i, "timestamp")) + "\"");
@@ -391,6 +407,7 @@ StatusOr<std::vector<TraceJob>> LoadTiresias(const std::string& path) {
     TraceJob j;
     int64_t gpus = 0;
     j.id = "tiresias-" + std::string(csv->Cell(i, "job_id"));
+    j.line = csv->Line(i);
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "num_gpu", gpus));
     TESSERA_RETURN_IF_ERROR(csv->Seconds(i, "submit_time", j.submit));
     TESSERA_RETURN_IF_ERROR(csv->Seconds(i, "duration", j.duration));
@@ -445,10 +462,12 @@ StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOption
     }
     TraceJob j;
     j.id = "swf-" + std::to_string(f[0]);
+    j.line = line_no;
     j.submit = f[1];
     j.duration = f[3];
     // Total GPUs = processors, as Philly: 12 -> 2 x 6 (a ceil split would ask 16).
     SplitGang(procs, j, std::max(options.max_gpus_per_task, 1));
+    // -1 is SWF's "unknown": such jobs go to the cluster's default queue, not to a "q-1".
     j.queue = f[14] >= 0 ? "q" + std::to_string(f[14]) : "default";
     out.push_back(std::move(j));
   }
@@ -471,6 +490,7 @@ std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods, TraceSk
     }
     TraceJob j;
     j.id = p.name;
+    j.line = p.line;
     j.submit = *p.creation_time;
     j.duration = *p.deletion_time - *p.creation_time;
     j.tasks = 1;
@@ -493,18 +513,64 @@ void FitTasksToNodes(std::vector<TraceJob>& jobs, int32_t max_gpus_per_node) {
       SplitGang(int64_t{j.tasks} * j.gpus_per_task, j, max_gpus_per_node);
 }
 
+namespace {
+
+constexpr const char* kFormats =
+    "philly (philly*.csv, or a header with timestamp,duration,num_gpus,cluster), openb "
+    "(openb_pod_list*.csv, or name,cpu_milli,memory_mib,num_gpu,gpu_milli), tiresias "
+    "(job_id,num_gpu,submit_time,duration), swf (*.swf, *.swf.gz, or lines of 18 numbers)";
+
+// --format auto: the file name, else the first line that is not empty (a CSV header, or SWF's
+// ';' comments and 18 numeric fields). "" when neither tells.
+StatusOr<std::string> DetectFormat(const std::string& path) {
+  const std::string base = BaseName(path);
+  if (base.find("philly") != std::string::npos) return std::string("philly");
+  if (base.find(".swf") != std::string::npos) return std::string("swf");
+  if (base.find("openb_pod_list") != std::string::npos) return std::string("openb");
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  std::istringstream in(*text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    if (line[first] == ';') return std::string("swf");
+    std::vector<std::string_view> cols = Split(line, ',');
+    auto has = [&](std::initializer_list<std::string_view> want) {
+      for (std::string_view w : want)
+        if (std::find(cols.begin(), cols.end(), w) == cols.end()) return false;
+      return true;
+    };
+    if (has({"job_id", "num_gpu", "submit_time", "duration"})) return std::string("tiresias");
+    if (has({"timestamp", "duration", "num_gpus", "cluster"})) return std::string("philly");
+    if (has({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}))
+      return std::string("openb");
+    std::istringstream fields(line);
+    std::string tok;
+    int n = 0;
+    int64_t v = 0;
+    while (fields >> tok && ParseSwfField(tok, false, false, v)) ++n;
+    if (n >= 18 && !(fields >> tok)) return std::string("swf");
+    break;
+  }
+  return std::string();
+}
+
+}  // namespace
+
 StatusOr<LoadedTrace> LoadTrace(const std::string& path, const std::string& format) {
   std::string f = format;
   const std::string base = BaseName(path);
   if (f == "auto") {
-    if (base.find("philly") != std::string::npos)
-      f = "philly";
-    else if (base.find(".swf") != std::string::npos)
-      f = "swf";
-    else if (base.find("openb_pod_list") != std::string::npos)
-      f = "openb";
-    else
-      f = "tiresias";
+    auto detected = DetectFormat(path);
+    if (!detected.ok()) return detected.status();
+    if (detected->empty())
+      return InvalidArgument(base +
+                             ": cannot tell the trace format from the file name or the first "
+                             "line; understood: " +
+                             kFormats + "; or name it with --format");
+    f = *detected;
   }
   LoadedTrace out;
   StatusOr<std::vector<TraceJob>> jobs = InvalidArgument("");
@@ -524,6 +590,16 @@ StatusOr<LoadedTrace> LoadTrace(const std::string& path, const std::string& form
   }
   if (!jobs.ok()) return jobs.status();
   out.jobs = std::move(*jobs);
+  // One id, one job: a second one would replace the first in the replay's books.
+  std::map<std::string, int64_t> first_line;
+  for (const TraceJob& j : out.jobs) {
+    auto [it, fresh] = first_line.emplace(j.id, j.line);
+    if (!fresh) {
+      const auto [a, b] = std::minmax(it->second, j.line);
+      return InvalidArgument(base + ":" + std::to_string(b) + ": job id \"" + j.id +
+                             "\" is given twice (first at line " + std::to_string(a) + ")");
+    }
+  }
   const int64_t skipped = out.skipped.total();
   if (out.jobs.empty() && skipped > 0) {
     if (f == "openb" && out.skipped.by_reason.count(kNoPodTimes) == 1 &&

@@ -40,14 +40,23 @@ struct OpenbPod {
   std::optional<int64_t> creation_time;  // seconds from trace start; nullopt when empty
   std::optional<int64_t> deletion_time;
   std::optional<int64_t> scheduled_time;
+  int64_t line = 0;  // the row's line in the file
 };
 
 StatusOr<std::vector<OpenbNode>> LoadOpenbNodes(const std::string& path);
 StatusOr<std::vector<OpenbPod>> LoadOpenbPods(const std::string& path);
 
 // fgd-seed42/*_arrival_order.csv (idx,name,cpu_milli,num_gpu,gpu_milli): the pod names in
-// arrival order; clones are "<original>-tuned-<i>".
-StatusOr<std::vector<std::string>> LoadArrivalOrder(const std::string& path);
+// arrival order; clones are "<original>-tuned-<i>". The request columns, when the file has
+// them, are a copy of the pod list's (the protocol takes requests from the pod list only):
+// BuildFgdWorkload refuses a row that disagrees, which means the order was derived from
+// another pod list.
+struct ArrivalOrderEntry {
+  std::string name;
+  std::string where;  // "file.csv:12", for errors
+  std::optional<int64_t> cpu_milli, num_gpu, gpu_milli;
+};
+StatusOr<std::vector<ArrivalOrderEntry>> LoadArrivalOrder(const std::string& path);
 // fgd-seed42/*_node_prefix.csv (sn,sim_name): node name -> permuted tie-break name.
 StatusOr<std::map<std::string, std::string>> LoadNodePrefix(const std::string& path);
 
@@ -65,6 +74,7 @@ struct TraceJob {
   int64_t cpu_milli = 0;     // per task; 0 = not given by the trace
   int64_t memory_mib = 0;    // per task; 0 = not given by the trace
   std::vector<std::string> models;
+  int64_t line = 0;  // the record's line in the trace file (0: not from a file)
 };
 
 // philly/philly.csv: timestamp,duration,num_gpus,gpu_time,cluster. Sorted by submit time
@@ -107,9 +117,11 @@ struct LoadedTrace {
   std::vector<TraceJob> jobs;
   TraceSkips skipped;
 };
-// Loads by file name: philly*.csv, *.swf / *.swf.gz, openb_pod_list*.csv, else Tiresias.
-// A trace whose every record is skipped is an error saying why (a replay of nothing would
-// look like a success).
+// Loads by file name (philly*.csv, *.swf / *.swf.gz, openb_pod_list*.csv), else by the first
+// line (a known CSV header, or 18 SWF fields); a file neither tells is an error naming it and
+// the formats understood. A trace whose every record is skipped is an error saying why (a
+// replay of nothing would look like a success); so is a job id given twice (file, line, id).
+// A trace with no record at all loads as no jobs: the caller warns.
 StatusOr<LoadedTrace> LoadTrace(const std::string& path, const std::string& format = "auto");
 
 // Where the shared traces live: $TESSERA_TRACES, else $TESSERA_SOURCE_DIR/../shared/traces,

@@ -124,7 +124,58 @@ TEST(Traces, TiresiasAndSwf) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_EQ(s->size(), 2u);  // the zero-runtime job is skipped
   EXPECT_EQ((*s)[0].tasks, 16);
+  EXPECT_EQ((*s)[0].queue, "default");  // queue -1, SWF's "unknown" (docs/simulator.md)
   EXPECT_EQ((*s)[1].queue, "q1");
+  EXPECT_EQ((*s)[1].line, 4);
+}
+
+// A job id twice is an error naming the file, the line and the id (the replay keyed its
+// books by id: the second job replaced the first, or the run failed with "already exists"
+// and no line).
+TEST(Traces, DuplicateJobIdsAreAnError) {
+  const std::string header = "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n";
+  auto t = LoadTrace(WriteTemp("dup.csv", header + "7,1,0,1,x,10,1\n8,1,5,1,x,10,1\n"
+                                                   "7,2,500,1,x,10,1\n"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "dup.csv:4: job id \"tiresias-7\" is given twice (first at line 2)");
+  const std::string pods =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+      "deletion_time,scheduled_time\n";
+  t = LoadTrace(WriteTemp("openb_pod_list_dup.csv", pods + "p,1,1,0,0,,LS,Running,9,20,9\n"
+                                                           "p,1,1,0,0,,LS,Running,3,20,3\n"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "openb_pod_list_dup.csv:3: job id \"p\" is given twice (first at line 2)");
+  // An empty trace loads as no jobs (the command warns).
+  t = LoadTrace(WriteTemp("none.csv", header));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(t->jobs.empty());
+}
+
+// --format auto reads the file name, else the first line; a file neither tells is an error
+// that names it and the formats understood (it used to be read as Tiresias: "missing column
+// job_id").
+TEST(Traces, FormatDetectionNamesTheFileAndTheFormats) {
+  auto philly = LoadTrace(WriteTemp("jobs.csv",
+                                    "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                                    "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"));
+  ASSERT_TRUE(philly.ok()) << philly.status().ToString();
+  EXPECT_EQ(philly->jobs[0].queue, "vc-11cb48");
+  const std::string tail = " -1 -1 -1 -1 -1 -1 1 1 1 -1 -1 -1 -1\n";
+  auto swf = LoadTrace(WriteTemp("log.txt", "1 0 -1 50 4" + tail));
+  ASSERT_TRUE(swf.ok()) << swf.status().ToString();
+  EXPECT_EQ(swf->jobs[0].id, "swf-1");
+  auto tiresias = LoadTrace(WriteTemp("t.csv", "job_id,num_gpu,submit_time,duration\n1,2,0,9\n"));
+  ASSERT_TRUE(tiresias.ok()) << tiresias.status().ToString();
+  for (const char* text : {"a,b,c\n1,2,3\n", "", "1 2 3\n"}) {
+    auto t = LoadTrace(WriteTemp("weird.csv", text));
+    ASSERT_FALSE(t.ok()) << text;
+    const std::string m(t.status().message());
+    EXPECT_EQ(m.rfind("weird.csv: cannot tell the trace format", 0), 0u) << m;
+    for (const char* f : {"philly (", "openb (", "tiresias (", "swf (", "--format"})
+      EXPECT_NE(m.find(f), std::string::npos) << f << " in " << m;
+  }
 }
 
 // Processors become exactly that many GPUs, split as Philly's GPUs are.
