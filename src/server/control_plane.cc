@@ -1159,7 +1159,8 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
     if (n.cordoned) o["unschedulable"] = true;
     o["ready"] = n.node.ready;
     o["epoch"] = n.epoch;
-    o["lastHeartbeat"] = n.last_heartbeat;
+    // Not the restart's stand-in: nobody has heard from the node since then.
+    if (n.heard_since_start) o["lastHeartbeat"] = n.last_heartbeat;
     o["agentVersion"] = n.agent_version;
     int64_t used = 0;
     Json allocs = Json::array();
@@ -1731,6 +1732,7 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   if (!logs_url.empty()) n.logs_url = logs_url;
   n.lease_seconds = lease;
   n.last_heartbeat = Now();
+  n.heard_since_start = true;
   if (new_boot) {
     n.epoch += 1;
     n.boot_id = boot;
@@ -1798,6 +1800,7 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                               std::to_string(n.epoch) + "): register again");
   std::vector<store::Op> ops;
   n.last_heartbeat = Now();
+  n.heard_since_start = true;
   if (!n.node.ready) {
     n.node.ready = true;
     ops.push_back(NodeOp(n));

@@ -143,7 +143,10 @@ struct NodeRecord {
   std::string logs_url;
   std::string agent_version;
   int64_t lease_seconds = -1;  // the agent's self-fencing lease; -1: its default, 0: none
+  // When the node last answered; after a server restart, the restart (a full grace period
+  // before NotReady, and a conservative fence) until it first answers again.
   int64_t last_heartbeat = 0;
+  bool heard_since_start = false;  // last_heartbeat is a real heartbeat (what views show)
 };
 
 struct AuditRecord {

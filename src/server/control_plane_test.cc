@@ -1409,8 +1409,12 @@ TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   ASSERT_TRUE(cp_->RunCycle().ok());
   EXPECT_EQ(State("gang"), "Pending") << "the lost task may still be running";
   Reopen();
+  // Nobody has heard from the nodes since the restart: no heartbeat time is made up.
+  EXPECT_FALSE(cp_->ListNodes(kAdmin)["items"][1].contains("lastHeartbeat"))
+      << cp_->ListNodes(kAdmin);
   clock_.now += 20;  // 51 s after node-a's last heartbeat
   eb = Epoch("node-b");
+  EXPECT_EQ(cp_->ListNodes(kAdmin)["items"][1]["lastHeartbeat"], clock_.now.load());
   ASSERT_TRUE(cp_->RunCycle().ok());
   EXPECT_EQ(State("gang"), "Pending") << "the fence is durable";
   clock_.now += 2;
