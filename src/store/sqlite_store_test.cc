@@ -158,9 +158,8 @@ TEST(SqliteStore, TheWalIsCheckpointedWhileServingAndOnClose) {
     for (int i = 0; i < 500 && std::filesystem::file_size(db) < 3000u * 2000; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_GE(std::filesystem::file_size(db), 3000u * 2000) << "checkpointed while serving";
-    // Reused: it never held everything. (How much less depends on how often the checkpoint
-    // thread got a CPU while the writes went on: on a loaded machine, not much.)
-    EXPECT_LT(std::filesystem::file_size(wal), 3000u * 2000) << "the WAL is reused";
+    // (How far the WAL grew meanwhile is not checked: it depends on how often the checkpoint
+    // thread got a CPU while the writes went on, and on a loaded machine it may get none.)
   }
   EXPECT_FALSE(std::filesystem::exists(wal) && std::filesystem::file_size(wal) > 0)
       << "closing checkpoints the rest";
