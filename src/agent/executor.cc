@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/read_file.h"
+#include "common/write_file.h"
 
 extern char** environ;
 
@@ -34,22 +35,6 @@ bool WriteFile(const std::string& path, const std::string& data) {
   if (!out) return false;
   out << data;
   return static_cast<bool>(out.flush());
-}
-
-// O_CLOEXEC: a descriptor open for writing that a concurrent fork inherits would make
-// executing the file fail with ETXTBSY.
-bool WriteExecutable(const std::string& path, const std::string& data) {
-  ::unlink(path.c_str());
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
-  if (fd < 0) return false;
-  bool ok = true;
-  for (size_t done = 0; ok && done < data.size();) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  return ::close(fd) == 0 && ok;
 }
 
 bool WriteFileAtomic(const std::string& path, const std::string& data) {
@@ -300,8 +285,7 @@ Status Executor::Start(const TaskSpec& spec) {
   if (!spec.script.empty()) {
     // Executed as a file, so that the kernel honours its #! line, as slurmd does.
     exe = dir + "/script";
-    if (!WriteExecutable(exe, spec.script))
-      return fail("cannot write the batch script to " + exe + ": " + std::strerror(errno));
+    if (Status st = WriteFileWhole(exe, spec.script, 0755); !st.ok()) return fail(st.message());
     args.insert(args.begin(), exe);
   } else {
     exe = ResolveExecutable(spec.command[0], spec.env);

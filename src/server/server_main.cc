@@ -12,24 +12,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/write_file.h"
 #include "server/api.h"
 #include "server/hooks.h"
 
 namespace tessera::server {
 namespace {
 
+// Whole or not at all: a full disk must not leave an empty token or URL file behind (the
+// next start would take the empty file for the token).
 Status WriteSecret(const std::string& path, const std::string& value) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Unavailable("cannot write " + tmp);
-    out << value << "\n";
-  }
-  ::chmod(tmp.c_str(), 0600);
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Unavailable("cannot write " + path + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileWhole(path, value + "\n", 0600);
 }
 
 std::string ReadFile(const std::string& path) {

@@ -1,0 +1,18 @@
+// WriteFileWhole: a small file (a token, a URL, a batch script) replaced whole or not at all.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/status.h"
+
+namespace tessera {
+
+// Writes `data` to PATH.tmp (mode `mode`), syncs it and renames it over `path`, so that a
+// full disk or a crash leaves the old file or the new one, never an empty or cut one. The
+// descriptor is close-on-exec: a concurrent fork cannot keep it open for writing, which would
+// make executing the file fail with ETXTBSY. Unavailable "cannot write PATH: <errno text>".
+Status WriteFileWhole(const std::string& path, const std::string& data, mode_t mode);
+
+}  // namespace tessera
