@@ -224,6 +224,7 @@ Status ControlPlane::Load() {
     r.run_started_at = j.value(
         "runStartedAt", r.state == JobState::kPending || IsTerminal(r.state) ? -1 : r.started_at);
     r.attained_gpu_milli_seconds = j.value("attainedGpuMilliSeconds", int64_t{0});
+    r.attempt_started_at = j.value("attemptStartedAt", int64_t{-1});
     r.backoff.failures_in_a_row = j.value("failuresInARow", 0);
     r.backoff.until = j.value("backoffUntil", int64_t{0});
     for (const auto& t : j.value("taskBackoff", Json::array()))
@@ -330,6 +331,7 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
   if (j.queued_at != j.created_at) o["queuedAt"] = j.queued_at;
   if (j.run_started_at >= 0) o["runStartedAt"] = j.run_started_at;
   if (j.attained_gpu_milli_seconds) o["attainedGpuMilliSeconds"] = j.attained_gpu_milli_seconds;
+  if (j.attempt_started_at >= 0) o["attemptStartedAt"] = j.attempt_started_at;
   if (j.backoff.failures_in_a_row) o["failuresInARow"] = j.backoff.failures_in_a_row;
   if (j.backoff.until) o["backoffUntil"] = j.backoff.until;
   for (const auto& [task, c] : j.task_backoff)
@@ -1516,6 +1518,7 @@ void ControlPlane::EndAttempt(JobRecord& j) {
   for (const auto& [task, m] : task_milli) milli += m;
   j.attained_gpu_milli_seconds += std::max<int64_t>(0, Now() - j.run_started_at) * milli;
   j.run_started_at = -1;
+  j.attempt_started_at = -1;
 }
 
 bool ControlPlane::MaybeFinishTermination(std::vector<store::Op>& ops, JobRecord& j) {
@@ -1851,6 +1854,7 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
         JobRecord& j = ji->second;
         j.state = JobState::kRunning;
         if (j.started_at < 0) j.started_at = Now();
+        j.attempt_started_at = Now();
         ops.push_back(JobOp(j));
         AddEvent(ops, "Normal", "Started", "job/" + j.id(),
                  "task " + std::to_string(a.task) + " running on " + node_name);
@@ -1976,11 +1980,13 @@ void ControlPlane::CheckTimers() {
     // stopped the task by now) ends.
     if (j.state == JobState::kTerminating && j.fenced_until > 0 && j.fenced_until <= now)
       MaybeFinishTermination(ops, j);
-    if (!j.spec.time_limit_seconds ||
-        (j.state != JobState::kScheduled && j.state != JobState::kRunning))
+    // Per attempt (sbatch -t): from when it first ran, as Slurm counts (time queued in a
+    // pool is not charged). Whole job (batch/v1): from its first start, requeues included.
+    const bool whole = j.spec.time_limit_whole_job;
+    if (!j.spec.time_limit_seconds || IsTerminal(j.state) || j.state == JobState::kTerminating ||
+        (j.state == JobState::kPending && !whole))
       continue;
-    const int64_t since =
-        j.spec.time_limit_whole_job && j.started_at >= 0 ? j.started_at : j.run_started_at;
+    const int64_t since = whole ? j.started_at : j.attempt_started_at;
     const int64_t limit = *j.spec.time_limit_seconds;
     if (since < 0 || now - since < limit) continue;
     Terminate(ops, j, JobState::kFailed, "DeadlineExceeded",

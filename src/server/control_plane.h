@@ -111,6 +111,9 @@ struct JobRecord {
   // The current attempt: bound at run_started_at (-1 while pending). GPU time held by the
   // earlier attempts, for least-attained-service ordering (the engine's `las`).
   int64_t run_started_at = -1;
+  // When the current attempt first ran (a task reported running; -1 before): what per-attempt
+  // time limits count from, as Slurm's --time (a job queued in a Slurm pool is not charged).
+  int64_t attempt_started_at = -1;
   int64_t attained_gpu_milli_seconds = 0;
   // Crash-loop back-off of the job (RestartJob), and of each task restarted alone
   // (RestartTask) in the current attempt: a crash-looping replica neither holds back a healthy

@@ -497,14 +497,15 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
 }
 
 // sbatch -t and activeDeadlineSeconds are limits, not only estimates: past them the job's
-// tasks are stopped and it fails (DeadlineExceeded), without a retry. -t counts from when
-// the attempt was bound; a batch/v1 Job's deadline from its first start, across restarts.
+// tasks are stopped and it fails (DeadlineExceeded), without a retry. -t counts from when the
+// attempt first ran (time queued in a pool is not charged, as in Slurm); a batch/v1 Job's
+// deadline from its first start, across restarts.
 TEST_F(ControlPlaneTest, TimeLimitsStopTheJobAndFailIt) {
   real_engine_ = true;
   Reopen();
   const int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(cp_->Submit(kAdmin,
-                          "#!/bin/bash\n#SBATCH -J limited\n#SBATCH -t 4\n"
+                          "#!/bin/bash\n#SBATCH -J limited\n#SBATCH -t 5\n"
                           "#SBATCH --requeue\nsleep 1000\n")
                   .ok());
   ASSERT_TRUE(cp_->Submit(kAdmin,
@@ -518,10 +519,14 @@ TEST_F(ControlPlaneTest, TimeLimitsStopTheJobAndFailIt) {
   const Json desired = Beat("node-a", epoch);  // (named: a temporary's items would dangle)
   for (const auto& a : desired["allocations"]) alloc[a["job"]] = a["allocation"];
   ASSERT_EQ(alloc.size(), 2u);
+  // The batch job waits in its pool's queue for a minute before it runs.
+  Beat("node-a", epoch,
+       Json::array({Task(alloc["deadline"], "running"), Task(alloc["limited"], "pending")}));
+  clock_.now += 60;
   Beat("node-a", epoch,
        Json::array({Task(alloc["deadline"], "running"), Task(alloc["limited"], "running")}));
   // batch/v1: the first pod fails after 200 s and is replaced (backoffLimit).
-  clock_.now += 200;
+  clock_.now += 140;
   Beat("node-a", epoch,
        Json::array({Task(alloc["deadline"], "failed", 1), Task(alloc["limited"], "running")}));
   clock_.now += 10;  // the crash-loop back-off
@@ -531,31 +536,36 @@ TEST_F(ControlPlaneTest, TimeLimitsStopTheJobAndFailIt) {
   for (const auto& a : next["allocations"])
     if (a["job"] == "deadline") replacement = a["allocation"];
   ASSERT_FALSE(replacement.empty());
-  clock_.now += 29;  // 239 s
-  cp_->CheckTimers();
-  EXPECT_EQ(State("limited"), "Running");
-  // -t 4 = 240 s since the attempt was bound: stopped, not requeued; Failed once its task is
-  // gone.
-  clock_.now += 1;
-  cp_->CheckTimers();
-  EXPECT_EQ(State("limited"), "Terminating");
-  EXPECT_EQ(Reasons("limited").back(), "DeadlineExceeded");
-  EXPECT_NE(Job("limited")["message"].get<std::string>().find("past its time limit of 240 s"),
-            std::string::npos)
-      << Job("limited").dump();
-  Beat("node-a", epoch, Json::array({Task(alloc["limited"], "killed", 137)}));
-  EXPECT_EQ(State("limited"), "Failed");
   // The batch/v1 deadline counts from the job's first start, through the replacement.
-  clock_.now += 59;  // 299 s
+  clock_.now += 89;  // 299 s
   cp_->CheckTimers();
   EXPECT_EQ(State("deadline"), "Running");
   clock_.now += 1;
   cp_->CheckTimers();
   EXPECT_EQ(State("deadline"), "Terminating");
   EXPECT_EQ(Reasons("deadline").back(), "DeadlineExceeded");
+  EXPECT_NE(Job("deadline")["message"].get<std::string>().find(
+                "ran 300 s since it first started, past its time limit of 300 s"),
+            std::string::npos)
+      << Job("deadline").dump();
   Beat("node-a", epoch, Json::array({Task(replacement, "killed", 137)}));
   EXPECT_EQ(State("deadline"), "Failed");
-  ASSERT_TRUE(cp_->RunCycle().ok());
+  // -t 5 = 300 s from when the batch job ran (60 s after it was bound): stopped, not
+  // requeued; Failed once its task is gone.
+  EXPECT_EQ(State("limited"), "Running");
+  clock_.now += 59;
+  cp_->CheckTimers();
+  EXPECT_EQ(State("limited"), "Running");
+  clock_.now += 1;
+  cp_->CheckTimers();
+  EXPECT_EQ(State("limited"), "Terminating");
+  EXPECT_EQ(Reasons("limited").back(), "DeadlineExceeded");
+  EXPECT_NE(Job("limited")["message"].get<std::string>().find("past its time limit of 300 s"),
+            std::string::npos)
+      << Job("limited").dump();
+  Beat("node-a", epoch, Json::array({Task(alloc["limited"], "killed", 137)}));
+  EXPECT_EQ(State("limited"), "Failed");
+  Reopen();  // and so it stays
   EXPECT_EQ(State("limited"), "Failed");
   EXPECT_EQ(State("deadline"), "Failed");
 }

@@ -79,7 +79,7 @@ struct JobSpec {
   std::optional<int64_t> ttl_seconds_after_finished;
   // A hard limit on run time (sbatch -t, activeDeadlineSeconds): past it the job's tasks are
   // stopped and it fails with DeadlineExceeded, without retries. Counted from when the
-  // current attempt was bound (sbatch, pod templates), or from the job's first start across
+  // current attempt first ran (sbatch, pod templates), or from the job's first start across
   // its retries (`time_limit_whole_job`: batch/v1 and Tessera jobs).
   std::optional<int64_t> time_limit_seconds;
   bool time_limit_whole_job = false;
