@@ -465,9 +465,7 @@ size_t ControlPlane::CompactFinishedJobs() {
     if (!ttl && options_.finished_job_ttl_seconds > 0) ttl = options_.finished_job_ttl_seconds;
     if (!ttl || now - j.finished_at < *ttl) continue;
     // A task still stopping (its node unreachable) keeps the job until the task is gone.
-    bool holding = false;
-    for (const auto& id : j.allocations) holding = holding || allocations_.at(id).HoldsDevices();
-    if (holding) continue;
+    if (StillHolding(j) != nullptr) continue;
     DeleteJobOps(j, ops);
     gone.push_back(it->first);
   }
@@ -513,11 +511,9 @@ StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& id
       return NotFound("job \"" + id + "\" not found");
     JobRecord& j = it->second;
     if (IsTerminal(j.state)) {
-      for (const auto& a : j.allocations)
-        if (allocations_.at(a).HoldsDevices())
-          return FailedPrecondition("job \"" + id + "\" has a task still stopping on node " +
-                                    allocations_.at(a).placement.node +
-                                    "; it can be deleted once the task is gone");
+      if (const Allocation* a = StillHolding(j))
+        return FailedPrecondition("job \"" + id + "\" has a task still stopping on node " +
+                                  a->placement.node + "; it can be deleted once the task is gone");
       Json out = {{"name", id}, {"state", JobStateName(j.state)}, {"deleted", true}};
       std::vector<store::Op> ops;
       DeleteJobOps(j, ops);
@@ -596,9 +592,7 @@ Status ControlPlane::Delete(const Principal& p, const std::string& kind, const s
   auto needed_by = [&](auto uses) -> std::string {
     for (const auto& [id, j] : jobs_) {
       if (!uses(j.spec.job.queue, j.spec.job.priority_class)) continue;
-      if (!IsTerminal(j.state)) return id;
-      for (const auto& a : j.allocations)
-        if (allocations_.at(a).HoldsDevices()) return id;
+      if (!IsTerminal(j.state) || StillHolding(j) != nullptr) return id;
     }
     for (const auto& [queue, pc] : inflight_)
       if (uses(queue, pc)) return "a submission in flight";
@@ -1494,6 +1488,12 @@ void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState
       next == JobState::kCancelled || next == JobState::kFailed || reason == "TaskFailed";
   AddEvent(ops, warn ? "Warning" : "Normal", reason, "job/" + j.id(), j.message);
   if (any || !MaybeFinishTermination(ops, j)) ops.push_back(JobOp(j));
+}
+
+const Allocation* ControlPlane::StillHolding(const JobRecord& j) const {
+  for (const auto& id : j.allocations)
+    if (const Allocation& a = allocations_.at(id); a.HoldsDevices()) return &a;
+  return nullptr;
 }
 
 bool ControlPlane::FenceHolds(const JobRecord& j) const {

@@ -363,6 +363,9 @@ class ControlPlane {
   // A task of the job was written off with a node that stopped answering and may still run
   // there until that node's agent stops it (its lease, then the grace period: fenced_until).
   bool FenceHolds(const JobRecord& j) const;
+  // The job's first allocation that still holds devices (a task not confirmed gone), if any:
+  // a finished job is not deleted while there is one.
+  const Allocation* StillHolding(const JobRecord& j) const;
   void EndAttempt(JobRecord& j);
   // Counts a failure that restarts the job or a task, and sets when it may be placed again;
   // returns the wait in seconds (0: at once). `ran_since`: when what failed started (-1: never
