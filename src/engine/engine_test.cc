@@ -523,6 +523,42 @@ jobs:
   EXPECT_EQ((*engine)->Cycle(**st, 0, rng).bindings.size(), 3u);
 }
 
+// The Philly thrash, small (tests/scenarios/reclaim-leaves-victim-queue-its-guarantee):
+// cycles as a host runs them, each plan applied (evicted tasks exit at once). An eviction
+// made for b3 must lead to b3 being placed, not to the victim's queue taking the capacity
+// back and reclaim evicting again every cycle.
+TEST(Engine, ReclaimEvictsOnceAndThePreemptorIsPlaced) {
+  auto doc = LoadYamlFile(
+      SourceDir() + "/tests/scenarios/reclaim-leaves-victim-queue-its-guarantee/cluster.yaml");
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  const int64_t start = (*doc)["now"].get<int64_t>();
+  doc->erase("now");
+  auto s = SnapshotFromJson(*doc);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto state = ClusterState::FromSnapshot(*s);
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  auto engine = Engine::Create(DefaultEngineConfig());
+  ASSERT_TRUE(engine.ok());
+  Rng rng(1);
+  std::vector<std::string> evicted;
+  int64_t placed_at = -1;
+  for (int cycle = 0; cycle < 6; ++cycle) {
+    const int64_t now = start + 60 * cycle;
+    Plan plan = (*engine)->Cycle(**state, now, rng);
+    for (const Eviction& e : plan.evictions) evicted.push_back(e.job);
+    for (const Binding& b : plan.bindings)
+      if (b.job == "b3" && placed_at < 0) placed_at = now;
+    ASSERT_TRUE((*state)->ApplyPlan(plan).ok());
+  }
+  EXPECT_EQ(evicted, std::vector<std::string>{"c1"});
+  EXPECT_EQ(placed_at, start + 60) << "b3 should run in the cycle after its victim exits";
+  for (const char* id : {"a1", "a2", "b3"}) {
+    auto j = (*state)->FindJob(id);
+    ASSERT_TRUE(j.has_value()) << id;
+    EXPECT_EQ(j->RunningTasks(), 1) << id;
+  }
+}
+
 TEST(Engine, UnknownQueueIsAnErrorDecision) {
   auto doc = ParseYaml(R"(
 nodes: [{name: a, cpu: 4, memory: 8Gi}]

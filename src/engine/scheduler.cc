@@ -45,6 +45,23 @@ bool AboveGuarantee(const ResourceVector& used, const ResourceVector& g) {
          (g.memory_bytes && used.memory_bytes > g.memory_bytes);
 }
 
+// Whether reclaim may take `unit` from a queue that uses `used`: the queue is above its
+// guarantee and the eviction leaves it at or above every guaranteed component it is not
+// already below (Volcano's proportion: deserved <= allocated - reclaimee). Reclaim takes
+// back what a queue borrowed, never part of its guarantee: a queue pushed below it would,
+// under `proportion`, be served before the reclaiming queue in the next cycle, take the
+// freed capacity straight back, and be reclaimed from again, cycle after cycle.
+bool MayReclaim(const ResourceVector& used, const ResourceVector& unit, const ResourceVector& g) {
+  if (!AboveGuarantee(used, g)) return false;
+  const ResourceVector after = used - unit;
+  auto keeps = [](int64_t before, int64_t left, int64_t guaranteed) {
+    return guaranteed == 0 || before < guaranteed || left >= guaranteed;
+  };
+  return keeps(used.cpu_milli, after.cpu_milli, g.cpu_milli) &&
+         keeps(used.memory_bytes, after.memory_bytes, g.memory_bytes) &&
+         keeps(used.gpu_milli, after.gpu_milli, g.gpu_milli);
+}
+
 enum class JState { kAdmitted, kPlaced, kFailed, kWaiting, kError, kInfeasible };
 
 // Why a placement failed, gathered for the pending reason.
@@ -1509,9 +1526,12 @@ void CycleRun::EvictFor(bool reclaim) {
       if (units.size() > 512) break;  // bound the search; documented
     }
     if (units.empty()) continue;
-    auto over_guarantee = [&](const JobRec* j) {
-      const QueueRec& q = m_.queues[j->queue];
-      return AboveGuarantee(q.allocated, q.q.guarantee);
+    // Checked against the queue as the units chosen so far leave it.
+    auto reclaimable = [&](const Unit& unit) {
+      const QueueRec& q = m_.queues[unit.job->queue];
+      ResourceVector v;
+      for (int32_t t : unit.tasks) v += AllocationVector(*unit.job->allocations[t]);
+      return MayReclaim(q.allocated, v, q.q.guarantee);
     };
     // Fits(S): would the preemptor fit with the units in S gone?
     auto fits = [&](const std::vector<size_t>& set) {
@@ -1527,8 +1547,8 @@ void CycleRun::EvictFor(bool reclaim) {
     {
       size_t mark = m_.undo.size();
       for (size_t u = 0; u < units.size(); ++u) {
-        if (reclaim && !over_guarantee(units[u].job)) continue;
         if (!units[u].job->allocations[units[u].tasks[0]]) continue;
+        if (reclaim && !reclaimable(units[u])) continue;
         for (int32_t t : units[u].tasks) (void)m_.ReleaseTask(*units[u].job, t);
         chosen.push_back(u);
         size_t inner = m_.undo.size();
