@@ -1480,12 +1480,16 @@ void CycleRun::EvictFor(bool reclaim) {
     if (!reclaim && min_priority >= pjob.priority && !(pre_rank && max_rank > *pre_rank)) continue;
     std::vector<const Running*> vjobs;
     int64_t victim_gpu = 0;
+    std::map<int32_t, int64_t> reclaim_gpu;  // reclaim: candidates' GPUs per queue
     for (const Running& r : running) {
       JobRec& j = *r.job;
       if (&j == &pre) continue;
       if (reclaim) {
-        if (j.queue == pre.queue || !m_.queues[j.queue].q.reclaimable) continue;
+        const QueueRec& q = m_.queues[j.queue];
+        if (j.queue == pre.queue || !q.q.reclaimable) continue;
         // Only from queues above their guarantee (checked again per unit below).
+        if (!AboveGuarantee(q.allocated, q.q.guarantee)) continue;
+        reclaim_gpu[j.queue] += j.allocated.gpu_milli;
       } else {
         bool by_priority = j.queue == pre.queue && j.spec->priority < pjob.priority;
         bool by_rank = pre_rank && r.rank && *r.rank > *pre_rank &&
@@ -1499,6 +1503,15 @@ void CycleRun::EvictFor(bool reclaim) {
       vjobs.push_back(&r);
       victim_gpu += j.allocated.gpu_milli;
     }
+    // Reclaim takes no more GPUs from a queue than it holds above its guarantee (MayReclaim).
+    if (reclaim) {
+      victim_gpu = 0;
+      for (const auto& [queue, gpu] : reclaim_gpu) {
+        const QueueRec& q = m_.queues[queue];
+        const int64_t used = q.allocated.gpu_milli, g = q.q.guarantee.gpu_milli;
+        victim_gpu += std::min(gpu, g == 0 || used < g ? used : used - g);
+      }
+    }
     // Cheap check: not even every candidate's GPUs plus the free ones would hold it.
     if (need.gpu_milli > free_gpu + victim_gpu) continue;
     std::sort(vjobs.begin(), vjobs.end(), [](const Running* x, const Running* y) {
@@ -1511,7 +1524,18 @@ void CycleRun::EvictFor(bool reclaim) {
       if (sa != sb) return sa > sb;  // youngest first
       return a.id < b.id;
     });
+    // Checked against the queue as the units chosen so far leave it (which only lowers it: a
+    // unit that may not go alone may not go after others either, and is left out at once).
+    auto reclaimable = [&](const Unit& unit) {
+      const QueueRec& q = m_.queues[unit.job->queue];
+      ResourceVector v;
+      for (int32_t t : unit.tasks) v += AllocationVector(*unit.job->allocations[t]);
+      return MayReclaim(q.allocated, v, q.q.guarantee);
+    };
     std::vector<Unit> units;
+    auto add_unit = [&](Unit u) {
+      if (!reclaim || reclaimable(u)) units.push_back(std::move(u));
+    };
     for (const Running* r : vjobs) {
       JobRec* j = r->job;
       std::vector<int32_t> run;
@@ -1519,20 +1543,13 @@ void CycleRun::EvictFor(bool reclaim) {
         if (j->allocations[t]) run.push_back(t);
       int32_t extra = static_cast<int32_t>(run.size()) - j->spec->GangMinimum();
       for (int32_t k = 0; k < extra; ++k) {
-        units.push_back({j, {run.back()}, false});
+        add_unit({j, {run.back()}, false});
         run.pop_back();
       }
-      if (!run.empty()) units.push_back({j, run, true});
+      if (!run.empty()) add_unit({j, run, true});
       if (units.size() > 512) break;  // bound the search; documented
     }
     if (units.empty()) continue;
-    // Checked against the queue as the units chosen so far leave it.
-    auto reclaimable = [&](const Unit& unit) {
-      const QueueRec& q = m_.queues[unit.job->queue];
-      ResourceVector v;
-      for (int32_t t : unit.tasks) v += AllocationVector(*unit.job->allocations[t]);
-      return MayReclaim(q.allocated, v, q.q.guarantee);
-    };
     // Fits(S): would the preemptor fit with the units in S gone?
     auto fits = [&](const std::vector<size_t>& set) {
       size_t mark = m_.undo.size();
