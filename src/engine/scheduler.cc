@@ -100,6 +100,9 @@ struct PendingJob {
   int32_t failure = -1;    // index into CycleRun::failures_ of the last failed attempt
   bool one_task_per_node = false;  // rec->spec->one_task_per_node
   bool over_limit = false;         // waits on its queue's limit (it may preempt within it)
+  // Waits for tasks to exit that were evicted for it (PreemptionInProgress): backfill holds
+  // the capacity it counted on for it (CycleRun::Backfill).
+  bool awaits_eviction = false;
 
   // The task group of `task`, and its index.
   int32_t GroupOf(int32_t task) const {
@@ -1459,6 +1462,7 @@ void CycleRun::EvictFor(bool reclaim) {
       if (soon) {
         pj->state = JState::kWaiting;
         pj->over_limit = false;
+        pj->awaits_eviction = true;
         Decision(*pj).outcome = Outcome::kWaiting;
         SetReason(*pj, {"PreemptionInProgress",
                         "waiting for " + std::to_string(stopping) +
@@ -1616,6 +1620,7 @@ void CycleRun::EvictFor(bool reclaim) {
     for (const auto& v : victim_jobs) names += (names.empty() ? "" : ", ") + v;
     pj->state = JState::kWaiting;
     pj->over_limit = false;
+    pj->awaits_eviction = true;
     Decision(*pj).outcome = Outcome::kWaiting;
     SetReason(*pj, {"PreemptionInProgress",
                     "waiting for " + std::to_string(count) + " task(s) of " + names + " to exit (" +
@@ -1635,9 +1640,14 @@ void CycleRun::Backfill() {
   for (const PendingJob* pj : seq) in_seq[pj - jobs_.data()] = 1;
   for (PendingJob* pj : order_)
     if (!in_seq[pj - jobs_.data()]) seq.push_back(pj);
+  // The head: the first job that could not be placed, or that waits for the tasks evicted
+  // for it. The latter's victims end now, and the reservation keeps what its eviction search
+  // counted on (free capacity beside the victims) from the jobs backfilled after it, as
+  // kube-scheduler's nominated node does; else it would find the free part taken once its
+  // victims are gone, and evict again, cycle after cycle.
   PendingJob* head = nullptr;
   for (PendingJob* pj : seq)
-    if (pj->state == JState::kFailed) {
+    if (pj->state == JState::kFailed || (pj->state == JState::kWaiting && pj->awaits_eviction)) {
       head = pj;
       break;
     }
@@ -1689,9 +1699,18 @@ void CycleRun::Backfill() {
         if (j->allocations[t]) (void)m_.ReleaseTask(*j, t);
     };
     bool ok = false;
-    for (const Ending& e : ends) {
-      release(e.job);
-      if (avail_gpu >= head_gpu && (ok = try_head(std::max(now_, e.end)))) break;
+    if (head->awaits_eviction) {
+      for (auto& [id, j] : m_.jobs)
+        for (int32_t t = 0; t < j.spec->TaskCount(); ++t)
+          if (j.allocations[t] && (j.spec->terminating || victims_.count({&j, t}))) {
+            avail_gpu += AllocationVector(*j.allocations[t]).gpu_milli;
+            (void)m_.ReleaseTask(j, t);
+          }
+      ok = try_head(now_);
+    }
+    for (size_t e = 0; !ok && e < ends.size(); ++e) {
+      release(ends[e].job);
+      if (avail_gpu >= head_gpu && (ok = try_head(std::max(now_, ends[e].end)))) break;
     }
     if (!ok) {
       // Unknown ends (the start time is unknown either way): release the oldest first,
@@ -1725,9 +1744,12 @@ void CycleRun::Backfill() {
       r.earliest_start = earliest;
       plan_.reservations.push_back(r);
       reserved_head_ = head;
-      reservation_note_ = " Reserved " + std::to_string(reserved.size()) + " node(s) for this job" +
-                          (earliest >= 0 ? "; earliest start at " + TimeText(earliest) + "."
-                                         : "; start time unknown.");
+      reservation_note_ =
+          head->awaits_eviction
+              ? "; " + std::to_string(reserved.size()) + " node(s) held for it meanwhile"
+              : " Reserved " + std::to_string(reserved.size()) + " node(s) for this job" +
+                    (earliest >= 0 ? "; earliest start at " + TimeText(earliest) + "."
+                                   : "; start time unknown.");
       fenced_.assign(m_.nodes.size(), false);
       for (int32_t i : reserved) fenced_[i] = true;
       fence_owner_ = head->rec->spec->id;
