@@ -1,6 +1,8 @@
 #include "agent/agent.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -172,6 +174,8 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   eo.cgroup_mount = a->opt_.cgroup_mount;
   Agent* self = a.get();
   eo.log = [self](const std::string& m) { self->Log(m); };
+  eo.lease_file = a->opt_.work_dir + "/lease";
+  eo.lease_seconds = [self] { return (self->LeaseMillis() + 999) / 1000; };
   a->executor_ = std::make_unique<Executor>(std::move(eo));
   return a;
 }
@@ -212,6 +216,7 @@ Status Agent::Start() {
   stop_ = false;
   running_ = true;
   last_ok_ms_ = SteadyMillis();
+  TouchLease();  // adopted tasks' monitors wait on it
   fenced_ = false;
   loop_thread_ = std::thread([this] { Loop(); });
   fence_thread_ = std::thread([this] { FenceLoop(); });
@@ -537,6 +542,7 @@ void Agent::Loop() {
         if (fenced_.exchange(false)) Log("server reachable again");
         SetError("");
         last_ok_ms_ = SteadyMillis();
+        TouchLease();
         backoff_ms = 200;
         next_call = SteadyClock::now() + std::chrono::milliseconds(heartbeat_ms_.load());
       } else {
@@ -551,6 +557,17 @@ void Agent::Loop() {
   }
 }
 
+int64_t Agent::LeaseMillis() const {
+  return opt_.lease_seconds >= 0 ? opt_.lease_seconds * 1000 : 10 * heartbeat_ms_.load();
+}
+
+void Agent::TouchLease() const {
+  const std::string path = opt_.work_dir + "/lease";
+  if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+}
+
 void Agent::FenceLoop() {
   while (true) {
     {
@@ -561,8 +578,7 @@ void Agent::FenceLoop() {
     // Default: 10 heartbeats (20 s), past a routine server restart, and short of the 15 after
     // which the server writes the node off (it runs the tasks elsewhere only after this
     // lease, a heartbeat and their grace period).
-    const int64_t lease_ms =
-        opt_.lease_seconds >= 0 ? opt_.lease_seconds * 1000 : 10 * heartbeat_ms_.load();
+    const int64_t lease_ms = LeaseMillis();
     const int64_t silent_ms = SteadyMillis() - last_ok_ms_.load();
     if (lease_ms > 0 && !fenced_ && silent_ms > lease_ms) {
       fenced_ = true;

@@ -109,6 +109,9 @@ class Agent {
   std::atomic<int64_t> last_ok_ms_{0};  // steady clock, of the last answered heartbeat
   std::atomic<bool> fenced_{false};
   void FenceLoop();
+  int64_t LeaseMillis() const;  // 0: no lease (--lease-seconds 0)
+  // Marks the lease kept (the task monitors read <work dir>/lease: ExecutorOptions).
+  void TouchLease() const;
   int logs_port_ = 0;
 
   std::mutex mu_;

@@ -118,6 +118,27 @@ void WriteAll(int fd, const char* s, size_t n) {
 
 void WriteStr(int fd, const char* s) { WriteAll(fd, s, std::strlen(s)); }
 
+// Async-signal-safe, for the monitor.
+int64_t MonotonicSeconds() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec;
+}
+
+// Whether the lease file was last touched over `seconds` and half a second ago: after a
+// live agent's own lease ran out (it stops its tasks itself, with its reason), and well
+// before the server's fence, a heartbeat later. A missing file is not a lapse (nobody keeps
+// one). Async-signal-safe, for the monitor.
+bool LeaseLapsed(const char* path, int64_t seconds) {
+  struct stat st {};
+  if (::stat(path, &st) != 0) return false;
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t ms =
+      (now.tv_sec - st.st_mtim.tv_sec) * 1000 + (now.tv_nsec - st.st_mtim.tv_nsec) / 1000000;
+  return ms > seconds * 1000 + 500;
+}
+
 void CloseFrom(int first, int max_fd) {
 #ifdef SYS_close_range
   if (::syscall(SYS_close_range, first, ~0U, 0) == 0) return;
@@ -369,6 +390,11 @@ Status Executor::Start(const TaskSpec& spec) {
   if (max_fd <= 0 || max_fd > 65536) max_fd = 65536;
   const char* wd = workdir.c_str();
   const char* exe_c = exe.c_str();
+  const int64_t lease = opt_.lease_seconds && !opt_.lease_file.empty() ? opt_.lease_seconds() : 0;
+  const char* lease_c = opt_.lease_file.c_str();
+  const std::string stopped_path = dir + "/stopped";
+  const char* stopped_c = stopped_path.c_str();
+  const int64_t grace = std::max<int64_t>(0, spec.grace_period_seconds);
 
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -388,6 +414,12 @@ Status Executor::Start(const TaskSpec& spec) {
     while (::read(3, &go, 1) < 0 && errno == EINTR) {
     }
     ::close(3);
+    // Blocked before the fork: the task's end is pending for sigtimedwait below even when it
+    // comes at once. (The task unblocks it.)
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    ::sigprocmask(SIG_BLOCK, &chld, nullptr);
     pid_t child = ::fork();
     if (child == 0) {
       struct sigaction dfl {};
@@ -413,7 +445,31 @@ Status Executor::Start(const TaskSpec& spec) {
     if (child < 0) {
       WriteStr(2, "tessera: fork failed\n");
     } else {
-      while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      // Wakes when the task ends, and every 250 ms to check the agent's lease file: a
+      // stale one means the agent is gone (or cut off) and nobody else will stop the task.
+      int64_t kill_at = -1;  // CLOCK_MONOTONIC seconds of the SIGKILL, once the lease lapsed
+      for (;;) {
+        const pid_t r = ::waitpid(child, &status, WNOHANG);
+        if (r == child) break;
+        if (r < 0 && errno != EINTR) {
+          status = 127 << 8;
+          break;
+        }
+        if (lease > 0 && kill_at < 0 && LeaseLapsed(lease_c, lease)) {
+          int fd = ::open(stopped_c, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+          if (fd >= 0) {
+            const char kWhy[] = "stopped: agent gone (its lease lapsed)\n";
+            WriteAll(fd, kWhy, sizeof(kWhy) - 1);
+            ::close(fd);
+          }
+          ::kill(0, grace > 0 ? SIGTERM : SIGKILL);  // the group; this monitor ignores SIGTERM
+          kill_at = MonotonicSeconds() + grace;
+        }
+        if (kill_at >= 0 && MonotonicSeconds() >= kill_at) ::kill(0, SIGKILL);  // this too
+        struct timespec tick {
+          0, 250000000
+        };
+        ::sigtimedwait(&chld, nullptr, &tick);
       }
       if (WIFSIGNALED(status)) {
         kind = "signal ";
@@ -510,6 +566,12 @@ void Executor::Finish(Proc& p, int wait_status, bool have_status) {
     how = "exited with code " + std::to_string(code);
   }
   p.st.finished_at = opt_.wall_clock();
+  // Stopped by its monitor, the agent's lease having lapsed: an eviction, not a failure.
+  if (!p.st.stopping)
+    if (std::string why = ReadFile(dir + "/stopped"); !why.empty()) {
+      p.st.stopping = true;
+      p.stop_reason = why.substr(0, why.find('\n'));
+    }
   if (p.st.stopping) {
     p.st.state = TaskState::kKilled;
     p.st.exit_code = code < 0 ? 137 : code;

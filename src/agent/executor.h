@@ -81,6 +81,12 @@ struct ExecutorOptions {
   std::string cgroup_mount;
   std::function<void(const std::string&)>
       log;  // per-task notices (limits not applied); may be null
+  // The agent's lease, kept by its task monitors too: the agent touches `lease_file` on every
+  // answer from the server, and a task's monitor stops the task (SIGTERM, its grace period,
+  // SIGKILL) once the file is older than `lease_seconds()`: so a task does not outlive a dead
+  // agent that cannot stop it, while the server runs it elsewhere. Null or <= 0: no lease.
+  std::string lease_file;
+  std::function<int64_t()> lease_seconds;
 };
 
 class Executor {

@@ -310,6 +310,49 @@ TEST_F(ExecutorTest, AStopOutlivesTheAgentThatStartedIt) {
   EXPECT_EQ(st.message, "agent shutting down: killed by signal 15 (Terminated)");
 }
 
+// A task does not outlive a dead agent: its monitor stops it once the agent's lease file has
+// not been touched for the lease (and the task's grace period), so the server may run it
+// elsewhere; the next agent reports it killed, with the reason. Touched, it runs on.
+TEST_F(ExecutorTest, ATaskStopsOnItsOwnWhenItsAgentsLeaseLapses) {
+  const std::string d = dir_.string() + "/tasks/";
+  const std::string lease = dir_.string() + "/lease";
+  std::ofstream(lease) << "";
+  ExecutorOptions o = Options();
+  o.lease_file = lease;
+  o.lease_seconds = [] { return int64_t{1}; };
+  pid_t orphan = 0;
+  {
+    Executor agent(o);
+    TaskSpec t = Shell("a-orphan", "echo $$ > pid; exec sleep 60");
+    t.grace_period_seconds = 1;
+    ASSERT_TRUE(agent.Start(t).ok());
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-orphan/pid"); }));
+    orphan = std::atoi(Slurp(d + "a-orphan/pid").c_str());
+  }  // the agent is gone; its task runs on, for now
+  ASSERT_TRUE(Running(orphan));
+  ASSERT_TRUE(WaitFor([&] { return !Running(orphan); }));  // within the lease + 0.5 s + grace
+  Executor next(o);
+  ASSERT_TRUE(next.Recover().ok());
+  const TaskStatus st = StatusOf(next, "a-orphan");
+  EXPECT_EQ(st.state, TaskState::kKilled);
+  EXPECT_EQ(st.message.rfind("stopped: agent gone (its lease lapsed)", 0), 0u) << st.message;
+  // While the lease is kept (a live agent, or the next one), tasks run on.
+  std::ofstream(lease) << "";  // the next agent touches it before it starts tasks
+  Executor live(o);
+  TaskSpec t = Shell("a-live", "echo $$ > pid; exec sleep 60");
+  t.grace_period_seconds = 1;
+  ASSERT_TRUE(live.Start(t).ok());
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-live/pid"); }));
+  const pid_t alive = std::atoi(Slurp(d + "a-live/pid").c_str());
+  for (int i = 0; i < 30; ++i) {  // 3 s, three leases
+    std::ofstream(lease) << "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(Running(alive));
+  live.StopAll("test over");
+  EXPECT_TRUE(live.WaitAll(20000));
+}
+
 TEST_F(ExecutorTest, CgroupStatusIsExplained) {
   Executor ex(Options());
   // Whatever this machine allows, the executor says what it did and why.
