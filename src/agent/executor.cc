@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -305,7 +306,8 @@ Status Executor::Start(const TaskSpec& spec) {
   std::string exe;
   if (!spec.script.empty()) {
     // Executed as a file, so that the kernel honours its #! line, as slurmd does.
-    exe = dir + "/script";
+    // Absolute: the task starts in its working directory, and the work dir may be relative.
+    exe = std::filesystem::absolute(dir + "/script").string();
     if (Status st = WriteFileWhole(exe, spec.script, 0755); !st.ok()) return fail(st.message());
     args.insert(args.begin(), exe);
   } else {

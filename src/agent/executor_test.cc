@@ -142,7 +142,9 @@ TEST_F(ExecutorTest, CapturesOutputAndReportsExitCode) {
 // A batch script runs as a file, so its #! line picks the interpreter (here cat, which
 // prints the script: bash -c would have run it).
 TEST_F(ExecutorTest, RunsABatchScriptWithTheInterpreterItsFirstLineNames) {
-  Executor ex(Options());
+  ExecutorOptions o = Options();
+  o.work_dir = fs::relative(dir_).string();  // as `tessera server --local-agent` has it
+  Executor ex(o);
   TaskSpec s;
   s.allocation = "a-1";
   s.job = "sbatch";
