@@ -174,7 +174,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   eo.cgroup_mount = a->opt_.cgroup_mount;
   Agent* self = a.get();
   eo.log = [self](const std::string& m) { self->Log(m); };
-  eo.lease_file = a->opt_.work_dir + "/lease";
+  eo.lease_file = a->LeaseFile();
   eo.lease_seconds = [self] { return (self->LeaseMillis() + 999) / 1000; };
   a->executor_ = std::make_unique<Executor>(std::move(eo));
   return a;
@@ -562,7 +562,7 @@ int64_t Agent::LeaseMillis() const {
 }
 
 void Agent::TouchLease() const {
-  const std::string path = opt_.work_dir + "/lease";
+  const std::string path = LeaseFile();
   if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return;
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd >= 0) ::close(fd);

@@ -110,8 +110,9 @@ class Agent {
   std::atomic<bool> fenced_{false};
   void FenceLoop();
   int64_t LeaseMillis() const;  // 0: no lease (--lease-seconds 0)
-  // Marks the lease kept (the task monitors read <work dir>/lease: ExecutorOptions).
+  // Marks the lease kept in LeaseFile(), which the task monitors read (ExecutorOptions).
   void TouchLease() const;
+  std::string LeaseFile() const { return opt_.work_dir + "/lease"; }
   int logs_port_ = 0;
 
   std::mutex mu_;

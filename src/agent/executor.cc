@@ -119,6 +119,13 @@ void WriteAll(int fd, const char* s, size_t n) {
 
 void WriteStr(int fd, const char* s) { WriteAll(fd, s, std::strlen(s)); }
 
+// Why the agent (or the task's monitor) stopped the task in `task_dir`: the first line of
+// its `stopped` file; "" when none was.
+std::string StopReason(const std::string& task_dir) {
+  const std::string why = ReadFile(task_dir + "/stopped");
+  return why.substr(0, why.find('\n'));
+}
+
 // Async-signal-safe, for the monitor.
 int64_t MonotonicSeconds() {
   struct timespec ts {};
@@ -570,9 +577,9 @@ void Executor::Finish(Proc& p, int wait_status, bool have_status) {
   p.st.finished_at = opt_.wall_clock();
   // Stopped by its monitor, the agent's lease having lapsed: an eviction, not a failure.
   if (!p.st.stopping)
-    if (std::string why = ReadFile(dir + "/stopped"); !why.empty()) {
+    if (std::string why = StopReason(dir); !why.empty()) {
       p.st.stopping = true;
-      p.stop_reason = why.substr(0, why.find('\n'));
+      p.stop_reason = why;
     }
   if (p.st.stopping) {
     p.st.state = TaskState::kKilled;
@@ -699,10 +706,10 @@ Status Executor::Recover() {
       }
     }
     p->adopted = true;
-    if (std::string why = ReadFile(root + "/" + id + "/stopped"); !why.empty()) {
+    if (std::string why = StopReason(root + "/" + id); !why.empty()) {
       // An earlier agent was stopping it: finish the stop (SIGKILL when still alive).
       p->st.stopping = true;
-      p->stop_reason = why.substr(0, why.find('\n'));
+      p->stop_reason = why;
       p->kill_at = SteadyClock::now();
     }
     procs_[id] = p;

@@ -1956,9 +1956,9 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                       {"env", a.env},
                       {"devices", devs},
                       {"gracePeriodSeconds", a.grace_period_seconds}});
+    if (!a.script.empty()) allocs.back()["script"] = a.script;
     // Without one the agent runs the task in its own folder, where a relative sbatch -o
     // cannot land in (or be raced for in) a directory shared with other users.
-    if (!a.script.empty()) allocs.back()["script"] = a.script;
     if (!a.working_dir.empty()) allocs.back()["workingDir"] = a.working_dir;
     if (!a.stdout_file.empty()) allocs.back()["stdoutFile"] = a.stdout_file;
     if (!a.stderr_file.empty()) allocs.back()["stderrFile"] = a.stderr_file;
@@ -1991,8 +1991,8 @@ void ControlPlane::CheckTimers() {
     if (since < 0 || now - since < limit) continue;
     Terminate(ops, j, JobState::kFailed, "DeadlineExceeded",
               "ran " + std::to_string(now - since) + " s" +
-                  (j.spec.time_limit_whole_job ? " since it first started" : "") +
-                  ", past its time limit of " + std::to_string(limit) + " s: stopped, not retried");
+                  (whole ? " since it first started" : "") + ", past its time limit of " +
+                  std::to_string(limit) + " s: stopped, not retried");
   }
   (void)Commit(std::move(ops));
 }

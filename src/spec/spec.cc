@@ -288,8 +288,8 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
     j.affinity = pod.affinity;
     j.tolerations = parsed->tolerations;
     if (pod.grace_period) j.grace_period_seconds = *pod.grace_period;
-    if (pod.active_deadline) j.runtime_estimate_seconds = pod.active_deadline;
-    if (pod.active_deadline) spec.time_limit_seconds = pod.active_deadline;
+    if (pod.active_deadline)
+      j.runtime_estimate_seconds = spec.time_limit_seconds = pod.active_deadline;
   } else if (j.node_selector != pod.node_selector) {
     return InvalidArgument(path +
                            ".nodeSelector: every task of a job must use the same nodeSelector");
@@ -377,6 +377,17 @@ Status ReadTtl(ObjectReader& r, JobSpec& s) {
   int64_t ttl = 0;
   TESSERA_RETURN_IF_ERROR(r.Int("ttlSecondsAfterFinished", ttl, false, 0));
   s.ttl_seconds_after_finished = ttl;
+  return Status::Ok();
+}
+
+// A job's `activeDeadlineSeconds` (batch/v1, Tessera): a time limit from its first start,
+// through its retries.
+Status ReadJobDeadline(ObjectReader& r, JobSpec& s) {
+  if (!r.Has("activeDeadlineSeconds")) return Status::Ok();
+  int64_t d = 0;
+  TESSERA_RETURN_IF_ERROR(r.Int("activeDeadlineSeconds", d, false, 1));
+  s.time_limit_seconds = d;
+  s.time_limit_whole_job = true;
   return Status::Ok();
 }
 
@@ -552,13 +563,8 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
       TESSERA_RETURN_IF_ERROR(r.Bool("suspend", suspend));
       if (suspend) return Unsupported(r, "suspend", "submit the job when it should run");
     }
-    if (r.Has("activeDeadlineSeconds")) {
-      int64_t d = 0;
-      TESSERA_RETURN_IF_ERROR(r.Int("activeDeadlineSeconds", d, false, 1));
-      s.job.runtime_estimate_seconds = d;
-      s.time_limit_seconds = d;
-      s.time_limit_whole_job = true;
-    }
+    TESSERA_RETURN_IF_ERROR(ReadJobDeadline(r, s));
+    if (s.time_limit_seconds) s.job.runtime_estimate_seconds = s.time_limit_seconds;
     TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
     std::string mode = "NonIndexed";
     TESSERA_RETURN_IF_ERROR(r.String("completionMode", mode));
@@ -678,10 +684,7 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
   }
   if (model.contains("activeDeadlineSeconds")) {
     ObjectReader r(model, "spec");
-    int64_t d = 0;
-    TESSERA_RETURN_IF_ERROR(r.Int("activeDeadlineSeconds", d, false, 1));
-    s.time_limit_seconds = d;
-    s.time_limit_whole_job = true;
+    TESSERA_RETURN_IF_ERROR(ReadJobDeadline(r, s));
     model.erase("activeDeadlineSeconds");
   }
   if (model.contains("service")) {
