@@ -38,11 +38,6 @@ bool WriteFile(const std::string& path, const std::string& data) {
   return static_cast<bool>(out.flush());
 }
 
-bool WriteFileAtomic(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  return WriteFile(tmp, data) && ::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
 bool IsDir(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -270,7 +265,8 @@ void Executor::Record(Proc& p) const {
   for (const auto& d : p.st.devices)
     devs.push_back({{"device", d.device}, {"milli", d.milli}, {"migInstance", d.mig_instance}});
   j["devices"] = devs;
-  (void)WriteFileAtomic(TaskDir(p.st.allocation) + "/task.json", j.dump() + "\n");
+  (void)WriteFileWhole(TaskDir(p.st.allocation) + "/task.json", j.dump() + "\n", 0644,
+                       Durability::kProcessCrash);
 }
 
 Status Executor::Start(const TaskSpec& spec) {
@@ -315,7 +311,8 @@ Status Executor::Start(const TaskSpec& spec) {
     // Executed as a file, so that the kernel honours its #! line, as slurmd does.
     // Absolute: the task starts in its working directory, and the work dir may be relative.
     exe = std::filesystem::absolute(dir + "/script").string();
-    if (Status st = WriteFileWhole(exe, spec.script, 0755); !st.ok()) return fail(st.message());
+    if (Status st = WriteFileWhole(exe, spec.script, 0755, Durability::kProcessCrash); !st.ok())
+      return fail(st.message());
     args.insert(args.begin(), exe);
   } else {
     exe = ResolveExecutable(spec.command[0], spec.env);
@@ -535,7 +532,8 @@ void Executor::Stop(const std::string& allocation, const std::string& reason) {
   // Kept beside the task: an agent that exits before the task does (or crashes) leaves its
   // successor to report it, and the successor must know the agent stopped it: killed (not
   // the task's failure), and why.
-  (void)WriteFileAtomic(TaskDir(allocation) + "/stopped", reason + "\n");
+  (void)WriteFileWhole(TaskDir(allocation) + "/stopped", reason + "\n", 0644,
+                       Durability::kProcessCrash);
   p.kill_at = SteadyClock::now() + std::chrono::seconds(std::max<int64_t>(0, p.grace_seconds));
   ::kill(-static_cast<pid_t>(p.st.pid), p.grace_seconds > 0 ? SIGTERM : SIGKILL);
   if (p.grace_seconds <= 0) {

@@ -9,7 +9,8 @@
 
 namespace tessera {
 
-Status WriteFileWhole(const std::string& path, const std::string& data, mode_t mode) {
+Status WriteFileWhole(const std::string& path, const std::string& data, mode_t mode,
+                      Durability durability) {
   const std::string tmp = path + ".tmp";
   auto fail = [&](int err) {
     ::unlink(tmp.c_str());
@@ -28,7 +29,7 @@ Status WriteFileWhole(const std::string& path, const std::string& data, mode_t m
     else if (n == 0)
       err = EIO;
   }
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (err == 0 && durability == Durability::kMachineCrash && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) return fail(err);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(errno);
