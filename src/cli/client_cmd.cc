@@ -1,4 +1,5 @@
-// The CLI client: submit, get, describe, cancel, events, logs, apply, token, bench-submit.
+// The CLI client: submit, get, describe, cancel, hold, release, events, logs, apply, token,
+// bench-submit.
 // kubectl/squeue-like tables; -o json|yaml|wide. Exit codes (docs/cli.md): 0 ok, 1 the
 // server refused or failed the request, 2 usage error, 3 the server could not be reached.
 #include <httplib.h>
@@ -876,6 +877,24 @@ void AddClientCommands(CLI::App& app) {
         if (!Check(*f, r)) continue;
         std::printf("job/%s %s\n", n.c_str(),
                     S(r.body, "state") == "Cancelled" ? "cancelled" : "cancelling");
+      }
+    });
+  }
+
+  // hold / release (scontrol hold / release): a held job stays pending, never placed
+  for (const char* what : {"hold", "release"}) {
+    auto names = std::make_shared<std::vector<std::string>>();
+    CLI::App* c = app.add_subcommand(
+        what, std::string(what) == "hold"
+                  ? "hold pending jobs: not scheduled until released (scontrol hold)"
+                  : "release held jobs: scheduled again (scontrol release)");
+    c->add_option("names", *names, "job names")->required();
+    AddCommon(c, *f, false);
+    c->callback([f, names, what] {
+      for (const auto& n : *names) {
+        auto r = Call(*f, "POST", "/v1/jobs/" + Esc(n) + "/" + what);
+        if (!Check(*f, r)) continue;
+        std::printf("job/%s %s\n", n.c_str(), std::string(what) == "hold" ? "held" : "released");
       }
     });
   }

@@ -219,6 +219,12 @@ void ApiServer::Routes() {
         Reply(res, 200, *r);
       });
   s.Post(R"(/v1/jobs/([^/]+)/cancel)", cancel);
+  s.Post(R"(/v1/jobs/([^/]+)/(hold|release))",
+         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+           auto r = cp.Hold(p, req.matches[1], req.matches[2] == "hold");
+           if (!r.ok()) return Fail(res, r.status());
+           Reply(res, 200, *r);
+         }));
   s.Delete(R"(/v1/jobs/([^/]+))", Authed(cp, [&cp](const Principal& p, const httplib::Request& req,
                                                    httplib::Response& res) {
              auto r = cp.DeleteJob(p, req.matches[1]);

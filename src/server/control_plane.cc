@@ -232,6 +232,7 @@ Status ControlPlane::Load() {
                                             t.value("until", int64_t{0})};
     r.fenced_until = j.value("fencedUntil", int64_t{0});
     r.fenced_node = j.value("fencedNode", "");
+    r.held_by = j.value("heldBy", "");
     r.message = j.value("message", "");
     next_job_seq_ = std::max(next_job_seq_, r.seq + 1);
     std::string id = r.id();
@@ -341,6 +342,7 @@ store::Op ControlPlane::JobOp(const JobRecord& j) const {
     o["fencedUntil"] = j.fenced_until;
     o["fencedNode"] = j.fenced_node;
   }
+  if (!j.held_by.empty()) o["heldBy"] = j.held_by;
   if (!j.message.empty()) o["message"] = j.message;
   return store::Op::Put("jobs/" + j.id(), o.dump());
 }
@@ -679,6 +681,7 @@ namespace {
 // "" (the engine sees it).
 const char* HeldBack(const JobRecord& j, int64_t now) {
   if (j.state != JobState::kPending) return "";
+  if (!j.held_by.empty()) return "Held";
   if (j.backoff.until > now) return "BackOff";
   if (j.fenced_until > now) return "NodeLost";
   return "";
@@ -750,7 +753,11 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   };
   if (next_task) {
     back_off(next_task->second, "task " + std::to_string(next_task->first) + " ");
-  } else if (const std::string held = HeldBack(j, Now()); held == "BackOff") {
+  } else if (const std::string held = HeldBack(j, Now()); held == "Held") {
+    o["pendingReason"] = {{"code", "Held"},
+                          {"message", "held by " + j.held_by + ": `tessera release " + j.id() +
+                                          "` lets it be scheduled"}};
+  } else if (held == "BackOff") {
     back_off(j.backoff, "");
   } else if (held == "NodeLost") {
     o["pendingReason"] = {
@@ -911,16 +918,19 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       r.queued_at = r.created_at;
       s.job.submit_time = r.created_at;
       r.user = p.name;
+      if (s.held) r.held_by = p.name;
       r.idempotency_key = key;
       if (!key.empty()) r.idempotency_digest = digest;
       r.spec = std::move(s);
       ops.push_back(JobOp(r));
-      Event e{next_event_seq_++,
-              r.created_at,
-              "Normal",
-              "Submitted",
-              "job/" + r.id(),
-              "accepted " + r.spec.source + " into queue " + r.spec.job.queue + " by " + p.name};
+      Event e{
+          next_event_seq_++,
+          r.created_at,
+          "Normal",
+          "Submitted",
+          "job/" + r.id(),
+          "accepted " + r.spec.source + " into queue " + r.spec.job.queue + " by " + p.name +
+              (r.held_by.empty() ? "" : ", held (`tessera release " + r.id() + "` lets it run)")};
       ops.push_back(store::Op::Put("events/" + Pad(e.seq, 16), EventToJson(e).dump()));
       r.events.push_back(e.seq);
       events.push_back(std::move(e));
@@ -1053,6 +1063,34 @@ StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& id) {
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   Json v = JobView(j, false);
   Kick();
+  return v;
+}
+
+StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& id, bool hold) {
+  const char* verb = hold ? "hold" : "release";
+  if (p.role == Role::kAgent)
+    return PermissionDenied(std::string("agent tokens may not ") + verb + " jobs");
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
+  JobRecord& j = it->second;
+  if (hold && j.state != JobState::kPending)
+    return FailedPrecondition(
+        "job \"" + id + "\" is " + JobStateName(j.state) + ": only a pending job can be held" +
+        (IsTerminal(j.state) ? std::string() : " (`tessera cancel " + id + "` stops it)"));
+  if (!hold && j.held_by.empty()) return FailedPrecondition("job \"" + id + "\" is not held");
+  if (hold && !j.held_by.empty()) return JobView(j, false);  // held already: nothing to do
+  const std::string before = j.held_by;
+  j.held_by = hold ? p.name : "";
+  std::vector<store::Op> ops;
+  ops.push_back(JobOp(j));
+  AddEvent(ops, "Normal", hold ? "Held" : "Released", "job/" + id,
+           hold ? "held by " + p.name + ": not scheduled until `tessera release " + id + "`"
+                : "released by " + p.name + " (held by " + before + ")");
+  AddAudit(ops, p, verb, "job/" + id, "ok");
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  Json v = JobView(j, false);
+  if (!hold) Kick();
   return v;
 }
 

@@ -125,6 +125,9 @@ struct JobRecord {
   // period), so that no task runs twice at once (agent-protocol.md).
   int64_t fenced_until = 0;
   std::string fenced_node;
+  // Held (sbatch --hold, `suspend: true`, `tessera hold`): who held it; a held job is
+  // pending and never placed until `tessera release` ("" = not held).
+  std::string held_by;
   std::string message;
   std::vector<std::string> allocations;  // every allocation of every attempt, in order
   // Not persisted: the engine's latest verdict while pending, and whether it found that the
@@ -244,6 +247,10 @@ class ControlPlane {
   StatusOr<Json> GetJob(const Principal& p, const std::string& id, bool describe);
   StatusOr<Json> ListJobs(const Principal& p, const ListOptions& o);
   StatusOr<Json> Cancel(const Principal& p, const std::string& id);
+  // Hold a pending job (it stays pending, never placed) or release a held one, as Slurm's
+  // `scontrol hold` / `release`. FailedPrecondition for a job that is not pending, or (to
+  // release) not held.
+  StatusOr<Json> Hold(const Principal& p, const std::string& id, bool hold);
   // A finished job is removed with its allocations and events (its name is free again); an
   // unfinished one is cancelled (as Cancel).
   StatusOr<Json> DeleteJob(const Principal& p, const std::string& id);

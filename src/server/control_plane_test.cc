@@ -1192,6 +1192,61 @@ TEST_F(ControlPlaneTest, CancelStopsTasksWithGraceThenCancels) {
   EXPECT_EQ(cp_->Cancel(kAdmin, "nope").status().code(), StatusCode::kNotFound);
 }
 
+// A job submitted held (sbatch --hold, suspend: true) or held while pending is never placed
+// until released, across a restart too; only a pending job can be held.
+TEST_F(ControlPlaneTest, AHeldJobWaitsUntilReleasedAcrossARestart) {
+  int64_t epoch = Epoch("node-a");
+  auto r = cp_->Submit(kAdmin,
+                       "#!/bin/bash\n#SBATCH -J h1\n#SBATCH --hold\n#SBATCH "
+                       "--gres=gpu:1\necho hi\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("h2", 1, 1, "  suspend: true\n")).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("h3", 1, 1)).ok());
+  ASSERT_TRUE(cp_->Hold(kAdmin, "h3", true).ok());
+  EXPECT_TRUE(cp_->Hold(kAdmin, "h3", true).ok());  // held already: no change
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Beat("node-a", epoch)["allocations"].empty());
+  for (const char* id : {"h1", "h2", "h3"}) {
+    EXPECT_EQ(State(id), "Pending") << id;
+    EXPECT_EQ(Job(id)["pendingReason"]["code"], "Held") << id;
+  }
+  EXPECT_EQ(Job("h3")["pendingReason"]["message"],
+            "held by admin: `tessera release h3` lets it be scheduled");
+
+  Reopen();  // who holds a job is durable
+  epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Beat("node-a", epoch)["allocations"].empty());
+  auto released = cp_->Hold(kAdmin, "h1", false);
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_FALSE(released->contains("pendingReason") &&
+               (*released)["pendingReason"]["code"] == "Held");
+  const std::vector<std::string> reasons = Reasons("h1");
+  EXPECT_EQ(reasons.back(), "Released");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 1u) << d.dump();
+  EXPECT_EQ(d["allocations"][0]["job"], "h1");
+  EXPECT_EQ(State("h1"), "Scheduled");
+
+  // Only a pending job can be held; only a held one released.
+  Status running = cp_->Hold(kAdmin, "h1", true).status();
+  EXPECT_EQ(running.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(running.message(),
+            "job \"h1\" is Scheduled: only a pending job can be held (`tessera cancel h1` "
+            "stops it)");
+  EXPECT_EQ(cp_->Hold(kAdmin, "h1", false).status().message(), "job \"h1\" is not held");
+  EXPECT_EQ(cp_->Hold(kAdmin, "nope", true).status().code(), StatusCode::kNotFound);
+  const Principal agent{"node-a", Role::kAgent, {}};
+  EXPECT_EQ(cp_->Hold(agent, "h2", false).status().code(), StatusCode::kPermissionDenied);
+  // A held job can be cancelled.
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "h2").ok());
+  EXPECT_EQ(State("h2"), "Cancelled");
+  EXPECT_FALSE(Job("h2").contains("pendingReason"));
+  EXPECT_EQ(cp_->Hold(kAdmin, "h2", true).status().message(),
+            "job \"h2\" is Cancelled: only a pending job can be held");
+}
+
 TEST_F(ControlPlaneTest, PreemptionEvictsRequeuesAndNamesThePreemptor) {
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("victim", 1, 8, "  priorityClass: low\n")).ok());

@@ -68,6 +68,12 @@ const std::string& OpenApiJson() {
     "/v1/jobs/{name}/cancel": {
       "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
       "post": {"summary": "cancel: running tasks get SIGTERM, the grace period, then SIGKILL", "responses": {"200": {"description": "cancelling"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/jobs/{name}/hold": {
+      "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
+      "post": {"summary": "hold a pending job: it stays pending, never placed, until released (scontrol hold)", "responses": {"200": {"description": "held", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/jobs/{name}/release": {
+      "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
+      "post": {"summary": "release a held job: it is scheduled again (scontrol release)", "responses": {"200": {"description": "released", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
     "/v1/jobs/{name}/logs": {
       "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}},
                      {"name": "task", "in": "query", "schema": {"type": "integer", "default": 0}},

@@ -391,6 +391,10 @@ Status ReadJobDeadline(ObjectReader& r, JobSpec& s) {
   return Status::Ok();
 }
 
+// `suspend: true` (batch/v1, Tessera jobs): submitted held, as a suspended Kubernetes Job
+// creates no pods until it is resumed (here: `tessera release`).
+Status ReadSuspend(ObjectReader& r, JobSpec& s) { return r.Bool("suspend", s.held); }
+
 // Volcano's per-task minAvailable as the job's gang minimum. The engine starts a gang with
 // its first minAvailable tasks in task order, which is "each task group's minimum" only when
 // every group but the last is wholly required; otherwise refused rather than bent. Without
@@ -558,11 +562,7 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
       return InvalidArgument("spec.completions: must equal spec.parallelism (" +
                              std::to_string(parallelism) +
                              "): Tessera runs each of a Job's pods once");
-    if (r.Has("suspend")) {
-      bool suspend = false;
-      TESSERA_RETURN_IF_ERROR(r.Bool("suspend", suspend));
-      if (suspend) return Unsupported(r, "suspend", "submit the job when it should run");
-    }
+    TESSERA_RETURN_IF_ERROR(ReadSuspend(r, s));
     TESSERA_RETURN_IF_ERROR(ReadJobDeadline(r, s));
     if (s.time_limit_seconds) s.job.runtime_estimate_seconds = s.time_limit_seconds;
     TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
@@ -686,6 +686,11 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
     ObjectReader r(model, "spec");
     TESSERA_RETURN_IF_ERROR(ReadJobDeadline(r, s));
     model.erase("activeDeadlineSeconds");
+  }
+  if (model.contains("suspend")) {
+    ObjectReader r(model, "spec");
+    TESSERA_RETURN_IF_ERROR(ReadSuspend(r, s));
+    model.erase("suspend");
   }
   if (model.contains("service")) {
     if (!model["service"].is_boolean())
@@ -1220,9 +1225,11 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         val = opt.substr(2);  // -N2
         opt = opt.substr(0, 2);
       }
-      static const char* kNoValue[] = {"--exclusive", "--requeue", "--no-requeue", "--hold"};
+      static const char* kNoValue[] = {"--exclusive", "--requeue", "--no-requeue", "--hold", "-H"};
       bool flag = std::find_if(std::begin(kNoValue), std::end(kNoValue),
                                [&](const char* f) { return opt == f; }) != std::end(kNoValue);
+      if (flag && !val.empty())
+        return InvalidArgument(path + ": " + opt + ": takes no value, got \"" + val + "\"");
       if (!flag && val.empty()) {
         if (i + 1 >= args.size()) return InvalidArgument(path + ": " + opt + ": needs a value");
         val = args[++i];
@@ -1292,14 +1299,14 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         // Slurm requeues a job whose node fails or that is preempted unless --no-requeue.
         s.restart.on_eviction =
             opt == "--requeue" ? FailureAction::kRestartJob : FailureAction::kFailJob;
-      } else if (opt == "--hold" || opt == "--exclusive") {
-        // Refused rather than ignored: the job would run at once, or share its nodes.
+      } else if (opt == "-H" || opt == "--hold") {
+        s.held = true;
+      } else if (opt == "--exclusive") {
+        // Refused rather than ignored: the job would share its nodes.
         return InvalidArgument(
-            p + (opt == "--hold"
-                     ? ": not supported (Tessera has no held state: submit the job when it "
-                       "should run)"
-                     : ": not supported (Tessera does not reserve whole nodes: ask for all of a "
-                       "node's GPUs, CPUs and memory with --gres, -c and --mem)"));
+            p +
+            ": not supported (Tessera does not reserve whole nodes: ask for all of a "
+            "node's GPUs, CPUs and memory with --gres, -c and --mem)");
       } else if (opt == "-o" || opt == "--output" || opt == "-e" || opt == "--error") {
         TESSERA_RETURN_IF_ERROR(CheckSlurmFilename(val, p));
         (opt == "-o" || opt == "--output" ? stdout_file : stderr_file) = val;

@@ -85,6 +85,9 @@ struct JobSpec {
   bool time_limit_whole_job = false;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
+  // Submitted held (sbatch --hold, `suspend: true`): not scheduled until released. Not
+  // stored: the server keeps who holds a job on its record, which hold/release change.
+  bool held = false;
   // Where the document gave what the server checks against its state, for its errors: a
   // field path, or a batch script's line and option ("line 3: -p"). Not stored.
   struct Origins {

@@ -193,6 +193,33 @@ TEST(Spec, SbatchDirectives) {
   EXPECT_EQ((*late)[0].job.job.groups[0].request.gpu.count, 0) << "after the first command";
 }
 
+// Submitted held: sbatch --hold / -H, `suspend: true` of a batch/v1 or Tessera Job.
+TEST(Spec, HeldSubmissions) {
+  const char* held[] = {
+      "#!/bin/bash\n#SBATCH --hold\ntrue\n", "#!/bin/bash\n#SBATCH -H\ntrue\n",
+      "apiVersion: batch/v1\nkind: Job\nmetadata: {name: b}\nspec:\n  suspend: true\n  template:\n"
+      "    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: x, command: "
+      "[x]}]\n",
+      "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {suspend: true, tasks: "
+      "[{command: [x]}]}\n"};
+  for (const char* doc : held) {
+    auto s = ParseDocuments(doc);
+    ASSERT_TRUE(s.ok()) << doc << s.status().ToString();
+    EXPECT_TRUE((*s)[0].job.held) << doc;
+  }
+  auto not_held = ParseDocuments(
+      "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {suspend: false, "
+      "tasks: [{command: [x]}]}\n");
+  ASSERT_TRUE(not_held.ok()) << not_held.status().ToString();
+  EXPECT_FALSE((*not_held)[0].job.held);
+  auto bad = ParseDocuments(
+      "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {suspend: yes please, "
+      "tasks: [{command: [x]}]}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("spec.suspend"), std::string::npos)
+      << bad.status().message();
+}
+
 // sbatch -o / -e: kept as patterns (stderr with stdout unless -e; stdout to slurm-%j.out
 // unless -o), stored, and expanded per task as sbatch does.
 TEST(Spec, SbatchOutputFiles) {
@@ -466,7 +493,8 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{command: [x], "
        "resources: {nvidia.com/mig-9g.99gb: 1}}]}\n",
        "nvidia.com/mig-9g.99gb: \"9g.99gb\" is not a MIG profile"},
-      {"sbatch hold", "#!/bin/bash\n#SBATCH --hold\ntrue\n", "line 2: --hold: not supported"},
+      {"sbatch hold with a value", "#!/bin/bash\n#SBATCH --hold=yes\ntrue\n",
+       "line 2: --hold: takes no value, got \"yes\""},
       {"sbatch unterminated quote", "#!/bin/bash\n#SBATCH -J \"train\ntrue\n",
        "line 2: unterminated double quote"},
       {"sbatch value with a blank", "#!/bin/bash\n#SBATCH -J has space\ntrue\n",
