@@ -64,6 +64,20 @@ Status ReadMetadata(ObjectReader& top, Meta& m, bool name_required) {
   return r.Finish();
 }
 
+// The annotation `tessera.io/exclusive: "true"` on a Volcano or Kubernetes job: its nodes
+// are its own (Job::exclusive; Tessera's own Job says `spec.exclusive`, sbatch --exclusive).
+// Annotation values are strings: "true" or "false", anything else is refused.
+Status ReadExclusiveAnnotation(const Meta& m, JobSpec& s) {
+  constexpr char kKey[] = "tessera.io/exclusive";
+  auto it = m.annotations.find(kKey);
+  if (it == m.annotations.end()) return Status::Ok();
+  if (it->second != "true" && it->second != "false")
+    return InvalidArgument(std::string("metadata.annotations.") + kKey +
+                           ": expected \"true\" or \"false\", got \"" + it->second + "\"");
+  s.job.exclusive = it->second == "true";
+  return Status::Ok();
+}
+
 // ---- Kubernetes pod templates ----
 
 struct PodInfo {
@@ -420,6 +434,7 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
   s.job.id = meta.name;
   s.labels = meta.labels;
   s.annotations = meta.annotations;
+  TESSERA_RETURN_IF_ERROR(ReadExclusiveAnnotation(meta, s));
   s.restart.max_retries = 3;  // Volcano's default maxRetry
   const Json* spec = top.Get("spec");
   if (spec == nullptr) return InvalidArgument("spec: required");
@@ -506,6 +521,7 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
   s.job.id = meta.name;
   s.labels = meta.labels;
   s.annotations = meta.annotations;
+  TESSERA_RETURN_IF_ERROR(ReadExclusiveAnnotation(meta, s));
   s.job.queue = "default";
   // Volcano's convention for plain Kubernetes objects: the queue is an annotation.
   for (const char* key : {"scheduling.volcano.sh/queue-name", "tessera.io/queue"}) {
@@ -1292,14 +1308,20 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         // Slurm requeues a job whose node fails or that is preempted unless --no-requeue.
         s.restart.on_eviction =
             opt == "--requeue" ? FailureAction::kRestartJob : FailureAction::kFailJob;
-      } else if (opt == "--hold" || opt == "--exclusive") {
-        // Refused rather than ignored: the job would run at once, or share its nodes.
-        return InvalidArgument(
-            p + (opt == "--hold"
-                     ? ": not supported (Tessera has no held state: submit the job when it "
-                       "should run)"
-                     : ": not supported (Tessera does not reserve whole nodes: ask for all of a "
-                       "node's GPUs, CPUs and memory with --gres, -c and --mem)"));
+      } else if (opt == "--exclusive") {
+        // Slurm's --exclusive=user|mcs|topo share nodes by owner, label or topology segment:
+        // refused rather than read as plain --exclusive, which would keep out more than asked.
+        if (!val.empty())
+          return InvalidArgument(p + "=" + val +
+                                 ": not supported (only plain --exclusive: no other job on the "
+                                 "job's nodes; sharing by user, MCS label or topology segment "
+                                 "is not)");
+        s.job.exclusive = true;
+      } else if (opt == "--hold") {
+        // Refused rather than ignored: the job would run at once.
+        return InvalidArgument(p +
+                               ": not supported (Tessera has no held state: submit the job when "
+                               "it should run)");
       } else if (opt == "-o" || opt == "--output" || opt == "-e" || opt == "--error") {
         TESSERA_RETURN_IF_ERROR(CheckSlurmFilename(val, p));
         (opt == "-o" || opt == "--output" ? stdout_file : stderr_file) = val;
@@ -1313,7 +1335,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
             "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, "
-            "--requeue, --no-requeue, -o, -e, -A, -D)");
+            "--exclusive, --requeue, --no-requeue, -o, -e, -A, -D)");
       }
     }
   }
