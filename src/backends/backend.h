@@ -63,6 +63,8 @@ struct DispatchRequest {
   // Processes per task: an sbatch job is one Tessera task per node holding all of that
   // node's Slurm tasks (spec::ParseSbatchScript), which Slurm must see as N tasks again.
   int32_t processes_per_task = 1;
+  // The job's nodes are its own (Job::exclusive): Slurm is told --exclusive.
+  bool exclusive = false;
 };
 
 struct AllocationStatus {

@@ -798,6 +798,8 @@ void AddClientCommands(CLI::App& app) {
                     S(j, "attainedGpuSeconds").c_str());
       std::printf("Tasks:          %s (gang minimum %s), GPUs %s\n", S(j, "tasks").c_str(),
                   S(j, "minAvailable").c_str(), S(j, "gpus").c_str());
+      if (j.value("exclusive", false))
+        std::printf("Nodes:          exclusive (no other job on its nodes; charged whole)\n");
       // The job's policy, then any task group's own (Volcano tasks[].policies).
       auto policy = [](const Json& p) {
         std::string text = "onFailure=" + S(p, "onFailure") + " onEviction=" + S(p, "onEviction");

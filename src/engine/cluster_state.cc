@@ -14,6 +14,20 @@ ResourceVector AllocationVector(const TaskAllocation& a) {
   return ResourceVector{a.cpu_milli, a.memory_bytes, a.GpuMilli()};
 }
 
+ResourceVector WholeNodeVector(const Node& n) {
+  ResourceVector v{n.cpu_milli, 0, 0};
+  for (const Device& d : n.devices)
+    if (d.healthy) v.gpu_milli += 1000;
+  return v;
+}
+
+ResourceVector ChargeOf(const JobRec& j, const TaskAllocation& a, const Node& n, bool alone) {
+  if (!j.exclusive) return AllocationVector(a);
+  ResourceVector v = alone ? WholeNodeVector(n) : ResourceVector{};
+  v.memory_bytes = a.memory_bytes;
+  return v;
+}
+
 ResourceVector RequestVector(const TaskRequest& r) {
   ResourceVector v{r.cpu_milli, r.memory_bytes, 0};
   switch (r.gpu.kind) {
@@ -152,7 +166,9 @@ void ClusterState::Impl::Reclassify(int32_t i) {
   k = PutValue(k, node_signature[i]);
   k = PutValue(k, n.free_cpu_milli);
   k = PutValue(k, n.free_memory_bytes);
-  k = PutValue(k, n.tasks);
+  // Whether an exclusive job holds the node rides in the task count's low bit: filters
+  // depend on it (no other job goes there), and it costs no byte of the key.
+  k = PutValue(k, 2 * int64_t{n.tasks} + (n.exclusive_tasks > 0));
   for (const auto& d : n.devices) {
     k = PutValue(k, d.free_milli);
     k = PutValue(k, d.free_memory_bytes);
@@ -375,8 +391,9 @@ Status ClusterState::Impl::BindAt(JobRec& j, int32_t task, TaskAllocation a, int
   NodeState& n = nodes[node];
   int64_t old_start = j.start_time;
   TakeAllocation(n, a);
+  if (j.exclusive) ++n.exclusive_tasks;
   Reclassify(node);
-  ResourceVector v = AllocationVector(a);
+  ResourceVector v = ChargeOf(j, a, *n.node, n.exclusive_tasks == 1);
   j.allocations[task] = std::move(a);
   j.running += 1;
   j.allocated += v;
@@ -392,12 +409,14 @@ Status ClusterState::Impl::ReleaseTask(JobRec& j, int32_t task) {
   TaskAllocation a = std::move(*j.allocations[task]);
   j.allocations[task].reset();
   auto it = node_index.find(a.node);
+  ResourceVector v = AllocationVector(a);
   if (it != node_index.end()) {
-    GiveBackAllocation(nodes[it->second], a);
+    NodeState& n = nodes[it->second];
+    GiveBackAllocation(n, a);
+    if (j.exclusive) v = ChargeOf(j, a, *n.node, --n.exclusive_tasks == 0);
     Reclassify(it->second);
   }
   j.running -= 1;
-  ResourceVector v = AllocationVector(a);
   j.allocated -= v;
   for (int32_t p = j.queue; p >= 0; p = queues[p].parent) queues[p].allocated -= v;
   int64_t old_start = j.start_time;
@@ -614,8 +633,10 @@ Status ClusterState::Impl::AddJob(const Job* spec, std::unique_ptr<Job> owned) {
   j.queue = q;
   j.gang_min = job.GangMinimum();
   j.one_task_per_node = job.one_task_per_node;
+  j.exclusive = job.exclusive;
+  // (An exclusive job's shape differs from the same request's without: not plain.)
   j.plain = job.node_selector.empty() && job.affinity.required.empty() &&
-            job.affinity.preferred.empty() && job.tolerations.empty();
+            job.affinity.preferred.empty() && job.tolerations.empty() && !job.exclusive;
   for (int32_t t = 0; t < static_cast<int32_t>(job.allocations.size()) && t < job.TaskCount();
        ++t) {
     if (!job.allocations[t]) continue;

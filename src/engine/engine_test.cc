@@ -10,6 +10,7 @@
 
 #include "engine/cluster_state.h"
 #include "engine/plugins/registry.h"
+#include "engine/state_impl.h"
 #include "engine/synthetic.h"
 
 namespace tessera {
@@ -166,7 +167,28 @@ Snapshot RandomCluster(uint64_t seed) {
       j.groups[0].request.gpu.mig_profile = rng.Below(2) ? "1g.5gb" : "3g.20gb";
     }
   }
+  // Some exclusive jobs (drawn apart, so that the rest of each seed's cluster stays as it was).
+  Rng excl(seed * 7919 + 1);
+  for (Job& j : s.jobs) j.exclusive = excl.Below(5) == 0;
   return s;
+}
+
+// Checks that no node holds tasks of an exclusive job and of another job, counting what runs
+// (evicted tasks too: they run until they exit) and what the plan binds.
+void ExpectExclusiveNodesAlone(const Snapshot& s, const Plan& plan) {
+  std::map<std::string, bool> exclusive;
+  std::map<std::string, std::set<std::string>> jobs_on;  // node -> jobs
+  for (const Job& j : s.jobs) {
+    exclusive[j.id] = j.exclusive;
+    for (const auto& a : j.allocations)
+      if (a) jobs_on[a->node].insert(j.id);
+  }
+  for (const Binding& b : plan.bindings) jobs_on[b.allocation.node].insert(b.job);
+  for (const auto& [node, jobs] : jobs_on)
+    for (const std::string& j : jobs)
+      EXPECT_TRUE(!exclusive[j] || jobs.size() == 1)
+          << "node " << node << " holds exclusive job " << j << " and " << jobs.size() - 1
+          << " other job(s)";
 }
 
 // Checks that the bindings never over-commit a node, a device or a MIG instance.
@@ -222,6 +244,7 @@ TEST_P(PropertyTest, CapacityNeverExceededAndPlansAreByteIdentical) {
     Plan b = (*engine)->Cycle(s, 100, r2);
     EXPECT_EQ(PlanToJson(a).dump(), PlanToJson(b).dump()) << scores;
     ExpectWithinCapacity(s, a);
+    ExpectExclusiveNodesAlone(s, a);
     // Every pending job has exactly one decision; every placed job has its gang minimum.
     std::map<std::string, int32_t> bound;
     for (const auto& bd : a.bindings) bound[bd.job]++;
@@ -329,6 +352,8 @@ TEST(ClusterState, KeptFilterAndScoreResultsNeverChangeAPlan) {
       Plan fresh = engine.Cycle(rebuilt, 100 * cycle, r2);
       ASSERT_EQ(PlanToJson(kept).dump(), PlanToJson(fresh).dump())
           << "seed " << seed << " cycle " << cycle;
+      ExpectWithinCapacity(rebuilt, kept);
+      ExpectExclusiveNodesAlone(rebuilt, kept);
       ASSERT_TRUE((*state)->ApplyPlan(kept).ok());
       if (cycle == 4) {
         Node extra = s.nodes.front();
@@ -438,6 +463,56 @@ TEST(ClusterState, RejectsWhatItCannotHold) {
   EXPECT_EQ(st->FindJob("x")->start_time, 5);
   ASSERT_TRUE(st->RemoveNode("a").ok());
   EXPECT_EQ(st->pending_count(), 1u);  // its task lost the node
+}
+
+// An exclusive job is charged each node whole while it holds it: every CPU and healthy GPU,
+// and the memory its tasks ask for (as Slurm allocates --exclusive jobs); the charge goes
+// with its last task there, and a cycle's trials leave it as it was.
+TEST(ClusterState, AnExclusiveJobIsChargedItsNodesWhole) {
+  auto st = std::make_unique<ClusterState>();
+  Node n;
+  n.name = "a";
+  n.cpu_milli = 32000;
+  n.memory_bytes = 256LL << 30;
+  n.devices.resize(4);
+  for (Device& d : n.devices) d.memory_bytes = 80LL << 30;
+  n.devices[3].healthy = false;  // 3 healthy GPUs
+  ASSERT_TRUE(st->AddNode(n).ok());
+  Job j;
+  j.id = "x";
+  j.exclusive = true;
+  j.groups.push_back({"w", 2, {}});
+  j.groups[0].request.cpu_milli = 1000;
+  j.groups[0].request.memory_bytes = 1LL << 30;
+  j.groups[0].request.gpu.kind = GpuRequestKind::kWhole;
+  j.groups[0].request.gpu.count = 1;
+  j.allocations.assign(2, std::nullopt);
+  ASSERT_TRUE(st->AddJob(j).ok());
+  const ResourceVector& used = st->impl().queues[st->impl().QueueOf("default")].allocated;
+  auto task = [](int32_t device) {
+    TaskAllocation a;
+    a.node = "a";
+    a.cpu_milli = 1000;
+    a.memory_bytes = 1LL << 30;
+    a.devices = {{device, 1000, 0, -1}};
+    return a;
+  };
+  ASSERT_TRUE(st->Bind("x", 0, task(0), 1).ok());
+  EXPECT_EQ(used, (ResourceVector{32000, 1LL << 30, 3000}));  // the node, and 1 GiB
+  ASSERT_TRUE(st->Bind("x", 1, task(1), 1).ok());
+  EXPECT_EQ(used, (ResourceVector{32000, 2LL << 30, 3000}));  // its second task: memory only
+  EXPECT_EQ(st->FindNode("a")->exclusive_tasks, 2);
+  // A cycle (whose evictions and trials go through the same undo log) changes nothing.
+  auto engine = Engine::Create(DefaultEngineConfig());
+  ASSERT_TRUE(engine.ok());
+  Rng rng(1);
+  (void)(*engine)->Cycle(*st, 5, rng);
+  EXPECT_EQ(used, (ResourceVector{32000, 2LL << 30, 3000}));
+  ASSERT_TRUE(st->Release("x", 0).ok());
+  EXPECT_EQ(used, (ResourceVector{32000, 1LL << 30, 3000}));
+  ASSERT_TRUE(st->Release("x", 1).ok());
+  EXPECT_EQ(used, ResourceVector{});
+  EXPECT_EQ(st->FindNode("a")->exclusive_tasks, 0);
 }
 
 // The state keeps its pending jobs in a list it updates lazily (binds leave it alone;

@@ -36,6 +36,9 @@ struct NodeState {
   int64_t free_memory_bytes = 0;
   std::vector<DeviceState> devices;  // one per node->devices[i]
   int32_t tasks = 0;                 // tasks bound to the node
+  // Of those, tasks of an exclusive job (Job::exclusive): while any, the node is that job's
+  // alone (then exclusive_tasks == tasks) and takes no other job's task.
+  int32_t exclusive_tasks = 0;
   // Tasks by GPU shape: (GPUs per task, with 0 = a fraction and -1 = MIG) -> count,
   // sorted by shape; CPU-only tasks are not listed. For GPU-clustering style scores.
   std::vector<std::pair<int32_t, int32_t>> gpu_task_shapes;

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <tuple>
 #include <utility>
 
@@ -99,6 +100,7 @@ struct PendingJob {
   int32_t shapes_at = 0;   // its task groups' shape ids: CycleRun::group_shapes_[shapes_at + g]
   int32_t failure = -1;    // index into CycleRun::failures_ of the last failed attempt
   bool one_task_per_node = false;  // rec->spec->one_task_per_node
+  bool exclusive = false;          // rec->spec->exclusive
   bool over_limit = false;         // waits on its queue's limit (it may preempt within it)
   // Waits for tasks to exit that were evicted for it (PreemptionInProgress): backfill holds
   // the capacity it counted on for it (CycleRun::Backfill).
@@ -212,6 +214,22 @@ void ShapeString(const Job& j, const TaskRequest& r, std::string& s) {
       s += '*';
     s += ';';
   }
+  if (j.exclusive) s += "#x";  // its filters differ (Exclusion)
+}
+
+// Pending reasons of exclusivity, in kube-scheduler words.
+constexpr char kSharedNodes[] = "node(s) were shared with other jobs";
+constexpr char kHeldExclusively[] = "node(s) were held exclusively by another job";
+
+// Node exclusivity (Job::exclusive), beside the filter plugins: an exclusive job goes only to
+// nodes without tasks, and no other job to a node an exclusive job holds; null when `n`
+// passes. It reads only the node's task count and whether an exclusive job holds it, both in
+// the node's class key, so verdicts per (shape, class) stay valid (an exclusive job's shape
+// is its own). An exclusive job's own nodes (holding only its tasks) pass too: `own`, which
+// callers work out per node (PlaceTask, CountRejections).
+const char* Exclusion(const Job& job, const NodeState& n, bool own) {
+  if (job.exclusive) return n.tasks > 0 && !own ? kSharedNodes : nullptr;
+  return n.exclusive_tasks > 0 ? kHeldExclusively : nullptr;
 }
 
 class CycleRun {
@@ -239,8 +257,13 @@ class CycleRun {
   // ---- placement ----
   int32_t ShapeId(const JobRec& j, const TaskRequest& r);
   int32_t ShapeIdByKey(const Job& j, const TaskRequest& r);
-  bool Passes(const TaskContext& t, const NodeState& n) const;
-  FilterVerdict Verdict(const TaskContext& t, const NodeState& n) const;
+  // `own`: n holds only tasks of t's exclusive job, which may add more there (Exclusion).
+  bool Passes(const TaskContext& t, const NodeState& n, bool own = false) const;
+  FilterVerdict Verdict(const TaskContext& t, const NodeState& n, bool own = false) const;
+  // Whether node i holds tasks of the exclusive job j and no others.
+  bool OwnsWhole(const JobRec& j, int32_t i) const;
+  // What evicting `tasks` of j gives back to its queue (ChargeOf, task by task).
+  ResourceVector EvictionCharge(const JobRec& j, const std::vector<int32_t>& tasks) const;
   // The lowest member of `cls` that is not fenced and not in `taken` (sorted), or -1.
   int32_t RepOf(int32_t cls, const std::vector<int32_t>* taken = nullptr) const;
   // Places one task and binds it (undo-logged); -1 and a filled Failure if it fits nowhere.
@@ -449,22 +472,47 @@ int32_t CycleRun::ShapeIdByKey(const Job& j, const TaskRequest& r) {
   return it->second;
 }
 
-FilterVerdict CycleRun::Verdict(const TaskContext& t, const NodeState& n) const {
+FilterVerdict CycleRun::Verdict(const TaskContext& t, const NodeState& n, bool own) const {
   if (!n.node->ready) return FilterVerdict::Fail("node(s) were not ready");
   if (n.node->unschedulable) return FilterVerdict::Fail("node(s) were unschedulable");
   for (const auto& f : e_.filters) {
     FilterVerdict v = f->Filter(t, n);
     if (!v.ok()) return v;
   }
+  if (const char* why = Exclusion(*t.job, n, own)) return FilterVerdict::Fail(why);
   return CheckFit(*t.request, n);
 }
 
 // Verdict(t, n).ok() without building a failure's words (asked for every new node class).
-bool CycleRun::Passes(const TaskContext& t, const NodeState& n) const {
+bool CycleRun::Passes(const TaskContext& t, const NodeState& n, bool own) const {
   if (!n.node->ready || n.node->unschedulable) return false;
   for (const auto& f : e_.filters)
     if (!f->Filter(t, n).ok()) return false;
-  return Fits(*t.request, n);
+  return Exclusion(*t.job, n, own) == nullptr && Fits(*t.request, n);
+}
+
+bool CycleRun::OwnsWhole(const JobRec& j, int32_t i) const {
+  if (!j.exclusive || m_.nodes[i].tasks == 0) return false;
+  int32_t here = 0;
+  for (const auto& a : j.allocations) here += a && a->node == m_.nodes[i].name();
+  return here == m_.nodes[i].tasks;
+}
+
+ResourceVector CycleRun::EvictionCharge(const JobRec& j, const std::vector<int32_t>& tasks) const {
+  ResourceVector v;
+  std::map<int32_t, int32_t> left;  // node -> the job's tasks still there
+  for (int32_t t : tasks) {
+    const TaskAllocation& a = *j.allocations[t];
+    auto at = m_.node_index.find(a.node);
+    if (at == m_.node_index.end()) {
+      v += AllocationVector(a);
+      continue;
+    }
+    const NodeState& n = m_.nodes[at->second];
+    auto it = left.try_emplace(at->second, n.exclusive_tasks).first;
+    v += ChargeOf(j, a, *n.node, --it->second == 0);
+  }
+  return v;
 }
 
 int32_t CycleRun::RepOf(int32_t cls, const std::vector<int32_t>* taken) const {
@@ -636,7 +684,10 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   // cached per node class, and the shape index offers a class's lowest member), so such a
   // job takes the per-class path below, which offers each class's lowest member it lacks.
   const bool distinct = pj.one_task_per_node && !gang_nodes.empty();
-  const bool indexed = !distinct && !node_specific && !normalizes_ && P > 0;
+  // An exclusive job's own nodes (holding its tasks and no others) may take more of them;
+  // their classes fail its shape's verdict (tasks > 0), so they are offered one by one.
+  const bool own = pj.exclusive && !pj.one_task_per_node && !gang_nodes.empty();
+  const bool indexed = !distinct && !own && !node_specific && !normalizes_ && P > 0;
   if (indexed) {
     ShapeIndex& ix = index_[shape];
     CatchUp(shape);
@@ -706,6 +757,18 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
         cand.push_back(rep);
         cand_cls.push_back(cls);
       }
+    }
+    for (size_t k = 0; own && k < gang_nodes.size();) {
+      const int32_t i = gang_nodes[k];
+      size_t end = k;
+      while (end < gang_nodes.size() && gang_nodes[end] == i) ++end;  // sorted: its tasks
+      const NodeState& n = m_.nodes[i];
+      if (n.tasks == static_cast<int32_t>(end - k) && (fenced_.empty() || !fenced_[i]) &&
+          Passes(t, n, /*own=*/true)) {
+        cand.push_back(i);
+        cand_cls.push_back(m_.node_class[i]);
+      }
+      k = end;
     }
     if (cand.empty()) {
       if (why) FillFailure(pj, task, gang_nodes, why);
@@ -894,18 +957,28 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
   // Nodes that would take this task alone (the job failed on the rest of its gang, or on
   // one task per node): "available", so that the counts add up to the cluster.
   int32_t available = 0;
-  for (int32_t cls : m_.live_classes) {
-    const auto& members = m_.SortedMembers(cls);
-    FilterVerdict v = Verdict(t, m_.nodes[members.front()]);
+  auto count = [&](const FilterVerdict& v, std::span<const int32_t> members) {
     if (v.ok()) {
       int32_t fenced = 0;
       for (int32_t i : members) fenced += !fenced_.empty() && fenced_[i];
       if (fenced > 0) f.rejected["node(s) were reserved for job " + fence_owner_] += fenced;
       available += static_cast<int32_t>(members.size()) - fenced;
-      continue;
+      return;
     }
     f.rejected[v.reason] += static_cast<int32_t>(members.size());
     if (!v.resource.empty()) by_resource[v.resource] += static_cast<int32_t>(members.size());
+  };
+  // An exclusive job with running tasks may add tasks to its own nodes: nodes with tasks
+  // are judged one by one (Finalize does not share such a job's counts).
+  const bool own = pj.exclusive && pj.rec->running > 0;
+  for (int32_t cls : m_.live_classes) {
+    const auto& members = m_.SortedMembers(cls);
+    if (own && m_.nodes[members.front()].tasks > 0) {
+      for (const int32_t& i : members)
+        count(Verdict(t, m_.nodes[i], OwnsWhole(*pj.rec, i)), {&i, 1});
+      continue;
+    }
+    count(Verdict(t, m_.nodes[members.front()]), members);
   }
   return SummariseRejections(std::move(f), by_resource, static_cast<int32_t>(m_.nodes.size()),
                              available);
@@ -955,19 +1028,23 @@ void CycleRun::Finalize() {
     }
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
       auto key = std::make_tuple(f.shape, f.fenced, f.infeasible);
-      auto it = cache.find(key);
+      // An exclusive job's own nodes make its counts its own (CountRejections): not shared.
+      const bool own = pj.exclusive && pj.rec->running > 0 && !f.infeasible;
+      auto it = own ? cache.end() : cache.find(key);
+      Counted mine;
       if (it == cache.end()) {
         if (!f.fenced) saved.swap(fenced_);
-        it = cache
-                 .emplace(key, Counted{f.infeasible ? CountNeverFits(pj, f.task)
-                                                    : CountRejections(pj, f.task),
-                                       nullptr})
-                 .first;
+        Counted counted{f.infeasible ? CountNeverFits(pj, f.task) : CountRejections(pj, f.task),
+                        nullptr};
         if (!f.fenced) saved.swap(fenced_);
+        if (own)
+          mine = std::move(counted);
+        else
+          it = cache.emplace(key, std::move(counted)).first;
       }
-      const Failure& c = it->second.failure;
+      const Failure& c = own ? mine.failure : it->second.failure;
       // pj's copies: the job's definition is long out of cache by now.
-      const bool plain = pj.task_count == 1 && !pj.one_task_per_node && !f.gang;
+      const bool plain = pj.task_count == 1 && !pj.one_task_per_node && !f.gang && !own;
       if (plain && it->second.plain != nullptr) {
         Decision(pj).reason = it->second.plain;
         continue;
@@ -1064,7 +1141,8 @@ void CycleRun::DistinctNodesReason(PendingJob& pj, const Failure& f, const Failu
   std::vector<int32_t> none;
   TaskContext t{&job, f.task, &req, &ctx_, &none, &m_.nodes, -1};
   for (int32_t i : held)
-    if (!(f.fenced && !fenced_.empty() && fenced_[i]) && Passes(t, m_.nodes[i])) {
+    if (!(f.fenced && !fenced_.empty() && fenced_[i]) &&
+        Passes(t, m_.nodes[i], OwnsWhole(*pj.rec, i))) {
       --available;
       ++rejected["node(s) already held a task of this job"];
     }
@@ -1094,7 +1172,9 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     const TaskRequest& req = pj.groups[pj.GroupOf(t)].request;
     // (A task that can never fit is not held back by the limit: placing it fails and says
     // why, as a limit that frees up would not help it.)
-    if (limited && !QueueAdmits(j, RequestVector(req), &limit_why) && !NeverFits(pj, t)) {
+    // (An exclusive job's charge is known once its node is: checked after placing, below.)
+    if (limited && !pj.exclusive && !QueueAdmits(j, RequestVector(req), &limit_why) &&
+        !NeverFits(pj, t)) {
       if (!failed) {
         first.code = "QueueOverLimit";
         first.message = limit_why;
@@ -1105,7 +1185,28 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
       if (placed < required) break;
       continue;
     }
+    // An exclusive job is charged its new node whole, which the request did not show: its
+    // limit is checked once the node is chosen.
+    const bool charge_check = limited && pj.exclusive;
+    const size_t before = m_.undo.size();
+    const ResourceVector charged = charge_check ? j.allocated : ResourceVector{};
     int32_t node = PlaceTask(pj, t, gang_nodes, failed || why == nullptr ? nullptr : &first);
+    if (node >= 0 && charge_check && !QueueAdmits(j, {}, nullptr)) {
+      const ResourceVector charge = j.allocated - charged;
+      m_.Rollback(before);
+      if (!failed) {
+        (void)QueueAdmits(j, charge, &limit_why);
+        first.code = "QueueOverLimit";
+        first.message =
+            limit_why + " (node " + m_.nodes[node].name() + " whole: the job is exclusive)";
+        first.resource.clear();
+        first.rejected.clear();
+        first.deferred = false;
+        failed = true;
+      }
+      if (placed < required) break;
+      continue;
+    }
     if (node < 0) {
       failed = true;
       if (placed < required) break;
@@ -1532,9 +1633,7 @@ void CycleRun::EvictFor(bool reclaim) {
     // unit that may not go alone may not go after others either, and is left out at once).
     auto reclaimable = [&](const Unit& unit) {
       const QueueRec& q = m_.queues[unit.job->queue];
-      ResourceVector v;
-      for (int32_t t : unit.tasks) v += AllocationVector(*unit.job->allocations[t]);
-      return MayReclaim(q.allocated, v, q.q.guarantee);
+      return MayReclaim(q.allocated, EvictionCharge(*unit.job, unit.tasks), q.q.guarantee);
     };
     std::vector<Unit> units;
     auto add_unit = [&](Unit u) {
@@ -1703,8 +1802,9 @@ void CycleRun::Backfill() {
       for (auto& [id, j] : m_.jobs)
         for (int32_t t = 0; t < j.spec->TaskCount(); ++t)
           if (j.allocations[t] && (j.spec->terminating || victims_.count({&j, t}))) {
-            avail_gpu += AllocationVector(*j.allocations[t]).gpu_milli;
+            const int64_t held = j.allocated.gpu_milli;  // (an exclusive job's node charge)
             (void)m_.ReleaseTask(j, t);
+            avail_gpu += held - j.allocated.gpu_milli;
           }
       ok = try_head(now_);
     }
@@ -1815,6 +1915,7 @@ Plan CycleRun::Run() {
     pj.queue = rec.queue;
     pj.groups = job.groups.data();
     pj.one_task_per_node = rec.one_task_per_node;
+    pj.exclusive = rec.exclusive;
     pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
     for (const auto& g : job.groups) group_shapes_.push_back(ShapeId(rec, g.request));
     tasks += pj.task_count - rec.running;

@@ -63,6 +63,7 @@ struct JobRec {
   // definition spans six cache lines; these sit with the rest of the record).
   int32_t gang_min = 0;  // spec->GangMinimum()
   bool one_task_per_node = false;
+  bool exclusive = false;
   bool plain = false;  // no node selector, affinity or tolerations: placed by its requests alone
   const std::string& id() const { return spec->id; }
   bool pending() const { return running < static_cast<int32_t>(allocations.size()); }
@@ -219,6 +220,14 @@ struct ClusterState::Impl {
 };
 
 ResourceVector AllocationVector(const TaskAllocation& a);
+// What a node's CPUs and healthy GPUs count for an exclusive job holding it whole.
+ResourceVector WholeNodeVector(const Node& n);
+// What binding (or releasing) allocation `a` of job `j` on node `n` counts against the job
+// and its queues: the allocation itself, except for an exclusive job, which is charged the
+// whole node with its first task there (`alone`: no other task of it on the node), and only
+// the memory of its other tasks there (as Slurm allocates an exclusive job every CPU and
+// GPU of its nodes, and the memory it asks for).
+ResourceVector ChargeOf(const JobRec& j, const TaskAllocation& a, const Node& n, bool alone);
 ResourceVector RequestVector(const TaskRequest& r);
 
 }  // namespace tessera

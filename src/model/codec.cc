@@ -683,6 +683,7 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.Bool("terminating", j.terminating));
   TESSERA_RETURN_IF_ERROR(r.Int("gracePeriodSeconds", j.grace_period_seconds));
   TESSERA_RETURN_IF_ERROR(r.Bool("oneTaskPerNode", j.one_task_per_node));
+  TESSERA_RETURN_IF_ERROR(r.Bool("exclusive", j.exclusive));
   if (r.Has("runtimeEstimateSeconds")) {
     int64_t est = 0;
     TESSERA_RETURN_IF_ERROR(r.Int("runtimeEstimateSeconds", est));
@@ -783,6 +784,7 @@ Json JobToJson(const Job& j) {
   if (j.terminating) o["terminating"] = true;
   o["gracePeriodSeconds"] = j.grace_period_seconds;
   if (j.one_task_per_node) o["oneTaskPerNode"] = true;
+  if (j.exclusive) o["exclusive"] = true;
   if (j.runtime_estimate_seconds) o["runtimeEstimateSeconds"] = *j.runtime_estimate_seconds;
   if (!j.tolerations.empty()) {
     Json t = Json::array();

@@ -74,6 +74,21 @@ TEST(CodecTest, RoundTripIsStable) {
   EXPECT_EQ(SnapshotToJson(*again).dump(), once);
 }
 
+TEST(CodecTest, ExclusiveIsReadWrittenAndOffByDefault) {
+  auto s =
+      SnapshotFromJson(*ParseYaml("jobs: [{id: x, exclusive: true, tasks: [{}]}, {id: y, "
+                                  "tasks: [{}]}]"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->jobs[0].exclusive);
+  EXPECT_FALSE(s->jobs[1].exclusive);
+  const Json out = SnapshotToJson(*s);
+  EXPECT_EQ(out["jobs"][0]["exclusive"], true);
+  EXPECT_FALSE(out["jobs"][1].contains("exclusive"));  // written only when set
+  auto again = SnapshotFromJson(out);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->jobs[0].exclusive);
+}
+
 TEST(CodecTest, ErrorsNameTheFieldPath) {
   struct Case {
     const char* doc;

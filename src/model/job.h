@@ -99,6 +99,11 @@ struct Job {
   // No two tasks of the job on one node, running ones included (Slurm's `-N`: distinct
   // nodes). The engine then needs as many nodes as tasks that run together.
   bool one_task_per_node = false;
+  // The job's nodes are its own (Slurm's `--exclusive`): its tasks go only to nodes where no
+  // other job has a task, running or stopping, and no other job's task goes to a node while
+  // it holds one (its own tasks may share it). It is charged each node whole: all of its
+  // CPUs and healthy GPUs, and the memory its tasks ask for, as Slurm allocates them.
+  bool exclusive = false;
 
   // Running state. allocations[i] is task i's placement, or nullopt while it waits.
   std::vector<std::optional<TaskAllocation>> allocations;

@@ -709,6 +709,7 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["attainedGpuSeconds"] = j.attained_gpu_milli_seconds / 1000;
   o["tasks"] = job.TaskCount();
   o["minAvailable"] = job.GangMinimum();
+  o["exclusive"] = job.exclusive;
   std::string gpus;
   int64_t whole = 0;
   for (const auto& g : job.groups) {
@@ -1118,6 +1119,21 @@ StatusOr<Json> ControlPlane::ListEvents(const Principal& p, const std::string& j
   return Json{{"items", items}, {"next", next}};
 }
 
+int64_t ControlPlane::ChargedGpuMilli(const Job& job,
+                                      const std::vector<const Allocation*>& allocs) const {
+  int64_t milli = 0;
+  std::set<std::string> whole;  // nodes charged whole
+  for (const Allocation* a : allocs) {
+    auto n = job.exclusive ? nodes_.find(a->placement.node) : nodes_.end();
+    if (n == nodes_.end()) {
+      milli += a->placement.GpuMilli();
+    } else if (whole.insert(n->first).second) {
+      for (const Device& d : n->second.node.devices) milli += d.healthy ? 1000 : 0;
+    }
+  }
+  return milli;
+}
+
 Json ControlPlane::ListQueues(const Principal& p) {
   std::lock_guard<std::mutex> l(mu_);
   std::map<std::string, std::array<int64_t, 4>>
@@ -1128,11 +1144,13 @@ Json ControlPlane::ListQueues(const Principal& p) {
     if (j.state == JobState::kRunning || j.state == JobState::kScheduled) s[1]++;
     s[3]++;
   }
-  for (const auto& [id, a] : allocations_) {
-    if (!a.HoldsDevices()) continue;
-    auto j = jobs_.find(a.job);
+  std::map<std::string, std::vector<const Allocation*>> held;  // by job
+  for (const auto& [id, a] : allocations_)
+    if (a.HoldsDevices()) held[a.job].push_back(&a);
+  for (const auto& [job, allocs] : held) {
+    auto j = jobs_.find(job);
     if (j == jobs_.end()) continue;
-    stats[j->second.spec.job.queue][2] += a.placement.GpuMilli();
+    stats[j->second.spec.job.queue][2] += ChargedGpuMilli(j->second.spec.job, allocs);
   }
   // A parent queue's figures include its children's, as the engine counts a parent's use
   // against its limit (jobs are in leaf queues only).
@@ -1546,14 +1564,15 @@ bool ControlPlane::FenceHolds(const JobRecord& j) const {
 void ControlPlane::EndAttempt(JobRecord& j) {
   if (j.run_started_at < 0) return;
   // Per task, its latest allocation of the attempt (RestartTask adds one per restart).
-  std::map<int32_t, int64_t> task_milli;
+  std::map<int32_t, const Allocation*> latest;
   for (const auto& id : j.allocations) {
     const Allocation& a = allocations_.at(id);
     if (a.attempt != j.attempt) continue;
-    task_milli[a.task] = a.placement.GpuMilli();
+    latest[a.task] = &a;
   }
-  int64_t milli = 0;
-  for (const auto& [task, m] : task_milli) milli += m;
+  std::vector<const Allocation*> held;
+  for (const auto& [task, a] : latest) held.push_back(a);
+  const int64_t milli = ChargedGpuMilli(j.spec.job, held);
   j.attained_gpu_milli_seconds += std::max<int64_t>(0, Now() - j.run_started_at) * milli;
   j.run_started_at = -1;
   j.attempt_started_at = -1;
@@ -2211,6 +2230,8 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
       ph.preemptible =
           job.preemptible && a->state != AllocState::kStopping && a->state != AllocState::kLost;
       ph.terminating = a->state == AllocState::kStopping;
+      // An exclusive job's tasks keep its nodes its own while they run or stop.
+      ph.exclusive = job.exclusive;
       ph.grace_period_seconds = job.grace_period_seconds;
       ph.allocations = {a->placement};
       ph.start_time = j.run_started_at >= 0 ? j.run_started_at : j.created_at;

@@ -373,6 +373,10 @@ class ControlPlane {
   // The job's first allocation that still holds devices (a task not confirmed gone), if any:
   // a finished job is not deleted while there is one.
   const Allocation* StillHolding(const JobRecord& j) const;
+  // GPU milli that allocations of `job` count for its queue and its service: their devices',
+  // or, for an exclusive job, every healthy GPU of each node they are on (the engine charges
+  // an exclusive job whole nodes, as Slurm does).
+  int64_t ChargedGpuMilli(const Job& job, const std::vector<const Allocation*>& allocs) const;
   void EndAttempt(JobRecord& j);
   // Counts a failure that restarts the job or a task, and sets when it may be placed again;
   // returns the wait in seconds (0: at once). `ran_since`: when what failed started (-1: never

@@ -231,6 +231,41 @@ TEST_F(ControlPlaneTest, AParentQueueShowsItsChildrensUse) {
   EXPECT_EQ(by_name["research"]["jobs"], 2);
 }
 
+// An exclusive job keeps its node to itself and is charged it whole (8 GPUs for its 1): a
+// job submitted after it goes to the other node, though the first has 7 GPUs free. Both
+// survive a restart of the server, as the stored spec keeps `exclusive`.
+TEST_F(ControlPlaneTest, AnExclusiveJobHoldsItsNodeWholeAcrossARestart) {
+  real_engine_ = true;
+  Reopen();
+  Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("whole", 1, 1, "  exclusive: true\n")).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Epoch("node-b");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("plain", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  auto nodes_of = [&](const std::string& id) {
+    auto j = cp_->GetJob(kAdmin, id, false);
+    EXPECT_TRUE(j.ok()) << j.status().ToString();
+    return j.ok() ? (*j)["nodes"] : Json();
+  };
+  EXPECT_EQ(nodes_of("whole"), Json::array({"node-a"}));
+  EXPECT_EQ(nodes_of("plain"), Json::array({"node-b"}));
+  EXPECT_EQ((*cp_->GetJob(kAdmin, "whole", false))["exclusive"], true);
+  EXPECT_EQ((*cp_->GetJob(kAdmin, "plain", false))["exclusive"], false);
+  auto in_use = [&] {
+    const Json queues = cp_->ListQueues(kAdmin)["items"];
+    for (const auto& q : queues)
+      if (q["name"] == "default") return q["gpuMilliInUse"].get<int64_t>();
+    return int64_t{-1};
+  };
+  EXPECT_EQ(in_use(), 8000 + 1000);  // node-a whole, and plain's one GPU
+  Reopen();  // the real engine again
+  EXPECT_EQ((*cp_->GetJob(kAdmin, "whole", false))["exclusive"], true);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("later", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(nodes_of("later"), Json::array({"node-b"}));
+}
+
 // Guarantees the tree cannot honour are refused: children guaranteed more than their parent
 // together, or a queue guaranteed more than an ancestor may use.
 TEST_F(ControlPlaneTest, QueueGuaranteesMustFitTheTree) {

@@ -23,6 +23,7 @@ const std::string& OpenApiJson() {
         "attempt": {"type": "integer"}, "user": {"type": "string"}, "source": {"type": "string"},
         "createdAt": {"type": "integer"}, "startedAt": {"type": "integer"}, "finishedAt": {"type": "integer"},
         "tasks": {"type": "integer"}, "minAvailable": {"type": "integer"}, "gpus": {"type": "string"},
+        "exclusive": {"type": "boolean", "description": "its nodes are its own (sbatch --exclusive); charged whole"},
         "runningTasks": {"type": "integer"}, "nodes": {"type": "array", "items": {"type": "string"}},
         "pendingReason": {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}},
         "events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}},

@@ -64,6 +64,20 @@ Status ReadMetadata(ObjectReader& top, Meta& m, bool name_required) {
   return r.Finish();
 }
 
+// The annotation `tessera.io/exclusive: "true"` on a Volcano or Kubernetes job: its nodes
+// are its own (Job::exclusive; Tessera's own Job says `spec.exclusive`, sbatch --exclusive).
+// Annotation values are strings: "true" or "false", anything else is refused.
+Status ReadExclusiveAnnotation(const Meta& m, JobSpec& s) {
+  constexpr char kKey[] = "tessera.io/exclusive";
+  auto it = m.annotations.find(kKey);
+  if (it == m.annotations.end()) return Status::Ok();
+  if (it->second != "true" && it->second != "false")
+    return InvalidArgument(std::string("metadata.annotations.") + kKey +
+                           ": expected \"true\" or \"false\", got \"" + it->second + "\"");
+  s.job.exclusive = it->second == "true";
+  return Status::Ok();
+}
+
 // ---- Kubernetes pod templates ----
 
 struct PodInfo {
@@ -424,6 +438,7 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
   s.job.id = meta.name;
   s.labels = meta.labels;
   s.annotations = meta.annotations;
+  TESSERA_RETURN_IF_ERROR(ReadExclusiveAnnotation(meta, s));
   s.restart.max_retries = 3;  // Volcano's default maxRetry
   const Json* spec = top.Get("spec");
   if (spec == nullptr) return InvalidArgument("spec: required");
@@ -510,6 +525,7 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
   s.job.id = meta.name;
   s.labels = meta.labels;
   s.annotations = meta.annotations;
+  TESSERA_RETURN_IF_ERROR(ReadExclusiveAnnotation(meta, s));
   s.job.queue = "default";
   // Volcano's convention for plain Kubernetes objects: the queue is an annotation.
   for (const char* key : {"scheduling.volcano.sh/queue-name", "tessera.io/queue"}) {
@@ -1228,7 +1244,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
       static const char* kNoValue[] = {"--exclusive", "--requeue", "--no-requeue", "--hold", "-H"};
       bool flag = std::find_if(std::begin(kNoValue), std::end(kNoValue),
                                [&](const char* f) { return opt == f; }) != std::end(kNoValue);
-      if (flag && !val.empty())
+      if (flag && !val.empty() && opt != "--exclusive")  // (--exclusive=user: below)
         return InvalidArgument(path + ": " + opt + ": takes no value, got \"" + val + "\"");
       if (!flag && val.empty()) {
         if (i + 1 >= args.size()) return InvalidArgument(path + ": " + opt + ": needs a value");
@@ -1302,11 +1318,14 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
       } else if (opt == "-H" || opt == "--hold") {
         s.held = true;
       } else if (opt == "--exclusive") {
-        // Refused rather than ignored: the job would share its nodes.
-        return InvalidArgument(
-            p +
-            ": not supported (Tessera does not reserve whole nodes: ask for all of a "
-            "node's GPUs, CPUs and memory with --gres, -c and --mem)");
+        // Slurm's --exclusive=user|mcs|topo share nodes by owner, label or topology segment:
+        // refused rather than read as plain --exclusive, which would keep out more than asked.
+        if (!val.empty())
+          return InvalidArgument(p + "=" + val +
+                                 ": not supported (only plain --exclusive: no other job on the "
+                                 "job's nodes; sharing by user, MCS label or topology segment "
+                                 "is not)");
+        s.job.exclusive = true;
       } else if (opt == "-o" || opt == "--output" || opt == "-e" || opt == "--error") {
         TESSERA_RETURN_IF_ERROR(CheckSlurmFilename(val, p));
         (opt == "-o" || opt == "--output" ? stdout_file : stderr_file) = val;
@@ -1320,7 +1339,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
             "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, "
-            "--requeue, --no-requeue, -o, -e, -A, -D)");
+            "--exclusive, --requeue, --no-requeue, -o, -e, -A, -D)");
       }
     }
   }

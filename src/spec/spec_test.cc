@@ -175,6 +175,7 @@ TEST(Spec, SbatchDirectives) {
   auto back = JobSpecFromJson(JobSpecToJson(j), "");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->job.one_task_per_node);
+  EXPECT_FALSE(back->job.exclusive);
   EXPECT_EQ(back->time_limit_seconds, 7200);
   EXPECT_EQ(j.restart.on_eviction, FailureAction::kRestartJob);  // Slurm's default: requeue
 
@@ -270,6 +271,42 @@ TEST(Spec, SbatchOutputFiles) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("line 2: -o: \"%A\" is not supported"), std::string::npos)
       << bad.status().message();
+}
+
+// Whole nodes: sbatch --exclusive, Tessera's spec.exclusive, and for Volcano and Kubernetes
+// documents the annotation tessera.io/exclusive; the stored spec keeps it.
+TEST(Spec, ExclusiveNodesFromEveryShape) {
+  auto sb = ParseDocuments("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --exclusive\nsrun true\n");
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  EXPECT_TRUE((*sb)[0].job.job.exclusive);
+  EXPECT_TRUE((*sb)[0].job.job.one_task_per_node);  // -N 2 still means distinct nodes
+  auto back = JobSpecFromJson(JobSpecToJson((*sb)[0].job), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->job.exclusive);
+
+  auto own = ParseDocuments(
+      "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {exclusive: true, "
+      "tasks: [{replicas: 2, command: [x]}]}\n");
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_TRUE((*own)[0].job.job.exclusive);
+
+  const std::string tasks =
+      "  tasks:\n"
+      "  - {name: w, replicas: 2, template: {spec: {containers: [{name: c, command: [x]}]}}}\n";
+  for (const char* value : {"\"true\"", "\"false\""}) {
+    auto v = ParseDocuments(
+        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v, annotations: "
+        "{tessera.io/exclusive: " +
+        std::string(value) + "}}\nspec:\n" + tasks);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ((*v)[0].job.job.exclusive, std::string(value) == "\"true\"");
+  }
+  auto batch = ParseDocuments(
+      "apiVersion: batch/v1\nkind: Job\nmetadata: {name: b, annotations: {tessera.io/exclusive: "
+      "\"true\"}}\nspec:\n  template: {spec: {restartPolicy: Never, containers: [{name: c, "
+      "command: [x]}]}}\n");
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  EXPECT_TRUE((*batch)[0].job.job.exclusive);
 }
 
 TEST(Spec, TesseraOwnShapeRoundTrips) {
@@ -501,8 +538,22 @@ TEST(Spec, RejectsWithFieldPaths) {
        "line 2: \"space\" is not an option"},
       {"sbatch count beyond 32 bits", "#!/bin/bash\n#SBATCH --gres=gpu:4294967297\ntrue\n",
        "4294967297 is too large"},
-      {"sbatch exclusive", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --exclusive\ntrue\n",
-       "line 3: --exclusive: not supported"},
+      // Slurm's shared forms of --exclusive are refused, naming the line and the option.
+      {"sbatch exclusive=user", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --exclusive=user\ntrue\n",
+       "line 3: --exclusive=user: not supported (only plain --exclusive"},
+      {"sbatch exclusive=mcs", "#!/bin/bash\n#SBATCH --exclusive=mcs\ntrue\n",
+       "line 2: --exclusive=mcs: not supported"},
+      {"sbatch exclusive=topo", "#!/bin/bash\n#SBATCH --time=5 --exclusive=topo\ntrue\n",
+       "line 2: --exclusive=topo: not supported"},
+      {"volcano exclusive annotation not a boolean",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v, annotations: "
+       "{tessera.io/exclusive: \"yes\"}}\nspec:\n  tasks:\n"
+       "  - {name: w, replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}\n",
+       "metadata.annotations.tessera.io/exclusive: expected \"true\" or \"false\", got \"yes\""},
+      {"tessera exclusive not a boolean",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {exclusive: 1, tasks: "
+       "[{command: [x]}]}\n",
+       "spec.exclusive: expected true or false"},
       // A typo in replicas must not be stored and then exhaust the server's memory.
       {"deployment replicas beyond the bound",
        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: "

@@ -275,6 +275,12 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
     u.cpus = s.cpus_per_task * s.tasks;
     u.memory_mib = s.memory_mib;
     for (const auto& [type, n] : s.gpus) u.gpus += n;
+    if (req.exclusive) {
+      // Slurm gives an --exclusive job every CPU and GPU of its nodes (the memory it asks).
+      const SlurmNode& sn = inventory.at(node);
+      u.cpus = std::max(u.cpus, sn.cpus);
+      u.gpus = std::max(u.gpus, static_cast<int64_t>(GpuTypes(sn).size()));
+    }
     cmd.usage[node] = u;
     auto it = std::find_if(components.begin(), components.end(),
                            [&](const auto& c) { return c.first.Key() == s.Key(); });
@@ -326,6 +332,8 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
     argv.push_back("--ntasks=" + std::to_string(n * s.tasks));
     argv.push_back("--ntasks-per-node=" + std::to_string(s.tasks));
     argv.push_back("--cpus-per-task=" + std::to_string(s.cpus_per_task));
+    // Per component: a heterogeneous job's options are each component's own.
+    if (req.exclusive) argv.push_back("--exclusive");
     if (s.memory_mib > 0) argv.push_back("--mem=" + std::to_string(s.memory_mib));
     if (!s.gpus.empty()) {
       std::string g;

@@ -106,6 +106,30 @@ TEST(BuildSbatch, ProcessesPerTaskForSbatchJobs) {
   EXPECT_EQ(BuildSbatch(r, Inventory()).status().code(), StatusCode::kInvalidArgument);
 }
 
+// An exclusive job (#SBATCH --exclusive) is passed to Slurm as --exclusive on every
+// component, and holds every CPU and GPU of its nodes there (Slurm allocates them all),
+// which is what Discovery must not count as foreign use.
+TEST(BuildSbatch, ExclusiveIsPassedThrough) {
+  DispatchRequest r =
+      Request({Bind(0, "node1", 2000, 1000, {0}), Bind(1, "node4", 2000, 1000, {0, 1})});
+  r.exclusive = true;
+  auto cmd = BuildSbatch(r, Inventory());
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_EQ(cmd->argv,
+            Cat(Common(), {"--partition=gpu", "--nodes=1", "--nodelist=node1", "--ntasks=1",
+                           "--ntasks-per-node=1", "--cpus-per-task=2", "--exclusive", "--mem=1000",
+                           "--gres=gpu:a100:1", ":", "--partition=gpu", "--nodes=1",
+                           "--nodelist=node4", "--ntasks=1", "--ntasks-per-node=1",
+                           "--cpus-per-task=2", "--exclusive", "--mem=1000", "--gres=gpu:a100:2"}));
+  EXPECT_EQ(cmd->usage.at("node1"), (NodeUsage{32, 1000, 8}));
+  EXPECT_EQ(cmd->usage.at("node4"), (NodeUsage{32, 1000, 4}));
+  r.exclusive = false;
+  cmd = BuildSbatch(r, Inventory());
+  ASSERT_TRUE(cmd.ok());
+  for (const std::string& a : cmd->argv) EXPECT_NE(a, "--exclusive");
+  EXPECT_EQ(cmd->usage.at("node1"), (NodeUsage{2, 1000, 1}));
+}
+
 TEST(BuildSbatch, SingleCpuTaskWithOptions) {
   DispatchRequest r = Request({Bind(0, "node3", 250, 0, {})});
   r.command = {"/bin/true"};

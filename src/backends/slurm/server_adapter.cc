@@ -9,6 +9,7 @@ namespace tessera::slurm {
 JobInfo JobInfoFromSpec(const spec::JobSpec& spec) {
   JobInfo info;
   info.tasks = spec.job.TaskCount();
+  info.exclusive = spec.job.exclusive;
   if (spec.templates.empty()) return info;
   const spec::TaskTemplate& t = spec.templates.front();
   info.working_dir = t.working_dir;
@@ -209,6 +210,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     r.env = info->env;
     r.time_limit_seconds = info->time_limit_seconds;
     r.processes_per_task = info->processes_per_task;
+    r.exclusive = info->exclusive;
     OutputFiles out = JobOutputFiles(options_.logs_dir, job, attempt, info->script);
     r.stdout_path = out.stdout_path;
     r.stderr_path = out.stderr_path;

@@ -42,6 +42,7 @@ struct JobInfo {
   std::map<std::string, std::string> env;
   std::optional<int64_t> time_limit_seconds;
   int32_t processes_per_task = 1;
+  bool exclusive = false;  // Job::exclusive: sbatch --exclusive
 };
 
 // What to run for a server job (src/spec): an sbatch job runs its original script once,

@@ -166,6 +166,10 @@ TEST(JobInfoFromSpec, SbatchScriptAndCommand) {
   EXPECT_TRUE(info.command.empty());
   EXPECT_EQ(info.time_limit_seconds, std::optional<int64_t>(600));
   EXPECT_FALSE(info.env.contains("SLURM_NTASKS"));
+  EXPECT_FALSE(info.exclusive);
+  auto whole = spec::ParseSbatchScript("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --exclusive\ntrue\n");
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_TRUE(JobInfoFromSpec(*whole).exclusive);  // sbatch is told --exclusive
 
   spec::JobSpec plain;
   plain.job.groups.resize(1);

@@ -172,6 +172,23 @@ TEST_F(SlurmIntegrationTest, GangRunsExactlyWhereTesseraPlacedIt) {
                                              "node3 4 tessera-gang\n", "node3 4 tessera-gang\n"}));
 }
 
+// An exclusive job (sbatch --exclusive) gets the whole node from Slurm: every CPU of it,
+// though Tessera bound one; a plain job on the same node gets what it asked for.
+TEST_F(SlurmIntegrationTest, ExclusiveJobGetsTheWholeNodeFromSlurm) {
+  std::string rec = work_ + "/cpus-";
+  for (bool exclusive : {true, false}) {
+    const std::string job = exclusive ? "whole" : "part";
+    DispatchRequest r = Request(job, {Bind(job, 0, "node3", 1000, {0})},
+                                {"sh", "-c", "echo $SLURM_CPUS_ON_NODE > " + rec + job});
+    r.exclusive = exclusive;
+    ASSERT_TRUE(pool_->Dispatch(r).ok());
+    AllocationStatus st = WaitTerminal(r.allocation);
+    EXPECT_EQ(st.phase, AllocationPhase::kSucceeded) << st.message;
+  }
+  EXPECT_EQ(ReadFile(rec + "whole"), "32\n");  // the test cluster's nodes have 32 CPUs
+  EXPECT_EQ(ReadFile(rec + "part"), "1\n");
+}
+
 TEST_F(SlurmIntegrationTest, UnevenPlacementRunsAsOneHeterogeneousJob) {
   // 2 tasks on node1 with 1 GPU each, 1 task on node4 with 3 GPUs: two components.
   DispatchRequest r = Request(
