@@ -380,7 +380,9 @@ Status Executor::Start(const TaskSpec& spec) {
       return fail(std::string(k == 0 ? "-o" : "-e") + ": cannot open " + path + ": " + why);
     }
     ::unlink(own.c_str());
-    if (::symlink(path.c_str(), own.c_str()) != 0)
+    // Absolute: a relative target resolves from the link's own folder, not from here (the
+    // work dir is relative under `--data-dir data`).
+    if (::symlink(std::filesystem::absolute(path).c_str(), own.c_str()) != 0)
       Log("allocation " + spec.allocation + ": cannot link " + own + ": " + std::strerror(errno));
   }
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);

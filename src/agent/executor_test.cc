@@ -212,6 +212,21 @@ TEST_F(ExecutorTest, WritesOutputToTheFilesSbatchNamed) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "victim"));
 }
 
+// With a relative work dir (`--data-dir data`) and no -D, the -o file lands in the task's
+// folder, and the logs still read it (the link to it must not be relative).
+TEST_F(ExecutorTest, OutputFilesUnderARelativeWorkDirAreReadBack) {
+  ExecutorOptions o = Options();
+  o.work_dir = fs::relative(dir_).string();
+  Executor ex(o);
+  TaskSpec s = Shell("a-rel", "echo out; echo err >&2");
+  s.stdout_file = "out-%j.log";
+  s.stderr_file = "out-%j.log";
+  ASSERT_TRUE(ex.Start(s).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  EXPECT_EQ(StatusOf(ex, "a-rel").state, TaskState::kSucceeded) << StatusOf(ex, "a-rel").message;
+  EXPECT_EQ(Slurp(ex.LogPath("a-rel", "stdout")), "out\nerr\n");
+}
+
 TEST_F(ExecutorTest, TasksThatCannotStartFailWithAMessage) {
   Executor ex(Options());
   TaskSpec wd = Shell("a-wd", "true");
