@@ -72,6 +72,13 @@ httplib::Server::Handler Authed(ControlPlane& cp, F f) {
     auto p = Auth(cp, req);
     if (!p.ok()) return Fail(res, p.status());
     f(*p, req, res);
+    // Every refusal for the caller's role or queues is audited, whichever route refused it.
+    if (res.status == 403) {
+      auto body = Json::parse(res.body, nullptr, false);
+      const Json* err = body.is_object() && body.contains("error") ? &body["error"] : nullptr;
+      cp.AuditDenied(*p, req.method, req.path,
+                     err && err->is_object() ? err->value("message", "") : std::string());
+    }
   };
 }
 

@@ -304,10 +304,17 @@ TEST_F(ApiTest, TwoTeamsSeeAndCancelOnlyTheirQueues) {
   for (const auto& x : records)
     audit.push_back(x["principal"].get<std::string>() + " " + x["action"].get<std::string>() + " " +
                     x["object"].get<std::string>() + " " + x["result"].get<std::string>());
-  for (const char* want : {"team-a submit job/a-train ok", "team-b submit job/b-debug ok",
-                           "team-a submit queue/debug denied", "team-a cancel job/a-train ok",
-                           "root create-token token/team-c ok"})
+  for (const char* want :
+       {"team-a submit job/a-train ok", "team-b submit job/b-debug ok",
+        "team-a POST /v1/jobs denied: token \"team-a\" may not submit to queue \"debug\"",
+        "team-a POST /v1/queues denied: only an admin may create queues and priority classes",
+        "team-a GET /v1/audit denied: only an admin may read the audit log",
+        "team-a POST /v1/tokens denied: only an admin may create tokens",
+        "team-a cancel job/a-train ok", "root create-token token/team-c ok"})
     EXPECT_NE(std::find(audit.begin(), audit.end(), want), audit.end()) << want;
+  // Numbered without gaps: a refused request takes no number.
+  for (size_t i = 1; i < records.size(); ++i)
+    EXPECT_EQ(records[i]["seq"].get<int64_t>(), records[i - 1]["seq"].get<int64_t>() + 1);
   // Pages say where the next begins and whether there is one.
   Json page = Do("GET", "/v1/audit?limit=2", root).body;
   ASSERT_EQ(page["items"].size(), 2u);

@@ -529,14 +529,24 @@ StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& id
   return Cancel(p, id);  // unfinished: cancelled first (a second delete removes it)
 }
 
-void ControlPlane::AddAudit(std::vector<store::Op>& ops, const Principal& p,
-                            const std::string& action, const std::string& object,
-                            const std::string& result) {
+int64_t ControlPlane::AddAudit(std::vector<store::Op>& ops, const Principal& p,
+                               const std::string& action, const std::string& object,
+                               const std::string& result) {
   AuditRecord a{next_audit_seq_++, Now(), p.name, action, object, result};
   Json j = {{"seq", a.seq},       {"time", a.time},     {"principal", a.principal},
             {"action", a.action}, {"object", a.object}, {"result", a.result}};
   ops.push_back(store::Op::Put("audit/" + Pad(a.seq, 16), j.dump()));
-  audit_[a.seq] = std::move(a);
+  const int64_t seq = a.seq;
+  audit_[seq] = std::move(a);
+  return seq;
+}
+
+void ControlPlane::AuditDenied(const Principal& p, const std::string& action,
+                               const std::string& object, const std::string& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<store::Op> ops;
+  AddAudit(ops, p, action, object, "denied: " + why);
+  (void)Commit(std::move(ops));
 }
 
 Status ControlPlane::Commit(std::vector<store::Op> ops) {
@@ -858,6 +868,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     }
   std::vector<JobRecord> records;
   std::vector<Event> events;
+  std::vector<int64_t> audited;  // seqs of the audit records, dropped if the store refuses
   std::vector<store::Op> ops;
   std::future<StatusOr<store::TxnResult>> done;
   {
@@ -891,9 +902,6 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
                                "\" has child queues (" + Join(children, ", ") +
                                "); jobs go to a leaf queue");
       if (!p.MayUseQueue(s.job.queue)) {
-        std::vector<store::Op> audit;
-        AddAudit(audit, p, "submit", "queue/" + s.job.queue, "denied");
-        TESSERA_RETURN_IF_ERROR(Commit(std::move(audit)));
         return PermissionDenied(ctx + "token \"" + p.name + "\" may not submit to queue \"" +
                                 s.job.queue + "\"");
       }
@@ -935,9 +943,11 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       ops.push_back(store::Op::Put("events/" + Pad(e.seq, 16), EventToJson(e).dump()));
       r.events.push_back(e.seq);
       events.push_back(std::move(e));
-      AddAudit(ops, p, "submit", "job/" + r.id(), "ok");
       records.push_back(std::move(r));
     }
+    // Audited once every document passed (a refused one refuses them all).
+    for (const auto& r : records)
+      audited.push_back(AddAudit(ops, p, "submit", "job/" + r.id(), "ok"));
     if (!key.empty()) reserved_keys_.insert(key);
     for (const auto& r : records) {
       reserved_ids_.insert(r.id());
@@ -961,6 +971,8 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         for (auto& r : records) idempotency_[key].push_back(r.id());
     }
     NoteStoreResult(result.status());
+    if (!result.ok())
+      for (int64_t seq : audited) audit_.erase(seq);
     if (!result.ok()) {
       std::fprintf(stderr, "tessera server: a submission was refused (503): the store failed: %s\n",
                    result.status().ToString().c_str());
@@ -1251,6 +1263,7 @@ StatusOr<Json> ControlPlane::CordonNode(const Principal& p, const std::string& n
 }
 
 StatusOr<Json> ControlPlane::DrainNode(const Principal& p, const std::string& name) {
+  if (!p.IsAdmin()) return PermissionDenied("only an admin may drain a node");
   auto c = CordonNode(p, name, true);
   if (!c.ok()) return c.status();
   std::lock_guard<std::mutex> l(mu_);
@@ -1363,6 +1376,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
   std::vector<Json> out;
   std::map<std::string, Queue> queues = queues_;
   std::map<std::string, PriorityClass> pcs = priority_classes_;
+  std::vector<std::string> applied;  // audited once every check has passed
   for (size_t i = 0; i < docs->size(); ++i) {
     const spec::Document& d = (*docs)[i];
     if (d.kind == spec::Document::Kind::kQueue) {
@@ -1373,7 +1387,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       if (old != queues.end() && QueueToJson(old->second).dump() == QueueToJson(q).dump()) continue;
       queues[q.name] = q;
       ops.push_back(store::Op::Put("queues/" + q.name, QueueToJson(q).dump()));
-      AddAudit(ops, p, "apply", "queue/" + q.name, "ok");
+      applied.push_back("queue/" + q.name);
       out.push_back({{"kind", "Queue"}, {"name", q.name}});
     } else if (d.kind == spec::Document::Kind::kPriorityClass) {
       const PriorityClass& pc = d.priority_class;
@@ -1389,7 +1403,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
         continue;
       pcs[pc.name] = pc;
       ops.push_back(store::Op::Put("pcs/" + pc.name, j.dump()));
-      AddAudit(ops, p, "apply", "priorityclass/" + pc.name, "ok");
+      applied.push_back("priorityclass/" + pc.name);
       out.push_back({{"kind", "PriorityClass"}, {"name", pc.name}});
     } else if (!bootstrap) {
       // Named as ParseDocuments names a document's errors; nothing of the text is applied.
@@ -1461,6 +1475,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
     }
     global = &pc;
   }
+  for (const std::string& object : applied) AddAudit(ops, p, "apply", object, "ok");
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   queues_ = std::move(queues);
   priority_classes_ = std::move(pcs);

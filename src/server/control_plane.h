@@ -277,6 +277,10 @@ class ControlPlane {
   StatusOr<Json> DeleteNode(const Principal& p, const std::string& name);
   Json ListPools();
   StatusOr<Json> ListAudit(const Principal& p, int64_t after, size_t limit);
+  // A request refused for the caller's role or queues (403), audited by the API layer:
+  // result "denied: <why>".
+  void AuditDenied(const Principal& p, const std::string& action, const std::string& object,
+                   const std::string& why);
   // Queue / PriorityClass documents (admin): create or replace.
   StatusOr<std::vector<Json>> Apply(const Principal& p, const std::string& body,
                                     bool bootstrap = false);
@@ -352,8 +356,10 @@ class ControlPlane {
   void DeleteJobOps(const JobRecord& j, std::vector<store::Op>& ops) const;
   void FinishDeletes(std::vector<store::Op>& ops) const;
   void ForgetJob(const std::string& id);
-  void AddAudit(std::vector<store::Op>& ops, const Principal& p, const std::string& action,
-                const std::string& object, const std::string& result);
+  // Call once the change is sure to be committed (every check passed): the record is in
+  // memory at once. Returns its seq.
+  int64_t AddAudit(std::vector<store::Op>& ops, const Principal& p, const std::string& action,
+                   const std::string& object, const std::string& result);
   store::Op JobOp(const JobRecord& j) const;
   store::Op AllocOp(const Allocation& a) const;
   store::Op NodeOp(const NodeRecord& n) const;

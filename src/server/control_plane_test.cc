@@ -209,6 +209,33 @@ TEST_F(ControlPlaneTest, DeleteRefusesWhatIsStillNeededAndIsDurable) {
 }
 
 // A parent queue's usage is its children's (what its limit is checked against).
+// The audit log holds what was done: a refused apply or submission leaves no record (it
+// said "ok" for a queue that was never created), and what it shows survives a restart as is.
+TEST_F(ControlPlaneTest, RefusedChangesLeaveNoAuditRecord) {
+  auto audit = [&] {
+    auto a = cp_->ListAudit(kAdmin, 0, 10000);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    std::vector<std::string> out;
+    for (const auto& x : (*a)["items"])
+      out.push_back(std::to_string(x["seq"].get<int64_t>()) + " " + x["action"].get<std::string>() +
+                    " " + x["object"].get<std::string>() + " " + x["result"].get<std::string>());
+    return out;
+  };
+  const std::vector<std::string> before = audit();
+  EXPECT_FALSE(cp_->Apply(kAdmin,
+                          "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: "
+                          "{name: orphan}\nspec: {parent: nosuch}\n")
+                   .ok());
+  EXPECT_FALSE(cp_->Submit(kAdmin, JobDoc("twice", 1, 1) + "---\n" + JobDoc("twice", 1, 1)).ok());
+  EXPECT_EQ(audit(), before);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("once", 1, 1)).ok());
+  const std::vector<std::string> after = audit();
+  ASSERT_EQ(after.size(), before.size() + 1);
+  EXPECT_EQ(after.back(), std::to_string(before.size() + 1) + " submit job/once ok");
+  Reopen();
+  EXPECT_EQ(audit(), after);
+}
+
 TEST_F(ControlPlaneTest, AParentQueueShowsItsChildrensUse) {
   ASSERT_TRUE(cp_->Apply(kAdmin,
                          "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
@@ -259,7 +286,7 @@ TEST_F(ControlPlaneTest, AnExclusiveJobHoldsItsNodeWholeAcrossARestart) {
     return int64_t{-1};
   };
   EXPECT_EQ(in_use(), 8000 + 1000);  // node-a whole, and plain's one GPU
-  Reopen();  // the real engine again
+  Reopen();                          // the real engine again
   EXPECT_EQ((*cp_->GetJob(kAdmin, "whole", false))["exclusive"], true);
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("later", 1, 1)).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
