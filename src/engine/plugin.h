@@ -101,6 +101,10 @@ class JobOrderPlugin {
                                                 const CycleContext& ctx) const {
     return std::nullopt;
   }
+  // What a rank means, for the eviction's message: "<order>: its <RankWords(victim)>, the
+  // preemptor's <RankWords(preemptor)>".
+  virtual std::string OrderWords() const { return "job order"; }
+  virtual std::string RankWords(int64_t rank) const { return "rank " + std::to_string(rank); }
 };
 
 class FilterPlugin {

@@ -5,7 +5,8 @@
 //   bindings:          # the plan's bindings, exactly (any order); omit to not check
 //     - {job: a, task: 0, node: n1, devices: [0, 1], migInstances: [2]}
 //   evictions:         # exactly (any order); omit to not check
-//     - {job: v, task: 0, reason: Preempted, preemptor: p, gracePeriodSeconds: 30}
+//     - {job: v, task: 0, reason: Preempted, preemptor: p, gracePeriodSeconds: 30,
+//        message: "exact text"}   # messages checked when any eviction gives one
 //   reservations:      # exactly; earliestStart optional
 //     - {job: big, nodes: [n1], earliestStart: 100}
 //   decisions:         # only the jobs listed
@@ -150,13 +151,17 @@ TEST_P(ScenarioTest, PlanMatchesExpected) {
   }
   if (ex.contains("evictions")) {
     std::multiset<std::string> want, got;
+    bool with_message = false;  // messages are checked when the file gives any
+    for (const auto& e : ex["evictions"]) with_message |= e.contains("message");
     for (const auto& e : ex["evictions"])
       want.insert(e.at("job").get<std::string>() + "/" + std::to_string(e.at("task").get<int>()) +
                   " " + e.value("reason", "Preempted") + " by " + e.value("preemptor", "?") +
-                  " grace " + std::to_string(e.value("gracePeriodSeconds", 30)));
+                  " grace " + std::to_string(e.value("gracePeriodSeconds", 30)) +
+                  (with_message ? ": " + e.value("message", "") : ""));
     for (const auto& e : plan.evictions)
       got.insert(e.job + "/" + std::to_string(e.task) + " " + e.reason + " by " + e.preemptor +
-                 " grace " + std::to_string(e.grace_period_seconds));
+                 " grace " + std::to_string(e.grace_period_seconds) +
+                 (with_message ? ": " + e.message : ""));
     EXPECT_EQ(want, got);
   }
   if (ex.contains("reservations")) {

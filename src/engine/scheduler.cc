@@ -304,6 +304,7 @@ class CycleRun {
   void PrefetchAhead(const std::vector<PendingJob*>& seq, size_t i);
   void EvictFor(bool reclaim);
   std::optional<int64_t> PreemptionRank(const JobRec& j) const;
+  std::string RankReason(const JobRec& pre, const JobRec& victim) const;
   void Backfill();
   void RecordBindings(size_t mark, const PendingJob& pj);
 
@@ -1473,6 +1474,17 @@ std::optional<int64_t> CycleRun::PreemptionRank(const JobRec& j) const {
   return std::nullopt;
 }
 
+// Why a job of equal priority is evicted, in the words of the order that ranks them.
+std::string CycleRun::RankReason(const JobRec& pre, const JobRec& victim) const {
+  const JobProgress progress = pre.progress();
+  for (const auto& o : e_.orders)
+    if (auto r = o->PreemptionRank(*pre.spec, progress, ctx_))
+      return "equal priority, " + o->OrderWords() + ": its " +
+             o->RankWords(PreemptionRank(victim).value_or(0)) + ", the preemptor's " +
+             o->RankWords(*r);
+  return "equal priority";
+}
+
 void CycleRun::EvictFor(bool reclaim) {
   // Nothing failed to place: nothing to evict for, and no pass over every job (most cycles
   // of a busy server or a replay).
@@ -1707,9 +1719,7 @@ void CycleRun::EvictFor(bool reclaim) {
             : vj.spec->priority < pjob.priority
                 ? "priority " + std::to_string(pjob.priority) + " > " +
                       std::to_string(vj.spec->priority) + " in queue " + m_.queues[vj.queue].q.name
-                : "preemption rank " + std::to_string(pre_rank.value_or(0)) + " < " +
-                      std::to_string(PreemptionRank(vj).value_or(0)) +
-                      " (job order, equal priority)";
+                : RankReason(pre, vj);
         plan_.evictions.push_back({vj.spec->id, t, vj.allocations[t]->node,
                                    reclaim ? "Reclaimed" : "Preempted", pjob.id, msg,
                                    vj.spec->grace_period_seconds});

@@ -64,6 +64,24 @@ class LasOrder : public JobOrderPlugin {
     return Level(job, p, ctx.now);
   }
 
+  std::string OrderWords() const override { return "least attained GPU service first"; }
+  // "service under 1 GPU-hour (level 0)", "service 1-10 GPU-hours (level 1)", ...
+  std::string RankWords(int64_t level) const override {
+    auto amount = [](int64_t s) {
+      if (s % 3600 == 0) return std::to_string(s / 3600) + (s == 3600 ? " GPU-hour" : " GPU-hours");
+      return std::to_string(s) + " GPU-seconds";
+    };
+    const std::string tag = " (level " + std::to_string(level) + ")";
+    if (thresholds_.empty()) return "service level " + std::to_string(level);
+    if (level <= 0)
+      return "service under " + amount(thresholds_.front()) +
+             (starvation_ > 0 ? " or promoted after a long wait" : "") + tag;
+    if (level >= static_cast<int64_t>(thresholds_.size()))
+      return "service of " + amount(thresholds_.back()) + " or more" + tag;
+    return "service of " + amount(thresholds_[level - 1]) + " to " + amount(thresholds_[level]) +
+           tag;
+  }
+
   static int64_t RequestedGpuMilli(const Job& j) {
     int64_t m = 0;
     for (const TaskGroup& g : j.groups) {
