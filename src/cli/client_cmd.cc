@@ -597,7 +597,8 @@ void AddClientCommands(CLI::App& app) {
         auto r = Call(*f, "POST", pcs ? "/v1/priorityclasses" : "/v1/queues", text);
         if (!Check(*f, r)) return;
         for (const auto& x : r.body["items"])
-          std::printf("%s/%s configured\n", S(x, "kind").c_str(), S(x, "name").c_str());
+          std::printf("%s/%s %s\n", S(x, "kind").c_str(), S(x, "name").c_str(),
+                      x.value("action", "configured").c_str());
       }
     });
   }
@@ -679,13 +680,16 @@ void AddClientCommands(CLI::App& app) {
         if (!fetch(path)) return;
       }
       if (keep && items.size() > keep) items.erase(items.begin() + keep, items.end());
-      if (PrintStructured(*f, Json{{"items", items}})) return;
       std::string plural = k == "pc" ? "priorityclasses" : k.ends_with("s") ? k : k + "s";
       if (items.empty() && !name->empty()) {
         std::fprintf(stderr, "error: %s \"%s\" not found\n", plural.c_str(), name->c_str());
         SetExitCode(1);
         return;
       }
+      // A named object alone, as kubectl prints it; a list otherwise.
+      if (PrintStructured(*f,
+                          !name->empty() && items.size() == 1 ? items[0] : Json{{"items", items}}))
+        return;
       if (items.empty()) {
         std::fprintf(stderr, "No %s found.\n", plural.c_str());
         return;

@@ -713,10 +713,27 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   for (const char* name : {"a1", "a2", "a3"})
     ASSERT_TRUE(cp_->Submit(kAdmin, Job(name, "training")).ok());
 
-  // A name picks one object of every kind, in structured output too.
-  Json q = json("get queues debug");
-  ASSERT_EQ(q.size(), 1u) << q.dump();
-  EXPECT_EQ(q[0]["name"], "debug");
+  // A name picks one object of every kind; structured, it is the object itself (kubectl).
+  auto [rc_q, out_q] = CaptureCommand(cli + "get queues debug" + server + " -o json");
+  ASSERT_EQ(rc_q, 0) << out_q;
+  EXPECT_EQ(Json::parse(out_q)["name"], "debug") << out_q;
+  auto [rc_j, out_j] = CaptureCommand(cli + "get job a1" + server + " -o yaml");
+  ASSERT_EQ(rc_j, 0) << out_j;
+  EXPECT_EQ(out_j.rfind("name: a1\n", 0) == 0 || out_j.find("\nname: a1\n") != std::string::npos,
+            true)
+      << out_j;
+  EXPECT_EQ(out_j.find("items"), std::string::npos) << out_j;
+  // apply says what it did to each object, as kubectl.
+  const std::string queues = dir_ + "/queues.yaml";
+  std::ofstream(queues) << "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
+                           "metadata: {name: debug}\nspec: {weight: 1}\n---\n"
+                           "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
+                           "metadata: {name: fresh}\nspec: {weight: 2}\n";
+  auto [rc_ap, out_ap] = run("apply -f " + queues);
+  EXPECT_EQ(rc_ap, 0) << out_ap;
+  EXPECT_NE(out_ap.find("Queue/fresh created"), std::string::npos) << out_ap;
+  auto [rc_ap2, out_ap2] = run("apply -f " + queues);
+  EXPECT_NE(out_ap2.find("Queue/fresh unchanged"), std::string::npos) << out_ap2;
   auto [rc_nf, out_nf] = run("get queues nope");
   EXPECT_EQ(rc_nf, 1) << out_nf;
   EXPECT_NE(out_nf.find("queues \"nope\" not found"), std::string::npos) << out_nf;

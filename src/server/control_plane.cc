@@ -1384,11 +1384,15 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       // (A bootstrap that fails stops the server's start, so this needs no undo.)
       if (bootstrap) declared_.insert("queue/" + q.name);
       auto old = queues.find(q.name);
-      if (old != queues.end() && QueueToJson(old->second).dump() == QueueToJson(q).dump()) continue;
+      const char* action = old == queues.end() ? "created"
+                           : QueueToJson(old->second).dump() == QueueToJson(q).dump()
+                               ? "unchanged"
+                               : "configured";
+      out.push_back({{"kind", "Queue"}, {"name", q.name}, {"action", action}});
+      if (std::string(action) == "unchanged") continue;
       queues[q.name] = q;
       ops.push_back(store::Op::Put("queues/" + q.name, QueueToJson(q).dump()));
       applied.push_back("queue/" + q.name);
-      out.push_back({{"kind", "Queue"}, {"name", q.name}});
     } else if (d.kind == spec::Document::Kind::kPriorityClass) {
       const PriorityClass& pc = d.priority_class;
       Json j = {{"name", pc.name},
@@ -1397,14 +1401,18 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
                 {"globalDefault", pc.global_default}};
       if (bootstrap) declared_.insert("priorityclass/" + pc.name);
       auto old = pcs.find(pc.name);
-      if (old != pcs.end() && old->second.value == pc.value &&
-          old->second.preempt_lower == pc.preempt_lower &&
-          old->second.global_default == pc.global_default)
-        continue;
+      const bool same = old != pcs.end() && old->second.value == pc.value &&
+                        old->second.preempt_lower == pc.preempt_lower &&
+                        old->second.global_default == pc.global_default;
+      out.push_back({{"kind", "PriorityClass"},
+                     {"name", pc.name},
+                     {"action", old == pcs.end() ? "created"
+                                : same           ? "unchanged"
+                                                 : "configured"}});
+      if (same) continue;
       pcs[pc.name] = pc;
       ops.push_back(store::Op::Put("pcs/" + pc.name, j.dump()));
       applied.push_back("priorityclass/" + pc.name);
-      out.push_back({{"kind", "PriorityClass"}, {"name", pc.name}});
     } else if (!bootstrap) {
       // Named as ParseDocuments names a document's errors; nothing of the text is applied.
       return InvalidArgument(

@@ -174,12 +174,13 @@ Status RunServer(const ServerFlags& flags) {
   TESSERA_RETURN_IF_ERROR(server.Start());
   TESSERA_RETURN_IF_ERROR(WriteSecret(flags.data_dir + "/server.url", server.url()));
   auto counts = (*cp)->counts();
-  std::fprintf(stderr,
-               "tessera server: listening on %s (data %s: %zu jobs, %zu events, %zu allocations, "
-               "%zu nodes loaded in "
-               "%lld ms)\n",
-               server.url().c_str(), flags.data_dir.c_str(), counts.jobs, counts.events,
-               counts.allocations, counts.nodes, static_cast<long long>(loaded));
+  std::fprintf(
+      stderr,
+      "tessera server: listening on %s (data dir %s: %zu jobs, %zu events, %zu allocations, "
+      "%zu nodes loaded in "
+      "%lld ms)\n",
+      server.url().c_str(), flags.data_dir.c_str(), counts.jobs, counts.events, counts.allocations,
+      counts.nodes, static_cast<long long>(loaded));
   if (!admin_token.empty())
     std::fprintf(stderr,
                  "tessera server: admin token in %s/admin.token (the CLI reads it from there)\n",
