@@ -791,6 +791,14 @@ void AddClientCommands(CLI::App& app) {
       std::printf("Priority:       %s (%s)\n", S(j, "priorityClass", "<none>").c_str(),
                   S(j, "priority").c_str());
       std::printf("Source:         %s\n", S(j, "source").c_str());
+      if (j.contains("slurmJobId"))
+        std::printf("Slurm job id:   %s (%%j, SLURM_JOB_ID on Tessera's nodes)\n",
+                    S(j, "slurmJobId").c_str());
+      if (j.contains("timeLimitSeconds"))
+        std::printf("Time limit:     %s s, %s\n", S(j, "timeLimitSeconds").c_str(),
+                    S(j, "timeLimitFrom") == "firstStart"
+                        ? "from the job's first start, through its retries"
+                        : "per attempt, from when it first ran");
       std::printf("User:           %s\n", S(j, "user").c_str());
       std::printf("State:          %s\n", S(j, "state").c_str());
       std::printf("Attempt:        %s\n", S(j, "attempt").c_str());

@@ -879,7 +879,11 @@ TEST_F(ApiTest, CliDescribePrintsEveryPart) {
                           "{containers: [{name: c, command: [x], resources: {limits: "
                           "{nvidia.com/gpu: 1}}}]}}}\n")
                   .ok());
-  for (const std::string name : {"plain", "coded"}) {
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "#!/bin/bash\n#SBATCH -J batch\n#SBATCH -p training\n#SBATCH -t 90\n"
+                          "#SBATCH -o out-%j.log\ntrue\n")
+                  .ok());
+  for (const std::string name : {"plain", "coded", "batch"}) {
     auto [rc, out] = CaptureCommand(std::string(bin) + " describe job " + name + " --server " +
                                     api_->url() + " --token root-token-0123456789 2>&1");
     EXPECT_EQ(rc, 0) << out;
@@ -888,6 +892,12 @@ TEST_F(ApiTest, CliDescribePrintsEveryPart) {
     if (name == "coded") {
       EXPECT_NE(out.find("exitCode 137=RestartJob"), std::string::npos) << out;
       EXPECT_NE(out.find("  task w: onFailure=RestartTask"), std::string::npos) << out;
+    }
+    if (name == "batch") {  // what %j in its file names stands for, and its -t
+      EXPECT_NE(out.find("Slurm job id:   3 (%j"), std::string::npos) << out;
+      EXPECT_NE(out.find("Time limit:     5400 s, per attempt, from when it first ran"),
+                std::string::npos)
+          << out;
     }
   }
 }

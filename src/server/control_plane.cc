@@ -711,7 +711,14 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["attempt"] = j.attempt;
   o["user"] = j.user;
   o["source"] = j.spec.source;
+  // sbatch's %j and SLURM_JOB_ID on Tessera's own nodes: how a user maps an output file
+  // named after it back to the job.
+  if (j.spec.source == "sbatch") o["slurmJobId"] = j.seq;
   o["service"] = j.spec.service;
+  if (j.spec.time_limit_seconds) {
+    o["timeLimitSeconds"] = *j.spec.time_limit_seconds;
+    o["timeLimitFrom"] = j.spec.time_limit_whole_job ? "firstStart" : "attemptStart";
+  }
   o["createdAt"] = j.created_at;
   o["startedAt"] = j.started_at;
   o["finishedAt"] = j.finished_at;
