@@ -194,6 +194,37 @@ TEST(Spec, SbatchDirectives) {
   EXPECT_EQ((*late)[0].job.job.groups[0].request.gpu.count, 0) << "after the first command";
 }
 
+// -N, -n and --ntasks-per-node as sbatch combines them (Slurm 22.05): one Tessera task per
+// node, holding that node's Slurm tasks.
+TEST(Spec, SbatchTaskLayout) {
+  struct Case {
+    const char* directives;
+    int32_t nodes, per_node;
+  } cases[] = {
+      {"-n 4 --ntasks-per-node=2", 2, 2},                 // no -N: 4 / 2 = 2 nodes
+      {"--ntasks=6\n#SBATCH --ntasks-per-node 3", 2, 3},  // on two lines
+      {"-N 2 --ntasks-per-node=3", 2, 3},                 // no -n: 2 x 3 = 6 tasks
+      {"-N 2 -n 4 --ntasks-per-node=2", 2, 2},            // all three, agreeing
+      {"--ntasks-per-node=3", 1, 3},                      // one node by default
+      {"-n 3", 1, 3},                                     // -n alone: one node
+      {"-N 2 -n 4", 2, 2},                                // spread evenly
+      {"-N 2", 2, 1},                                     // one task per node by default
+  };
+  for (const auto& c : cases) {
+    std::string text =
+        std::string("#!/bin/bash\n#SBATCH -c 2\n#SBATCH ") + c.directives + "\nsrun hostname\n";
+    auto r = ParseDocuments(text);
+    ASSERT_TRUE(r.ok()) << c.directives << ": " << r.status().ToString();
+    const JobSpec& j = (*r)[0].job;
+    EXPECT_EQ(j.job.groups[0].replicas, c.nodes) << c.directives;
+    EXPECT_EQ(j.job.min_available, c.nodes) << c.directives;
+    EXPECT_EQ(j.job.groups[0].request.cpu_milli, 2000 * c.per_node) << c.directives;  // -c 2
+    EXPECT_EQ(j.templates[0].env.at("SLURM_NNODES"), std::to_string(c.nodes)) << c.directives;
+    EXPECT_EQ(j.templates[0].env.at("SLURM_NTASKS"), std::to_string(c.nodes * c.per_node))
+        << c.directives;
+  }
+}
+
 // Submitted held: sbatch --hold / -H, `suspend: true` of a batch/v1 or Tessera Job.
 TEST(Spec, HeldSubmissions) {
   const char* held[] = {
@@ -566,7 +597,26 @@ TEST(Spec, RejectsWithFieldPaths) {
        "[x]}]}}}\n",
        "spec.tasks[1].replicas: the job would have 130000 tasks"},
       {"sbatch nodes beyond the bound", "#!/bin/bash\n#SBATCH -N 200000\ntrue\n",
-       "--nodes: the job would have 200000 tasks"},
+       "line 2: -N 200000: the job would have 200000 nodes (one task each); at most 100000"},
+      {"sbatch derived nodes beyond the bound",
+       "#!/bin/bash\n#SBATCH -n 999999999 --ntasks-per-node=1\ntrue\n",
+       "line 2: -n 999999999 with line 2: --ntasks-per-node=1: the job would have 999999999 "
+       "nodes"},
+      // Task layouts Slurm would run unevenly (Tessera runs equal tasks per node), or refuses.
+      {"sbatch -n not a multiple of --ntasks-per-node",
+       "#!/bin/bash\n#SBATCH -n 5\n#SBATCH --ntasks-per-node=2\ntrue\n",
+       "line 2: -n 5 with line 3: --ntasks-per-node=2: Slurm would take 3 nodes of 2 tasks and "
+       "run 5, the last node short"},
+      {"sbatch -n beyond -N x --ntasks-per-node",
+       "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -n 5\n#SBATCH --ntasks-per-node=2\ntrue\n",
+       "line 3: -n 5 with line 4: --ntasks-per-node=2 and line 2: -N 2: 2 nodes of 2 tasks hold "
+       "4, fewer than asked (Slurm refuses this too): make -n 4, or leave -n out"},
+      {"sbatch -n short of -N x --ntasks-per-node",
+       "#!/bin/bash\n#SBATCH --nodes=2 --ntasks=3 --ntasks-per-node=2\ntrue\n",
+       "line 2: --ntasks=3 with line 2: --ntasks-per-node=2 and line 2: --nodes=2: 2 nodes of 2 "
+       "tasks hold 4, more than asked"},
+      {"sbatch -n uneven over -N", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -n 5\ntrue\n",
+       "line 3: -n 5: 5 tasks do not divide evenly over 2 nodes (line 2: -N 2)"},
   };
   for (const auto& c : cases) {
     auto r = ParseDocuments(c.text);
