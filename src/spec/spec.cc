@@ -1354,6 +1354,13 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         }
         auto b = ParseByteQuantity(q);
         if (!b.ok()) return InvalidArgument(p + ": bad memory \"" + val + "\" (e.g. 64G, 512M)");
+        // Slurm reads 0 as all of each node's memory, which a request by amount cannot say;
+        // taken as "no memory" it would place the job where the memory is not free.
+        if (*b == 0)
+          return InvalidArgument(p + "=" + val +
+                                 ": all of each node's memory (Slurm's meaning) is not "
+                                 "supported: give the amount per node (e.g. --mem=500G), and "
+                                 "--exclusive to keep other jobs off the nodes");
         mem = *b;
       } else if (opt == "-t" || opt == "--time") {
         auto t = SlurmTime(val, p);

@@ -615,6 +615,11 @@ TEST(Spec, RejectsWithFieldPaths) {
        "#!/bin/bash\n#SBATCH --nodes=2 --ntasks=3 --ntasks-per-node=2\ntrue\n",
        "line 2: --ntasks=3 with line 2: --ntasks-per-node=2 and line 2: --nodes=2: 2 nodes of 2 "
        "tasks hold 4, more than asked"},
+      // Slurm's --mem=0 is all of each node's memory, not none.
+      {"sbatch --mem=0", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --mem=0\ntrue\n",
+       "line 3: --mem=0: all of each node's memory (Slurm's meaning) is not supported: give the "
+       "amount per node (e.g. --mem=500G)"},
+      {"sbatch --mem 0G", "#!/bin/bash\n#SBATCH --mem 0G\ntrue\n", "line 2: --mem=0G: all of"},
       {"sbatch -n uneven over -N", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -n 5\ntrue\n",
        "line 3: -n 5: 5 tasks do not divide evenly over 2 nodes (line 2: -N 2)"},
   };
