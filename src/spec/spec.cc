@@ -1276,8 +1276,14 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   s.restart.on_failure = FailureAction::kFailJob;
   s.restart.on_eviction = FailureAction::kRestartJob;  // Slurm's --requeue, unless --no-requeue
   GivenCount nodes, ntasks, per_node;
-  int32_t cpus_per_task = 1, gpus_per_node = 0;
-  std::string gpu_type, stdout_file, stderr_file;
+  int32_t cpus_per_task = 1;
+  // GPUs per node as --gres and as --gpus-per-node said them (a repeated option: its last
+  // value, as sbatch); `at` names the line, empty when not given.
+  struct GpuAsk {
+    int32_t count = 0;
+    std::string type, at;
+  } gres, gpus_per_node;
+  std::string stdout_file, stderr_file;
   int64_t mem = 0;
   std::istringstream in(text);
   std::string line;
@@ -1381,8 +1387,10 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
           return InvalidArgument(p + ": expected gpu[:type]:N, got \"" + val + "\"");
         auto n = PositiveInt(f.back(), p);
         if (!n.ok()) return n.status();
-        gpus_per_node = *n;
-        if (f.size() == 2) gpu_type = f[0];
+        GpuAsk& ask = opt == "--gres" ? gres : gpus_per_node;
+        ask.count = *n;
+        ask.type = f.size() == 2 ? f[0] : "";
+        ask.at = p + "=" + val;
       } else if (opt == "--requeue" || opt == "--no-requeue") {
         // Slurm requeues a job whose node fails or that is preempted unless --no-requeue.
         s.restart.on_eviction =
@@ -1415,6 +1423,13 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
       }
     }
   }
+  // Slurm refuses a typed and an untyped GPU request together ("Invalid GRES
+  // specification") and, given two counts, keeps one of them: refused unless they agree.
+  if (!gres.at.empty() && !gpus_per_node.at.empty() &&
+      (gres.count != gpus_per_node.count || gres.type != gpus_per_node.type))
+    return InvalidArgument(gres.at + " and " + gpus_per_node.at +
+                           ": two different GPU requests per node; give one of them");
+  const GpuAsk& gpus = gres.at.empty() ? gpus_per_node : gres;
   auto layout = ResolveTaskLayout(nodes, ntasks, per_node);
   if (!layout.ok()) return layout.status();
   const int32_t n_nodes = layout->nodes, n_per_node = layout->per_node;
@@ -1425,12 +1440,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   g.replicas = n_nodes;
   g.request.cpu_milli = int64_t{1000} * cpus_per_task * n_per_node;
   g.request.memory_bytes = mem;
-  if (gpus_per_node > 0) {
+  if (gpus.count > 0) {
     g.request.gpu.kind = GpuRequestKind::kWhole;
-    g.request.gpu.count = gpus_per_node;
-    if (!gpu_type.empty()) {
+    g.request.gpu.count = gpus.count;
+    if (!gpus.type.empty()) {
       // Slurm types are lower-case model names ("a100"); match any memory variant.
-      std::string up = gpu_type;
+      std::string up = gpus.type;
       for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       g.request.gpu.models = {up, up + "-40GB", up + "-80GB"};
       if (up == "H200") g.request.gpu.models = {"H200-141GB"};

@@ -225,6 +225,30 @@ TEST(Spec, SbatchTaskLayout) {
   }
 }
 
+// --gres=gpu[:type]:N and --gpus-per-node=[type:]N: GPUs per node. A repeated option
+// keeps its last value, as sbatch; the two options together must say the same.
+TEST(Spec, SbatchGpusPerNode) {
+  struct Case {
+    const char* directives;
+    int32_t count;
+    std::vector<std::string> models;
+  } cases[] = {
+      {"--gres=gpu:2", 2, {}},
+      {"--gpus-per-node=a100:4", 4, {"A100", "A100-40GB", "A100-80GB"}},
+      {"--gres=gpu:a100:2 --gpus-per-node=a100:2", 2, {"A100", "A100-40GB", "A100-80GB"}},
+      {"--gres=gpu:2 --gpus-per-node=2", 2, {}},
+      {"--gres=gpu:a100:2 --gres=gpu:4", 4, {}},  // the last, type and all
+      {"--gpus-per-node=1 --gpus-per-node=h200:8", 8, {"H200-141GB"}},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
+    ASSERT_TRUE(r.ok()) << c.directives << ": " << r.status().ToString();
+    const GpuRequest& gpu = (*r)[0].job.job.groups[0].request.gpu;
+    EXPECT_EQ(gpu.count, c.count) << c.directives;
+    EXPECT_EQ(gpu.models, c.models) << c.directives;
+  }
+}
+
 // Submitted held: sbatch --hold / -H, `suspend: true` of a batch/v1 or Tessera Job.
 TEST(Spec, HeldSubmissions) {
   const char* held[] = {
@@ -620,6 +644,14 @@ TEST(Spec, RejectsWithFieldPaths) {
        "line 3: --mem=0: all of each node's memory (Slurm's meaning) is not supported: give the "
        "amount per node (e.g. --mem=500G)"},
       {"sbatch --mem 0G", "#!/bin/bash\n#SBATCH --mem 0G\ntrue\n", "line 2: --mem=0G: all of"},
+      // Slurm rejects conflicting GPU requests; the last one no longer wins silently.
+      {"sbatch --gres and --gpus-per-node differ",
+       "#!/bin/bash\n#SBATCH --gres=gpu:a100:2\n#SBATCH --gpus-per-node=1\ntrue\n",
+       "line 2: --gres=gpu:a100:2 and line 3: --gpus-per-node=1: two different GPU requests per "
+       "node; give one of them"},
+      {"sbatch --gpus-per-node and --gres differ in type",
+       "#!/bin/bash\n#SBATCH --gpus-per-node=v100:2 --gres=gpu:a100:2\ntrue\n",
+       "line 2: --gres=gpu:a100:2 and line 2: --gpus-per-node=v100:2: two different GPU"},
       {"sbatch -n uneven over -N", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -n 5\ntrue\n",
        "line 3: -n 5: 5 tasks do not divide evenly over 2 nodes (line 2: -N 2)"},
   };
