@@ -312,8 +312,10 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
     if (!j.priority_class.empty() && j.priority_class != pod.priority_class)
       return InvalidArgument(path + ".priorityClassName: \"" + pod.priority_class +
                              "\" differs from the job's \"" + j.priority_class + "\"");
+    // The first place that named it (a Volcano Job's own spec.priorityClassName, else
+    // this pod template).
+    if (j.priority_class.empty()) spec.origin.priority_class = path + ".priorityClassName";
     j.priority_class = pod.priority_class;
-    spec.origin.priority_class = path + ".priorityClassName";
   }
   return Status::Ok();
 }
@@ -528,6 +530,9 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
   TESSERA_RETURN_IF_ERROR(ReadExclusiveAnnotation(meta, s));
   s.job.queue = "default";
   // Volcano's convention for plain Kubernetes objects: the queue is an annotation.
+  s.origin.queue =
+      "metadata.annotations.scheduling.volcano.sh/queue-name (not given: the "
+      "default queue)";
   for (const char* key : {"scheduling.volcano.sh/queue-name", "tessera.io/queue"}) {
     auto it = meta.annotations.find(key);
     if (it == meta.annotations.end()) continue;
@@ -662,6 +667,7 @@ StatusOr<PriorityClass> KubePriorityClass(ObjectReader& top, const Meta& meta) {
 StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
   JobSpec s;
   s.source = "tessera.io/v1 Job";
+  s.origin.priority_class = "spec.priorityClass";  // model/codec.h's name, not Volcano's
   s.labels = meta.labels;
   s.annotations = meta.annotations;
   const Json* spec = top.Get("spec");
@@ -1273,6 +1279,9 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   JobSpec s;
   s.source = "sbatch";
   s.job.queue = "default";
+  s.origin.name = "#SBATCH -J (not given: a generated name)";
+  s.origin.queue = "#SBATCH -p (not given: the default queue)";
+  s.origin.priority_class = "#SBATCH -q";
   s.restart.on_failure = FailureAction::kFailJob;
   s.restart.on_eviction = FailureAction::kRestartJob;  // Slurm's --requeue, unless --no-requeue
   GivenCount nodes, ntasks, per_node;

@@ -249,6 +249,62 @@ TEST(Spec, SbatchGpusPerNode) {
   }
 }
 
+// The server's errors about a job's name, queue and priority class name the field (or line)
+// of the document's own shape, also where the value is a default it did not give.
+TEST(Spec, OriginsNameEachShapesOwnFields) {
+  const std::string pod = "{containers: [{name: c, command: [x]}], priorityClassName: p}";
+  struct Case {
+    const char* kind;
+    std::string text;
+    const char* name;
+    const char* queue;
+    const char* priority_class;
+  } cases[] = {
+      {"tessera.io/v1 Job",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {queue: q, "
+       "priorityClass: p, tasks: [{command: [x]}]}\n",
+       "metadata.name", "spec.queue", "spec.priorityClass"},
+      {"Volcano Job",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  queue: "
+       "q\n  priorityClassName: p\n  tasks:\n  - {name: w, replicas: 1, template: {spec: " +
+           pod + "}}\n",
+       "metadata.name", "spec.queue", "spec.priorityClassName"},
+      {"Volcano Job, priority class from its task",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {name: w, replicas: 1, template: {spec: " +
+           pod + "}}\n",
+       "metadata.name", "spec.queue", "spec.tasks[0].template.spec.priorityClassName"},
+      {"batch/v1 Job",
+       "apiVersion: batch/v1\nkind: Job\nmetadata: {name: b}\nspec:\n  template:\n    spec: "
+       "{restartPolicy: Never, containers: [{name: c, command: [x]}], priorityClassName: p}\n",
+       "metadata.name",
+       "metadata.annotations.scheduling.volcano.sh/queue-name (not given: the default queue)",
+       "spec.template.spec.priorityClassName"},
+      {"Deployment",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, annotations: "
+       "{tessera.io/queue: q}}\nspec:\n  template:\n    spec: " +
+           pod + "\n",
+       "metadata.name", "metadata.annotations.tessera.io/queue",
+       "spec.template.spec.priorityClassName"},
+      {"Pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: " + pod + "\n",
+       "metadata.name",
+       "metadata.annotations.scheduling.volcano.sh/queue-name (not given: the default queue)",
+       "spec.priorityClassName"},
+      {"sbatch", "#!/bin/bash\n#SBATCH -J s -p q\n#SBATCH --qos=p\ntrue\n", "line 2: -J",
+       "line 2: -p (partition: the queue)", "line 3: --qos (QOS: the priority class)"},
+      {"sbatch, defaults", "#!/bin/bash\ntrue\n", "#SBATCH -J (not given: a generated name)",
+       "#SBATCH -p (not given: the default queue)", "#SBATCH -q"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseDocuments(c.text);
+    ASSERT_TRUE(r.ok()) << c.kind << ": " << r.status().ToString();
+    const JobSpec::Origins& o = (*r)[0].job.origin;
+    EXPECT_EQ(o.name, c.name) << c.kind;
+    EXPECT_EQ(o.queue, c.queue) << c.kind;
+    EXPECT_EQ(o.priority_class, c.priority_class) << c.kind;
+  }
+}
+
 // Submitted held: sbatch --hold / -H, `suspend: true` of a batch/v1 or Tessera Job.
 TEST(Spec, HeldSubmissions) {
   const char* held[] = {
