@@ -430,7 +430,10 @@ TEST_F(ControlPlaneTest, SubmitIsDurableAndNamedErrorsAreReturned) {
   EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(unknown.status().message().find("unknown queue \"nope\""), std::string::npos);
   auto pc = cp_->Submit(kAdmin, JobDoc("j3", 1, 1, "  priorityClass: ultra\n"));
-  EXPECT_NE(pc.status().message().find("unknown priority class"), std::string::npos);
+  // A Tessera Job's field is spec.priorityClass (Volcano's and a pod's is priorityClassName).
+  EXPECT_NE(pc.status().message().find("spec.priorityClass: unknown priority class \"ultra\""),
+            std::string::npos)
+      << pc.status().ToString();
   // A batch script's errors name its line and option, not a YAML field it does not have;
   // a Kubernetes object's, the annotation that named the queue.
   const std::pair<std::string, std::string> where[] = {

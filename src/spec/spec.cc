@@ -312,8 +312,10 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
     if (!j.priority_class.empty() && j.priority_class != pod.priority_class)
       return InvalidArgument(path + ".priorityClassName: \"" + pod.priority_class +
                              "\" differs from the job's \"" + j.priority_class + "\"");
+    // The first place that named it (a Volcano Job's own spec.priorityClassName, else
+    // this pod template).
+    if (j.priority_class.empty()) spec.origin.priority_class = path + ".priorityClassName";
     j.priority_class = pod.priority_class;
-    spec.origin.priority_class = path + ".priorityClassName";
   }
   return Status::Ok();
 }
@@ -528,6 +530,9 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
   TESSERA_RETURN_IF_ERROR(ReadExclusiveAnnotation(meta, s));
   s.job.queue = "default";
   // Volcano's convention for plain Kubernetes objects: the queue is an annotation.
+  s.origin.queue =
+      "metadata.annotations.scheduling.volcano.sh/queue-name (not given: the "
+      "default queue)";
   for (const char* key : {"scheduling.volcano.sh/queue-name", "tessera.io/queue"}) {
     auto it = meta.annotations.find(key);
     if (it == meta.annotations.end()) continue;
@@ -662,6 +667,7 @@ StatusOr<PriorityClass> KubePriorityClass(ObjectReader& top, const Meta& meta) {
 StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
   JobSpec s;
   s.source = "tessera.io/v1 Job";
+  s.origin.priority_class = "spec.priorityClass";  // model/codec.h's name, not Volcano's
   s.labels = meta.labels;
   s.annotations = meta.annotations;
   const Json* spec = top.Get("spec");
@@ -1131,6 +1137,74 @@ StatusOr<int32_t> PositiveInt(const std::string& v, const std::string& path) {
   return x;
 }
 
+// A count an #SBATCH line gave, and where, as written ("line 3: -n 4"); `at` is empty when
+// the script does not give it.
+struct GivenCount {
+  int32_t value = 0;
+  std::string at;
+  bool given() const { return !at.empty(); }
+};
+
+// Slurm tasks as Tessera runs them: the same number on each of `nodes` distinct nodes.
+struct TaskLayout {
+  int32_t nodes = 1, per_node = 1;
+};
+
+// -N, -n and --ntasks-per-node combined as sbatch and Slurm 22.05 do: --ntasks-per-node
+// with -N and no -n is N x per-node tasks; with -n and no -N, n / per-node nodes. Slurm
+// allocates nodes x per-node tasks whatever -n says and runs -n of them, so -n must fill
+// the nodes exactly here: Tessera runs the same number of tasks on every node. (Slurm
+// itself refuses more tasks than nodes x per-node; with -n 5 --ntasks-per-node=2 it takes
+// 3 nodes and runs 2, 2 and 1.) Without --ntasks-per-node, -n tasks spread evenly over -N
+// nodes (one by default).
+StatusOr<TaskLayout> ResolveTaskLayout(const GivenCount& nodes, const GivenCount& ntasks,
+                                       const GivenCount& per_node) {
+  TaskLayout l;
+  int64_t n = ntasks.value;
+  if (per_node.given()) {
+    const int64_t p = per_node.value;
+    l.per_node = per_node.value;
+    if (ntasks.given() && !nodes.given()) {
+      if (n % p != 0)
+        return InvalidArgument(ntasks.at + " with " + per_node.at + ": Slurm would take " +
+                               std::to_string((n + p - 1) / p) + " nodes of " + std::to_string(p) +
+                               " tasks and run " + std::to_string(n) +
+                               ", the last node short; Tessera runs the " +
+                               "same number of tasks on every node: ask for a multiple of " +
+                               std::to_string(p) + " tasks, or give -N and leave out -n");
+      l.nodes = static_cast<int32_t>(n / p);
+    } else {
+      l.nodes = nodes.given() ? nodes.value : 1;
+      const int64_t room = int64_t{l.nodes} * p;
+      if (ntasks.given() && n != room)
+        return InvalidArgument(
+            ntasks.at + " with " + per_node.at + " and " + nodes.at + ": " +
+            std::to_string(l.nodes) + " nodes of " + std::to_string(p) + " tasks hold " +
+            std::to_string(room) + ", " +
+            (n > room ? "fewer than asked (Slurm refuses this too)"
+                      : "more than asked (Slurm would run " + std::to_string(n) +
+                            " of them, some nodes short; Tessera runs the same number of "
+                            "tasks on every node)") +
+            ": make -n " + std::to_string(room) + ", or leave -n out");
+    }
+  } else {
+    l.nodes = nodes.given() ? nodes.value : 1;
+    if (!ntasks.given()) n = l.nodes;
+    if (n % l.nodes != 0)
+      return InvalidArgument(ntasks.at + ": " + std::to_string(n) +
+                             " tasks do not divide evenly over " + std::to_string(l.nodes) +
+                             " nodes (" + nodes.at + ")");
+    l.per_node = static_cast<int32_t>(n / l.nodes);
+  }
+  // Checked before the job's per-node state is sized (CheckTaskCount comes later).
+  if (l.nodes > kMaxTasksPerJob)
+    return InvalidArgument((nodes.given() ? nodes.at : ntasks.at + " with " + per_node.at) +
+                           ": the job would have " + std::to_string(l.nodes) +
+                           " nodes (one task each); at most " + std::to_string(kMaxTasksPerJob) +
+                           " per job");
+  return l;
+}
+
 }  // namespace
 
 namespace {
@@ -1205,10 +1279,20 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   JobSpec s;
   s.source = "sbatch";
   s.job.queue = "default";
+  s.origin.name = "#SBATCH -J (not given: a generated name)";
+  s.origin.queue = "#SBATCH -p (not given: the default queue)";
+  s.origin.priority_class = "#SBATCH -q";
   s.restart.on_failure = FailureAction::kFailJob;
   s.restart.on_eviction = FailureAction::kRestartJob;  // Slurm's --requeue, unless --no-requeue
-  int32_t nodes = 1, ntasks = 0, per_node = 0, cpus_per_task = 1, gpus_per_node = 0;
-  std::string gpu_type, stdout_file, stderr_file;
+  GivenCount nodes, ntasks, per_node;
+  int32_t cpus_per_task = 1;
+  // GPUs per node as --gres and as --gpus-per-node said them (a repeated option: its last
+  // value, as sbatch); `at` names the line, empty when not given.
+  struct GpuAsk {
+    int32_t count = 0;
+    std::string type, at;
+  } gres, gpus_per_node;
+  std::string stdout_file, stderr_file;
   int64_t mem = 0;
   std::istringstream in(text);
   std::string line;
@@ -1262,18 +1346,14 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
       } else if (opt == "-q" || opt == "--qos") {
         s.job.priority_class = val;
         s.origin.priority_class = p + " (QOS: the priority class)";
-      } else if (opt == "-N" || opt == "--nodes") {
+      } else if (opt == "-N" || opt == "--nodes" || opt == "-n" || opt == "--ntasks" ||
+                 opt == "--ntasks-per-node") {
         auto x = PositiveInt(val, p);
         if (!x.ok()) return x.status();
-        nodes = *x;
-      } else if (opt == "-n" || opt == "--ntasks") {
-        auto x = PositiveInt(val, p);
-        if (!x.ok()) return x.status();
-        ntasks = *x;
-      } else if (opt == "--ntasks-per-node") {
-        auto x = PositiveInt(val, p);
-        if (!x.ok()) return x.status();
-        per_node = *x;
+        GivenCount& c = opt == "-N" || opt == "--nodes"    ? nodes
+                        : opt == "-n" || opt == "--ntasks" ? ntasks
+                                                           : per_node;
+        c = {*x, p + (long_opt ? "=" : " ") + val};
       } else if (opt == "-c" || opt == "--cpus-per-task") {
         auto x = PositiveInt(val, p);
         if (!x.ok()) return x.status();
@@ -1289,6 +1369,13 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         }
         auto b = ParseByteQuantity(q);
         if (!b.ok()) return InvalidArgument(p + ": bad memory \"" + val + "\" (e.g. 64G, 512M)");
+        // Slurm reads 0 as all of each node's memory, which a request by amount cannot say;
+        // taken as "no memory" it would place the job where the memory is not free.
+        if (*b == 0)
+          return InvalidArgument(p + "=" + val +
+                                 ": all of each node's memory (Slurm's meaning) is not "
+                                 "supported: give the amount per node (e.g. --mem=500G), and "
+                                 "--exclusive to keep other jobs off the nodes");
         mem = *b;
       } else if (opt == "-t" || opt == "--time") {
         auto t = SlurmTime(val, p);
@@ -1309,8 +1396,10 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
           return InvalidArgument(p + ": expected gpu[:type]:N, got \"" + val + "\"");
         auto n = PositiveInt(f.back(), p);
         if (!n.ok()) return n.status();
-        gpus_per_node = *n;
-        if (f.size() == 2) gpu_type = f[0];
+        GpuAsk& ask = opt == "--gres" ? gres : gpus_per_node;
+        ask.count = *n;
+        ask.type = f.size() == 2 ? f[0] : "";
+        ask.at = p + "=" + val;
       } else if (opt == "--requeue" || opt == "--no-requeue") {
         // Slurm requeues a job whose node fails or that is preempted unless --no-requeue.
         s.restart.on_eviction =
@@ -1343,36 +1432,38 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
       }
     }
   }
-  if (ntasks == 0) ntasks = per_node > 0 ? per_node * nodes : nodes;
-  if (ntasks % nodes != 0)
-    return InvalidArgument("--ntasks: " + std::to_string(ntasks) +
-                           " tasks do not divide evenly over " + std::to_string(nodes) + " nodes");
-  if (per_node > 0 && per_node * nodes != ntasks)
-    return InvalidArgument("--ntasks-per-node: " + std::to_string(per_node) + " x " +
-                           std::to_string(nodes) + " nodes != --ntasks " + std::to_string(ntasks));
-  per_node = ntasks / nodes;
+  // Slurm refuses a typed and an untyped GPU request together ("Invalid GRES
+  // specification") and, given two counts, keeps one of them: refused unless they agree.
+  if (!gres.at.empty() && !gpus_per_node.at.empty() &&
+      (gres.count != gpus_per_node.count || gres.type != gpus_per_node.type))
+    return InvalidArgument(gres.at + " and " + gpus_per_node.at +
+                           ": two different GPU requests per node; give one of them");
+  const GpuAsk& gpus = gres.at.empty() ? gpus_per_node : gres;
+  auto layout = ResolveTaskLayout(nodes, ntasks, per_node);
+  if (!layout.ok()) return layout.status();
+  const int32_t n_nodes = layout->nodes, n_per_node = layout->per_node;
   // One Tessera task per Slurm node, holding all of that node's Slurm tasks; the gang is every
   // node.
   TaskGroup g;
   g.name = "node";
-  g.replicas = nodes;
-  g.request.cpu_milli = int64_t{1000} * cpus_per_task * per_node;
+  g.replicas = n_nodes;
+  g.request.cpu_milli = int64_t{1000} * cpus_per_task * n_per_node;
   g.request.memory_bytes = mem;
-  if (gpus_per_node > 0) {
+  if (gpus.count > 0) {
     g.request.gpu.kind = GpuRequestKind::kWhole;
-    g.request.gpu.count = gpus_per_node;
-    if (!gpu_type.empty()) {
+    g.request.gpu.count = gpus.count;
+    if (!gpus.type.empty()) {
       // Slurm types are lower-case model names ("a100"); match any memory variant.
-      std::string up = gpu_type;
+      std::string up = gpus.type;
       for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       g.request.gpu.models = {up, up + "-40GB", up + "-80GB"};
       if (up == "H200") g.request.gpu.models = {"H200-141GB"};
     }
   }
   s.job.groups.push_back(g);
-  s.job.min_available = nodes;
+  s.job.min_available = n_nodes;
   s.job.one_task_per_node = true;  // -N means distinct nodes
-  s.job.allocations.assign(nodes, std::nullopt);
+  s.job.allocations.assign(n_nodes, std::nullopt);
   s.templates.resize(1);
   s.templates[0].script = text;
   // As sbatch: stderr goes with stdout unless -e is given; stdout to slurm-%j.out unless -o.
@@ -1381,8 +1472,8 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
     s.templates[0].stdout_file = stdout_file.empty() ? "slurm-%j.out" : stdout_file;
     s.templates[0].stderr_file = stderr_file.empty() ? s.templates[0].stdout_file : stderr_file;
   }
-  s.templates[0].env["SLURM_NTASKS"] = std::to_string(ntasks);
-  s.templates[0].env["SLURM_NNODES"] = std::to_string(nodes);
+  s.templates[0].env["SLURM_NTASKS"] = std::to_string(int64_t{n_nodes} * n_per_node);
+  s.templates[0].env["SLURM_NNODES"] = std::to_string(n_nodes);
   return s;
 }
 

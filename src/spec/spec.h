@@ -89,7 +89,9 @@ struct JobSpec {
   // stored: the server keeps who holds a job on its record, which hold/release change.
   bool held = false;
   // Where the document gave what the server checks against its state, for its errors: a
-  // field path, or a batch script's line and option ("line 3: -p"). Not stored.
+  // field path, or a batch script's line and option ("line 3: -p"). Not stored. The
+  // defaults are a Volcano Job's fields; every other shape sets the ones it names
+  // differently, also where the value is a default the document did not give.
   struct Origins {
     std::string name = "metadata.name";
     std::string queue = "spec.queue";

@@ -194,6 +194,117 @@ TEST(Spec, SbatchDirectives) {
   EXPECT_EQ((*late)[0].job.job.groups[0].request.gpu.count, 0) << "after the first command";
 }
 
+// -N, -n and --ntasks-per-node as sbatch combines them (Slurm 22.05): one Tessera task per
+// node, holding that node's Slurm tasks.
+TEST(Spec, SbatchTaskLayout) {
+  struct Case {
+    const char* directives;
+    int32_t nodes, per_node;
+  } cases[] = {
+      {"-n 4 --ntasks-per-node=2", 2, 2},                 // no -N: 4 / 2 = 2 nodes
+      {"--ntasks=6\n#SBATCH --ntasks-per-node 3", 2, 3},  // on two lines
+      {"-N 2 --ntasks-per-node=3", 2, 3},                 // no -n: 2 x 3 = 6 tasks
+      {"-N 2 -n 4 --ntasks-per-node=2", 2, 2},            // all three, agreeing
+      {"--ntasks-per-node=3", 1, 3},                      // one node by default
+      {"-n 3", 1, 3},                                     // -n alone: one node
+      {"-N 2 -n 4", 2, 2},                                // spread evenly
+      {"-N 2", 2, 1},                                     // one task per node by default
+  };
+  for (const auto& c : cases) {
+    std::string text =
+        std::string("#!/bin/bash\n#SBATCH -c 2\n#SBATCH ") + c.directives + "\nsrun hostname\n";
+    auto r = ParseDocuments(text);
+    ASSERT_TRUE(r.ok()) << c.directives << ": " << r.status().ToString();
+    const JobSpec& j = (*r)[0].job;
+    EXPECT_EQ(j.job.groups[0].replicas, c.nodes) << c.directives;
+    EXPECT_EQ(j.job.min_available, c.nodes) << c.directives;
+    EXPECT_EQ(j.job.groups[0].request.cpu_milli, 2000 * c.per_node) << c.directives;  // -c 2
+    EXPECT_EQ(j.templates[0].env.at("SLURM_NNODES"), std::to_string(c.nodes)) << c.directives;
+    EXPECT_EQ(j.templates[0].env.at("SLURM_NTASKS"), std::to_string(c.nodes * c.per_node))
+        << c.directives;
+  }
+}
+
+// --gres=gpu[:type]:N and --gpus-per-node=[type:]N: GPUs per node. A repeated option
+// keeps its last value, as sbatch; the two options together must say the same.
+TEST(Spec, SbatchGpusPerNode) {
+  struct Case {
+    const char* directives;
+    int32_t count;
+    std::vector<std::string> models;
+  } cases[] = {
+      {"--gres=gpu:2", 2, {}},
+      {"--gpus-per-node=a100:4", 4, {"A100", "A100-40GB", "A100-80GB"}},
+      {"--gres=gpu:a100:2 --gpus-per-node=a100:2", 2, {"A100", "A100-40GB", "A100-80GB"}},
+      {"--gres=gpu:2 --gpus-per-node=2", 2, {}},
+      {"--gres=gpu:a100:2 --gres=gpu:4", 4, {}},  // the last, type and all
+      {"--gpus-per-node=1 --gpus-per-node=h200:8", 8, {"H200-141GB"}},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
+    ASSERT_TRUE(r.ok()) << c.directives << ": " << r.status().ToString();
+    const GpuRequest& gpu = (*r)[0].job.job.groups[0].request.gpu;
+    EXPECT_EQ(gpu.count, c.count) << c.directives;
+    EXPECT_EQ(gpu.models, c.models) << c.directives;
+  }
+}
+
+// The server's errors about a job's name, queue and priority class name the field (or line)
+// of the document's own shape, also where the value is a default it did not give.
+TEST(Spec, OriginsNameEachShapesOwnFields) {
+  const std::string pod = "{containers: [{name: c, command: [x]}], priorityClassName: p}";
+  struct Case {
+    const char* kind;
+    std::string text;
+    const char* name;
+    const char* queue;
+    const char* priority_class;
+  } cases[] = {
+      {"tessera.io/v1 Job",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {queue: q, "
+       "priorityClass: p, tasks: [{command: [x]}]}\n",
+       "metadata.name", "spec.queue", "spec.priorityClass"},
+      {"Volcano Job",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  queue: "
+       "q\n  priorityClassName: p\n  tasks:\n  - {name: w, replicas: 1, template: {spec: " +
+           pod + "}}\n",
+       "metadata.name", "spec.queue", "spec.priorityClassName"},
+      {"Volcano Job, priority class from its task",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {name: w, replicas: 1, template: {spec: " +
+           pod + "}}\n",
+       "metadata.name", "spec.queue", "spec.tasks[0].template.spec.priorityClassName"},
+      {"batch/v1 Job",
+       "apiVersion: batch/v1\nkind: Job\nmetadata: {name: b}\nspec:\n  template:\n    spec: "
+       "{restartPolicy: Never, containers: [{name: c, command: [x]}], priorityClassName: p}\n",
+       "metadata.name",
+       "metadata.annotations.scheduling.volcano.sh/queue-name (not given: the default queue)",
+       "spec.template.spec.priorityClassName"},
+      {"Deployment",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, annotations: "
+       "{tessera.io/queue: q}}\nspec:\n  template:\n    spec: " +
+           pod + "\n",
+       "metadata.name", "metadata.annotations.tessera.io/queue",
+       "spec.template.spec.priorityClassName"},
+      {"Pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: " + pod + "\n",
+       "metadata.name",
+       "metadata.annotations.scheduling.volcano.sh/queue-name (not given: the default queue)",
+       "spec.priorityClassName"},
+      {"sbatch", "#!/bin/bash\n#SBATCH -J s -p q\n#SBATCH --qos=p\ntrue\n", "line 2: -J",
+       "line 2: -p (partition: the queue)", "line 3: --qos (QOS: the priority class)"},
+      {"sbatch, defaults", "#!/bin/bash\ntrue\n", "#SBATCH -J (not given: a generated name)",
+       "#SBATCH -p (not given: the default queue)", "#SBATCH -q"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseDocuments(c.text);
+    ASSERT_TRUE(r.ok()) << c.kind << ": " << r.status().ToString();
+    const JobSpec::Origins& o = (*r)[0].job.origin;
+    EXPECT_EQ(o.name, c.name) << c.kind;
+    EXPECT_EQ(o.queue, c.queue) << c.kind;
+    EXPECT_EQ(o.priority_class, c.priority_class) << c.kind;
+  }
+}
+
 // Submitted held: sbatch --hold / -H, `suspend: true` of a batch/v1 or Tessera Job.
 TEST(Spec, HeldSubmissions) {
   const char* held[] = {
@@ -566,7 +677,39 @@ TEST(Spec, RejectsWithFieldPaths) {
        "[x]}]}}}\n",
        "spec.tasks[1].replicas: the job would have 130000 tasks"},
       {"sbatch nodes beyond the bound", "#!/bin/bash\n#SBATCH -N 200000\ntrue\n",
-       "--nodes: the job would have 200000 tasks"},
+       "line 2: -N 200000: the job would have 200000 nodes (one task each); at most 100000"},
+      {"sbatch derived nodes beyond the bound",
+       "#!/bin/bash\n#SBATCH -n 999999999 --ntasks-per-node=1\ntrue\n",
+       "line 2: -n 999999999 with line 2: --ntasks-per-node=1: the job would have 999999999 "
+       "nodes"},
+      // Task layouts Slurm would run unevenly (Tessera runs equal tasks per node), or refuses.
+      {"sbatch -n not a multiple of --ntasks-per-node",
+       "#!/bin/bash\n#SBATCH -n 5\n#SBATCH --ntasks-per-node=2\ntrue\n",
+       "line 2: -n 5 with line 3: --ntasks-per-node=2: Slurm would take 3 nodes of 2 tasks and "
+       "run 5, the last node short"},
+      {"sbatch -n beyond -N x --ntasks-per-node",
+       "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -n 5\n#SBATCH --ntasks-per-node=2\ntrue\n",
+       "line 3: -n 5 with line 4: --ntasks-per-node=2 and line 2: -N 2: 2 nodes of 2 tasks hold "
+       "4, fewer than asked (Slurm refuses this too): make -n 4, or leave -n out"},
+      {"sbatch -n short of -N x --ntasks-per-node",
+       "#!/bin/bash\n#SBATCH --nodes=2 --ntasks=3 --ntasks-per-node=2\ntrue\n",
+       "line 2: --ntasks=3 with line 2: --ntasks-per-node=2 and line 2: --nodes=2: 2 nodes of 2 "
+       "tasks hold 4, more than asked"},
+      // Slurm's --mem=0 is all of each node's memory, not none.
+      {"sbatch --mem=0", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --mem=0\ntrue\n",
+       "line 3: --mem=0: all of each node's memory (Slurm's meaning) is not supported: give the "
+       "amount per node (e.g. --mem=500G)"},
+      {"sbatch --mem 0G", "#!/bin/bash\n#SBATCH --mem 0G\ntrue\n", "line 2: --mem=0G: all of"},
+      // Slurm rejects conflicting GPU requests; the last one no longer wins silently.
+      {"sbatch --gres and --gpus-per-node differ",
+       "#!/bin/bash\n#SBATCH --gres=gpu:a100:2\n#SBATCH --gpus-per-node=1\ntrue\n",
+       "line 2: --gres=gpu:a100:2 and line 3: --gpus-per-node=1: two different GPU requests per "
+       "node; give one of them"},
+      {"sbatch --gpus-per-node and --gres differ in type",
+       "#!/bin/bash\n#SBATCH --gpus-per-node=v100:2 --gres=gpu:a100:2\ntrue\n",
+       "line 2: --gres=gpu:a100:2 and line 2: --gpus-per-node=v100:2: two different GPU"},
+      {"sbatch -n uneven over -N", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -n 5\ntrue\n",
+       "line 3: -n 5: 5 tasks do not divide evenly over 2 nodes (line 2: -N 2)"},
   };
   for (const auto& c : cases) {
     auto r = ParseDocuments(c.text);
