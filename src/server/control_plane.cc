@@ -1558,7 +1558,10 @@ void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState
   bool any = false;
   for (const auto& id : j.allocations) {
     Allocation& a = allocations_.at(id);
-    if (a.state == AllocState::kAssigned || a.state == AllocState::kRunning) StopAllocation(ops, a);
+    if (a.state == AllocState::kAssigned || a.state == AllocState::kRunning) {
+      a.message = message;  // why, for the allocation's view (the agent knows only that)
+      StopAllocation(ops, a);
+    }
     if (a.Live()) any = true;
   }
   j.state = JobState::kTerminating;
@@ -1972,7 +1975,11 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
       bool expected_stop = a.state == AllocState::kStopping || a.state == AllocState::kLost;
       a.exit_code = t.value("exitCode", 0);
       a.finished_at = Now();
-      a.message = t.value("message", "");
+      // A stop the server asked for: its reason first, then how the task ended.
+      const std::string said = t.value("message", "");
+      a.message = expected_stop && !a.message.empty()
+                      ? a.message + (said.empty() ? "" : "; " + said)
+                      : said;
       a.state = state == "succeeded" ? AllocState::kSucceeded
                 : state == "failed"  ? AllocState::kFailed
                                      : AllocState::kKilled;

@@ -1247,8 +1247,14 @@ TEST_F(ControlPlaneTest, CancelStopsTasksWithGraceThenCancels) {
   // Not listed any more: the agent stops it; while it still runs the job stays Terminating.
   EXPECT_TRUE(Beat("node-a", epoch, {Task(id, "running")})["allocations"].empty());
   EXPECT_EQ(State("c1"), "Terminating");
-  Beat("node-a", epoch, {Task(id, "killed", -15)});
+  Json killed = Task(id, "killed", -15);
+  killed["message"] = "stopped: allocation no longer assigned to this node: killed by SIGTERM";
+  Beat("node-a", epoch, {killed});
   EXPECT_EQ(State("c1"), "Cancelled");
+  // The allocation says why it was stopped, which its agent cannot know, then how it ended.
+  EXPECT_EQ(Job("c1")["allocations"][0]["message"],
+            "cancelled by admin; stopped: allocation no longer assigned to this node: killed by "
+            "SIGTERM");
   EXPECT_EQ(State("c2"), "Pending");
   EXPECT_EQ(Job("c2")["pendingReason"]["code"], "Insufficient");
   ASSERT_TRUE(cp_->Cancel(kAdmin, "c2").ok());
