@@ -2267,13 +2267,18 @@ Status ControlPlane::RunCycle() {
   Rng rng(options_.seed ^ (static_cast<uint64_t>(cycle) * 0x9E3779B97F4A7C15ULL));
   const auto started = std::chrono::steady_clock::now();
   Plan plan = engine_->Cycle(snap, now, rng);
-  if (options_.on_cycle) {
-    options_.on_cycle(
-        snap, plan, summaries, now,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // Observed once applied: the attempts bound are facts then (an attempt may end before the
+  // next cycle, so no later snapshot would show that it started).
+  std::vector<JobBound> bound;
+  Status applied;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    applied = ApplyPlan(plan, owner, options_.on_cycle ? &bound : nullptr);
   }
-  std::lock_guard<std::mutex> l(mu_);
-  return ApplyPlan(plan, owner);
+  if (options_.on_cycle) options_.on_cycle(snap, plan, summaries, bound, now, seconds);
+  return applied;
 }
 
 std::map<std::string, std::string> ControlPlane::TaskEnv(
@@ -2351,7 +2356,8 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
   return env;
 }
 
-Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& owner) {
+Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& owner,
+                               std::vector<JobBound>* bound) {
   std::vector<store::Op> ops;
   // Device occupancy as it is NOW (state may have moved since the snapshot): the last line
   // of defence against giving one device to two tasks.
@@ -2477,6 +2483,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     if (pending) {
       j.state = JobState::kScheduled;
       j.run_started_at = plan.now;
+      if (bound) bound->push_back({jid, j.spec.job.queue, j.attempt, j.queued_at, plan.now});
       ops.push_back(JobOp(j));
     } else if (had_message) {
       ops.push_back(JobOp(j));
