@@ -341,6 +341,7 @@ void ClusterMetrics::Update(const ClusterView& view) {
     QueueJobs& q = per_queue[name];
     q.states["pending"] = 0;
     q.states["running"] = 0;
+    for (const std::string& state : view.job_states) q.states[state] = 0;
   }
   auto count = [&](std::string_view id, std::string_view queue, std::string_view state,
                    std::string_view reason, int64_t queued_at) {

@@ -45,6 +45,10 @@ struct ClusterView {
   // The lifecycle of every job. A job of the snapshot that is missing here is taken as
   // running when it has running tasks and pending otherwise.
   std::vector<JobStatus> jobs;
+  // Every state a job can be in: each queue exports tessera_jobs for each, at 0 when no job is
+  // in it (a series that vanishes reads as "no data", not 0). "pending" and "running", the
+  // states derived from a snapshot, are always exported.
+  std::vector<std::string> job_states;
 };
 
 class ClusterMetrics {

@@ -212,6 +212,29 @@ TEST_F(ClusterMetricsTest, EachJobStartIsObservedOnceWithItsWait) {
   EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2340");
 }
 
+// Prometheus reads a vanished series as "no data": every state given stays exported in every
+// queue, at 0 when no job is in it.
+TEST_F(ClusterMetricsTest, EveryJobStateIsExportedInEveryQueue) {
+  view_.job_states = {"pending",   "scheduled", "running",  "terminating",
+                      "succeeded", "failed",    "cancelled"};
+  m_.Update(view_);
+  std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"succeeded\"}"), "1");
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"failed\"}"), "0");
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"infer\",state=\"succeeded\"}"), "0");
+  view_.jobs.pop_back();  // "done" is deleted: its state drops to 0, it does not vanish
+  m_.Update(view_);
+  text = "\n" + m_.RenderText();
+  for (const std::string& state : view_.job_states) {
+    for (const char* queue : {"ml", "infer"}) {
+      const std::string series =
+          "tessera_jobs{queue=\"" + std::string(queue) + "\",state=\"" + state + "\"}";
+      EXPECT_NE(Value(text, series), "absent") << series;
+    }
+  }
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"succeeded\"}"), "0");
+}
+
 TEST_F(ClusterMetricsTest, PlaceholdersOfOneJobCountOnce) {
   // A job in transition appears as one placeholder per allocation: "<job>#<allocation>".
   auto train = std::find_if(snapshot_.jobs.begin(), snapshot_.jobs.end(),

@@ -20,8 +20,9 @@ class Server;
 namespace tessera::server {
 
 metrics::ClusterMetrics& ProcessMetrics();
-// `jobs`: every job the server keeps, so tessera_jobs counts finished states too; `bound`: the
-// attempts the cycle bound, each one queue-wait observation.
+// `jobs`: every job the server keeps, so tessera_jobs counts finished states too (and every
+// state of JobState, at 0 when no job is in it); `bound`: the attempts the cycle bound, each
+// one queue-wait observation.
 void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
                             const std::vector<JobSummary>& jobs, const std::vector<JobBound>& bound,
                             int64_t now, double seconds);

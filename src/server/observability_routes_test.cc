@@ -189,5 +189,22 @@ TEST_F(ObservabilityRoutes, EachRestartedAttemptIsObservedWithItsWaitFromItsRequ
   EXPECT_TRUE(Exports("tessera_job_queue_wait_seconds_sum{queue=\"restarts\"} 30"));  // 0+10+20
 }
 
+// Every lifecycle state has its series in every queue, at 0 when no job is in it: a series
+// that disappears reads as "no data" to Prometheus, not as 0.
+TEST_F(ObservabilityRoutes, EveryJobStateIsExportedAtZeroWhenNoJobIsInIt) {
+  ASSERT_NO_FATAL_FAILURE(Open("obs_zero_states", "zeros"));
+  std::string doc = Job("gone", 200);
+  doc.replace(doc.find("queue: default"), 14, "queue: zeros");
+  ASSERT_TRUE(cp_->Submit(kAdmin, doc).ok());
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "gone").ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Exports("tessera_jobs{queue=\"zeros\",state=\"cancelled\"} 1"));
+  ASSERT_TRUE(cp_->DeleteJob(kAdmin, "gone").ok());  // finished: removed
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  for (const char* state :
+       {"pending", "scheduled", "running", "terminating", "succeeded", "failed", "cancelled"})
+    EXPECT_TRUE(Exports("tessera_jobs{queue=\"zeros\",state=\"" + std::string(state) + "\"} 0"));
+}
+
 }  // namespace
 }  // namespace tessera::server
