@@ -283,7 +283,17 @@ Status ControlPlane::Load() {
     next_event_seq_ = std::max(next_event_seq_, e.seq + 1);
     if (e.object.rfind("job/", 0) == 0) {
       auto it = jobs_.find(e.object.substr(4));
-      if (it != jobs_.end()) it->second.events.push_back(e.seq);
+      if (it != jobs_.end()) {
+        it->second.events.push_back(e.seq);
+        // An unchanged verdict writes no FailedScheduling event, across a restart too (else
+        // every pending job writes its verdict again): the dedupe is the job's latest such
+        // event, unless a binding or a requeue came after it (as in ApplyPlan and
+        // MaybeFinishTermination). Events come in sequence order.
+        if (e.reason == "FailedScheduling")
+          it->second.last_failed_scheduling = e.message;
+        else if (e.reason == "Scheduled" || e.reason == "Requeued")
+          it->second.last_failed_scheduling.clear();
+      }
     }
     events_[e.seq] = std::move(e);
     return Status::Ok();
@@ -2567,12 +2577,12 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     j.pending = d.reason != nullptr ? *d.reason : PendingReason{};
     j.infeasible = d.outcome == Outcome::kInfeasible;
     const PendingReason& why = j.pending;
-    std::string key = std::string(OutcomeName(d.outcome)) + "/" + why.code + "/" + why.message;
-    if (key != j.last_failed_scheduling) {
-      j.last_failed_scheduling = key;
-      AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(),
-               std::string(OutcomeName(d.outcome)) + ": " + why.code +
-                   (why.message.empty() ? "" : ": " + why.message));
+    // The event's message is the dedupe key: a restart finds it in the job's events (Load).
+    std::string message = std::string(OutcomeName(d.outcome)) + ": " + why.code +
+                          (why.message.empty() ? "" : ": " + why.message);
+    if (message != j.last_failed_scheduling) {
+      j.last_failed_scheduling = message;
+      AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(), message);
     }
   }
   return Commit(std::move(ops));

@@ -134,7 +134,9 @@ struct JobRecord {
   // job can never fit the cluster as it is (Outcome::kInfeasible), not merely waits.
   PendingReason pending;
   bool infeasible = false;
-  std::string last_failed_scheduling;  // dedupes FailedScheduling events
+  // The message of its FailedScheduling event since it was last bound or requeued, which an
+  // unchanged verdict does not write again; on load, from its latest such event.
+  std::string last_failed_scheduling;
   std::vector<int64_t> events;
 
   const std::string& id() const { return spec.job.id; }

@@ -259,7 +259,7 @@ TEST_F(ControlPlaneTest, AnExclusiveJobHoldsItsNodeWholeAcrossARestart) {
     return int64_t{-1};
   };
   EXPECT_EQ(in_use(), 8000 + 1000);  // node-a whole, and plain's one GPU
-  Reopen();  // the real engine again
+  Reopen();                          // the real engine again
   EXPECT_EQ((*cp_->GetJob(kAdmin, "whole", false))["exclusive"], true);
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("later", 1, 1)).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
@@ -1639,6 +1639,35 @@ TEST_F(ControlPlaneTest, ConflictingBindingsNeverDoubleAllocateADevice) {
   ASSERT_TRUE(cp_->RunCycle().ok());  // y again: device 3 is still x's
   EXPECT_EQ(State("x"), "Scheduled");
   EXPECT_EQ(State("y"), "Pending");
+}
+
+// FailedScheduling is written when the outcome or reason changes, not every cycle; a restart of
+// the server does not make it new (100k pending jobs would write 100k events again).
+TEST_F(ControlPlaneTest, ARestartDoesNotRepeatAnUnchangedFailedScheduling) {
+  auto failed_scheduling = [&](const std::string& id) {
+    std::vector<std::string> messages;
+    const Json job = Job(id);  // (the loop must not run over a temporary's member)
+    for (const auto& e : job["events"])
+      if (e["reason"] == "FailedScheduling") messages.push_back(e["message"]);
+    return messages;
+  };
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("big", 1, 16)).ok());  // more GPUs than a node has
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const std::vector<std::string> once = {"Unschedulable: Insufficient: 0/0 nodes have free GPUs"};
+  EXPECT_EQ(failed_scheduling("big"), once);
+  Reopen();
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(failed_scheduling("big"), once);
+  // A changed reason is written, after a restart too.
+  Epoch("node-a");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Reopen();
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(failed_scheduling("big"),
+            (std::vector<std::string>{once[0],
+                                      "Unschedulable: Insufficient: 0/1 nodes have free "
+                                      "GPUs"}));
 }
 
 TEST_F(ControlPlaneTest, HundredThousandJobsRestartQuickly) {
