@@ -686,6 +686,19 @@ int32_t ControlPlane::PriorityOf(const JobRecord& j) const {
 
 namespace {
 
+// What a job's view shows as runStartedAt: when its current attempt was bound (-1 while
+// pending), and for a finished job when its last attempt was (-1: never). The record keeps -1
+// once the attempt has ended: the engine and the GPU-time accounting see no current attempt.
+int64_t LastRunStartedAt(const JobRecord& j, const std::map<std::string, Allocation>& allocs) {
+  if (!IsTerminal(j.state) || j.run_started_at >= 0) return j.run_started_at;
+  int64_t bound = -1;  // the attempt's first binding (tasks restarted alone are bound later)
+  for (const auto& id : j.allocations) {
+    const Allocation& a = allocs.at(id);
+    if (a.attempt == j.attempt && (bound < 0 || a.created_at < bound)) bound = a.created_at;
+  }
+  return bound;
+}
+
 // Why a pending job is held back from the engine at `now`: "BackOff" (restarting after
 // failures), "NodeLost" (lost with a node whose agent may still be stopping its tasks), or
 // "" (the engine sees it).
@@ -715,7 +728,7 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["createdAt"] = j.created_at;
   o["startedAt"] = j.started_at;
   o["finishedAt"] = j.finished_at;
-  o["runStartedAt"] = j.run_started_at;
+  o["runStartedAt"] = LastRunStartedAt(j, allocations_);
   o["attainedGpuSeconds"] = j.attained_gpu_milli_seconds / 1000;
   o["tasks"] = job.TaskCount();
   o["minAvailable"] = job.GangMinimum();

@@ -628,9 +628,14 @@ TEST_F(ControlPlaneTest, AQuickJobHasStartedAndItsGpuTimeIsCounted) {
   Json cancelled = Job("cancelled");
   EXPECT_EQ(cancelled["state"], "Cancelled");
   EXPECT_EQ(cancelled["attainedGpuSeconds"], 60);
-  // Ended either way, neither has a current run.
-  EXPECT_EQ(quick["runStartedAt"], -1);
-  EXPECT_EQ(cancelled["runStartedAt"], -1);
+  // Ended either way: each shows when its last attempt was bound, also after a restart.
+  EXPECT_EQ(quick["runStartedAt"], bound);
+  EXPECT_EQ(cancelled["runStartedAt"], bound);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("never", 1, 100)).ok());  // fits nowhere
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "never").ok());
+  Reopen();
+  EXPECT_EQ(Job("quick")["runStartedAt"], bound);
+  EXPECT_EQ(Job("never")["runStartedAt"], -1);  // never bound
 }
 
 // A task its agent stopped on its own (its lease ran out while the server was away, or it
