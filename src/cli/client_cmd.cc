@@ -803,8 +803,11 @@ void AddClientCommands(CLI::App& app) {
       std::printf("State:          %s\n", S(j, "state").c_str());
       std::printf("Attempt:        %s\n", S(j, "attempt").c_str());
       // What `las` orders a requeued job by: the runs that ended (the current one is apart).
+      // A finished job's runStartedAt is its last run's start, and that run has ended too.
+      const std::string state = S(j, "state");
+      const bool finished = state == "Succeeded" || state == "Failed" || state == "Cancelled";
       if (j.value("attainedGpuSeconds", int64_t{0}) > 0)
-        std::printf(j.value("runStartedAt", int64_t{-1}) >= 0
+        std::printf(!finished && j.value("runStartedAt", int64_t{-1}) >= 0
                         ? "Earlier runs:   %s GPU-seconds held\n"
                         : "GPU time:       %s GPU-seconds held (runs that ended)\n",
                     S(j, "attainedGpuSeconds").c_str());

@@ -166,6 +166,12 @@ void ClusterMetrics::ObserveCycle(const Plan& plan, double seconds) {
   for (const Eviction& e : plan.evictions) evictions_total_->Add({e.reason}, 1);
 }
 
+void ClusterMetrics::ObserveJobStart(const std::string& queue, int64_t queued_at,
+                                     int64_t bound_at) {
+  std::lock_guard lock(mu_);
+  queue_wait_->Observe({queue}, static_cast<double>(std::max<int64_t>(0, bound_at - queued_at)));
+}
+
 void ClusterMetrics::ObserveStoreFailure() { store_failures_total_->Add({}, 1); }
 
 void ClusterMetrics::ObserveEvictions(const std::string& reason, int64_t tasks) {
@@ -176,7 +182,6 @@ void ClusterMetrics::Update(const ClusterView& view) {
   std::lock_guard lock(mu_);
   if (!started_) {
     started_ = true;
-    baseline_ = view.now;
     last_now_ = view.now;
   }
   // Cost accrues for [last update, now) at the allocation seen at the last update.
@@ -336,10 +341,10 @@ void ClusterMetrics::Update(const ClusterView& view) {
     QueueJobs& q = per_queue[name];
     q.states["pending"] = 0;
     q.states["running"] = 0;
+    for (const std::string& state : view.job_states) q.states[state] = 0;
   }
-  std::set<std::pair<std::string, int64_t>> still_seen;
   auto count = [&](std::string_view id, std::string_view queue, std::string_view state,
-                   std::string_view reason, int64_t queued_at, int64_t start_time) {
+                   std::string_view reason, int64_t queued_at) {
     auto q = per_queue.find(queue);
     if (q == per_queue.end()) q = per_queue.emplace(std::string(queue), QueueJobs{}).first;
     auto st = q->second.states.find(state);
@@ -355,21 +360,13 @@ void ClusterMetrics::Update(const ClusterView& view) {
       r->second++;
       q->second.oldest = std::max(q->second.oldest, view.now - queued_at);
     }
-    if (start_time >= 0) {
-      std::pair<std::string, int64_t> key{std::string(id), start_time};
-      if (start_time >= baseline_ && !seen_starts_.count(key)) {
-        queue_wait_->Observe({std::string(queue)},
-                             static_cast<double>(std::max<int64_t>(0, start_time - queued_at)));
-      }
-      still_seen.insert(std::move(key));
-    }
   };
   std::unordered_set<std::string_view> known;
   known.reserve(view.jobs.size());
   for (const JobStatus& j : view.jobs) {
     known.insert(j.id);
     count(j.id, j.queue, j.state, j.pending_reason,
-          j.pending_since >= 0 ? j.pending_since : j.submit_time, j.start_time);
+          j.pending_since >= 0 ? j.pending_since : j.submit_time);
   }
   // The server models the allocations a job in transition still holds as placeholders
   // "<job>#<allocation>" (beside the job itself when it is pending again): one job, whose
@@ -389,8 +386,7 @@ void ClusterMetrics::Update(const ClusterView& view) {
       if (plain.count(id) || !placeholders.emplace(id).second) continue;
     }
     if (!known.empty() && known.count(id)) continue;
-    count(id, j.queue, j.RunningTasks() > 0 ? "running" : "pending", "", j.submit_time,
-          j.start_time);
+    count(id, j.queue, j.RunningTasks() > 0 ? "running" : "pending", "", j.submit_time);
   }
   std::map<LabelValues<2>, double> by_state, by_reason;
   std::map<LabelValues<1>, double> oldest;
@@ -399,7 +395,6 @@ void ClusterMetrics::Update(const ClusterView& view) {
     for (const auto& [reason, n] : q.reasons) by_reason[{queue, reason}] = static_cast<double>(n);
     oldest[{queue}] = static_cast<double>(std::max<int64_t>(0, q.oldest));
   }
-  seen_starts_ = std::move(still_seen);
   jobs_->Replace(std::move(by_state));
   pending_jobs_->Replace(std::move(by_reason));
   oldest_pending_->Replace(std::move(oldest));

@@ -3,9 +3,12 @@
 //
 // The server (or the simulator) owns one ClusterMetrics and calls
 //   Update(view)             after each cycle and before each scrape: gauges are recomputed
-//                            from the view, job starts feed the queue-wait histogram, and the
-//                            cost counters accrue for the time since the last update;
+//                            from the view, and the cost counters accrue for the time since
+//                            the last update;
 //   ObserveCycle(plan, secs) after each engine cycle: cycle latency, bindings, evictions;
+//   ObserveJobStart(...)     for each attempt of a job bound: the queue-wait histogram (a
+//                            fact from whoever binds, not inferred from views: an attempt
+//                            may start and end between two of them);
 //   RenderText()             for GET /metrics.
 // Time comes in through the view (`now`, seconds); nothing here reads a clock. The library
 // knows nothing of the server: ClusterView is plain data. Every name it can export is
@@ -33,7 +36,6 @@ struct JobStatus {
   std::string pending_reason;  // PendingReason::code while pending ("Insufficient", ...)
   int64_t submit_time = 0;     // seconds
   int64_t pending_since = -1;  // when it last became pending (requeue); -1: submit_time
-  int64_t start_time = -1;     // when it last started running; -1: never
 };
 
 struct ClusterView {
@@ -43,6 +45,10 @@ struct ClusterView {
   // The lifecycle of every job. A job of the snapshot that is missing here is taken as
   // running when it has running tasks and pending otherwise.
   std::vector<JobStatus> jobs;
+  // Every state a job can be in: each queue exports tessera_jobs for each, at 0 when no job is
+  // in it (a series that vanishes reads as "no data", not 0). "pending" and "running", the
+  // states derived from a snapshot, are always exported.
+  std::vector<std::string> job_states;
 };
 
 class ClusterMetrics {
@@ -53,6 +59,9 @@ class ClusterMetrics {
 
   void Update(const ClusterView& view);
   void ObserveCycle(const Plan& plan, double seconds);
+  // An attempt of a job in `queue` was bound at `bound_at`, having waited since `queued_at`
+  // (its submission, or its requeue): one tessera_job_queue_wait_seconds observation.
+  void ObserveJobStart(const std::string& queue, int64_t queued_at, int64_t bound_at);
   // A store commit failed and the server refused a request for it.
   void ObserveStoreFailure();
   // Tasks the server evicted itself (drain, node loss...): tessera_scheduling_evictions_total.
@@ -71,9 +80,7 @@ class ClusterMetrics {
   Registry registry_;
   std::mutex mu_;  // serialises Update/ObserveCycle; instruments lock themselves for scrapes
   bool started_ = false;
-  int64_t baseline_ = 0;  // `now` of the first update: job starts before it are not observed
   int64_t last_now_ = 0;
-  std::set<std::pair<std::string, int64_t>> seen_starts_;     // (job, start_time) observed
   std::map<std::string, int64_t> cost_rate_micros_per_hour_;  // per queue, at last update
   std::map<std::string, int64_t> gpu_milli_;                  // per queue, at last update
   std::map<std::string, int64_t> cost_micros_total_;          // accrued, per queue

@@ -85,8 +85,8 @@ class ClusterMetricsTest : public ::testing::Test {
     view_.snapshot = &snapshot_;
     view_.now = 1000;
     view_.jobs = {
-        {"waiting", "ml", "pending", "Insufficient", 200, -1, -1},
-        {"done", "ml", "succeeded", "", 50, -1, 60},
+        {"waiting", "ml", "pending", "Insufficient", 200, -1},
+        {"done", "ml", "succeeded", "", 50, -1},
     };
   }
   Snapshot snapshot_;
@@ -159,7 +159,7 @@ TEST_F(ClusterMetricsTest, ExportsDevicesNodesQueuesAndJobs) {
       {"tessera_pending_jobs{queue=\"ml\",reason=\"Insufficient\"}", "1"},
       {"tessera_queue_oldest_pending_job_age_seconds{queue=\"ml\"}", "800"},
       {"tessera_queue_oldest_pending_job_age_seconds{queue=\"infer\"}", "0"},
-      // Starts before the first update (a restart) are not observed as new waits.
+      // Waits are observed when jobs are bound (ObserveJobStart), never inferred from a view.
       {"tessera_job_queue_wait_seconds_count{queue=\"ml\"}", "absent"},
       {"tessera_build_info{version=\"0.1.0\"}", "1"},
   };
@@ -188,24 +188,51 @@ TEST_F(ClusterMetricsTest, CostAndGpuSecondsAccrueExactlyInIntegers) {
 
 TEST_F(ClusterMetricsTest, EachJobStartIsObservedOnceWithItsWait) {
   m_.Update(view_);
+  m_.ObserveJobStart("ml", 200, 2500);  // "waiting" bound 2300 s after its submission
   view_.now = 2600;
-  view_.jobs[0] = {"waiting", "ml", "running", "", 200, -1, 2500};
+  view_.jobs[0] = {"waiting", "ml", "running", "", 200, -1};
   m_.Update(view_);
   view_.now = 2700;
-  m_.Update(view_);  // still running: not observed again
+  m_.Update(view_);  // a view is no start: still running, not observed again
   std::string text = "\n" + m_.RenderText();
   EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_count{queue=\"ml\"}"), "1");
   EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2300");
   EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_bucket{queue=\"ml\",le=\"1800\"}"), "0");
   EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_bucket{queue=\"ml\",le=\"3600\"}"), "1");
   EXPECT_EQ(Value(text, "tessera_queue_oldest_pending_job_age_seconds{queue=\"ml\"}"), "0");
-  // Requeued after preemption and started again: a new start, waited from pending_since.
-  view_.jobs[0] = {"waiting", "ml", "running", "", 200, 2800, 2830};
+  // Requeued after preemption and bound again: a new start, waited from the requeue. Two
+  // attempts that start and end between updates count too (no view ever shows them running).
+  m_.ObserveJobStart("ml", 2800, 2830);
+  m_.ObserveJobStart("ml", 2840, 2840);
+  m_.ObserveJobStart("ml", 2850, 2860);
   view_.now = 2900;
   m_.Update(view_);
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_count{queue=\"ml\"}"), "2");
-  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2330");
+  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_count{queue=\"ml\"}"), "4");
+  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2340");
+}
+
+// Prometheus reads a vanished series as "no data": every state given stays exported in every
+// queue, at 0 when no job is in it.
+TEST_F(ClusterMetricsTest, EveryJobStateIsExportedInEveryQueue) {
+  view_.job_states = {"pending",   "scheduled", "running",  "terminating",
+                      "succeeded", "failed",    "cancelled"};
+  m_.Update(view_);
+  std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"succeeded\"}"), "1");
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"failed\"}"), "0");
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"infer\",state=\"succeeded\"}"), "0");
+  view_.jobs.pop_back();  // "done" is deleted: its state drops to 0, it does not vanish
+  m_.Update(view_);
+  text = "\n" + m_.RenderText();
+  for (const std::string& state : view_.job_states) {
+    for (const char* queue : {"ml", "infer"}) {
+      const std::string series =
+          "tessera_jobs{queue=\"" + std::string(queue) + "\",state=\"" + state + "\"}";
+      EXPECT_NE(Value(text, series), "absent") << series;
+    }
+  }
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"succeeded\"}"), "0");
 }
 
 TEST_F(ClusterMetricsTest, PlaceholdersOfOneJobCountOnce) {

@@ -283,7 +283,17 @@ Status ControlPlane::Load() {
     next_event_seq_ = std::max(next_event_seq_, e.seq + 1);
     if (e.object.rfind("job/", 0) == 0) {
       auto it = jobs_.find(e.object.substr(4));
-      if (it != jobs_.end()) it->second.events.push_back(e.seq);
+      if (it != jobs_.end()) {
+        it->second.events.push_back(e.seq);
+        // An unchanged verdict writes no FailedScheduling event, across a restart too (else
+        // every pending job writes its verdict again): the dedupe is the job's latest such
+        // event, unless a binding or a requeue came after it (as in ApplyPlan and
+        // MaybeFinishTermination). Events come in sequence order.
+        if (e.reason == "FailedScheduling")
+          it->second.last_failed_scheduling = e.message;
+        else if (e.reason == "Scheduled" || e.reason == "Requeued")
+          it->second.last_failed_scheduling.clear();
+      }
     }
     events_[e.seq] = std::move(e);
     return Status::Ok();
@@ -686,6 +696,19 @@ int32_t ControlPlane::PriorityOf(const JobRecord& j) const {
 
 namespace {
 
+// What a job's view shows as runStartedAt: when its current attempt was bound (-1 while
+// pending), and for a finished job when its last attempt was (-1: never). The record keeps -1
+// once the attempt has ended: the engine and the GPU-time accounting see no current attempt.
+int64_t LastRunStartedAt(const JobRecord& j, const std::map<std::string, Allocation>& allocs) {
+  if (!IsTerminal(j.state) || j.run_started_at >= 0) return j.run_started_at;
+  int64_t bound = -1;  // the attempt's first binding (tasks restarted alone are bound later)
+  for (const auto& id : j.allocations) {
+    const Allocation& a = allocs.at(id);
+    if (a.attempt == j.attempt && (bound < 0 || a.created_at < bound)) bound = a.created_at;
+  }
+  return bound;
+}
+
 // Why a pending job is held back from the engine at `now`: "BackOff" (restarting after
 // failures), "NodeLost" (lost with a node whose agent may still be stopping its tasks), or
 // "" (the engine sees it).
@@ -722,7 +745,7 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["createdAt"] = j.created_at;
   o["startedAt"] = j.started_at;
   o["finishedAt"] = j.finished_at;
-  o["runStartedAt"] = j.run_started_at;
+  o["runStartedAt"] = LastRunStartedAt(j, allocations_);
   o["attainedGpuSeconds"] = j.attained_gpu_milli_seconds / 1000;
   o["tasks"] = job.TaskCount();
   o["minAvailable"] = job.GangMinimum();
@@ -2304,13 +2327,18 @@ Status ControlPlane::RunCycle() {
   Rng rng(options_.seed ^ (static_cast<uint64_t>(cycle) * 0x9E3779B97F4A7C15ULL));
   const auto started = std::chrono::steady_clock::now();
   Plan plan = engine_->Cycle(snap, now, rng);
-  if (options_.on_cycle) {
-    options_.on_cycle(
-        snap, plan, summaries, now,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // Observed once applied: the attempts bound are facts then (an attempt may end before the
+  // next cycle, so no later snapshot would show that it started).
+  std::vector<JobBound> bound;
+  Status applied;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    applied = ApplyPlan(plan, owner, options_.on_cycle ? &bound : nullptr);
   }
-  std::lock_guard<std::mutex> l(mu_);
-  return ApplyPlan(plan, owner);
+  if (options_.on_cycle) options_.on_cycle(snap, plan, summaries, bound, now, seconds);
+  return applied;
 }
 
 std::map<std::string, std::string> ControlPlane::TaskEnv(
@@ -2388,7 +2416,8 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
   return env;
 }
 
-Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& owner) {
+Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& owner,
+                               std::vector<JobBound>* bound) {
   std::vector<store::Op> ops;
   // Device occupancy as it is NOW (state may have moved since the snapshot): the last line
   // of defence against giving one device to two tasks.
@@ -2514,6 +2543,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     if (pending) {
       j.state = JobState::kScheduled;
       j.run_started_at = plan.now;
+      if (bound) bound->push_back({jid, j.spec.job.queue, j.attempt, j.queued_at, plan.now});
       ops.push_back(JobOp(j));
     } else if (had_message) {
       ops.push_back(JobOp(j));
@@ -2597,12 +2627,12 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     j.pending = d.reason != nullptr ? *d.reason : PendingReason{};
     j.infeasible = d.outcome == Outcome::kInfeasible;
     const PendingReason& why = j.pending;
-    std::string key = std::string(OutcomeName(d.outcome)) + "/" + why.code + "/" + why.message;
-    if (key != j.last_failed_scheduling) {
-      j.last_failed_scheduling = key;
-      AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(),
-               std::string(OutcomeName(d.outcome)) + ": " + why.code +
-                   (why.message.empty() ? "" : ": " + why.message));
+    // The event's message is the dedupe key: a restart finds it in the job's events (Load).
+    std::string message = std::string(OutcomeName(d.outcome)) + ": " + why.code +
+                          (why.message.empty() ? "" : ": " + why.message);
+    if (message != j.last_failed_scheduling) {
+      j.last_failed_scheduling = message;
+      AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(), message);
     }
   }
   return Commit(std::move(ops));

@@ -134,7 +134,9 @@ struct JobRecord {
   // job can never fit the cluster as it is (Outcome::kInfeasible), not merely waits.
   PendingReason pending;
   bool infeasible = false;
-  std::string last_failed_scheduling;  // dedupes FailedScheduling events
+  // The message of its FailedScheduling event since it was last bound or requeued, which an
+  // unchanged verdict does not write again; on load, from its latest such event.
+  std::string last_failed_scheduling;
   std::vector<int64_t> events;
 
   const std::string& id() const { return spec.job.id; }
@@ -175,6 +177,15 @@ struct JobSummary {
   std::string pending_reason;
 };
 
+// An attempt of a job bound by a cycle (Pending -> Scheduled): it waited in its queue from
+// queued_at (its submission, or its requeue) to bound_at. One per attempt bound, however soon
+// it ends (observability: the queue-wait histogram).
+struct JobBound {
+  std::string id, queue;
+  int32_t attempt = 1;
+  int64_t queued_at = 0, bound_at = 0;
+};
+
 struct ControlPlaneOptions {
   std::function<int64_t()> clock;  // seconds; default: wall clock
   uint64_t seed = 1;               // scheduling randomness (common/rng.h), per cycle
@@ -202,11 +213,11 @@ struct ControlPlaneOptions {
   // that a long-running server's memory, store and cycles do not grow with its history.
   // 0 = kept for ever.
   int64_t finished_job_ttl_seconds = 7 * 24 * 3600;
-  // Called after each engine cycle with what the engine saw and decided, every job's
-  // lifecycle state, and the cycle's wall time in seconds (observability:
-  // src/server/observability_routes.h). No lock is held.
-  std::function<void(const Snapshot&, const Plan&, const std::vector<JobSummary>&, int64_t now,
-                     double seconds)>
+  // Called after each cycle's plan is applied with what the engine saw and decided, every
+  // job's lifecycle state as the engine saw it, the attempts the plan bound, and the engine's
+  // wall time in seconds (observability: src/server/observability_routes.h). No lock is held.
+  std::function<void(const Snapshot&, const Plan&, const std::vector<JobSummary>&,
+                     const std::vector<JobBound>&, int64_t now, double seconds)>
       on_cycle;
   // Called (no lock held) when a store commit fails and a request was refused for it (a full
   // disk: 503 to a submission), with the store's error; for metrics (observability).
@@ -397,7 +408,9 @@ class ControlPlane {
   void OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, int32_t task);
   Status Commit(std::vector<store::Op> ops);
   Snapshot BuildSnapshot(std::map<std::string, std::string>& placeholder_owner) const;
-  Status ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& placeholder_owner);
+  // `bound` (may be null) gets each attempt the plan bound.
+  Status ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& placeholder_owner,
+                   std::vector<JobBound>* bound);
   std::map<std::string, std::string> TaskEnv(
       const JobRecord& j, int32_t task, const TaskAllocation& a,
       const std::map<std::string, TaskAllocation>& others) const;

@@ -658,9 +658,14 @@ TEST_F(ControlPlaneTest, AQuickJobHasStartedAndItsGpuTimeIsCounted) {
   Json cancelled = Job("cancelled");
   EXPECT_EQ(cancelled["state"], "Cancelled");
   EXPECT_EQ(cancelled["attainedGpuSeconds"], 60);
-  // Ended either way, neither has a current run.
-  EXPECT_EQ(quick["runStartedAt"], -1);
-  EXPECT_EQ(cancelled["runStartedAt"], -1);
+  // Ended either way: each shows when its last attempt was bound, also after a restart.
+  EXPECT_EQ(quick["runStartedAt"], bound);
+  EXPECT_EQ(cancelled["runStartedAt"], bound);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("never", 1, 100)).ok());  // fits nowhere
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "never").ok());
+  Reopen();
+  EXPECT_EQ(Job("quick")["runStartedAt"], bound);
+  EXPECT_EQ(Job("never")["runStartedAt"], -1);  // never bound
 }
 
 // A task its agent stopped on its own (its lease ran out while the server was away, or it
@@ -1675,6 +1680,35 @@ TEST_F(ControlPlaneTest, ConflictingBindingsNeverDoubleAllocateADevice) {
   ASSERT_TRUE(cp_->RunCycle().ok());  // y again: device 3 is still x's
   EXPECT_EQ(State("x"), "Scheduled");
   EXPECT_EQ(State("y"), "Pending");
+}
+
+// FailedScheduling is written when the outcome or reason changes, not every cycle; a restart of
+// the server does not make it new (100k pending jobs would write 100k events again).
+TEST_F(ControlPlaneTest, ARestartDoesNotRepeatAnUnchangedFailedScheduling) {
+  auto failed_scheduling = [&](const std::string& id) {
+    std::vector<std::string> messages;
+    const Json job = Job(id);  // (the loop must not run over a temporary's member)
+    for (const auto& e : job["events"])
+      if (e["reason"] == "FailedScheduling") messages.push_back(e["message"]);
+    return messages;
+  };
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("big", 1, 16)).ok());  // more GPUs than a node has
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const std::vector<std::string> once = {"Unschedulable: Insufficient: 0/0 nodes have free GPUs"};
+  EXPECT_EQ(failed_scheduling("big"), once);
+  Reopen();
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(failed_scheduling("big"), once);
+  // A changed reason is written, after a restart too.
+  Epoch("node-a");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Reopen();
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(failed_scheduling("big"),
+            (std::vector<std::string>{once[0],
+                                      "Unschedulable: Insufficient: 0/1 nodes have free "
+                                      "GPUs"}));
 }
 
 TEST_F(ControlPlaneTest, HundredThousandJobsRestartQuickly) {

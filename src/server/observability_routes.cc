@@ -14,25 +14,46 @@ metrics::ClusterMetrics& ProcessMetrics() {
 
 void ObserveStoreErrorForMetrics(const Status&) { ProcessMetrics().ObserveStoreFailure(); }
 
+namespace {
+
+// Every JobState's label, indexed by the state (kCancelled is the last); Prometheus label
+// values are lower case: "pending".
+const std::vector<std::string>& StateLabels() {
+  static const std::vector<std::string> labels = [] {
+    std::vector<std::string> v;
+    for (int s = 0; s <= static_cast<int>(JobState::kCancelled); ++s) {
+      std::string label = JobStateName(static_cast<JobState>(s));
+      for (char& c : label) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      v.push_back(std::move(label));
+    }
+    return v;
+  }();
+  return labels;
+}
+
+}  // namespace
+
 void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
-                            const std::vector<JobSummary>& jobs, int64_t now, double seconds) {
+                            const std::vector<JobSummary>& jobs, const std::vector<JobBound>& bound,
+                            int64_t now, double seconds) {
   metrics::ClusterMetrics& m = ProcessMetrics();
   m.ObserveCycle(plan, seconds);
+  // A requeued job's attempt waited from its requeue.
+  for (const JobBound& b : bound) m.ObserveJobStart(b.queue, b.queued_at, b.bound_at);
   metrics::ClusterView view;
   view.now = now;
   view.snapshot = &snapshot;
   view.plan = &plan;
+  view.job_states = StateLabels();
   view.jobs.reserve(jobs.size());
   for (const JobSummary& j : jobs) {
     metrics::JobStatus s;
     s.id = j.id;
     s.queue = j.queue;
-    s.state = JobStateName(j.state);  // Prometheus label values are lower case: "pending"
-    for (char& c : s.state) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    // A requeued job waits (and its attempt's wait is observed) from its requeue.
+    s.state = StateLabels()[static_cast<int>(j.state)];
+    // A requeued job waits from its requeue.
     s.submit_time = j.created_at;
     s.pending_since = j.queued_at;
-    s.start_time = j.run_started_at;
     s.pending_reason = j.pending_reason;
     view.jobs.push_back(std::move(s));
   }

@@ -20,9 +20,12 @@ class Server;
 namespace tessera::server {
 
 metrics::ClusterMetrics& ProcessMetrics();
-// `jobs`: every job the server keeps, so tessera_jobs counts finished states too.
+// `jobs`: every job the server keeps, so tessera_jobs counts finished states too (and every
+// state of JobState, at 0 when no job is in it); `bound`: the attempts the cycle bound, each
+// one queue-wait observation.
 void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
-                            const std::vector<JobSummary>& jobs, int64_t now, double seconds);
+                            const std::vector<JobSummary>& jobs, const std::vector<JobBound>& bound,
+                            int64_t now, double seconds);
 // Counts a store commit that failed (ControlPlaneOptions::on_store_error):
 // tessera_store_commit_failures_total.
 void ObserveStoreErrorForMetrics(const Status& error);

@@ -18,6 +18,13 @@ std::string Job(const std::string& name, int gpus) {
          std::to_string(gpus) + "}\n      command: [sleep, '1']\n";
 }
 
+// Whether the process's metrics now hold this exact sample line: "name{labels} value".
+::testing::AssertionResult Exports(const std::string& sample) {
+  const std::string text = ProcessMetrics().RenderText();
+  if (text.find(sample + "\n") != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "no \"" << sample << "\" in\n" << text;
+}
+
 // A control plane that reports its cycles to the process's metrics, with one queue.
 class ObservabilityRoutes : public ::testing::Test {
  protected:
@@ -37,6 +44,30 @@ class ObservabilityRoutes : public ::testing::Test {
                            "metadata: {name: " +
                                queue + "}\n")
                     .ok());
+  }
+  // Registers an agent node with one virtual GPU; returns its epoch.
+  int64_t AddNode(const std::string& name) {
+    const Json node = {{"node",
+                        {{"name", name},
+                         {"cpu", 8},
+                         {"memory", "64Gi"},
+                         {"gpus", {{"model", "A100-80GB"}, {"count", 1}, {"virtual", true}}}}},
+                       {"agentVersion", "test"},
+                       {"bootId", "b"}};
+    auto reg = cp_->RegisterAgent(kAdmin, node);
+    EXPECT_TRUE(reg.ok()) << reg.status().ToString();
+    return reg.ok() ? (*reg)["epoch"].get<int64_t>() : 0;
+  }
+  // The node's agent reports its one task `state` ("running", "succeeded", "failed").
+  void Report(const std::string& node, int64_t epoch, const std::string& state, int exit_code) {
+    auto desired = cp_->Heartbeat(kAdmin, node, Json{{"epoch", epoch}, {"tasks", Json::array()}});
+    ASSERT_TRUE(desired.ok()) << desired.status().ToString();
+    ASSERT_EQ((*desired)["allocations"].size(), 1u) << desired->dump();
+    const Json task = {{"allocation", (*desired)["allocations"][0]["allocation"]},
+                       {"state", state},
+                       {"exitCode", exit_code}};
+    auto r = cp_->Heartbeat(kAdmin, node, Json{{"epoch", epoch}, {"tasks", Json::array({task})}});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
   void TearDown() override {
     cp_.reset();
@@ -84,7 +115,7 @@ TEST_F(ObservabilityRoutes, ARequeuedJobWaitsFromItsRequeue) {
   std::string doc = Job("requeued", 1);
   doc.replace(doc.find("queue: default"), 14, "queue: requeues");
   ASSERT_TRUE(cp.Submit(kAdmin, doc).ok());
-  ASSERT_TRUE(cp.RunCycle().ok());  // placed at once (observed by the next cycle: none runs)
+  ASSERT_TRUE(cp.RunCycle().ok());  // placed at once: waited 0 s
   clock_.now += 3600;
   ASSERT_TRUE(cp.DrainNode(kAdmin, "n1").ok());
   auto hb = cp.Heartbeat(kAdmin, "n1", Json{{"epoch", epoch}, {"tasks", Json::array()}});
@@ -97,12 +128,11 @@ TEST_F(ObservabilityRoutes, ARequeuedJobWaitsFromItsRequeue) {
       << text;
   ASSERT_TRUE(cp.CordonNode(kAdmin, "n1", false).ok());
   ASSERT_TRUE(cp.RunCycle().ok());  // placed again, 5 s after its requeue
-  ASSERT_TRUE(cp.RunCycle().ok());  // (a cycle observes the states before its own plan)
   text = ProcessMetrics().RenderText();
   EXPECT_NE(text.find("tessera_job_queue_wait_seconds_sum{queue=\"requeues\"} 5\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("tessera_job_queue_wait_seconds_count{queue=\"requeues\"} 1\n"),
+  EXPECT_NE(text.find("tessera_job_queue_wait_seconds_count{queue=\"requeues\"} 2\n"),
             std::string::npos)
       << text;
   // Its node goes silent: pending, waiting out the fence, and counted under that reason.
@@ -113,6 +143,67 @@ TEST_F(ObservabilityRoutes, ARequeuedJobWaitsFromItsRequeue) {
   EXPECT_NE(text.find("tessera_pending_jobs{queue=\"requeues\",reason=\"NodeLost\"} 1\n"),
             std::string::npos)
       << text;
+}
+
+// Every start is observed, however short the run: four quick jobs, each bound and done
+// before the next cycle (a start inferred from what cycles saw was missed), count four.
+TEST_F(ObservabilityRoutes, EveryStartIsObservedEvenWhenItEndsBeforeTheNextCycle) {
+  ASSERT_NO_FATAL_FAILURE(Open("obs_quick_starts", "quick"));
+  const int64_t epoch = AddNode("n1");
+  for (int i = 0; i < 4; ++i) {
+    std::string doc = Job("quick-" + std::to_string(i), 1);
+    doc.replace(doc.find("queue: default"), 14, "queue: quick");
+    ASSERT_TRUE(cp_->Submit(kAdmin, doc).ok());
+    clock_.now += 2;
+    ASSERT_TRUE(cp_->RunCycle().ok());  // bound 2 s after its submission
+    ASSERT_NO_FATAL_FAILURE(Report("n1", epoch, "succeeded", 0));
+    clock_.now += 1;
+  }
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Exports("tessera_job_queue_wait_seconds_count{queue=\"quick\"} 4"));
+  EXPECT_TRUE(Exports("tessera_job_queue_wait_seconds_sum{queue=\"quick\"} 8"));  // 4 x 2 s
+  EXPECT_TRUE(Exports("tessera_jobs{queue=\"quick\",state=\"succeeded\"} 4"));
+}
+
+// Each attempt of a restarted job is a start of its own, waited from its requeue: the
+// crash-loop back-off (10 s, then 20 s) is part of the wait.
+TEST_F(ObservabilityRoutes, EachRestartedAttemptIsObservedWithItsWaitFromItsRequeue) {
+  ASSERT_NO_FATAL_FAILURE(Open("obs_restarts", "restarts"));
+  const int64_t epoch = AddNode("n1");
+  std::string doc = Job("flaky", 1);
+  doc.replace(doc.find("  queue: default\n"), 17,
+              "  queue: restarts\n  restartPolicy: {onFailure: RestartJob, maxRetries: 2}\n");
+  ASSERT_TRUE(cp_->Submit(kAdmin, doc).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());                          // attempt 1, bound at once
+  ASSERT_NO_FATAL_FAILURE(Report("n1", epoch, "failed", 1));  // requeued, back-off 10 s
+  clock_.now += 5;
+  ASSERT_TRUE(cp_->RunCycle().ok());  // still backing off
+  clock_.now += 5;
+  ASSERT_TRUE(cp_->RunCycle().ok());                          // attempt 2, 10 s after its requeue
+  ASSERT_NO_FATAL_FAILURE(Report("n1", epoch, "failed", 1));  // back-off 20 s
+  clock_.now += 20;
+  ASSERT_TRUE(cp_->RunCycle().ok());  // attempt 3, 20 s after its requeue
+  ASSERT_NO_FATAL_FAILURE(Report("n1", epoch, "succeeded", 0));
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Exports("tessera_job_queue_wait_seconds_count{queue=\"restarts\"} 3"));
+  EXPECT_TRUE(Exports("tessera_job_queue_wait_seconds_sum{queue=\"restarts\"} 30"));  // 0+10+20
+}
+
+// Every lifecycle state has its series in every queue, at 0 when no job is in it: a series
+// that disappears reads as "no data" to Prometheus, not as 0.
+TEST_F(ObservabilityRoutes, EveryJobStateIsExportedAtZeroWhenNoJobIsInIt) {
+  ASSERT_NO_FATAL_FAILURE(Open("obs_zero_states", "zeros"));
+  std::string doc = Job("gone", 200);
+  doc.replace(doc.find("queue: default"), 14, "queue: zeros");
+  ASSERT_TRUE(cp_->Submit(kAdmin, doc).ok());
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "gone").ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Exports("tessera_jobs{queue=\"zeros\",state=\"cancelled\"} 1"));
+  ASSERT_TRUE(cp_->DeleteJob(kAdmin, "gone").ok());  // finished: removed
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  for (const char* state :
+       {"pending", "scheduled", "running", "terminating", "succeeded", "failed", "cancelled"})
+    EXPECT_TRUE(Exports("tessera_jobs{queue=\"zeros\",state=\"" + std::string(state) + "\"} 0"));
 }
 
 }  // namespace
