@@ -1001,9 +1001,8 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         for (auto& r : records) idempotency_[key].push_back(r.id());
     }
     NoteStoreResult(result.status());
-    if (!result.ok())
-      for (int64_t seq : audited) audit_.erase(seq);
     if (!result.ok()) {
+      for (int64_t seq : audited) audit_.erase(seq);
       std::fprintf(stderr, "tessera server: a submission was refused (503): the store failed: %s\n",
                    result.status().ToString().c_str());
       if (options_.on_store_error) options_.on_store_error(result.status());
@@ -1237,8 +1236,8 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
   // shown as capacity in use only: no job, no id.
   auto view = [&](const Allocation& a) {
     Json o = AllocView(a);
-    for (const char* k : {"command", "script", "env"}) o.erase(k);
-    for (const char* k : {"workingDir", "stdoutFile", "stderrFile"}) o.erase(k);
+    for (const char* k : {"command", "script", "env", "workingDir", "stdoutFile", "stderrFile"})
+      o.erase(k);
     auto j = jobs_.find(a.job);
     if (j == jobs_.end() || !Visible(p, j->second))
       for (const char* k : {"id", "job", "message", "exitCode"}) o.erase(k);
@@ -1407,6 +1406,14 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
   std::map<std::string, Queue> queues = queues_;
   std::map<std::string, PriorityClass> pcs = priority_classes_;
   std::vector<std::string> applied;  // audited once every check has passed
+  // What apply did to each object, as `kubectl apply` says it.
+  auto report = [&out](const char* kind, const std::string& name, bool existed, bool same) {
+    out.push_back({{"kind", kind},
+                   {"name", name},
+                   {"action", !existed ? "created"
+                              : same   ? "unchanged"
+                                       : "configured"}});
+  };
   for (size_t i = 0; i < docs->size(); ++i) {
     const spec::Document& d = (*docs)[i];
     if (d.kind == spec::Document::Kind::kQueue) {
@@ -1414,12 +1421,10 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       // (A bootstrap that fails stops the server's start, so this needs no undo.)
       if (bootstrap) declared_.insert("queue/" + q.name);
       auto old = queues.find(q.name);
-      const char* action = old == queues.end() ? "created"
-                           : QueueToJson(old->second).dump() == QueueToJson(q).dump()
-                               ? "unchanged"
-                               : "configured";
-      out.push_back({{"kind", "Queue"}, {"name", q.name}, {"action", action}});
-      if (std::string(action) == "unchanged") continue;
+      const bool same =
+          old != queues.end() && QueueToJson(old->second).dump() == QueueToJson(q).dump();
+      report("Queue", q.name, old != queues.end(), same);
+      if (same) continue;
       queues[q.name] = q;
       ops.push_back(store::Op::Put("queues/" + q.name, QueueToJson(q).dump()));
       applied.push_back("queue/" + q.name);
@@ -1434,11 +1439,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       const bool same = old != pcs.end() && old->second.value == pc.value &&
                         old->second.preempt_lower == pc.preempt_lower &&
                         old->second.global_default == pc.global_default;
-      out.push_back({{"kind", "PriorityClass"},
-                     {"name", pc.name},
-                     {"action", old == pcs.end() ? "created"
-                                : same           ? "unchanged"
-                                                 : "configured"}});
+      report("PriorityClass", pc.name, old != pcs.end(), same);
       if (same) continue;
       pcs[pc.name] = pc;
       ops.push_back(store::Op::Put("pcs/" + pc.name, j.dump()));
@@ -2543,7 +2544,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     if (pending) {
       j.state = JobState::kScheduled;
       j.run_started_at = plan.now;
-      if (bound) bound->push_back({jid, j.spec.job.queue, j.attempt, j.queued_at, plan.now});
+      if (bound) bound->push_back({j.spec.job.queue, j.queued_at, plan.now});
       ops.push_back(JobOp(j));
     } else if (had_message) {
       ops.push_back(JobOp(j));

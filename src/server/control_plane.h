@@ -181,8 +181,7 @@ struct JobSummary {
 // queued_at (its submission, or its requeue) to bound_at. One per attempt bound, however soon
 // it ends (observability: the queue-wait histogram).
 struct JobBound {
-  std::string id, queue;
-  int32_t attempt = 1;
+  std::string queue;
   int64_t queued_at = 0, bound_at = 0;
 };
 

@@ -601,33 +601,28 @@ TEST_F(ControlPlaneTest, TimeLimitsStopTheJobAndFailIt) {
   for (const auto& a : next["allocations"])
     if (a["job"] == "deadline") replacement = a["allocation"];
   ASSERT_FALSE(replacement.empty());
+  // Still running `seconds` - 1 later; one more second and its tasks are being stopped for
+  // its time limit, saying so.
+  auto expect_limit_after = [&](const std::string& job, int64_t seconds, const std::string& why) {
+    clock_.now += seconds - 1;
+    cp_->CheckTimers();
+    EXPECT_EQ(State(job), "Running");
+    clock_.now += 1;
+    cp_->CheckTimers();
+    EXPECT_EQ(State(job), "Terminating");
+    EXPECT_EQ(Reasons(job).back(), "DeadlineExceeded");
+    EXPECT_NE(Job(job)["message"].get<std::string>().find(why), std::string::npos)
+        << Job(job).dump();
+  };
   // The batch/v1 deadline counts from the job's first start, through the replacement.
-  clock_.now += 89;  // 299 s
-  cp_->CheckTimers();
-  EXPECT_EQ(State("deadline"), "Running");
-  clock_.now += 1;
-  cp_->CheckTimers();
-  EXPECT_EQ(State("deadline"), "Terminating");
-  EXPECT_EQ(Reasons("deadline").back(), "DeadlineExceeded");
-  EXPECT_NE(Job("deadline")["message"].get<std::string>().find(
-                "ran 300 s since it first started, past its time limit of 300 s"),
-            std::string::npos)
-      << Job("deadline").dump();
+  expect_limit_after("deadline", 90,  // 300 s
+                     "ran 300 s since it first started, past its time limit of 300 s");
   Beat("node-a", epoch, Json::array({Task(replacement, "killed", 137)}));
   EXPECT_EQ(State("deadline"), "Failed");
   // -t 5 = 300 s from when the batch job ran (60 s after it was bound): stopped, not
   // requeued; Failed once its task is gone.
   EXPECT_EQ(State("limited"), "Running");
-  clock_.now += 59;
-  cp_->CheckTimers();
-  EXPECT_EQ(State("limited"), "Running");
-  clock_.now += 1;
-  cp_->CheckTimers();
-  EXPECT_EQ(State("limited"), "Terminating");
-  EXPECT_EQ(Reasons("limited").back(), "DeadlineExceeded");
-  EXPECT_NE(Job("limited")["message"].get<std::string>().find("past its time limit of 300 s"),
-            std::string::npos)
-      << Job("limited").dump();
+  expect_limit_after("limited", 60, "past its time limit of 300 s");
   Beat("node-a", epoch, Json::array({Task(alloc["limited"], "killed", 137)}));
   EXPECT_EQ(State("limited"), "Failed");
   Reopen();  // and so it stays

@@ -699,20 +699,14 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
     }
     model.erase("restartPolicy");
   }
-  if (model.contains("ttlSecondsAfterFinished")) {
+  // Job-level keys read as batch/v1 reads them, then taken out of the model's shape.
+  for (auto [key, read] :
+       {std::pair{"ttlSecondsAfterFinished", &ReadTtl},
+        std::pair{"activeDeadlineSeconds", &ReadJobDeadline}, std::pair{"suspend", &ReadSuspend}}) {
+    if (!model.contains(key)) continue;
     ObjectReader r(model, "spec");
-    TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
-    model.erase("ttlSecondsAfterFinished");
-  }
-  if (model.contains("activeDeadlineSeconds")) {
-    ObjectReader r(model, "spec");
-    TESSERA_RETURN_IF_ERROR(ReadJobDeadline(r, s));
-    model.erase("activeDeadlineSeconds");
-  }
-  if (model.contains("suspend")) {
-    ObjectReader r(model, "spec");
-    TESSERA_RETURN_IF_ERROR(ReadSuspend(r, s));
-    model.erase("suspend");
+    TESSERA_RETURN_IF_ERROR(read(r, s));
+    model.erase(key);
   }
   if (model.contains("service")) {
     if (!model["service"].is_boolean())
