@@ -815,6 +815,12 @@ void AddClientCommands(CLI::App& app) {
                   S(j, "minAvailable").c_str(), S(j, "gpus").c_str());
       if (j.value("exclusive", false))
         std::printf("Nodes:          exclusive (no other job on its nodes; charged whole)\n");
+      // As sbatch writes them, each with where it stands ("afterok:prep (Waiting)").
+      std::string deps;
+      for (const auto& d : j.value("dependencies", Json::array()))
+        deps += (deps.empty() ? "" : ", ") + S(d, "condition") + ":" + S(d, "job") + " (" +
+                S(d, "state") + ")";
+      if (!deps.empty()) std::printf("Dependencies:   %s\n", deps.c_str());
       // The job's policy, then any task group's own (Volcano tasks[].policies).
       auto policy = [](const Json& p) {
         std::string text = "onFailure=" + S(p, "onFailure") + " onEviction=" + S(p, "onEviction");

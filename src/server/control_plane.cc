@@ -469,6 +469,7 @@ size_t ControlPlane::CompactFinishedJobs() {
   const int64_t now = Now();
   std::vector<store::Op> ops;
   std::vector<std::string> gone;
+  std::optional<std::map<std::pair<std::string, int64_t>, std::vector<std::string>>> waited;
   // Bounded work per call (one store transaction); the next cycle goes on.
   for (auto it = jobs_.begin(); it != jobs_.end() && ops.size() < 20000; ++it) {
     const JobRecord& j = it->second;
@@ -478,6 +479,8 @@ size_t ControlPlane::CompactFinishedJobs() {
     if (!ttl || now - j.finished_at < *ttl) continue;
     // A task still stopping (its node unreachable) keeps the job until the task is gone.
     if (StillHolding(j) != nullptr) continue;
+    if (!waited) waited = WaitedOn();
+    if (waited->count({j.id(), j.seq})) continue;  // until its dependents are placed
     DeleteJobOps(j, ops);
     gone.push_back(it->first);
   }
@@ -526,6 +529,12 @@ StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& id
       if (const Allocation* a = StillHolding(j))
         return FailedPrecondition("job \"" + id + "\" has a task still stopping on node " +
                                   a->placement.node + "; it can be deleted once the task is gone");
+      const auto waited = WaitedOn();
+      if (auto w = waited.find({id, j.seq}); w != waited.end())
+        return FailedPrecondition("job \"" + id + "\" is kept while jobs that depend on it wait: " +
+                                  Join(w->second, ", ") +
+                                  " (--dependency); it can be deleted once they have been "
+                                  "scheduled or have ended");
       Json out = {{"name", id}, {"state", JobStateName(j.state)}, {"deleted", true}};
       std::vector<store::Op> ops;
       DeleteJobOps(j, ops);
@@ -709,18 +718,77 @@ int64_t LastRunStartedAt(const JobRecord& j, const std::map<std::string, Allocat
   return bound;
 }
 
-// Why a pending job is held back from the engine at `now`: "BackOff" (restarting after
-// failures), "NodeLost" (lost with a node whose agent may still be stopping its tasks), or
-// "" (the engine sees it).
-const char* HeldBack(const JobRecord& j, int64_t now) {
+}  // namespace
+
+enum class DependencyState { kWaiting, kSatisfied, kNever };
+
+// Where dependency `d` stands, given the job it names (nullptr: deleted). A job waited for is
+// kept until its dependents are placed (WaitedOn), so one gone was deleted before this was checked:
+// it ended, with an outcome no longer known.
+static DependencyState StateOf(const spec::Dependency& d, const JobRecord* on) {
+  using C = spec::Dependency::Condition;
+  const bool ended = on == nullptr || IsTerminal(on->state);
+  if (d.condition == C::kAfter && (ended || on->started_at >= 0))
+    return DependencyState::kSatisfied;
+  if (!ended || d.condition == C::kAfter) return DependencyState::kWaiting;
+  if (d.condition == C::kAfterAny) return DependencyState::kSatisfied;
+  const bool ok = on != nullptr && on->state == JobState::kSucceeded;
+  const bool failed = on != nullptr && !ok;
+  return (d.condition == C::kAfterOk ? ok : failed) ? DependencyState::kSatisfied
+                                                    : DependencyState::kNever;
+}
+
+// "prep to succeed (afterok)": what a dependency waits for, in words.
+static std::string Awaited(const spec::Dependency& d) {
+  using C = spec::Dependency::Condition;
+  return d.job +
+         (d.condition == C::kAfter      ? " to start"
+          : d.condition == C::kAfterAny ? " to end"
+          : d.condition == C::kAfterOk  ? " to succeed"
+                                        : " to fail") +
+         " (" + spec::DependencyConditionName(d.condition) + ")";
+}
+
+const JobRecord* ControlPlane::DependedOn(const spec::Dependency& d) const {
+  auto it = jobs_.find(d.job);
+  return it != jobs_.end() && it->second.seq == d.seq ? &it->second : nullptr;
+}
+
+ControlPlane::DependencyWait ControlPlane::WaitingOn(const JobRecord& j) const {
+  DependencyWait wait;
+  if (!j.allocations.empty() || IsTerminal(j.state)) return wait;
+  for (const spec::Dependency& d : j.spec.dependencies) {
+    const JobRecord* on = DependedOn(d);
+    const DependencyState state = StateOf(d, on);
+    const bool never = state == DependencyState::kNever;
+    // The first that can never be satisfied, else the first still waiting.
+    if (state == DependencyState::kSatisfied || (wait.on && (wait.never || !never))) continue;
+    wait = {&d, on, never};
+  }
+  return wait;
+}
+
+const char* ControlPlane::HeldBack(const JobRecord& j, int64_t now) const {
   if (j.state != JobState::kPending) return "";
   if (!j.held_by.empty()) return "Held";
+  if (DependencyWait w = WaitingOn(j); w.on)
+    return w.never ? "DependencyNeverSatisfied" : "Dependency";
   if (j.backoff.until > now) return "BackOff";
   if (j.fenced_until > now) return "NodeLost";
   return "";
 }
 
-}  // namespace
+std::map<std::pair<std::string, int64_t>, std::vector<std::string>> ControlPlane::WaitedOn() const {
+  std::map<std::pair<std::string, int64_t>, std::vector<std::string>> out;
+  for (const auto& [id, j] : jobs_) {
+    if (!j.allocations.empty() || IsTerminal(j.state)) continue;
+    for (const spec::Dependency& d : j.spec.dependencies) {
+      auto& dependents = out[{d.job, d.seq}];
+      if (dependents.empty() || dependents.back() != id) dependents.push_back(id);
+    }
+  }
+  return out;
+}
 
 Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   const Job& job = j.spec.job;
@@ -776,6 +844,15 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["runningTasks"] = running;
   o["nodes"] = std::vector<std::string>(nodes.begin(), nodes.end());
   if (!j.message.empty()) o["message"] = j.message;
+  for (const spec::Dependency& d : j.spec.dependencies) {
+    const JobRecord* on = DependedOn(d);
+    const DependencyState state = StateOf(d, on);
+    o["dependencies"].push_back({{"condition", spec::DependencyConditionName(d.condition)},
+                                 {"job", d.job},
+                                 {"state", state == DependencyState::kSatisfied ? "Satisfied"
+                                           : state == DependencyState::kNever   ? "NeverSatisfied"
+                                                                                : "Waiting"}});
+  }
   // A running job's tasks restarted alone: the first of them to be placed again. The
   // pending reason of a running job is that of its tasks still to place.
   const bool active = j.state == JobState::kRunning || j.state == JobState::kScheduled;
@@ -798,6 +875,22 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
     o["pendingReason"] = {{"code", "Held"},
                           {"message", "held by " + j.held_by + ": `tessera release " + j.id() +
                                           "` lets it be scheduled"}};
+  } else if (held == "Dependency" || held == "DependencyNeverSatisfied") {
+    const DependencyWait w = WaitingOn(j);
+    const std::string condition = spec::DependencyConditionName(w.on->condition);
+    if (w.never) {
+      o["pendingReason"] = {
+          {"code", held},
+          {"message", "job " + w.on->job + " ended " +
+                          (w.job ? JobStateName(w.job->state) : std::string("and was deleted")) +
+                          ": " + condition + " can never be satisfied; `tessera cancel " + j.id() +
+                          "` removes this job"},
+          {"infeasible", true}};
+    } else {
+      o["pendingReason"] = {{"code", held},
+                            {"message", "waits for " + Awaited(*w.on) + "; " + w.on->job + " is " +
+                                            JobStateName(w.job->state)}};
+    }
   } else if (held == "BackOff") {
     back_off(j.backoff, "");
   } else if (held == "NodeLost") {
@@ -953,6 +1046,31 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (reserved_ids_.count(s.job.id) || seen.count(s.job.id))
         return AlreadyExists(ctx + s.origin.name + ": job \"" + s.job.id + "\" already exists");
       seen.insert(s.job.id);
+      for (spec::Dependency& d : s.dependencies) {
+        // A job of this submission given before it, or one the submitter may see: by sbatch
+        // job id (digits), else by name.
+        const bool digits = d.job.find_first_not_of("0123456789") == std::string::npos;
+        const int64_t seq = digits && d.job.size() < 19 ? std::stoll(d.job) : -1;
+        const JobRecord* on = nullptr;
+        for (const JobRecord& earlier : records)
+          if (earlier.seq == seq || (!on && earlier.id() == d.job)) on = &earlier;
+        if (on == nullptr && seq >= 0)
+          for (const auto& [id, job] : jobs_)
+            if (job.seq == seq) on = &job;
+        if (on == nullptr)
+          if (auto it = jobs_.find(d.job); it != jobs_.end()) on = &it->second;
+        if (on == nullptr || !Visible(p, *on))
+          return InvalidArgument(ctx + s.origin.dependency + ": no job \"" + d.job +
+                                 "\" (a job depended on must exist, or come earlier in the "
+                                 "same submission)");
+        d.job = on->id();
+        d.seq = on->seq;
+        if (StateOf(d, on) == DependencyState::kNever)
+          return FailedPrecondition(ctx + s.origin.dependency + ": job \"" + d.job + "\" ended " +
+                                    JobStateName(on->state) + ": " +
+                                    spec::DependencyConditionName(d.condition) +
+                                    " can never be satisfied");
+      }
       r.created_at = Now();
       r.queued_at = r.created_at;
       s.job.submit_time = r.created_at;
@@ -970,6 +1088,8 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
           "job/" + r.id(),
           "accepted " + r.spec.source + " into queue " + r.spec.job.queue + " by " + p.name +
               (r.held_by.empty() ? "" : ", held (`tessera release " + r.id() + "` lets it run)")};
+      for (const spec::Dependency& d : r.spec.dependencies)
+        e.message += ", waits for " + Awaited(d);
       ops.push_back(store::Op::Put("events/" + Pad(e.seq, 16), EventToJson(e).dump()));
       r.events.push_back(e.seq);
       events.push_back(std::move(e));

@@ -414,6 +414,23 @@ class ControlPlane {
       const JobRecord& j, int32_t task, const TaskAllocation& a,
       const std::map<std::string, TaskAllocation>& others) const;
   int32_t PriorityOf(const JobRecord& j) const;
+  // Where a job never yet placed stands with the jobs it depends on (--dependency): the
+  // dependency it waits for (nullptr: none, it may be scheduled), the job named (nullptr:
+  // deleted), and whether it can never be satisfied. A job placed once waits for none: its
+  // dependencies held then, and a requeue does not wait again.
+  struct DependencyWait {
+    const spec::Dependency* on = nullptr;
+    const JobRecord* job = nullptr;
+    bool never = false;
+  };
+  DependencyWait WaitingOn(const JobRecord& j) const;
+  const JobRecord* DependedOn(const spec::Dependency& d) const;  // nullptr: deleted
+  // Why a pending job is held back from the engine at `now`: "Held", "Dependency",
+  // "DependencyNeverSatisfied", "BackOff", "NodeLost", or "" (the engine sees it).
+  const char* HeldBack(const JobRecord& j, int64_t now) const;
+  // The jobs (name, seq) that unfinished jobs never yet placed depend on, each with those
+  // dependents: a job waited for is not deleted.
+  std::map<std::pair<std::string, int64_t>, std::vector<std::string>> WaitedOn() const;
   std::string DefaultPriorityClass() const;
 
   std::unique_ptr<store::Store> store_;

@@ -1318,6 +1318,98 @@ TEST_F(ControlPlaneTest, AHeldJobWaitsUntilReleasedAcrossARestart) {
             "job \"h2\" is Cancelled: only a pending job can be held");
 }
 
+// A job with dependencies (sbatch --dependency, the annotation tessera.io/dependency) is not
+// scheduled before the jobs it names have started, ended, succeeded or failed, across a
+// restart; one that can never run says so; a job waited for is kept until its dependents
+// start.
+TEST_F(ControlPlaneTest, ADependentJobWaitsForTheJobsItNamesAcrossARestart) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(
+      cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J prep\n#SBATCH --gres=gpu:1\necho hi\n").ok());
+  // Named by sbatch job id (%j), by name, and in a YAML annotation.
+  const std::string prep_id = to_string(Job("prep")["slurmJobId"]);
+  auto train = cp_->Submit(kAdmin,
+                           "#!/bin/bash\n#SBATCH -J train\n#SBATCH --dependency=afterok:prep\n"
+                           "#SBATCH --gres=gpu:1\necho hi\n");
+  ASSERT_TRUE(train.ok()) << train.status().ToString();
+  auto on_fail =
+      cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J on-fail\n#SBATCH -d afternotok:" + prep_id +
+                              "\n#SBATCH --gres=gpu:1\necho hi\n");
+  ASSERT_TRUE(on_fail.ok()) << on_fail.status().ToString();
+  std::string report = JobDoc("report", 1, 1);
+  report.replace(report.find("{name: report}"), 14,
+                 "{name: report, annotations: {tessera.io/dependency: \"after:prep\"}}");
+  ASSERT_TRUE(cp_->Submit(kAdmin, report).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 1u) << d.dump();
+  EXPECT_EQ(d["allocations"][0]["job"], "prep");
+  EXPECT_EQ(Job("train")["pendingReason"],
+            Json({{"code", "Dependency"},
+                  {"message", "waits for prep to succeed (afterok); prep is Scheduled"}}));
+  EXPECT_EQ(Job("on-fail")["dependencies"],
+            Json::parse(R"([{"condition":"afternotok","job":"prep","state":"Waiting"}])"));
+  EXPECT_EQ(Job("report")["pendingReason"]["message"],
+            "waits for prep to start (after); prep is Scheduled");
+  EXPECT_EQ(Job("train")["events"][0]["message"],
+            "accepted sbatch into queue default by admin, waits for prep to succeed (afterok)");
+
+  Reopen();  // what a job waits for is durable
+  epoch = Epoch("node-a");
+  const std::string prep_alloc = d["allocations"][0]["allocation"];
+  Beat("node-a", epoch, {Task(prep_alloc, "running")});
+  ASSERT_TRUE(cp_->RunCycle().ok());  // prep started: `after` holds
+  d = Beat("node-a", epoch, {Task(prep_alloc, "running")});
+  ASSERT_EQ(d["allocations"].size(), 2u) << d.dump();
+  EXPECT_EQ(d["allocations"][1]["job"], "report");
+  EXPECT_EQ(Job("train")["pendingReason"]["code"], "Dependency");
+
+  Beat("node-a", epoch, {Task(prep_alloc, "succeeded")});
+  EXPECT_EQ(State("prep"), "Succeeded");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 2u) << d.dump();  // report, and now train
+  EXPECT_EQ(d["allocations"][1]["job"], "train");
+  const Json never = Job("on-fail")["pendingReason"];
+  EXPECT_EQ(never["code"], "DependencyNeverSatisfied");
+  EXPECT_EQ(never["message"],
+            "job prep ended Succeeded: afternotok can never be satisfied; `tessera cancel "
+            "on-fail` removes this job");
+  EXPECT_EQ(never["infeasible"], true);
+
+  // prep is kept while on-fail waits on it, then may go.
+  Status kept = cp_->DeleteJob(kAdmin, "prep").status();
+  EXPECT_EQ(kept.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(kept.message(),
+            "job \"prep\" is kept while jobs that depend on it wait: on-fail (--dependency); it "
+            "can be deleted once they have been scheduled or have ended");
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "on-fail").ok());
+  EXPECT_TRUE(cp_->DeleteJob(kAdmin, "prep").ok());
+
+  // Refused at submission: a job that does not exist (or comes later in the same file), one
+  // that already ended so that the dependency can never hold.
+  Status unknown =
+      cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH --dependency=afterok:nope\necho\n").status();
+  EXPECT_EQ(unknown.message(),
+            "line 2: --dependency=afterok:nope: no job \"nope\" (a job depended on must exist, "
+            "or come earlier in the same submission)");
+  Status ended = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -d afterok:on-fail\necho\n").status();
+  EXPECT_EQ(ended.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ended.message(),
+            "line 2: -d afterok:on-fail: job \"on-fail\" ended Cancelled: afterok can never be "
+            "satisfied");
+  std::string second = JobDoc("b", 1, 1);
+  second.replace(second.find("{name: b}"), 9,
+                 "{name: b, annotations: {tessera.io/dependency: \"afterany:a\"}}");
+  Status later = cp_->Submit(kAdmin, second + "---\n" + JobDoc("a", 1, 1)).status();
+  EXPECT_EQ(later.message(),
+            "document[0]: metadata.annotations.tessera.io/dependency: no job \"a\" (a job "
+            "depended on must exist, or come earlier in the same submission)");
+  // In one submission, a later document may wait for an earlier one.
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("a", 1, 8) + "---\n" + second).ok());
+  EXPECT_EQ(Job("b")["pendingReason"]["code"], "Dependency");
+}
+
 TEST_F(ControlPlaneTest, PreemptionEvictsRequeuesAndNamesThePreemptor) {
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("victim", 1, 8, "  priorityClass: low\n")).ok());

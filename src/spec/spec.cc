@@ -78,6 +78,69 @@ Status ReadExclusiveAnnotation(const Meta& m, JobSpec& s) {
   return Status::Ok();
 }
 
+// sbatch's dependency list, "afterok:12:prep,afterany:13": every item must hold. A job is
+// named by its sbatch job id (digits: its slurmJobId) or its Tessera name; the server
+// resolves both when the job is submitted.
+StatusOr<std::vector<Dependency>> ParseDependencies(const std::string& text,
+                                                    const std::string& path) {
+  constexpr size_t kMaxDependencies = 100;
+  if (text.find('?') != std::string::npos)
+    return InvalidArgument(path +
+                           ": \"?\" (any one of) is not supported: every dependency "
+                           "listed must hold (separate them with \",\")");
+  std::vector<Dependency> out;
+  std::stringstream items(text + ",");  // (a trailing "," then reads as an empty item)
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const std::string at = path + ": \"" + item + "\"";
+    const size_t colon = item.find(':');
+    const std::string type = item.substr(0, colon);
+    if (type == "singleton")
+      return InvalidArgument(at +
+                             ": singleton is not supported (Tessera job names are "
+                             "unique: there is no other job of the same name to wait for)");
+    if (type == "aftercorr" || type == "afterburstbuffer")
+      return InvalidArgument(at + ": " + type +
+                             " is not supported (after, afterany, afterok, "
+                             "afternotok)");
+    static constexpr std::pair<const char*, Dependency::Condition> kConditions[] = {
+        {"after", Dependency::Condition::kAfter},
+        {"afterany", Dependency::Condition::kAfterAny},
+        {"afterok", Dependency::Condition::kAfterOk},
+        {"afternotok", Dependency::Condition::kAfterNotOk}};
+    const auto* c = std::find_if(std::begin(kConditions), std::end(kConditions),
+                                 [&](const auto& k) { return type == k.first; });
+    if (item.empty() || colon == std::string::npos || c == std::end(kConditions))
+      return InvalidArgument(at +
+                             ": expected CONDITION:JOB[:JOB...] with CONDITION one of "
+                             "after, afterany, afterok, afternotok (e.g. afterok:prep)");
+    std::stringstream jobs(item.substr(colon + 1) + ":");
+    std::string job;
+    while (std::getline(jobs, job, ':')) {
+      if (job.find('+') != std::string::npos)
+        return InvalidArgument(at + ": a delay (JOB+MINUTES) is not supported");
+      if (job.empty())
+        return InvalidArgument(at + ": a job name or id is missing (e.g. afterok:prep)");
+      TESSERA_RETURN_IF_ERROR(CheckName(job, at));
+      out.push_back({c->second, job, 0});
+    }
+    if (out.size() > kMaxDependencies)
+      return InvalidArgument(path + ": more than " + std::to_string(kMaxDependencies) +
+                             " dependencies");
+  }
+  return out;
+}
+
+// The annotation `tessera.io/dependency` on any YAML job: sbatch's --dependency syntax.
+Status ReadDependencyAnnotation(const Meta& m, JobSpec& s) {
+  auto it = m.annotations.find("tessera.io/dependency");
+  if (it == m.annotations.end()) return Status::Ok();
+  auto d = ParseDependencies(it->second, s.origin.dependency);
+  if (!d.ok()) return d.status();
+  s.dependencies = std::move(*d);
+  return Status::Ok();
+}
+
 // ---- Kubernetes pod templates ----
 
 struct PodInfo {
@@ -944,6 +1007,7 @@ StatusOr<Document> ParseDocument(const Json& doc) {
     // Tessera's own shape allows a missing name (the server generates one); Kubernetes's does not.
     if (api != "tessera.io/v1" && meta.name.empty())
       return InvalidArgument("metadata.name: required");
+    TESSERA_RETURN_IF_ERROR(ReadDependencyAnnotation(meta, out.job));
     TESSERA_RETURN_IF_ERROR(CheckName(out.job.job.queue, "spec.queue"));
     TESSERA_RETURN_IF_ERROR(CheckUniqueGroupNames(out.job.job.groups));
     TESSERA_RETURN_IF_ERROR(CheckTaskCount(out.job));
@@ -1400,6 +1464,11 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             opt == "--requeue" ? FailureAction::kRestartJob : FailureAction::kFailJob;
       } else if (opt == "-H" || opt == "--hold") {
         s.held = true;
+      } else if (opt == "-d" || opt == "--dependency") {
+        auto d = ParseDependencies(val, p);
+        if (!d.ok()) return d.status();
+        s.dependencies = std::move(*d);  // a repeated option: its last value, as sbatch
+        s.origin.dependency = p + (long_opt ? "=" : " ") + val;
       } else if (opt == "--exclusive") {
         // Slurm's --exclusive=user|mcs|topo share nodes by owner, label or topology segment:
         // refused rather than read as plain --exclusive, which would keep out more than asked.
@@ -1422,7 +1491,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
             "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, "
-            "--exclusive, --requeue, --no-requeue, -o, -e, -A, -D)");
+            "--exclusive, --requeue, --no-requeue, -H, -d, -o, -e, -A, -D)");
       }
     }
   }
@@ -1530,6 +1599,20 @@ const RestartPolicy& JobSpec::RestartFor(int32_t task) const {
   return restart;
 }
 
+const char* DependencyConditionName(Dependency::Condition c) {
+  switch (c) {
+    case Dependency::Condition::kAfter:
+      return "after";
+    case Dependency::Condition::kAfterAny:
+      return "afterany";
+    case Dependency::Condition::kAfterOk:
+      return "afterok";
+    case Dependency::Condition::kAfterNotOk:
+      return "afternotok";
+  }
+  return "afterany";
+}
+
 Json JobSpecToJson(const JobSpec& s) {
   Json j = Json::object();
   Job bare = s.job;
@@ -1563,6 +1646,9 @@ Json JobSpecToJson(const JobSpec& s) {
   if (s.time_limit_whole_job) j["timeLimitWholeJob"] = true;
   if (!s.labels.empty()) j["labels"] = s.labels;
   if (!s.annotations.empty()) j["annotations"] = s.annotations;
+  for (const Dependency& d : s.dependencies)
+    j["dependencies"].push_back(
+        {{"condition", DependencyConditionName(d.condition)}, {"job", d.job}, {"seq", d.seq}});
   return j;
 }
 
@@ -1616,6 +1702,20 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.Bool("timeLimitWholeJob", s.time_limit_whole_job));
   TESSERA_RETURN_IF_ERROR(r.StringMap("labels", s.labels));
   TESSERA_RETURN_IF_ERROR(r.StringMap("annotations", s.annotations));
+  TESSERA_RETURN_IF_ERROR(ForEach(
+      r.Get("dependencies"), r.Path("dependencies"), [&](const Json& d, const std::string& p) {
+        ObjectReader dr(d, p);
+        std::string condition, job;
+        int64_t seq = 0;
+        TESSERA_RETURN_IF_ERROR(dr.String("condition", condition, true));
+        TESSERA_RETURN_IF_ERROR(dr.String("job", job, true));
+        TESSERA_RETURN_IF_ERROR(dr.Int("seq", seq, false, 0));
+        TESSERA_RETURN_IF_ERROR(dr.Finish());
+        auto parsed = ParseDependencies(condition + ":" + job, p);
+        if (!parsed.ok()) return parsed.status();
+        s.dependencies.push_back({parsed->at(0).condition, job, seq});
+        return Status::Ok();
+      }));
   TESSERA_RETURN_IF_ERROR(r.Finish());
   while (s.templates.size() < s.job.groups.size()) s.templates.emplace_back();
   return s;

@@ -62,6 +62,18 @@ struct TaskTemplate {
   friend bool operator==(const TaskTemplate&, const TaskTemplate&) = default;
 };
 
+// sbatch --dependency (or the annotation tessera.io/dependency): the job is not scheduled
+// before another job has started, ended, succeeded or failed. Checked until the job is
+// first placed; a requeued job does not wait again.
+struct Dependency {
+  enum class Condition { kAfter, kAfterAny, kAfterOk, kAfterNotOk };
+  Condition condition = Condition::kAfterAny;
+  std::string job;  // the job waited for: its name; as submitted, a name or an sbatch job id
+  int64_t seq = 0;  // resolved by the server: that job's sequence number (0: not resolved)
+  friend bool operator==(const Dependency&, const Dependency&) = default;
+};
+const char* DependencyConditionName(Dependency::Condition c);  // "afterok", ...
+
 struct JobSpec {
   Job job;  // id = metadata.name ("" when the server must generate one); no running state
   std::vector<TaskTemplate> templates;  // one per job.groups entry
@@ -88,6 +100,7 @@ struct JobSpec {
   // Submitted held (sbatch --hold, `suspend: true`): not scheduled until released. Not
   // stored: the server keeps who holds a job on its record, which hold/release change.
   bool held = false;
+  std::vector<Dependency> dependencies;
   // Where the document gave what the server checks against its state, for its errors: a
   // field path, or a batch script's line and option ("line 3: -p"). Not stored. The
   // defaults are a Volcano Job's fields; every other shape sets the ones it names
@@ -96,6 +109,7 @@ struct JobSpec {
     std::string name = "metadata.name";
     std::string queue = "spec.queue";
     std::string priority_class = "spec.priorityClassName";
+    std::string dependency = "metadata.annotations.tessera.io/dependency";
   } origin;
 
   // The policy that applies to task `task`'s failures (its group's, else the job's).

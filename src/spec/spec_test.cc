@@ -194,6 +194,71 @@ TEST(Spec, SbatchDirectives) {
   EXPECT_EQ((*late)[0].job.job.groups[0].request.gpu.count, 0) << "after the first command";
 }
 
+// --dependency as sbatch writes it (every item must hold), and the same text in the
+// annotation tessera.io/dependency on a YAML job; stored and read back with the spec.
+TEST(Spec, Dependencies) {
+  using C = Dependency::Condition;
+  auto s = ParseDocuments(
+      "#!/bin/bash\n#SBATCH --dependency=afterok:12:prep,afterany:13\n#SBATCH -d "
+      "afternotok:eval,after:warm\ntrue\n");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const JobSpec& j = (*s)[0].job;  // a repeated option: its last value, as sbatch
+  EXPECT_EQ(j.dependencies,
+            (std::vector<Dependency>{{C::kAfterNotOk, "eval", 0}, {C::kAfter, "warm", 0}}));
+  EXPECT_EQ(j.origin.dependency, "line 3: -d afternotok:eval,after:warm");
+  auto first = ParseDocuments("#!/bin/bash\n#SBATCH --dependency=afterok:12:prep,afterany:13\n");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first)[0].job.dependencies,
+            (std::vector<Dependency>{
+                {C::kAfterOk, "12", 0}, {C::kAfterOk, "prep", 0}, {C::kAfterAny, "13", 0}}));
+  Dependency resolved = (*first)[0].job.dependencies[0];
+  resolved.seq = 12;
+  JobSpec stored = (*first)[0].job;
+  stored.dependencies[0] = resolved;
+  auto back = JobSpecFromJson(JobSpecToJson(stored), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->dependencies, stored.dependencies);
+
+  auto y = ParseDocuments(
+      "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: eval\n  annotations: "
+      "{tessera.io/dependency: \"afterok:train\"}\nspec: {template: {spec: {restartPolicy: Never, "
+      "containers: [{name: "
+      "c, command: [x]}]}}}\n");
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ((*y)[0].job.dependencies, (std::vector<Dependency>{{C::kAfterOk, "train", 0}}));
+
+  struct Case {
+    std::string directive, error;
+  } cases[] = {
+      {"--dependency=afterok:", "line 2: --dependency: \"afterok:\": a job name or id is missing"},
+      {"--dependency=afterok",
+       "expected CONDITION:JOB[:JOB...] with CONDITION one of after, "
+       "afterany, afterok, afternotok (e.g. afterok:prep)"},
+      {"--dependency=afterok:a,", "line 2: --dependency: \"\": expected CONDITION:JOB"},
+      {"-d afterfoo:a", "line 2: -d: \"afterfoo:a\": expected CONDITION:JOB"},
+      {"-d afterok:a?afterany:b", "\"?\" (any one of) is not supported"},
+      {"-d singleton", "singleton is not supported (Tessera job names are unique"},
+      {"-d aftercorr:5", "aftercorr is not supported"},
+      {"-d after:5+10", "a delay (JOB+MINUTES) is not supported"},
+      {"-d afterok:a/b", "\"a/b\" may contain only letters, digits"},
+      {"--dependency", "line 2: --dependency: needs a value"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseDocuments("#!/bin/bash\n#SBATCH " + c.directive + "\ntrue\n");
+    ASSERT_FALSE(bad.ok()) << c.directive;
+    EXPECT_NE(bad.status().message().find(c.error), std::string::npos)
+        << c.directive << ": " << bad.status().message();
+  }
+  auto bad_annotation = ParseDocuments(
+      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {tessera.io/dependency: "
+      "\"ok:x\"}\nspec: {containers: [{name: c, command: [x]}]}\n");
+  ASSERT_FALSE(bad_annotation.ok());
+  EXPECT_EQ(bad_annotation.status().message().rfind(
+                "metadata.annotations.tessera.io/dependency: \"ok:x\": expected", 0),
+            0u)
+      << bad_annotation.status().message();
+}
+
 // -N, -n and --ntasks-per-node as sbatch combines them (Slurm 22.05): one Tessera task per
 // node, holding that node's Slurm tasks.
 TEST(Spec, SbatchTaskLayout) {
