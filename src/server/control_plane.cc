@@ -1307,7 +1307,7 @@ Json ControlPlane::ListQueues(const Principal& p) {
   }
   std::map<std::string, std::vector<const Allocation*>> held;  // by job
   for (const auto& [id, a] : allocations_)
-    if (a.HoldsDevices()) held[a.job].push_back(&a);
+    if (a.HoldsDevices() && !WrittenOff(a)) held[a.job].push_back(&a);
   for (const auto& [job, allocs] : held) {
     auto j = jobs_.find(job);
     if (j == jobs_.end()) continue;
@@ -1734,6 +1734,14 @@ bool ControlPlane::FenceHolds(const JobRecord& j) const {
   for (const auto& id : j.allocations)
     if (allocations_.at(id).state == AllocState::kLost) return true;
   return false;
+}
+
+bool ControlPlane::WrittenOff(const Allocation& a) const {
+  if (a.state != AllocState::kLost) return false;
+  if (auto n = nodes_.find(a.placement.node); n != nodes_.end() && n->second.node.ready)
+    return false;
+  auto j = jobs_.find(a.job);
+  return j == jobs_.end() || !FenceHolds(j->second);
 }
 
 // The attempt's GPU time (its devices' milli x how long it held them) joins the service of
@@ -2339,7 +2347,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
   std::map<std::string, std::vector<const Allocation*>>
       holding;  // job -> allocations holding devices
   for (const auto& [id, a] : allocations_)
-    if (a.HoldsDevices()) holding[a.job].push_back(&a);
+    if (a.HoldsDevices() && !WrittenOff(a)) holding[a.job].push_back(&a);
   for (const auto& [id, j] : jobs_) {
     if (IsTerminal(j.state) && holding.count(id) == 0) continue;
     Job job = j.spec.job;

@@ -386,6 +386,11 @@ class ControlPlane {
   // A task of the job was written off with a node that stopped answering and may still run
   // there until that node's agent stops it (its lease, then the grace period: fenced_until).
   bool FenceHolds(const JobRecord& j) const;
+  // A task lost with its node that its agent has surely stopped (the job's fence has passed)
+  // while the node, NotReady, takes no work: it holds nothing the scheduler counts, so its
+  // job's queue is not charged for it beside the job's next attempt. Once the node is ready
+  // again its devices count until its agent reports the task gone.
+  bool WrittenOff(const Allocation& a) const;
   // The job's first allocation that still holds devices (a task not confirmed gone), if any:
   // a finished job is not deleted while there is one.
   const Allocation* StillHolding(const JobRecord& j) const;

@@ -1674,6 +1674,49 @@ TEST_F(ControlPlaneTest, NodeLossMarksNotReadyAndRestartsElsewhere) {
   EXPECT_EQ(events->dump().find("TasksAdopted"), std::string::npos) << events->dump();
 }
 
+// A task lost with its node stops counting against its queue once its agent has surely
+// stopped it (the fence): the job, requeued, runs elsewhere within its queue's limit rather
+// than waiting on its own lost task (the reviewer's case: QueueOverLimit for good).
+TEST_F(ControlPlaneTest, ALostTaskPastItsFenceIsNotChargedToItsQueue) {
+  real_engine_ = true;
+  Reopen();
+  ASSERT_TRUE(cp_->Apply(kAdmin,
+                         "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: "
+                         "{name: capped}\nspec: {capability: {nvidia.com/gpu: 8}}\n")
+                  .ok());
+  std::map<std::string, int64_t> epoch = {{"node-a", Epoch("node-a")}, {"node-b", Epoch("node-b")}};
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("gang", 1, 8, "", "capped")).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const std::string lost = Job("gang")["nodes"][0], other = lost == "node-a" ? "node-b" : "node-a";
+  const std::string id = Beat(lost, epoch[lost])["allocations"][0]["allocation"];
+  Beat(lost, epoch[lost], {Task(id, "running")});
+  auto in_use = [&] {
+    const Json queues = cp_->ListQueues(kAdmin);
+    for (const auto& q : queues["items"])
+      if (q["name"] == "capped") return q["gpuMilliInUse"].get<int64_t>();
+    return int64_t{-1};
+  };
+  clock_.now += 31;
+  Beat(other, epoch[other]);
+  cp_->CheckNodes();
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Job("gang")["pendingReason"]["code"], "NodeLost");
+  EXPECT_EQ(in_use(), 8000) << "the lost task may still run";
+  clock_.now += 30;  // past the fence: lease 20 s + a heartbeat, then 30 s of grace
+  Beat(other, epoch[other]);
+  EXPECT_EQ(in_use(), 0);
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const Json j = Job("gang");
+  EXPECT_EQ(j["state"], "Scheduled") << j.dump();
+  EXPECT_EQ(j["nodes"][0], other);
+  EXPECT_EQ(in_use(), 8000);
+  // Back, the node's agent reports the task it stopped: the allocation ends; while the node is
+  // ready and the task unreported, its devices there are held (a lease-less agent may still
+  // run it).
+  Beat(lost, epoch[lost], {Task(id, "killed", -15)});
+  EXPECT_EQ(Job("gang")["allocations"][0]["state"], "Killed");
+}
+
 // A job cancelled while its task may still run on a node that stopped answering is not over
 // before that task surely is: it stays Terminating until the node's agent confirms the task
 // gone, or until the agent's lease and the grace period have passed (the fence).
