@@ -1526,6 +1526,16 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
   std::map<std::string, Queue> queues = queues_;
   std::map<std::string, PriorityClass> pcs = priority_classes_;
   std::vector<std::string> applied;  // audited once every check has passed
+  // The --bootstrap folder is applied at every start: a change made here would be undone by
+  // the next one, without a word.
+  auto declared = [&](size_t doc, const std::string& key) -> Status {
+    if (bootstrap || !declared_.count(key)) return Status::Ok();
+    return FailedPrecondition(
+        (docs->size() > 1 ? "document[" + std::to_string(doc) + "]: " : std::string()) +
+        key.substr(0, key.find('/')) + " \"" + key.substr(key.find('/') + 1) +
+        "\" is declared in the --bootstrap folder, applied at every start: change it there (a "
+        "change applied here would be undone at the next start)");
+  };
   // What apply did to each object, as `kubectl apply` says it.
   auto report = [&out](const char* kind, const std::string& name, bool existed, bool same) {
     out.push_back({{"kind", kind},
@@ -1545,6 +1555,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
           old != queues.end() && QueueToJson(old->second).dump() == QueueToJson(q).dump();
       report("Queue", q.name, old != queues.end(), same);
       if (same) continue;
+      TESSERA_RETURN_IF_ERROR(declared(i, "queue/" + q.name));
       queues[q.name] = q;
       ops.push_back(store::Op::Put("queues/" + q.name, QueueToJson(q).dump()));
       applied.push_back("queue/" + q.name);
@@ -1561,6 +1572,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
                         old->second.global_default == pc.global_default;
       report("PriorityClass", pc.name, old != pcs.end(), same);
       if (same) continue;
+      TESSERA_RETURN_IF_ERROR(declared(i, "priorityclass/" + pc.name));
       pcs[pc.name] = pc;
       ops.push_back(store::Op::Put("pcs/" + pc.name, j.dump()));
       applied.push_back("priorityclass/" + pc.name);

@@ -176,6 +176,19 @@ TEST_F(ControlPlaneTest, DeleteRefusesWhatIsStillNeededAndIsDurable) {
                   .ok());
   EXPECT_NE(cp_->Delete(kAdmin, "queue", "seeded").message().find("--bootstrap folder"),
             std::string::npos);
+  // ... and so is a change, which the next start would undo; applied unchanged, it is fine.
+  const std::string seeded =
+      "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: seeded}\n";
+  auto again = cp_->Apply(kAdmin, seeded);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)[0]["action"], "unchanged");
+  Status changed =
+      cp_->Apply(kAdmin, kSetup + std::string("---\n") + seeded + "spec: {weight: 3}\n").status();
+  EXPECT_EQ(changed.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(changed.message(),
+            "document[4]: queue \"seeded\" is declared in the --bootstrap folder, applied at "
+            "every start: change it there (a change applied here would be undone at the next "
+            "start)");
 
   // Tokens: revoked at once; never the last admin, nor one from --auth-config.
   ASSERT_TRUE(
