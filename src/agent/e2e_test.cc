@@ -251,6 +251,31 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
   EXPECT_NE(Slurp(follow_log).find("retrying"), std::string::npos) << Slurp(follow_log);
 }
 
+// sbatch --array on a real agent: each element's script sees its own SLURM_ARRAY_TASK_ID and
+// the array's id, and writes the -o file its %A and %a name; %1 runs them one after another.
+TEST_F(EndToEndTest, AnArrayElementsScriptSeesItsIndex) {
+  StartServer();
+  StartAgent();
+  const std::string out = (dir_ / "arr").string();
+  auto r = Call("POST", "/v1/jobs",
+                "#!/bin/sh\n#SBATCH -J arr\n#SBATCH --array=3,5%1\n#SBATCH --gres=gpu:1\n"
+                "#SBATCH -o " +
+                    out +
+                    "-%A_%a.out\n"
+                    "echo $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT\n");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  const Json items = Json::parse(r->body)["items"];
+  ASSERT_EQ(items.size(), 2u) << r->body;
+  const std::string id = std::to_string(items[0]["array"]["jobId"].get<int64_t>());
+  for (const char* index : {"3", "5"}) {
+    const std::string file = out + "-" + id + "_" + index + ".out";
+    ASSERT_TRUE(WaitFor([&] { return Trimmed(Slurp(file)) == id + " " + index + " 2"; }))
+        << file << ": " << Slurp(file) << Slurp((dir_ / "agent.log").string());
+  }
+  EXPECT_TRUE(WaitFor([&] { return JobField("arr_5", "state") == "\"Succeeded\""; }));
+}
+
 // An agent crash leaves its tasks running; the next agent adopts them and tells the server,
 // which keeps them: same process, same allocation, same attempt, nothing restarted.
 TEST_F(EndToEndTest, TasksAdoptedAfterAnAgentCrashKeepRunning) {

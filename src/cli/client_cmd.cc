@@ -791,6 +791,13 @@ void AddClientCommands(CLI::App& app) {
       std::printf("Priority:       %s (%s)\n", S(j, "priorityClass", "<none>").c_str(),
                   S(j, "priority").c_str());
       std::printf("Source:         %s\n", S(j, "source").c_str());
+      if (j.contains("array"))
+        std::printf("Array:          %s (SLURM_ARRAY_JOB_ID %s), index %s of %s%s\n",
+                    S(j["array"], "name").c_str(), S(j["array"], "jobId").c_str(),
+                    S(j["array"], "index").c_str(), S(j["array"], "count").c_str(),
+                    j["array"].value("throttle", 0) > 0
+                        ? (", at most " + S(j["array"], "throttle") + " at once").c_str()
+                        : "");
       if (j.contains("slurmJobId"))
         std::printf("Slurm job id:   %s (%%j, SLURM_JOB_ID on Tessera's nodes)\n",
                     S(j, "slurmJobId").c_str());
@@ -898,8 +905,11 @@ void AddClientCommands(CLI::App& app) {
       for (const auto& n : *names) {
         auto r = Call(*f, "POST", "/v1/jobs/" + Esc(n) + "/cancel");
         if (!Check(*f, r)) continue;
-        std::printf("job/%s %s\n", n.c_str(),
-                    S(r.body, "state") == "Cancelled" ? "cancelled" : "cancelling");
+        // A job array's name cancels every unfinished job of it: one line each.
+        const Json items = r.body.contains("items") ? r.body["items"] : Json::array({r.body});
+        for (const auto& j : items)
+          std::printf("job/%s %s\n", S(j, "name").c_str(),
+                      S(j, "state") == "Cancelled" ? "cancelled" : "cancelling");
       }
     });
   }

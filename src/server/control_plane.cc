@@ -242,6 +242,12 @@ Status ControlPlane::Load() {
   }));
   std::sort(keyed.begin(), keyed.end());
   for (const auto& [seq, id] : keyed) idempotency_[jobs_.at(id).idempotency_key].push_back(id);
+  // Array membership is stored with each element (its spec); elements in index order.
+  for (const auto& [id, j] : jobs_) AddArrayElement(j);
+  for (auto& [array, ids] : arrays_)
+    std::sort(ids.begin(), ids.end(), [&](const std::string& a, const std::string& b) {
+      return jobs_.at(a).spec.array->index < jobs_.at(b).spec.array->index;
+    });
   TESSERA_RETURN_IF_ERROR(each("allocs/", [&](const std::string& key, const Json& j) -> Status {
     Allocation a;
     a.id = key.substr(7);
@@ -513,6 +519,15 @@ void ControlPlane::ForgetJob(const std::string& id) {
   if (auto k = idempotency_.find(j.idempotency_key); k != idempotency_.end()) {
     std::erase(k->second, id);
     if (k->second.empty()) idempotency_.erase(k);
+  }
+  if (const auto& a = j.spec.array; a) {
+    std::vector<std::string>& ids = arrays_[a->job_id];
+    std::erase(ids, id);
+    if (ids.empty()) {
+      arrays_.erase(a->job_id);
+      array_names_[a->name].erase(a->job_id);
+      if (array_names_[a->name].empty()) array_names_.erase(a->name);
+    }
   }
   jobs_.erase(id);
 }
@@ -805,6 +820,12 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   // sbatch's %j and SLURM_JOB_ID on Tessera's own nodes: how a user maps an output file
   // named after it back to the job.
   if (j.spec.source == "sbatch") o["slurmJobId"] = j.seq;
+  if (const auto& a = j.spec.array)
+    o["array"] = {{"name", a->name},
+                  {"jobId", a->job_id},
+                  {"index", a->index},
+                  {"count", a->count},
+                  {"throttle", a->throttle}};
   o["service"] = j.spec.service;
   if (j.spec.time_limit_seconds) {
     o["timeLimitSeconds"] = *j.spec.time_limit_seconds;
@@ -899,6 +920,14 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
         {"message", "node " + j.fenced_node + " stopped answering; its agent stops the job's " +
                         "tasks there itself (lease, then grace period): restarting in " +
                         std::to_string(j.fenced_until - Now()) + " s, so that none runs twice"}};
+  } else if (j.state == JobState::kPending && j.spec.array && j.spec.array->throttle > 0 &&
+             ArrayTaskLimited(Now(), j.spec.array->job_id).count(j.id())) {
+    const spec::ArrayElement& a = *j.spec.array;
+    o["pendingReason"] = {
+        {"code", "JobArrayTaskLimit"},
+        {"message", "array " + a.name + " runs at most " + std::to_string(a.throttle) +
+                        " of its jobs at once (" + a.name + "%" + std::to_string(a.throttle) +
+                        "); this one starts when one of them ends"}};
   } else if ((j.state == JobState::kPending || active) && !j.pending.code.empty()) {
     Json pr = {{"code", j.pending.code}, {"message", j.pending.message}};
     if (!j.pending.resource.empty()) pr["resource"] = j.pending.resource;
@@ -1003,9 +1032,31 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
           "Idempotency-Key: the first submission with this key is still being "
           "stored; retry");
     std::set<std::string> seen;
+    // An array (sbatch --array) is one job per index, all stored together or none: the
+    // submission's jobs, each with its document's error context and the number it will get.
+    std::vector<std::pair<std::string, spec::JobSpec>> specs;
+    std::set<std::string> arrays_named;
+    int64_t seq = next_job_seq_;
     for (size_t i = 0; i < docs->size(); ++i) {
       std::string ctx = docs->size() > 1 ? "document[" + std::to_string(i) + "]: " : "";
       spec::JobSpec& s = (*docs)[i].job;
+      if (s.array_indices.empty()) {
+        specs.emplace_back(ctx, std::move(s));
+        ++seq;
+        continue;
+      }
+      const std::string name = s.job.id.empty() ? "job-" + Pad(seq, 6) : s.job.id;
+      if (jobs_.count(name) || reserved_ids_.count(name) || arrays_named.count(name))
+        return AlreadyExists(ctx + s.origin.name + ": job \"" + name +
+                             "\" exists; an array may not have a job's name (`tessera cancel " +
+                             name + "` cancels every job of the array)");
+      auto elements = spec::ArrayElements(s, name, seq);
+      if (!elements.ok()) return InvalidArgument(ctx + elements.status().message());
+      arrays_named.insert(name);
+      seq += static_cast<int64_t>(elements->size());
+      for (spec::JobSpec& e : *elements) specs.emplace_back(ctx, std::move(e));
+    }
+    for (auto& [ctx, s] : specs) {
       auto q = queues_.find(s.job.queue);
       if (q == queues_.end()) {
         std::vector<std::string> known;
@@ -1037,6 +1088,10 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       JobRecord r;
       r.seq = next_job_seq_++;
       if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);
+      if (array_names_.count(s.job.id) || arrays_named.count(s.job.id))
+        return AlreadyExists(ctx + s.origin.name + ": job array \"" + s.job.id +
+                             "\" exists (its jobs are " + s.job.id +
+                             "_<index>); a job may not have an array's name");
       if (auto old = jobs_.find(s.job.id); old != jobs_.end())
         return AlreadyExists(
             ctx + s.origin.name + ": job \"" + s.job.id + "\" already exists (" +
@@ -1046,17 +1101,32 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (reserved_ids_.count(s.job.id) || seen.count(s.job.id))
         return AlreadyExists(ctx + s.origin.name + ": job \"" + s.job.id + "\" already exists");
       seen.insert(s.job.id);
+      // By sbatch job id (digits), else by name. An array, by its name or its job id (%A),
+      // stands for every one of its elements, as in Slurm.
+      auto number = [](const std::string& id) -> int64_t {
+        const bool digits = id.find_first_not_of("0123456789") == std::string::npos;
+        return digits && id.size() < 19 ? std::stoll(id) : -1;
+      };
+      std::vector<spec::Dependency> dependencies;
+      for (const spec::Dependency& d : s.dependencies) {
+        std::vector<std::string> elements;
+        if (auto a = arrays_.find(number(d.job)); a != arrays_.end()) elements = a->second;
+        if (auto n = array_names_.find(d.job); n != array_names_.end() && !jobs_.count(d.job))
+          for (int64_t array : n->second)
+            elements.insert(elements.end(), arrays_.at(array).begin(), arrays_.at(array).end());
+        if (elements.empty()) dependencies.push_back(d);
+        for (const std::string& e : elements) dependencies.push_back({d.condition, e, 0});
+      }
+      s.dependencies = std::move(dependencies);
       for (spec::Dependency& d : s.dependencies) {
-        // A job of this submission given before it, or one the submitter may see: by sbatch
-        // job id (digits), else by name.
-        const bool digits = d.job.find_first_not_of("0123456789") == std::string::npos;
-        const int64_t seq = digits && d.job.size() < 19 ? std::stoll(d.job) : -1;
+        // A job of this submission given before it, or one the submitter may see.
+        const int64_t id_seq = number(d.job);
         const JobRecord* on = nullptr;
         for (const JobRecord& earlier : records)
-          if (earlier.seq == seq || (!on && earlier.id() == d.job)) on = &earlier;
-        if (on == nullptr && seq >= 0)
+          if (earlier.seq == id_seq || (!on && earlier.id() == d.job)) on = &earlier;
+        if (on == nullptr && id_seq >= 0)
           for (const auto& [id, job] : jobs_)
-            if (job.seq == seq) on = &job;
+            if (job.seq == id_seq) on = &job;
         if (on == nullptr)
           if (auto it = jobs_.find(d.job); it != jobs_.end()) on = &it->second;
         if (on == nullptr || !Visible(p, *on))
@@ -1132,6 +1202,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     for (auto& r : records) {
       std::string id = r.id();
       auto& stored = jobs_.emplace(id, std::move(r)).first->second;
+      AddArrayElement(stored);
       out.push_back(JobView(stored, false));
     }
   }
@@ -1204,10 +1275,41 @@ StatusOr<Json> ControlPlane::ListJobs(const Principal& p, const ListOptions& o) 
   return out;
 }
 
+void ControlPlane::CancelOps(std::vector<store::Op>& ops, const Principal& p, JobRecord& j) {
+  if (j.state == JobState::kTerminating) {
+    j.after_termination = JobState::kCancelled;
+    ops.push_back(JobOp(j));
+  } else {
+    Terminate(ops, j, JobState::kCancelled, "Cancelling", "cancelled by " + p.name);
+  }
+  AddAudit(ops, p, "cancel", "job/" + j.id(), "ok");
+}
+
 StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& id) {
   if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not cancel jobs");
   std::lock_guard<std::mutex> l(mu_);
   auto it = jobs_.find(id);
+  if (auto named = array_names_.find(id); it == jobs_.end() && named != array_names_.end()) {
+    // A job array as a whole, as `scancel JOBID` of an array: every unfinished element, at once.
+    std::vector<JobRecord*> elements;
+    bool visible = false;
+    for (int64_t array : named->second)
+      for (const std::string& e : arrays_.at(array)) {
+        JobRecord& j = jobs_.at(e);
+        visible = visible || Visible(p, j);
+        if (Visible(p, j) && !IsTerminal(j.state)) elements.push_back(&j);
+      }
+    if (!visible) return NotFound("job \"" + id + "\" not found");
+    if (elements.empty())
+      return FailedPrecondition("job array \"" + id + "\": every job of it already finished");
+    std::vector<store::Op> ops;
+    for (JobRecord* j : elements) CancelOps(ops, p, *j);
+    TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+    Json items = Json::array();
+    for (const JobRecord* j : elements) items.push_back(JobView(*j, false));
+    Kick();
+    return Json{{"name", id}, {"items", items}};
+  }
   if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
   JobRecord& j = it->second;
   if (IsTerminal(j.state))
@@ -1215,17 +1317,41 @@ StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& id) {
                               std::string(JobStateName(j.state)) + "); `tessera delete job " + id +
                               "` removes it and frees its name");
   std::vector<store::Op> ops;
-  if (j.state == JobState::kTerminating) {
-    j.after_termination = JobState::kCancelled;
-    ops.push_back(JobOp(j));
-  } else {
-    Terminate(ops, j, JobState::kCancelled, "Cancelling", "cancelled by " + p.name);
-  }
-  AddAudit(ops, p, "cancel", "job/" + id, "ok");
+  CancelOps(ops, p, j);
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   Json v = JobView(j, false);
   Kick();
   return v;
+}
+
+void ControlPlane::AddArrayElement(const JobRecord& j) {
+  if (!j.spec.array) return;
+  arrays_[j.spec.array->job_id].push_back(j.id());
+  array_names_[j.spec.array->name].insert(j.spec.array->job_id);
+}
+
+std::set<std::string> ControlPlane::ArrayTaskLimited(int64_t now, int64_t array) const {
+  std::set<std::string> out;
+  for (auto it = array ? arrays_.find(array) : arrays_.begin();
+       it != arrays_.end() && (!array || it->first == array); ++it) {
+    const int32_t limit = jobs_.at(it->second.front()).spec.array->throttle;
+    if (limit <= 0) continue;
+    int32_t taken = 0;  // elements that run, then those the engine may place
+    for (const std::string& id : it->second) {
+      const JobState st = jobs_.at(id).state;
+      if (st == JobState::kScheduled || st == JobState::kRunning || st == JobState::kTerminating)
+        ++taken;
+    }
+    for (const std::string& id : it->second) {
+      const JobRecord& e = jobs_.at(id);
+      if (e.state != JobState::kPending || *HeldBack(e, now)) continue;
+      if (taken < limit)
+        ++taken;
+      else
+        out.insert(id);
+    }
+  }
+  return out;
 }
 
 StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& id, bool hold) {
@@ -2360,6 +2486,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
       holding;  // job -> allocations holding devices
   for (const auto& [id, a] : allocations_)
     if (a.HoldsDevices() && !WrittenOff(a)) holding[a.job].push_back(&a);
+  const std::set<std::string> limited = ArrayTaskLimited(Now());
   for (const auto& [id, j] : jobs_) {
     if (IsTerminal(j.state) && holding.count(id) == 0) continue;
     Job job = j.spec.job;
@@ -2377,7 +2504,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     if (pending) {
       // Backing off after a failure (RestartJob), or lost with a node whose agent may still
       // be stopping its tasks: nothing of it to place yet.
-      if (!*HeldBack(j, Now())) s.jobs.push_back(job);
+      if (!*HeldBack(j, Now()) && !limited.count(id)) s.jobs.push_back(job);
       if (hold.empty()) continue;
     }
     // A job exactly as the engine models it: each live task of the current attempt placed once.
@@ -2456,9 +2583,11 @@ Status ControlPlane::RunCycle() {
     now = Now();
     if (options_.on_cycle) {
       summaries.reserve(jobs_.size());
+      const std::set<std::string> limited = ArrayTaskLimited(now);
       for (const auto& [id, j] : jobs_)
         summaries.push_back({id, j.spec.job.queue, j.state, j.created_at, j.queued_at,
-                             j.run_started_at, HeldBack(j, now)});
+                             j.run_started_at,
+                             limited.count(id) ? "JobArrayTaskLimit" : HeldBack(j, now)});
     }
   }
   {
@@ -2545,7 +2674,7 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
       if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
     env["SLURM_JOB_ID"] = std::to_string(j.seq);
     env["SLURM_JOBID"] = env["SLURM_JOB_ID"];
-    env["SLURM_JOB_NAME"] = j.id();
+    env["SLURM_JOB_NAME"] = j.spec.array ? j.spec.array->name : j.id();  // an array's: -J
     env["SLURM_JOB_NODELIST"] = Join(nodes, ",");
     env["SLURM_NODELIST"] = env["SLURM_JOB_NODELIST"];
     env["SLURM_JOB_NUM_NODES"] = std::to_string(j.spec.job.TaskCount());
@@ -2658,8 +2787,13 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
         a.command = tt.command;
         a.script = tt.script;
         a.working_dir = tt.working_dir;
-        const spec::SlurmFilenameFields f{j.seq,  j.id(),  a.placement.node,
-                                          j.user, b->task, b->task};
+        const spec::SlurmFilenameFields f{j.seq,
+                                          j.spec.array ? j.spec.array->name : j.id(),
+                                          a.placement.node,
+                                          j.user,
+                                          b->task,
+                                          b->task,
+                                          j.spec.array};
         if (!tt.stdout_file.empty()) a.stdout_file = spec::ExpandSlurmFilename(tt.stdout_file, f);
         if (!tt.stderr_file.empty()) a.stderr_file = spec::ExpandSlurmFilename(tt.stderr_file, f);
       }

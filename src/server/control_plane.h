@@ -256,6 +256,8 @@ class ControlPlane {
                                      bool* replayed = nullptr);
   StatusOr<Json> GetJob(const Principal& p, const std::string& id, bool describe);
   StatusOr<Json> ListJobs(const Principal& p, const ListOptions& o);
+  // `id` names a job, or a job array (sbatch --array; no job has the array's own name): then
+  // every unfinished element is cancelled, at once, and the answer is {name, items: [job]}.
   StatusOr<Json> Cancel(const Principal& p, const std::string& id);
   // Hold a pending job (it stays pending, never placed) or release a held one, as Slurm's
   // `scontrol hold` / `release`. FailedPrecondition for a job that is not pending, or (to
@@ -436,6 +438,14 @@ class ControlPlane {
   // The jobs (name, seq) that unfinished jobs never yet placed depend on, each with those
   // dependents: a job waited for is not deleted.
   std::map<std::pair<std::string, int64_t>, std::vector<std::string>> WaitedOn() const;
+  // Job arrays (sbatch --array): the elements of each array (by its job id), in index order.
+  void AddArrayElement(const JobRecord& j);
+  // Pending elements held back by their array's throttle (--array=...%N) at `now`: past the
+  // elements that run (Scheduled, Running, Terminating) and, in index order, the pending ones
+  // nothing else holds back, up to N. Of `array` only, or of every array (0).
+  std::set<std::string> ArrayTaskLimited(int64_t now, int64_t array = 0) const;
+  // Cancels (with `ops`) a job that is not finished.
+  void CancelOps(std::vector<store::Op>& ops, const Principal& p, JobRecord& j);
   std::string DefaultPriorityClass() const;
 
   std::unique_ptr<store::Store> store_;
@@ -445,7 +455,9 @@ class ControlPlane {
 
   mutable std::mutex mu_;
   std::map<std::string, JobRecord> jobs_;
-  std::set<std::string> reserved_ids_;  // submissions in flight (not yet durable)
+  std::map<int64_t, std::vector<std::string>> arrays_;    // array job id -> its elements
+  std::map<std::string, std::set<int64_t>> array_names_;  // an array's name -> its job ids
+  std::set<std::string> reserved_ids_;                    // submissions in flight (not yet durable)
   std::map<std::string, std::vector<std::string>> idempotency_;  // key -> the jobs it created
   std::set<std::string> reserved_keys_;  // idempotency keys of submissions in flight
   // (queue, priority class) of each job of the submissions in flight: Delete counts them.

@@ -574,6 +574,162 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
   EXPECT_TRUE(list == "node-a,node-b" || list == "node-b,node-a") << list;
 }
 
+// sbatch --array: one submission, one ordinary job per index (<name>_<index>), stored
+// together or not at all, and idempotent; each element's tasks see Slurm's SLURM_ARRAY_*.
+TEST_F(ControlPlaneTest, AnArrayIsOneJobPerIndexStoredTogether) {
+  int64_t epoch = Epoch("node-a");
+  const std::string script =
+      "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH --array=0-4:2\n#SBATCH --gres=gpu:1\n"
+      "#SBATCH -o out/%x-%A_%a.log\necho $SLURM_ARRAY_TASK_ID\n";
+  auto r = cp_->Submit(kAdmin, script, "key-1");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 3u);
+  const int64_t first = (*r)[0]["slurmJobId"];
+  for (int i = 0; i < 3; ++i) {
+    const Json& j = (*r)[i];
+    EXPECT_EQ(j["name"], "sweep_" + std::to_string(2 * i));
+    EXPECT_EQ(j["slurmJobId"], first + i) << "each element is a job of its own";
+    EXPECT_EQ(j["array"]["jobId"], first) << "the array's id: its first element's";
+    EXPECT_EQ(j["array"]["index"], 2 * i);
+    EXPECT_EQ(j["state"], "Pending");
+  }
+  // A retry with the key answers with every element and creates nothing.
+  bool replayed = false;
+  auto again = cp_->Submit(kAdmin, script, "key-1", &replayed);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ(again->size(), 3u);
+  // All or none: an element whose name is taken refuses the whole array.
+  auto clash = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH -a 4-5\ntrue\n");
+  ASSERT_EQ(clash.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(clash.status().message().find("job \"sweep_4\" already exists"), std::string::npos)
+      << clash.status().message();
+  EXPECT_EQ(cp_->GetJob(kAdmin, "sweep_5", false).status().code(), StatusCode::kNotFound);
+  // An array's name and a job's are never the same: `tessera cancel NAME` means one thing.
+  EXPECT_EQ(cp_->Submit(kAdmin, JobDoc("sweep", 1, 1)).status().message(),
+            "metadata.name: job array \"sweep\" exists (its jobs are sweep_<index>); a job may "
+            "not have an array's name");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("plain", 1, 1)).ok());
+  EXPECT_EQ(
+      cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J plain\n#SBATCH -a 1\ntrue\n").status().message(),
+      "line 2: -J: job \"plain\" exists; an array may not have a job's name (`tessera "
+      "cancel plain` cancels every job of the array)");
+  EXPECT_EQ(cp_->ListJobs(kAdmin, {})->at("items").size(), 4u);
+
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const Json desired = Beat("node-a", epoch);
+  std::set<std::string> seen;
+  for (const auto& a : desired["allocations"]) {
+    const std::string job = a["job"];
+    if (!job.starts_with("sweep_")) continue;
+    const Json& env = a["env"];
+    const std::string index = job.substr(6);
+    seen.insert(index);
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_ID"], index);
+    EXPECT_EQ(env["SLURM_ARRAY_JOB_ID"], std::to_string(first));
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_COUNT"], "3");
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_MIN"], "0");
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_MAX"], "4");
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_STEP"], "2");
+    EXPECT_EQ(env["SLURM_JOB_NAME"], "sweep") << "Slurm's: the array's -J";
+    EXPECT_NE(env["SLURM_JOB_ID"], env["SLURM_ARRAY_JOB_ID"].get<std::string>() + "x");
+    EXPECT_EQ(a["stdoutFile"], "out/sweep-" + std::to_string(first) + "_" + index + ".log");
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"0", "2", "4"})) << desired.dump();
+}
+
+// --array=...%N: at most N elements run at once; the others stay Pending, never shown to the
+// engine, with Slurm's reason JobArrayTaskLimit, and start as running ones end, in index
+// order. The limit is stored with every element, so it holds across a restart.
+TEST_F(ControlPlaneTest, AnArrayThrottleHoldsElementsBackAcrossARestart) {
+  int64_t epoch = Epoch("node-a");
+  auto r = cp_->Submit(
+      kAdmin, "#!/bin/bash\n#SBATCH -J thr\n#SBATCH --array=0-3%2\n#SBATCH --gres=gpu:1\ntrue\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Json running = StartAll("node-a", epoch, 2);
+  EXPECT_EQ(State("thr_0"), "Running");
+  EXPECT_EQ(State("thr_1"), "Running");
+  for (const char* id : {"thr_2", "thr_3"}) {
+    EXPECT_EQ(State(id), "Pending") << id;
+    EXPECT_EQ(Job(id)["pendingReason"]["code"], "JobArrayTaskLimit") << id;
+  }
+  EXPECT_EQ(Job("thr_2")["pendingReason"]["message"],
+            "array thr runs at most 2 of its jobs at once (thr%2); this one starts when one of "
+            "them ends");
+
+  Reopen();  // the limit and the membership are stored with the elements
+  epoch = Epoch("node-a");
+  Beat("node-a", epoch, running);
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Beat("node-a", epoch, running)["allocations"].size(), 2u);
+  EXPECT_EQ(Job("thr_3")["pendingReason"]["code"], "JobArrayTaskLimit");
+  // One ends: the next element by index takes its place, the last still waits.
+  const std::string first = Job("thr_0")["allocations"][0]["id"];
+  Json reports = Json::array();
+  for (const auto& t : running)
+    reports.push_back(t["allocation"] == first ? Task(first, "succeeded") : t);
+  Beat("node-a", epoch, reports);
+  EXPECT_EQ(State("thr_0"), "Succeeded");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("thr_2"), "Scheduled");
+  EXPECT_EQ(State("thr_3"), "Pending");
+  EXPECT_EQ(Job("thr_3")["pendingReason"]["code"], "JobArrayTaskLimit");
+  // A cancelled element leaves its place to the next one.
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "thr_1").ok());
+  Json stopped = Task(Job("thr_1")["allocations"][0]["id"], "killed", -15);
+  Beat("node-a", epoch, {stopped});
+  EXPECT_EQ(State("thr_1"), "Cancelled");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("thr_3"), "Scheduled");
+}
+
+// `tessera cancel NAME` of an array cancels every unfinished element at once (scancel of an
+// array's id); each element can be cancelled alone too.
+TEST_F(ControlPlaneTest, CancellingAnArrayCancelsEveryElement) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "#!/bin/bash\n#SBATCH -J arr\n#SBATCH --array=1-3\n#SBATCH "
+                          "--gres=gpu:1\nsleep 100\n")
+                  .ok());
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "arr_3").ok());
+  EXPECT_EQ(State("arr_3"), "Cancelled");
+  StartAll("node-a", epoch, 2);
+  auto c = cp_->Cancel(kAdmin, "arr");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ((*c)["name"], "arr");
+  ASSERT_EQ((*c)["items"].size(), 2u) << "the unfinished ones";
+  EXPECT_EQ((*c)["items"][0]["name"], "arr_1");
+  EXPECT_EQ((*c)["items"][0]["state"], "Terminating");
+  EXPECT_EQ(State("arr_2"), "Terminating");
+  const Principal other{"bob", Role::kMember, {"training"}};
+  EXPECT_EQ(cp_->Cancel(other, "arr").status().code(), StatusCode::kNotFound);
+  // The agent no longer runs them (an empty report): they end Cancelled.
+  EXPECT_TRUE(Beat("node-a", epoch)["allocations"].empty()) << "both are being stopped";
+  EXPECT_EQ(State("arr_1"), "Cancelled");
+  EXPECT_EQ(State("arr_2"), "Cancelled");
+  EXPECT_EQ(cp_->Cancel(kAdmin, "arr").status().message(),
+            "job array \"arr\": every job of it already finished");
+}
+
+// A dependency on an array, by its name or its job id (%A), waits for every element, as in
+// Slurm (`sbatch --dependency=afterok:$SWEEP aggregate.sh`).
+TEST_F(ControlPlaneTest, ADependencyOnAnArrayWaitsForEveryElement) {
+  auto sweep = cp_->Submit(
+      kAdmin, "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH --array=0-1\n#SBATCH --gres=gpu:1\ntrue\n");
+  ASSERT_TRUE(sweep.ok()) << sweep.status().ToString();
+  const std::string array_id = to_string(Job("sweep_0")["slurmJobId"]);
+  for (const std::string& on : {std::string("sweep"), array_id}) {
+    const std::string name = "after-" + on;
+    auto r = cp_->Submit(
+        kAdmin, "#!/bin/bash\n#SBATCH -J " + name + "\n#SBATCH -d afterok:" + on + "\ntrue\n");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(Job(name)["dependencies"],
+              Json::parse(R"([{"condition":"afterok","job":"sweep_0","state":"Waiting"},
+                              {"condition":"afterok","job":"sweep_1","state":"Waiting"}])"))
+        << on;
+  }
+}
+
 // sbatch -t and activeDeadlineSeconds are limits, not only estimates: past them the job's
 // tasks are stopped and it fails (DeadlineExceeded), without a retry. -t counts from when the
 // attempt first ran (time queued in a pool is not charged, as in Slurm); a batch/v1 Job's

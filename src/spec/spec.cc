@@ -1,6 +1,7 @@
 #include "spec/spec.h"
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -1267,8 +1268,10 @@ StatusOr<TaskLayout> ResolveTaskLayout(const GivenCount& nodes, const GivenCount
 
 namespace {
 
-// One walk for checking and expanding sbatch's filename patterns.
-StatusOr<std::string> SlurmFilename(const std::string& pattern, const SlurmFilenameFields& f) {
+// One walk for checking and expanding sbatch's filename patterns; `array_only`: %A and %a
+// only, everything else copied as written (for Slurm to expand).
+StatusOr<std::string> SlurmFilename(const std::string& pattern, const SlurmFilenameFields& f,
+                                    bool array_only = false) {
   std::string out;
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] != '%') {
@@ -1280,6 +1283,10 @@ StatusOr<std::string> SlurmFilename(const std::string& pattern, const SlurmFilen
     while (i < pattern.size() && std::isdigit(static_cast<unsigned char>(pattern[i])))
       width = std::min<size_t>(width * 10 + static_cast<size_t>(pattern[i++] - '0'), 10);
     if (i >= pattern.size()) return InvalidArgument("\"" + pattern + "\" ends in an unfinished %");
+    if (array_only && pattern[i] != 'A' && pattern[i] != 'a') {
+      out += pattern.substr(at, i + 1 - at);
+      continue;
+    }
     std::string v;
     switch (pattern[i]) {
       case '%':
@@ -1303,14 +1310,95 @@ StatusOr<std::string> SlurmFilename(const std::string& pattern, const SlurmFilen
       case 'u':
         v = f.user;
         break;
+      case 'A':
+        v = std::to_string(f.array ? f.array->job_id : f.job_id);
+        break;
+      case 'a':
+        v = f.array ? std::to_string(f.array->index) : "4294967294";  // Slurm's NO_VAL - 1
+        break;
       default:
         return InvalidArgument("\"" + pattern.substr(at, i + 1 - at) +
-                               "\" is not supported (supported: %j, %x, %N, %n, %t, %u, %%)");
+                               "\" is not supported (supported: %j, %x, %N, %n, %t, %u, %A, %a, "
+                               "%%)");
     }
     if (v.size() < width && pattern[i] != 'x' && pattern[i] != 'N' && pattern[i] != 'u')
       v.insert(0, width - v.size(), '0');
     out += v;
   }
+  return out;
+}
+
+// sbatch --array=LIST[%N]: LIST is indices and ranges a-b[:step], comma-separated; %N runs at
+// most N elements at once. Refused: what Slurm refuses, and duplicates (Slurm merges them
+// silently, which hides a typo).
+struct ArrayIndices {
+  std::vector<int32_t> indices;  // ascending
+  int32_t throttle = 0;
+};
+StatusOr<ArrayIndices> ParseArrayIndices(const std::string& v, const std::string& at) {
+  ArrayIndices out;
+  std::string list = v;
+  if (auto pct = v.find('%'); pct != std::string::npos) {
+    list = v.substr(0, pct);
+    const std::string t = v.substr(pct + 1);
+    if (t == "0") return InvalidArgument(at + ": throttle %0: at least 1 element must run");
+    auto n = PositiveInt(t, at + ": throttle %" + t);
+    if (!n.ok()) return n.status();
+    out.throttle = *n;
+  }
+  auto number = [&](const std::string& x, const std::string& item) -> StatusOr<int32_t> {
+    if (x.starts_with("-") || (x.empty() && item.starts_with("-")))
+      return InvalidArgument(at + ": \"" + item + "\": indices are not negative");
+    if (x.empty())
+      return InvalidArgument(at + ": \"" + item + "\": a range needs two numbers (a-b)");
+    if (x.find_first_not_of("0123456789") != std::string::npos)
+      return InvalidArgument(at + ": \"" + item + "\": \"" + x + "\" is not a number");
+    if (x.size() > 9 || std::stol(x) > kMaxArrayIndex)
+      return InvalidArgument(at + ": index " + x + " is above " + std::to_string(kMaxArrayIndex) +
+                             " (indices go from 0 to " + std::to_string(kMaxArrayIndex) +
+                             ", Slurm's default MaxArraySize 1001)");
+    return static_cast<int32_t>(std::stol(x));
+  };
+  std::set<int32_t> seen;
+  std::stringstream ss(list);
+  std::string item;
+  size_t items = 0;
+  while (std::getline(ss, item, ',')) {
+    ++items;
+    if (item.empty())
+      return InvalidArgument(at + ": an empty index between commas in \"" + list + "\"");
+    std::string range = item;
+    int32_t step = 1;
+    if (auto colon = item.find(':'); colon != std::string::npos) {
+      range = item.substr(0, colon);
+      const std::string st = item.substr(colon + 1);
+      if (st == "0") return InvalidArgument(at + ": \"" + item + "\": step 0: must be at least 1");
+      auto n = PositiveInt(st, at + ": \"" + item + "\": step");
+      if (!n.ok()) return n.status();
+      step = *n;
+    }
+    const size_t dash = range.find('-');
+    auto first = number(range.substr(0, dash), item);
+    if (!first.ok()) return first.status();
+    int32_t last = *first;
+    if (dash != std::string::npos) {
+      auto l = number(range.substr(dash + 1), item);
+      if (!l.ok()) return l.status();
+      last = *l;
+      if (last < *first)
+        return InvalidArgument(at + ": \"" + item + "\": the range ends before it starts");
+    } else if (range.size() != item.size()) {
+      return InvalidArgument(at + ": \"" + item + "\": a step needs a range (a-b:step)");
+    }
+    for (int32_t i = *first; i <= last; i += step)
+      if (!seen.insert(i).second)
+        return InvalidArgument(at + ": index " + std::to_string(i) + " is given twice");
+  }
+  if (items == 0)
+    return InvalidArgument(at + ": no indices (e.g. --array=0-15, 1,3,5-7, 0-15:4, 0-99%8)");
+  if (list.back() == ',')
+    return InvalidArgument(at + ": an empty index after the last comma in \"" + list + "\"");
+  out.indices.assign(seen.begin(), seen.end());
   return out;
 }
 
@@ -1325,6 +1413,37 @@ Status CheckSlurmFilename(const std::string& pattern, const std::string& path) {
 std::string ExpandSlurmFilename(const std::string& pattern, const SlurmFilenameFields& f) {
   auto r = SlurmFilename(pattern, f);
   return r.ok() ? *r : pattern;  // checked when the script was parsed
+}
+
+std::string ExpandArrayFilename(const std::string& pattern, const ArrayElement& a) {
+  SlurmFilenameFields f;
+  f.array = a;
+  auto r = SlurmFilename(pattern, f, true);
+  return r.ok() ? *r : pattern;
+}
+
+StatusOr<std::vector<JobSpec>> ArrayElements(const JobSpec& s, const std::string& name,
+                                             int64_t job_id) {
+  std::vector<JobSpec> out;
+  out.reserve(s.array_indices.size());
+  for (int32_t index : s.array_indices) {
+    JobSpec e = s;
+    e.array_indices.clear();
+    e.array->name = name;
+    e.array->job_id = job_id;
+    e.array->index = index;
+    e.job.id = name + "_" + std::to_string(index);
+    TESSERA_RETURN_IF_ERROR(CheckName(e.job.id, s.origin.name + " (with " + s.origin.array + ")"));
+    std::map<std::string, std::string>& env = e.templates[0].env;
+    env["SLURM_ARRAY_JOB_ID"] = std::to_string(job_id);
+    env["SLURM_ARRAY_TASK_ID"] = std::to_string(index);
+    env["SLURM_ARRAY_TASK_COUNT"] = std::to_string(e.array->count);
+    env["SLURM_ARRAY_TASK_MIN"] = std::to_string(e.array->min);
+    env["SLURM_ARRAY_TASK_MAX"] = std::to_string(e.array->max);
+    env["SLURM_ARRAY_TASK_STEP"] = std::to_string(e.array->step);
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
@@ -1481,6 +1600,20 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
       } else if (opt == "-o" || opt == "--output" || opt == "-e" || opt == "--error") {
         TESSERA_RETURN_IF_ERROR(CheckSlurmFilename(val, p));
         (opt == "-o" || opt == "--output" ? stdout_file : stderr_file) = val;
+      } else if (opt == "-a" || opt == "--array") {
+        auto a = ParseArrayIndices(val, p + (long_opt ? "=" : " ") + val);
+        if (!a.ok()) return a.status();
+        s.array_indices = a->indices;
+        ArrayElement& e = s.array.emplace();
+        e.count = static_cast<int32_t>(a->indices.size());
+        e.min = a->indices.front();
+        e.max = a->indices.back();
+        e.throttle = a->throttle;
+        // The common difference of the indices, as Slurm's SLURM_ARRAY_TASK_STEP; 1 without.
+        e.step = e.count > 1 ? a->indices[1] - a->indices[0] : 1;
+        for (size_t k = 1; k < a->indices.size(); ++k)
+          if (a->indices[k] - a->indices[k - 1] != e.step) e.step = 1;
+        s.origin.array = p + (long_opt ? "=" : " ") + val;
       } else if (opt == "-A" || opt == "--account" || opt == "--mail-type" ||
                  opt == "--mail-user" || opt == "-D" || opt == "--chdir") {
         if (opt == "-D" || opt == "--chdir")
@@ -1491,7 +1624,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
             "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, "
-            "--exclusive, --requeue, --no-requeue, -H, -d, -o, -e, -A, -D)");
+            "--exclusive, --requeue, --no-requeue, -H, -d, -a/--array, -o, -e, -A, -D)");
       }
     }
   }
@@ -1529,10 +1662,13 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   s.job.allocations.assign(n_nodes, std::nullopt);
   s.templates.resize(1);
   s.templates[0].script = text;
-  // As sbatch: stderr goes with stdout unless -e is given; stdout to slurm-%j.out unless -o.
-  // (Neither given: the agent's log files only, which `tessera logs` reads.)
+  // As sbatch: stderr goes with stdout unless -e is given; stdout to slurm-%j.out unless -o
+  // (slurm-%A_%a.out in an array). (Neither given: the agent's log files only, which
+  // `tessera logs` reads.)
   if (!stdout_file.empty() || !stderr_file.empty()) {
-    s.templates[0].stdout_file = stdout_file.empty() ? "slurm-%j.out" : stdout_file;
+    s.templates[0].stdout_file = !stdout_file.empty() ? stdout_file
+                                 : s.array            ? "slurm-%A_%a.out"
+                                                      : "slurm-%j.out";
     s.templates[0].stderr_file = stderr_file.empty() ? s.templates[0].stdout_file : stderr_file;
   }
   s.templates[0].env["SLURM_NTASKS"] = std::to_string(int64_t{n_nodes} * n_per_node);
@@ -1649,6 +1785,11 @@ Json JobSpecToJson(const JobSpec& s) {
   for (const Dependency& d : s.dependencies)
     j["dependencies"].push_back(
         {{"condition", DependencyConditionName(d.condition)}, {"job", d.job}, {"seq", d.seq}});
+  if (s.array)
+    j["array"] = {{"name", s.array->name},   {"jobId", s.array->job_id},
+                  {"index", s.array->index}, {"count", s.array->count},
+                  {"min", s.array->min},     {"max", s.array->max},
+                  {"step", s.array->step},   {"throttle", s.array->throttle}};
   return j;
 }
 
@@ -1716,6 +1857,19 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
         s.dependencies.push_back({parsed->at(0).condition, job, seq});
         return Status::Ok();
       }));
+  if (const Json* a = r.Get("array")) {
+    ArrayElement& e = s.array.emplace();
+    ObjectReader ar(*a, r.Path("array"));
+    TESSERA_RETURN_IF_ERROR(ar.String("name", e.name, true));
+    TESSERA_RETURN_IF_ERROR(ar.Int("jobId", e.job_id, true, 1));
+    TESSERA_RETURN_IF_ERROR(ar.Int32("index", e.index, true, 0));
+    TESSERA_RETURN_IF_ERROR(ar.Int32("count", e.count, true, 1));
+    TESSERA_RETURN_IF_ERROR(ar.Int32("min", e.min, true, 0));
+    TESSERA_RETURN_IF_ERROR(ar.Int32("max", e.max, true, 0));
+    TESSERA_RETURN_IF_ERROR(ar.Int32("step", e.step, true, 1));
+    TESSERA_RETURN_IF_ERROR(ar.Int32("throttle", e.throttle, false, 0));
+    TESSERA_RETURN_IF_ERROR(ar.Finish());
+  }
   TESSERA_RETURN_IF_ERROR(r.Finish());
   while (s.templates.size() < s.job.groups.size()) s.templates.emplace_back();
   return s;

@@ -73,6 +73,23 @@ struct Dependency {
   friend bool operator==(const Dependency&, const Dependency&) = default;
 };
 const char* DependencyConditionName(Dependency::Condition c);  // "afterok", ...
+// sbatch --array: which element of a job array a job is. A submission of an array script
+// becomes one ordinary job per index, named <name>_<index> (Slurm shows JOBID_INDEX), each
+// with this set; what the server knows of the array after a restart is this, stored with
+// every element.
+struct ArrayElement {
+  std::string name;    // the array's: -J, or the server's job-<first element's number>
+  int64_t job_id = 0;  // SLURM_ARRAY_JOB_ID, %A: the first element's job number (slurmJobId)
+  int32_t index = 0;   // SLURM_ARRAY_TASK_ID, %a
+  // Over the whole array: SLURM_ARRAY_TASK_COUNT, _MIN, _MAX, _STEP (the indices' common
+  // difference, 1 when they have none).
+  int32_t count = 0, min = 0, max = 0, step = 1;
+  int32_t throttle = 0;  // --array=...%N: at most N elements run at once; 0: no limit
+  friend bool operator==(const ArrayElement&, const ArrayElement&) = default;
+};
+
+// Indices of an array go up to this (Slurm's default MaxArraySize 1001: indices 0..1000).
+inline constexpr int32_t kMaxArrayIndex = 1000;
 
 struct JobSpec {
   Job job;  // id = metadata.name ("" when the server must generate one); no running state
@@ -101,6 +118,10 @@ struct JobSpec {
   // stored: the server keeps who holds a job on its record, which hold/release change.
   bool held = false;
   std::vector<Dependency> dependencies;
+  // sbatch --array: the indices, ascending (not stored: the server makes one job per index,
+  // ArrayElements), and, on such a submission and on each element, the array.
+  std::vector<int32_t> array_indices;
+  std::optional<ArrayElement> array;
   // Where the document gave what the server checks against its state, for its errors: a
   // field path, or a batch script's line and option ("line 3: -p"). Not stored. The
   // defaults are a Volcano Job's fields; every other shape sets the ones it names
@@ -110,6 +131,7 @@ struct JobSpec {
     std::string queue = "spec.queue";
     std::string priority_class = "spec.priorityClassName";
     std::string dependency = "metadata.annotations.tessera.io/dependency";
+    std::string array;  // sbatch: "line 2: --array=0-3"
   } origin;
 
   // The policy that applies to task `task`'s failures (its group's, else the job's).
@@ -135,15 +157,27 @@ inline constexpr int64_t kMaxTasksPerJob = 100000;
 Status CheckText(const std::string& text);
 
 // sbatch's filename patterns (-o/-e): %j job id, %x job name, %N node name, %n node index,
-// %t task id, %u user, %% a percent sign; a number after % zero-pads (%4j). Check refuses
-// any other %-letter, naming it.
+// %t task id, %u user, %A array job id, %a array index, %% a percent sign; a number after %
+// zero-pads (%4j). Check refuses any other %-letter, naming it. Outside an array, %A is the
+// job id and %a 4294967294, as Slurm 22.05 writes them.
 struct SlurmFilenameFields {
   int64_t job_id = 0;
   std::string job_name, node, user;
   int32_t node_index = 0, task = 0;
+  std::optional<ArrayElement> array;
 };
 Status CheckSlurmFilename(const std::string& pattern, const std::string& path);
 std::string ExpandSlurmFilename(const std::string& pattern, const SlurmFilenameFields& f);
+// Only %A and %a expanded, the rest kept for Slurm to expand: an array element runs on Slurm
+// as a job of its own, for which Slurm would write its own id and 4294967294.
+std::string ExpandArrayFilename(const std::string& pattern, const ArrayElement& a);
+
+// The jobs of an array submission (`s.array_indices` not empty): one per index, named
+// <name>_<index>, each with `array` set and SLURM_ARRAY_* in its environment. `name`: the
+// array's (-J, or the server's generated one); `job_id`: the first element's job number.
+// InvalidArgument (naming the -J line) when an element's name would be too long.
+StatusOr<std::vector<JobSpec>> ArrayElements(const JobSpec& s, const std::string& name,
+                                             int64_t job_id);
 
 // Parses every document of a text (YAML/JSON, possibly `---`-separated, or an sbatch
 // script). Document i's errors are prefixed "document[i]: " when there are several.

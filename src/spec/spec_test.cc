@@ -408,7 +408,7 @@ TEST(Spec, SbatchOutputFiles) {
   auto back = JobSpecFromJson(JobSpecToJson((*s)[0].job), "");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->templates[0].stderr_file, t.stdout_file);
-  const SlurmFilenameFields f{42, "train", "gpu-node-1", "alice", 1, 1};
+  const SlurmFilenameFields f{42, "train", "gpu-node-1", "alice", 1, 1, std::nullopt};
   EXPECT_EQ(ExpandSlurmFilename(t.stdout_file, f), "logs/train-42.001.out");
   EXPECT_EQ(ExpandSlurmFilename("%N_%n_%u_100%%", f), "gpu-node-1_1_alice_100%");
 
@@ -443,10 +443,109 @@ TEST(Spec, SbatchOutputFiles) {
   EXPECT_EQ((*quoted)[0].job.job.id, "quoted");
   EXPECT_EQ((*quoted)[0].job.job.groups[0].request.gpu.count, 1);
 
-  auto bad = ParseDocuments("#!/bin/bash\n#SBATCH -o out-%A_%a\ntrue\n");
+  auto bad = ParseDocuments("#!/bin/bash\n#SBATCH -o out-%s\ntrue\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("line 2: -o: \"%A\" is not supported"), std::string::npos)
+  EXPECT_NE(bad.status().message().find(
+                "line 2: -o: \"%s\" is not supported (supported: %j, %x, %N, %n, %t, %u, %A, %a, "
+                "%%)"),
+            std::string::npos)
       << bad.status().message();
+}
+
+// sbatch --array / -a: indices and ranges with steps, a throttle; every element of the array
+// knows the whole (count, min, max, step).
+TEST(Spec, SbatchArrays) {
+  struct Case {
+    const char* directive;
+    std::vector<int32_t> indices;
+    int32_t step, throttle;
+  } cases[] = {
+      {"--array=0-3", {0, 1, 2, 3}, 1, 0},
+      {"-a 1,3,5-7", {1, 3, 5, 6, 7}, 1, 0},  // no common difference: step 1
+      {"--array=0-15:4", {0, 4, 8, 12}, 4, 0},
+      {"--array 0-9%2", {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 1, 2},
+      {"-a7", {7}, 1, 0},
+      {"--array=5,1,3", {1, 3, 5}, 2, 0},  // in index order
+      {"--array=998-1000%1", {998, 999, 1000}, 1, 1},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directive + "\ntrue\n");
+    ASSERT_TRUE(r.ok()) << c.directive << ": " << r.status().ToString();
+    const JobSpec& s = (*r)[0].job;
+    EXPECT_EQ(s.array_indices, c.indices) << c.directive;
+    ASSERT_TRUE(s.array.has_value()) << c.directive;
+    EXPECT_EQ(s.array->count, static_cast<int32_t>(c.indices.size())) << c.directive;
+    EXPECT_EQ(s.array->min, c.indices.front()) << c.directive;
+    EXPECT_EQ(s.array->max, c.indices.back()) << c.directive;
+    EXPECT_EQ(s.array->step, c.step) << c.directive;
+    EXPECT_EQ(s.array->throttle, c.throttle) << c.directive;
+  }
+  struct Bad {
+    const char* directive;
+    const char* error;
+  } bad[] = {
+      {"--array=", "line 2: --array: needs a value"},
+      {"--array=1,,3", "line 2: --array=1,,3: an empty index between commas in \"1,,3\""},
+      {"--array=1,", "line 2: --array=1,: an empty index after the last comma in \"1,\""},
+      {"--array=%4", "line 2: --array=%4: no indices"},
+      {"--array=5-2", "line 2: --array=5-2: \"5-2\": the range ends before it starts"},
+      {"--array=0-8:0", "line 2: --array=0-8:0: \"0-8:0\": step 0: must be at least 1"},
+      {"-a 3:2", "line 2: -a 3:2: \"3:2\": a step needs a range (a-b:step)"},
+      {"--array=1-3,3", "line 2: --array=1-3,3: index 3 is given twice"},
+      {"--array=-1", "line 2: --array=-1: \"-1\": indices are not negative"},
+      {"--array=1--3", "line 2: --array=1--3: \"1--3\": indices are not negative"},
+      {"--array=0-9%0", "line 2: --array=0-9%0: throttle %0: at least 1 element must run"},
+      {"--array=0-1001",
+       "line 2: --array=0-1001: index 1001 is above 1000 (indices go from 0 to 1000, Slurm's "
+       "default MaxArraySize 1001)"},
+      {"--array=x", "line 2: --array=x: \"x\": \"x\" is not a number"},
+  };
+  for (const auto& c : bad) {
+    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directive + "\ntrue\n");
+    ASSERT_FALSE(r.ok()) << c.directive;
+    EXPECT_EQ(r.status().message().substr(0, std::string(c.error).size()), c.error) << c.directive;
+  }
+}
+
+// An array submission becomes one job per index, <name>_<index>, each with Slurm's
+// SLURM_ARRAY_* and its membership stored with it; %A and %a name its files.
+TEST(Spec, ArrayElementsAndTheirFiles) {
+  auto r = ParseDocuments(
+      "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH --array=2-6:2%1\n#SBATCH -e err-%A_%a\ntrue\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const JobSpec& s = (*r)[0].job;
+  EXPECT_EQ(s.templates[0].stdout_file, "slurm-%A_%a.out") << "sbatch's default in an array";
+  auto elements = ArrayElements(s, "sweep", 40);
+  ASSERT_TRUE(elements.ok()) << elements.status().ToString();
+  ASSERT_EQ(elements->size(), 3u);
+  const JobSpec& e = (*elements)[1];
+  EXPECT_EQ(e.job.id, "sweep_4");
+  EXPECT_TRUE(e.array_indices.empty());
+  const std::map<std::string, std::string> want = {
+      {"SLURM_ARRAY_JOB_ID", "40"},  {"SLURM_ARRAY_TASK_ID", "4"},  {"SLURM_ARRAY_TASK_COUNT", "3"},
+      {"SLURM_ARRAY_TASK_MIN", "2"}, {"SLURM_ARRAY_TASK_MAX", "6"}, {"SLURM_ARRAY_TASK_STEP", "2"}};
+  for (const auto& [k, v] : want) EXPECT_EQ(e.templates[0].env.at(k), v) << k;
+  auto back = JobSpecFromJson(JobSpecToJson(e), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->array, e.array) << "membership is stored";
+  EXPECT_EQ(back->array->throttle, 1);
+
+  SlurmFilenameFields f{42, "sweep", "n1", "alice", 0, 0, e.array};
+  EXPECT_EQ(ExpandSlurmFilename("o-%A_%a-%j-%3a", f), "o-40_4-42-004");
+  EXPECT_EQ(ExpandArrayFilename("o-%A_%a-%j-%%a", *e.array), "o-40_4-%j-%%a")
+      << "the rest is Slurm's to expand";
+  f.array.reset();  // not in an array: as Slurm 22.05 writes them
+  EXPECT_EQ(ExpandSlurmFilename("o-%A_%a", f), "o-42_4294967294");
+
+  std::string long_name(250, 'x');
+  auto too_long = ArrayElements(
+      (*ParseDocuments("#!/bin/bash\n#SBATCH -J " + long_name + "\n#SBATCH -a 1000\ntrue\n"))[0]
+          .job,
+      long_name, 1);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("line 2: -J (with line 3: -a 1000): "),
+            std::string::npos)
+      << too_long.status().message();
 }
 
 // Whole nodes: sbatch --exclusive, Tessera's spec.exclusive, and for Volcano and Kubernetes

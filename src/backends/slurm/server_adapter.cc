@@ -28,6 +28,12 @@ JobInfo JobInfoFromSpec(const spec::JobSpec& spec) {
     // Slurm sets these itself, from what it was told.
     info.env.erase("SLURM_NTASKS");
     info.env.erase("SLURM_NNODES");
+    if (spec.array) {
+      if (!t.stdout_file.empty())
+        info.stdout_file = spec::ExpandArrayFilename(t.stdout_file, *spec.array);
+      if (t.stderr_file != t.stdout_file)
+        info.stderr_file = spec::ExpandArrayFilename(t.stderr_file, *spec.array);
+    }
   } else {
     info.command = t.command;
   }
@@ -212,8 +218,9 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     r.processes_per_task = info->processes_per_task;
     r.exclusive = info->exclusive;
     OutputFiles out = JobOutputFiles(options_.logs_dir, job, attempt, info->script);
-    r.stdout_path = out.stdout_path;
-    r.stderr_path = out.stderr_path;
+    // A stream the script names itself: its file, as Slurm would expand it (array elements).
+    r.stdout_path = out.stdout_path.empty() ? info->stdout_file : out.stdout_path;
+    r.stderr_path = out.stderr_path.empty() ? info->stderr_file : out.stderr_path;
     auto id = pool_->Dispatch(r);
     if (!id.ok() && id.status().retryable()) {
       std::lock_guard<std::mutex> lock(mu_);

@@ -43,12 +43,18 @@ struct JobInfo {
   std::optional<int64_t> time_limit_seconds;
   int32_t processes_per_task = 1;
   bool exclusive = false;  // Job::exclusive: sbatch --exclusive
+  // An array element's own -o / -e (sbatch --array), with %A and %a expanded: each element
+  // runs as a Slurm job of its own, for which Slurm would write its own id and 4294967294.
+  // "" where the script names no such stream (or -e is -o's).
+  std::string stdout_file, stderr_file;
 };
 
 // What to run for a server job (src/spec): an sbatch job runs its original script once,
 // as Slurm's batch step, with SLURM_NTASKS / SLURM_NNODES processes per Tessera task and
 // its --time as the limit; any other job runs its first task group's command once per
-// task (jobs whose groups run different commands are not supported on Slurm yet).
+// task (jobs whose groups run different commands are not supported on Slurm yet). An array
+// element's SLURM_ARRAY_* come in its environment (--export): Slurm passes them unchanged
+// to a job that is not an array.
 JobInfo JobInfoFromSpec(const spec::JobSpec& spec);
 
 struct TaskReport {

@@ -183,5 +183,32 @@ TEST(JobInfoFromSpec, SbatchScriptAndCommand) {
   EXPECT_TRUE(p.script.empty());
 }
 
+// An array element runs on Slurm as a job of its own: its SLURM_ARRAY_* go in its --export,
+// and its script's -o / -e get %A and %a expanded by Tessera (Slurm would write the element's
+// own id and 4294967294), the rest left to Slurm.
+TEST(JobInfoFromSpec, AnArrayElementsEnvironmentAndFiles) {
+  struct Case {
+    const char* directives;
+    std::string stdout_file, stderr_file;
+  } cases[] = {
+      {"#SBATCH -o out-%A_%a-%j.log\n", "out-7_3-%j.log", ""},  // stderr goes with stdout
+      {"#SBATCH -e err-%a\n", "slurm-7_3.out", "err-3"},
+      {"#SBATCH -o o-%a\n#SBATCH -e e-%a\n", "o-3", "e-3"},
+      {"", "", ""},  // Tessera's own log files (JobOutputFiles)
+  };
+  for (const auto& c : cases) {
+    auto s = spec::ParseSbatchScript(std::string("#!/bin/bash\n#SBATCH --array=1-3\n") +
+                                     c.directives + "true\n");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto elements = spec::ArrayElements(*s, "arr", 7);
+    ASSERT_TRUE(elements.ok()) << elements.status().ToString();
+    JobInfo info = JobInfoFromSpec(elements->back());
+    EXPECT_EQ(info.stdout_file, c.stdout_file) << c.directives;
+    EXPECT_EQ(info.stderr_file, c.stderr_file) << c.directives;
+    EXPECT_EQ(info.env.at("SLURM_ARRAY_TASK_ID"), "3");
+    EXPECT_EQ(info.env.at("SLURM_ARRAY_JOB_ID"), "7");
+  }
+}
+
 }  // namespace
 }  // namespace tessera::slurm

@@ -188,6 +188,25 @@ class SlurmServerE2ETest : public ::testing::Test {
   std::unique_ptr<Server> server_;
 };
 
+// sbatch --array on Slurm: each element is a Slurm job of its own (not a Slurm array: the
+// script's --array is a comment there), whose script still sees the array's SLURM_ARRAY_*
+// (Tessera's ids, exported) and whose -o names its file with the array's %A and %a, which
+// Slurm would otherwise expand as the element's own id and 4294967294.
+TEST_F(SlurmServerE2ETest, AnArraysElementsRunAsSlurmJobsThatKnowTheirIndex) {
+  ASSERT_TRUE(server_->Start()) << ReadFile(work_ + "/server.log");
+  const std::string name = N("e2e-arr");
+  Submit(name, "#!/bin/bash\n#SBATCH -J " + name + "\n#SBATCH --array=1-2\n#SBATCH -t 5\n" +
+                   "#SBATCH -o " + work_ + "/arr-%A_%a.out\n" +
+                   "echo $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT\n");
+  for (const char* index : {"1", "2"}) {
+    const std::string element = name + "_" + index;
+    Json j = WaitState(element, "Succeeded");
+    const std::string id = std::to_string(j["array"].value("jobId", int64_t{0}));
+    EXPECT_EQ(ReadFile(work_ + "/arr-" + id + "_" + index + ".out"), id + " " + index + " 2\n");
+    EXPECT_EQ(SlurmJobsOf(element), 1) << element;
+  }
+}
+
 TEST_F(SlurmServerE2ETest, SbatchScriptsRunOnTheSlurmPoolThroughTheServer) {
   ASSERT_TRUE(server_->Start()) << ReadFile(work_ + "/server.log");
 
