@@ -79,8 +79,12 @@ ClusterMetrics::ClusterMetrics() {
                                     std::array<std::string, 2>{"node", "queue"}));
 
   const std::array<std::string, 1> q = {"queue"};
-  queue_allocated_gpus_ =
-      Must(r.AddGauge("tessera_queue_allocated_gpus", "GPUs allocated to the queue's jobs.", q));
+  queue_allocated_gpus_ = Must(r.AddGauge(
+      "tessera_queue_allocated_gpus",
+      "GPUs allocated to the queue's own jobs (jobs run in leaf queues: a parent's is 0).", q));
+  queue_subtree_allocated_gpus_ = Must(r.AddGauge(
+      "tessera_queue_subtree_allocated_gpus",
+      "GPUs allocated to the jobs of the queue and its descendants: what its limit caps.", q));
   queue_allocated_cpu_ = Must(r.AddGauge("tessera_queue_allocated_cpu_cores",
                                          "CPU cores allocated to the queue's jobs.", q));
   queue_allocated_memory_ = Must(r.AddGauge("tessera_queue_allocated_memory_bytes",
@@ -114,10 +118,11 @@ ClusterMetrics::ClusterMetrics() {
   pending_jobs_ =
       Must(r.AddGauge("tessera_pending_jobs", "Pending jobs by queue and the engine's reason.",
                       std::array<std::string, 2>{"queue", "reason"}));
-  oldest_pending_ = Must(r.AddGauge("tessera_queue_oldest_pending_job_age_seconds",
-                                    "How long the queue's longest-waiting job has been pending "
-                                    "(0 when none is).",
-                                    q));
+  oldest_pending_ = Must(r.AddGauge(
+      "tessera_queue_oldest_pending_job_age_seconds",
+      "How long the queue's longest-waiting job has been eligible and pending (0 when none is; "
+      "held jobs and jobs waiting on a dependency or their array's throttle do not count).",
+      q));
   queue_wait_ =
       Must(r.AddHistogram("tessera_job_queue_wait_seconds",
                           "Time from (re)queueing to start, per job start.", q, QueueWaitBounds()));
@@ -303,12 +308,29 @@ void ClusterMetrics::Update(const ClusterView& view) {
     qg_cpu[{q.name}] = Cores(q.guarantee.cpu_milli);
     qg_mem[{q.name}] = static_cast<double>(q.guarantee.memory_bytes);
     weight[{q.name}] = q.weight;
-    if (q.limit) {
-      ql_gpu[{q.name}] = Gpus(q.limit->gpu_milli);
-      ql_cpu[{q.name}] = Cores(q.limit->cpu_milli);
+    // A limit names only what it caps (0: that resource is not capped): absent, as the
+    // HELP says, so that an alert comparing use with it does not fire.
+    if (q.limit && q.limit->gpu_milli > 0) ql_gpu[{q.name}] = Gpus(q.limit->gpu_milli);
+    if (q.limit && q.limit->cpu_milli > 0) ql_cpu[{q.name}] = Cores(q.limit->cpu_milli);
+    if (q.limit && q.limit->memory_bytes > 0)
       ql_mem[{q.name}] = static_cast<double>(q.limit->memory_bytes);
+  }
+  // A queue's subtree: its own jobs' GPUs, added to every ancestor (bounded walk: the server
+  // refuses parent loops, and a chain never has more steps than there are queues).
+  std::map<std::string, const Queue*> by_name;
+  for (const Queue& q : s.queues) by_name[q.name] = &q;
+  std::map<LabelValues<1>, double> qs_gpu;
+  for (const std::string& name : queue_names) {
+    const int64_t milli = queue_use[name].gpu_milli;
+    qs_gpu[{name}] += Gpus(milli);
+    auto at = by_name.find(name);
+    for (size_t steps = 0;
+         at != by_name.end() && !at->second->parent.empty() && steps < by_name.size(); ++steps) {
+      qs_gpu[{at->second->parent}] += Gpus(milli);
+      at = by_name.find(at->second->parent);
     }
   }
+  queue_subtree_allocated_gpus_->Replace(std::move(qs_gpu));
   queue_allocated_gpus_->Replace(std::move(qa_gpu));
   queue_allocated_cpu_->Replace(std::move(qa_cpu));
   queue_allocated_memory_->Replace(std::move(qa_mem));
@@ -358,7 +380,12 @@ void ClusterMetrics::Update(const ClusterView& view) {
       auto r = q->second.reasons.find(reason);
       if (r == q->second.reasons.end()) r = q->second.reasons.emplace(std::string(reason), 0).first;
       r->second++;
-      q->second.oldest = std::max(q->second.oldest, view.now - queued_at);
+      // Waits the user chose (a hold, a dependency, an array's throttle) are not the
+      // scheduler's: they would page whoever watches how long jobs wait for resources.
+      static constexpr std::string_view kChosen[] = {
+          "Held", "Dependency", "DependencyNeverSatisfied", "JobArrayTaskLimit"};
+      if (std::find(std::begin(kChosen), std::end(kChosen), reason) == std::end(kChosen))
+        q->second.oldest = std::max(q->second.oldest, view.now - queued_at);
     }
   };
   std::unordered_set<std::string_view> known;

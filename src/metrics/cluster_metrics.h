@@ -107,6 +107,7 @@ class ClusterMetrics {
   GaugeVec<2>* allocated_gpus_;  // node x queue
   // Queues.
   GaugeVec<1>* queue_allocated_gpus_;
+  GaugeVec<1>* queue_subtree_allocated_gpus_;  // with its descendants' (what its limit caps)
   GaugeVec<1>* queue_allocated_cpu_;
   GaugeVec<1>* queue_allocated_memory_;
   GaugeVec<1>* queue_guarantee_gpus_;

@@ -40,7 +40,9 @@ nodes:
         mig: [{profile: 3g.40gb}, {profile: 2g.20gb, start: 4}, {profile: 1g.10gb, start: 6},
               {profile: 1g.10gb, start: 6}]
 queues:
-  - {name: ml, weight: 2, guarantee: {nvidia.com/gpu: 2}, limit: {nvidia.com/gpu: 4, cpu: 32}}
+  - {name: org, limit: {nvidia.com/gpu: 3}}
+  - {name: ml, parent: org, weight: 2, guarantee: {nvidia.com/gpu: 2},
+     limit: {nvidia.com/gpu: 4, cpu: 32}}
   - {name: infer}
 jobs:
   - id: train
@@ -86,6 +88,7 @@ class ClusterMetricsTest : public ::testing::Test {
     view_.now = 1000;
     view_.jobs = {
         {"waiting", "ml", "pending", "Insufficient", 200, -1},
+        {"held", "ml", "pending", "Held", 100, -1},  // a wait the user chose
         {"done", "ml", "succeeded", "", 50, -1},
     };
   }
@@ -145,6 +148,12 @@ TEST_F(ClusterMetricsTest, ExportsDevicesNodesQueuesAndJobs) {
       {"tessera_queue_limit_gpus{queue=\"ml\"}", "4"},
       {"tessera_queue_limit_cpu_cores{queue=\"ml\"}", "32"},
       {"tessera_queue_limit_gpus{queue=\"infer\"}", "absent"},
+      {"tessera_queue_limit_memory_bytes{queue=\"ml\"}", "absent"},  // caps GPUs and CPUs only
+      // A parent queue: no jobs of its own; its subtree's use is what its limit caps.
+      {"tessera_queue_allocated_gpus{queue=\"org\"}", "0"},
+      {"tessera_queue_subtree_allocated_gpus{queue=\"org\"}", "2"},
+      {"tessera_queue_subtree_allocated_gpus{queue=\"ml\"}", "2"},
+      {"tessera_queue_limit_gpus{queue=\"org\"}", "3"},
       {"tessera_queue_weight{queue=\"ml\"}", "2"},
       // Cost rate: 2 GPUs x 2/h = 4/h; 0.142 GPU x 1/h = 0.142/h.
       {"tessera_queue_cost_per_hour{queue=\"ml\"}", "4"},
@@ -152,12 +161,13 @@ TEST_F(ClusterMetricsTest, ExportsDevicesNodesQueuesAndJobs) {
       {"tessera_queue_cost_total{queue=\"ml\"}", "0"},
       // Jobs by state (lifecycle from the server, the rest derived), pending by reason.
       {"tessera_jobs{queue=\"ml\",state=\"running\"}", "1"},
-      {"tessera_jobs{queue=\"ml\",state=\"pending\"}", "1"},
+      {"tessera_jobs{queue=\"ml\",state=\"pending\"}", "2"},
       {"tessera_jobs{queue=\"ml\",state=\"succeeded\"}", "1"},
       {"tessera_jobs{queue=\"infer\",state=\"running\"}", "1"},
       {"tessera_jobs{queue=\"infer\",state=\"pending\"}", "0"},
       {"tessera_pending_jobs{queue=\"ml\",reason=\"Insufficient\"}", "1"},
-      {"tessera_queue_oldest_pending_job_age_seconds{queue=\"ml\"}", "800"},
+      {"tessera_pending_jobs{queue=\"ml\",reason=\"Held\"}", "1"},
+      {"tessera_queue_oldest_pending_job_age_seconds{queue=\"ml\"}", "800"},  // not held's 900
       {"tessera_queue_oldest_pending_job_age_seconds{queue=\"infer\"}", "0"},
       // Waits are observed when jobs are bound (ObserveJobStart), never inferred from a view.
       {"tessera_job_queue_wait_seconds_count{queue=\"ml\"}", "absent"},
@@ -264,7 +274,7 @@ TEST_F(ClusterMetricsTest, APendingJobWithLingeringAllocationsIsPendingOnce) {
   m_.Update(view_);
   const std::string text = "\n" + m_.RenderText();
   EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"running\"}"), "0");
-  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"pending\"}"), "2");  // + waiting
+  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"pending\"}"), "3");  // + waiting, held
   EXPECT_EQ(Value(text, "tessera_queue_allocated_gpus{queue=\"ml\"}"), "2");    // still held
 }
 

@@ -783,6 +783,17 @@ ControlPlane::DependencyWait ControlPlane::WaitingOn(const JobRecord& j) const {
   return wait;
 }
 
+int64_t ControlPlane::EligibleSince(const JobRecord& j) const {
+  int64_t since = j.queued_at;
+  for (const spec::Dependency& d : j.spec.dependencies) {
+    const JobRecord* on = DependedOn(d);
+    if (on == nullptr || StateOf(d, on) != DependencyState::kSatisfied) continue;
+    const bool started = d.condition == spec::Dependency::Condition::kAfter && on->started_at >= 0;
+    since = std::max(since, started ? on->started_at : on->finished_at);
+  }
+  return since;
+}
+
 const char* ControlPlane::HeldBack(const JobRecord& j, int64_t now) const {
   if (j.state != JobState::kPending) return "";
   if (!j.held_by.empty()) return "Held";
@@ -2585,7 +2596,7 @@ Status ControlPlane::RunCycle() {
       summaries.reserve(jobs_.size());
       const std::set<std::string> limited = ArrayTaskLimited(now);
       for (const auto& [id, j] : jobs_)
-        summaries.push_back({id, j.spec.job.queue, j.state, j.created_at, j.queued_at,
+        summaries.push_back({id, j.spec.job.queue, j.state, j.created_at, EligibleSince(j),
                              j.run_started_at,
                              limited.count(id) ? "JobArrayTaskLimit" : HeldBack(j, now)});
     }
@@ -2818,7 +2829,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     if (pending) {
       j.state = JobState::kScheduled;
       j.run_started_at = plan.now;
-      if (bound) bound->push_back({j.spec.job.queue, j.queued_at, plan.now});
+      if (bound) bound->push_back({j.spec.job.queue, EligibleSince(j), plan.now});
       ops.push_back(JobOp(j));
     } else if (had_message) {
       ops.push_back(JobOp(j));

@@ -432,6 +432,10 @@ class ControlPlane {
   };
   DependencyWait WaitingOn(const JobRecord& j) const;
   const JobRecord* DependedOn(const spec::Dependency& d) const;  // nullptr: deleted
+  // When a pending job could first be scheduled: its submission or requeue, or later, when
+  // the last of its dependencies was satisfied (what queue-wait figures count from, as
+  // Slurm's eligible time).
+  int64_t EligibleSince(const JobRecord& j) const;
   // Why a pending job is held back from the engine at `now`: "Held", "Dependency",
   // "DependencyNeverSatisfied", "BackOff", "NodeLost", or "" (the engine sees it).
   const char* HeldBack(const JobRecord& j, int64_t now) const;

@@ -1492,6 +1492,13 @@ TEST_F(ControlPlaneTest, AHeldJobWaitsUntilReleasedAcrossARestart) {
 // restart; one that can never run says so; a job waited for is kept until its dependents
 // start.
 TEST_F(ControlPlaneTest, ADependentJobWaitsForTheJobsItNamesAcrossARestart) {
+  std::vector<JobBound> bound;  // queue waits count from when the job could first run
+  tune_ = [&bound](ControlPlaneOptions& o) {
+    o.on_cycle = [&bound](const Snapshot&, const Plan&, const std::vector<JobSummary>&,
+                          const std::vector<JobBound>& b, int64_t,
+                          double) { bound.insert(bound.end(), b.begin(), b.end()); };
+  };
+  Reopen();
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(
       cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J prep\n#SBATCH --gres=gpu:1\necho hi\n").ok());
@@ -1533,9 +1540,15 @@ TEST_F(ControlPlaneTest, ADependentJobWaitsForTheJobsItNamesAcrossARestart) {
   EXPECT_EQ(d["allocations"][1]["job"], "report");
   EXPECT_EQ(Job("train")["pendingReason"]["code"], "Dependency");
 
+  clock_.now += 100;
+  const int64_t prep_ended = clock_.now;
   Beat("node-a", epoch, {Task(prep_alloc, "succeeded")});
   EXPECT_EQ(State("prep"), "Succeeded");
+  clock_.now += 5;
   ASSERT_TRUE(cp_->RunCycle().ok());
+  ASSERT_FALSE(bound.empty());
+  EXPECT_EQ(bound.back().queued_at, prep_ended) << "eligible when prep succeeded";
+  EXPECT_EQ(bound.back().bound_at, prep_ended + 5);
   d = Beat("node-a", epoch);
   ASSERT_EQ(d["allocations"].size(), 2u) << d.dump();  // report, and now train
   EXPECT_EQ(d["allocations"][1]["job"], "train");
