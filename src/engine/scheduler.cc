@@ -360,6 +360,14 @@ class CycleRun {
   std::vector<bool> fenced_;  // nodes held by the reservation
   std::string fence_owner_;
   std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
+  // Per queue, what this cycle's evictions give back once their tasks exit, and what the
+  // preemptors waiting for them will then take. Reclaim judges a queue by its use as these
+  // leave it (Settled): two preemptors of one cycle must not together take a queue below its
+  // guarantee, nor take their own queue above theirs. Sized when EvictFor first runs.
+  std::vector<ResourceVector> evicting_, claimed_;
+  ResourceVector Settled(int32_t q) const {
+    return m_.queues[q].allocated - evicting_[q] + claimed_[q];
+  }
   std::vector<int64_t> scratch_;
   // Per-shape index of feasible classes ordered by (-total score, lowest member): the best
   // node for a task is its first entry. Kept current from ClusterState's touched classes.
@@ -1490,6 +1498,10 @@ void CycleRun::EvictFor(bool reclaim) {
   // of a busy server or a replay).
   // (Jobs that wait on their queue's limit were not visited: all jobs then.)
   const std::vector<PendingJob*>& tried = visit_.empty() || any_over_limit_ ? order_ : visit_;
+  if (evicting_.size() != m_.queues.size()) {
+    evicting_.assign(m_.queues.size(), {});
+    claimed_.assign(m_.queues.size(), {});
+  }
   // What a failed job would need, if it may evict at all: its priority class allows it;
   // for reclaim, its queue has a guarantee that this job keeps it within.
   // A job waiting on its queue's limit may preempt lower-priority work of its own queue (not
@@ -1507,11 +1519,11 @@ void CycleRun::EvictFor(bool reclaim) {
     for (int32_t t = 0; t < pjob.TaskCount(); ++t)
       if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
     if (reclaim) {
-      // Only a queue within its guarantee (counting this job) may take capacity back.
-      const QueueRec& q = m_.queues[pre.queue];
-      const ResourceVector& g = q.q.guarantee;
+      // Only a queue within its guarantee (counting this job, and what this cycle's earlier
+      // reclaimers of it will take) may take capacity back.
+      const ResourceVector& g = m_.queues[pre.queue].q.guarantee;
       if (g.IsZero()) return std::nullopt;
-      if (AboveGuarantee(q.allocated + need, g)) return std::nullopt;
+      if (AboveGuarantee(Settled(pre.queue) + need, g)) return std::nullopt;
     }
     return need;
   };
@@ -1605,7 +1617,7 @@ void CycleRun::EvictFor(bool reclaim) {
         const QueueRec& q = m_.queues[j.queue];
         if (j.queue == pre.queue || !q.q.reclaimable) continue;
         // Only from queues above their guarantee (checked again per unit below).
-        if (!AboveGuarantee(q.allocated, q.q.guarantee)) continue;
+        if (!AboveGuarantee(Settled(j.queue), q.q.guarantee)) continue;
         reclaim_gpu[j.queue] += j.allocated.gpu_milli;
       } else {
         bool by_priority = j.queue == pre.queue && j.spec->priority < pjob.priority;
@@ -1624,8 +1636,7 @@ void CycleRun::EvictFor(bool reclaim) {
     if (reclaim) {
       victim_gpu = 0;
       for (const auto& [queue, gpu] : reclaim_gpu) {
-        const QueueRec& q = m_.queues[queue];
-        const int64_t used = q.allocated.gpu_milli, g = q.q.guarantee.gpu_milli;
+        const int64_t used = Settled(queue).gpu_milli, g = m_.queues[queue].q.guarantee.gpu_milli;
         victim_gpu += std::min(gpu, g == 0 || used < g ? used : used - g);
       }
     }
@@ -1645,7 +1656,8 @@ void CycleRun::EvictFor(bool reclaim) {
     // unit that may not go alone may not go after others either, and is left out at once).
     auto reclaimable = [&](const Unit& unit) {
       const QueueRec& q = m_.queues[unit.job->queue];
-      return MayReclaim(q.allocated, EvictionCharge(*unit.job, unit.tasks), q.q.guarantee);
+      return MayReclaim(Settled(unit.job->queue), EvictionCharge(*unit.job, unit.tasks),
+                        q.q.guarantee);
     };
     std::vector<Unit> units;
     auto add_unit = [&](Unit u) {
@@ -1705,6 +1717,17 @@ void CycleRun::EvictFor(bool reclaim) {
       if (!without.empty() && fits(without)) chosen = std::move(without);
     }
     std::sort(chosen.begin(), chosen.end());
+    // What the victims give back to their queues, job by job (an exclusive job's node charge
+    // depends on all of its tasks leaving a node; a job's units are adjacent), and what the
+    // preemptor will take.
+    for (size_t k = 0; k < chosen.size();) {
+      JobRec& vj = *units[chosen[k]].job;
+      std::vector<int32_t> tasks;
+      for (; k < chosen.size() && units[chosen[k]].job == &vj; ++k)
+        tasks.insert(tasks.end(), units[chosen[k]].tasks.begin(), units[chosen[k]].tasks.end());
+      evicting_[vj.queue] += EvictionCharge(vj, tasks);
+    }
+    claimed_[pre.queue] += need;
     int32_t count = 0;
     std::set<std::string> victim_jobs;
     for (size_t u : chosen) {
