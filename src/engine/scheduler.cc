@@ -272,6 +272,10 @@ class CycleRun {
   // The gang transaction: all of the required tasks or nothing. True if committed.
   bool TryPlaceJob(PendingJob& pj, Failure* why);
   bool QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const;
+  // The deepest queue from `queue` up whose limit `extra` more would exceed, or -1.
+  int32_t BlockingQueue(int32_t queue, const ResourceVector& extra) const;
+  // Whether `queue` is `ancestor` or below it.
+  bool Within(int32_t queue, int32_t ancestor) const;
   // What the job's unplaced gang minimum asks for (its smallest start).
   ResourceVector MinimumNeed(const PendingJob& pj) const;
   // Why the job can never start under its queues' limits (its minimum alone exceeds one),
@@ -553,6 +557,20 @@ bool CycleRun::QueueAdmits(const JobRec& j, const ResourceVector& extra, std::st
     }
   }
   return true;
+}
+
+int32_t CycleRun::BlockingQueue(int32_t queue, const ResourceVector& extra) const {
+  for (int32_t q = queue; q >= 0; q = m_.queues[q].parent) {
+    const auto lim = EffectiveLimit(m_.queues[q].q);
+    if (lim && !WithinLimit(m_.queues[q].allocated + extra, *lim)) return q;
+  }
+  return -1;
+}
+
+bool CycleRun::Within(int32_t queue, int32_t ancestor) const {
+  for (int32_t q = queue; q >= 0; q = m_.queues[q].parent)
+    if (q == ancestor) return true;
+  return false;
 }
 
 ResourceVector CycleRun::MinimumNeed(const PendingJob& pj) const {
@@ -1504,11 +1522,13 @@ void CycleRun::EvictFor(bool reclaim) {
   }
   // What a failed job would need, if it may evict at all: its priority class allows it;
   // for reclaim, its queue has a guarantee that this job keeps it within.
-  // A job waiting on its queue's limit may preempt lower-priority work of its own queue (not
-  // reclaim: that is for queues below their guarantee): a victim frees the quota it needs.
+  // A job waiting on a queue limit may evict too, if a victim frees the quota it needs:
+  // preempt, lower-priority work of its own queue; reclaim, when the limit is an ancestor's
+  // (e.g. org capped at its guarantee, a child within its own guarantee while a sibling
+  // borrowed it): work of queues under that ancestor above their guarantees. The job's own
+  // queue's limit no other queue's eviction frees.
   auto may_evict = [&](const PendingJob* pj) -> std::optional<ResourceVector> {
-    if (pj->state != JState::kFailed &&
-        !(!reclaim && pj->state == JState::kWaiting && pj->over_limit))
+    if (pj->state != JState::kFailed && !(pj->state == JState::kWaiting && pj->over_limit))
       return std::nullopt;
     const JobRec& pre = *pj->rec;
     const Job& pjob = *pre.spec;
@@ -1524,6 +1544,7 @@ void CycleRun::EvictFor(bool reclaim) {
       const ResourceVector& g = m_.queues[pre.queue].q.guarantee;
       if (g.IsZero()) return std::nullopt;
       if (AboveGuarantee(Settled(pre.queue) + need, g)) return std::nullopt;
+      if (pj->over_limit && BlockingQueue(pre.queue, need) == pre.queue) return std::nullopt;
     }
     return need;
   };
@@ -1632,13 +1653,30 @@ void CycleRun::EvictFor(bool reclaim) {
       vjobs.push_back(&r);
       victim_gpu += j.allocated.gpu_milli;
     }
+    // The deepest queue on the preemptor's path whose limit it would exceed, or -1: only
+    // victims under it free the quota it waits for.
+    const int32_t blocking = reclaim && pj->over_limit ? BlockingQueue(pre.queue, need) : -1;
     // Reclaim takes no more GPUs from a queue than it holds above its guarantee (MayReclaim).
     if (reclaim) {
       victim_gpu = 0;
-      for (const auto& [queue, gpu] : reclaim_gpu) {
+      for (auto& [queue, gpu] : reclaim_gpu) {
         const int64_t used = Settled(queue).gpu_milli, g = m_.queues[queue].q.guarantee.gpu_milli;
-        victim_gpu += std::min(gpu, g == 0 || used < g ? used : used - g);
+        gpu = std::min(gpu, g == 0 || used < g ? used : used - g);
+        victim_gpu += gpu;
       }
+      // Cheap check per GPU limit on its path that it would exceed: the room left there plus
+      // what the candidates under that queue hold above their guarantees.
+      bool short_of_quota = false;
+      for (int32_t a = blocking; a >= 0 && !short_of_quota; a = m_.queues[a].parent) {
+        const auto lim = EffectiveLimit(m_.queues[a].q);
+        if (!lim || lim->gpu_milli == 0) continue;
+        int64_t room = lim->gpu_milli - m_.queues[a].allocated.gpu_milli;
+        if (need.gpu_milli <= room) continue;
+        for (const auto& [queue, gpu] : reclaim_gpu)
+          if (Within(queue, a)) room += gpu;
+        short_of_quota = need.gpu_milli > room;
+      }
+      if (short_of_quota) continue;
     }
     // Cheap check: not even every candidate's GPUs plus the free ones would hold it.
     if (need.gpu_milli > free_gpu + victim_gpu) continue;
@@ -1652,6 +1690,11 @@ void CycleRun::EvictFor(bool reclaim) {
       if (sa != sb) return sa > sb;  // youngest first
       return a.id < b.id;
     });
+    // Waiting on a limit: victims under the queue that sets it first (in the same order),
+    // others after, for capacity they may also need (minimising drops them if not).
+    if (blocking >= 0)
+      std::stable_partition(vjobs.begin(), vjobs.end(),
+                            [&](const Running* r) { return Within(r->job->queue, blocking); });
     // Checked against the queue as the units chosen so far leave it (which only lowers it: a
     // unit that may not go alone may not go after others either, and is left out at once).
     auto reclaimable = [&](const Unit& unit) {
