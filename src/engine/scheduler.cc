@@ -1335,49 +1335,64 @@ void CycleRun::Attempt(PendingJob& pj) {
 // ---- enqueue: admission against queue limits ----
 void CycleRun::Enqueue() {
   std::map<int32_t, ResourceVector> admitted;
-  for (PendingJob* pj : order_) {
-    if (pj->state != JState::kAdmitted || pj->tried) continue;
-    if (pj->queue < 0 || !limited_[pj->queue]) continue;  // no limit on its path: admitted
-    const JobRec& j = *pj->rec;
-    const ResourceVector need = MinimumNeed(*pj);
-    if (std::string never = ExceedsQueueLimit(*pj, need); !never.empty()) {
-      pj->state = JState::kInfeasible;
-      Decision(*pj).outcome = Outcome::kInfeasible;
-      SetReason(*pj, {"QueueOverLimit", std::move(never), "", {}});
-      continue;
-    }
-    // A job that can never fit on the cluster is neither held back by the limit (a limit
-    // that frees up would not help it: the reason must say it can never fit) nor holds
-    // admission quota (it would block feasible jobs of its queue for ever). Allocate
-    // reports it Infeasible.
-    bool never = false;
-    for (int32_t t = 0; !never && t < pj->task_count; ++t)
-      never = !j.allocations[t] && NeverFits(*pj, t);
-    if (!never && pj->gang_min > 1 && j.running == 0 && !GangExceedsCluster(*j.spec).empty())
-      never = true;
-    if (never) continue;
-    // Admission counts what earlier admitted jobs of the same queues will take.
-    for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
-      auto lim = EffectiveLimit(m_.queues[q].q);
-      if (!lim) continue;
-      if (!WithinLimit(m_.queues[q].allocated + admitted[q] + need, *lim)) {
-        pj->state = JState::kWaiting;
-        pj->over_limit = any_over_limit_ = true;
-        Decision(*pj).outcome = Outcome::kWaiting;
-        // What runs and what was admitted ahead of it this cycle, apart: the latter is not
-        // in use yet, and the user looking at the queue would not find it.
-        std::string words = "queue " + m_.queues[q].q.name + " would exceed its limit (" +
-                            ResourceWords(*lim) + "): in use " +
-                            ResourceWords(m_.queues[q].allocated) + "; ";
-        if (!admitted[q].IsZero())
-          words += "admitted ahead of it " + ResourceWords(admitted[q]) + "; ";
-        SetReason(*pj, {"QueueOverLimit", words + "this job needs " + ResourceWords(need), "", {}});
-        break;
+  // Guarantees first: jobs whose own queue stays within its guarantee counting them (and
+  // what was admitted ahead in it) are admitted before the others, each in job order. Under
+  // a capped parent, quota that reclaim freed for a child below its guarantee would else go
+  // to the sibling it was taken from, whose jobs may come first in job order, and reclaim
+  // would take it again, cycle after cycle.
+  std::vector<char> seen(jobs_.size(), 0);
+  for (int pass = 0; pass < 2; ++pass)
+    for (PendingJob* pj : order_) {
+      if (pj->state != JState::kAdmitted || pj->tried || seen[pj - jobs_.data()]) continue;
+      if (pj->queue < 0 || !limited_[pj->queue]) continue;  // no limit on its path: admitted
+      const JobRec& j = *pj->rec;
+      const ResourceVector need = MinimumNeed(*pj);
+      if (pass == 0) {
+        const ResourceVector& g = m_.queues[j.queue].q.guarantee;
+        if (g.IsZero() ||
+            AboveGuarantee(m_.queues[j.queue].allocated + admitted[j.queue] + need, g))
+          continue;
       }
+      seen[pj - jobs_.data()] = 1;
+      if (std::string never = ExceedsQueueLimit(*pj, need); !never.empty()) {
+        pj->state = JState::kInfeasible;
+        Decision(*pj).outcome = Outcome::kInfeasible;
+        SetReason(*pj, {"QueueOverLimit", std::move(never), "", {}});
+        continue;
+      }
+      // A job that can never fit on the cluster is neither held back by the limit (a limit
+      // that frees up would not help it: the reason must say it can never fit) nor holds
+      // admission quota (it would block feasible jobs of its queue for ever). Allocate
+      // reports it Infeasible.
+      bool never = false;
+      for (int32_t t = 0; !never && t < pj->task_count; ++t)
+        never = !j.allocations[t] && NeverFits(*pj, t);
+      if (!never && pj->gang_min > 1 && j.running == 0 && !GangExceedsCluster(*j.spec).empty())
+        never = true;
+      if (never) continue;
+      // Admission counts what earlier admitted jobs of the same queues will take.
+      for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
+        auto lim = EffectiveLimit(m_.queues[q].q);
+        if (!lim) continue;
+        if (!WithinLimit(m_.queues[q].allocated + admitted[q] + need, *lim)) {
+          pj->state = JState::kWaiting;
+          pj->over_limit = any_over_limit_ = true;
+          Decision(*pj).outcome = Outcome::kWaiting;
+          // What runs and what was admitted ahead of it this cycle, apart: the latter is not
+          // in use yet, and the user looking at the queue would not find it.
+          std::string words = "queue " + m_.queues[q].q.name + " would exceed its limit (" +
+                              ResourceWords(*lim) + "): in use " +
+                              ResourceWords(m_.queues[q].allocated) + "; ";
+          if (!admitted[q].IsZero())
+            words += "admitted ahead of it " + ResourceWords(admitted[q]) + "; ";
+          SetReason(*pj,
+                    {"QueueOverLimit", words + "this job needs " + ResourceWords(need), "", {}});
+          break;
+        }
+      }
+      if (pj->state != JState::kAdmitted) continue;
+      for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += need;
     }
-    if (pj->state != JState::kAdmitted) continue;
-    for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += need;
-  }
 }
 
 void CycleRun::BindMemo() {
