@@ -634,6 +634,115 @@ TEST(Engine, ReclaimEvictsOnceAndThePreemptorIsPlaced) {
   }
 }
 
+// Queues under a capped parent (tests/scenarios/reclaim-within-capped-parent), at random:
+// org, guaranteed and capped at L GPUs, over 2 or 3 children whose guarantees split L and
+// who may each borrow up to L, beside an uncapped queue; 1-GPU jobs of random priorities
+// arrive over the first cycles, and each plan is applied as a host would (evicted tasks
+// exit at once), on nodes with GPUs to spare. No cycle takes a queue above its limit; once
+// arrivals stop and the cycles settle, nothing is evicted any more, and no child below its
+// guarantee has a job waiting while a sibling is above its own (reclaim took it back).
+TEST(Engine, QueuesUnderACappedParentGetTheirGuaranteesBack) {
+  auto engine = Engine::Create(DefaultEngineConfig());
+  ASSERT_TRUE(engine.ok());
+  constexpr int64_t kGi = 1LL << 30;
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    const int64_t cap = 4 + static_cast<int64_t>(rng.Below(9));  // org's guarantee and limit
+    const int children = 2 + static_cast<int>(rng.Below(2));
+    Snapshot s;
+    for (int i = 0; i < 4; ++i) {
+      Node n;
+      n.name = "n" + std::to_string(i);
+      n.cpu_milli = 64000;
+      n.memory_bytes = 512 * kGi;
+      for (int32_t d = 0; d < 8; ++d) {
+        Device dev;
+        dev.index = d;
+        dev.model = "H100-80GB";
+        dev.memory_bytes = 80 * kGi;
+        n.devices.push_back(dev);
+      }
+      s.nodes.push_back(std::move(n));
+    }
+    auto queue = [](std::string name, std::string parent, int64_t guarantee,
+                    std::optional<int64_t> limit) {
+      Queue q;
+      q.name = std::move(name);
+      q.parent = std::move(parent);
+      q.guarantee.gpu_milli = guarantee * 1000;
+      if (limit) q.limit = ResourceVector{.gpu_milli = *limit * 1000};
+      return q;
+    };
+    s.queues.push_back(queue("org", "", cap, cap));
+    std::vector<std::string> kids;
+    for (int c = 0; c < children; ++c) {
+      kids.push_back("org-" + std::to_string(c));
+      const int64_t g = c + 1 < children ? cap / children : cap - (children - 1) * (cap / children);
+      s.queues.push_back(queue(kids.back(), "org", g, cap));
+    }
+    s.queues.push_back(queue("other", "", 0, std::nullopt));
+    auto state = ClusterState::FromSnapshot(s);
+    ASSERT_TRUE(state.ok()) << state.status().ToString();
+    ClusterState& st = **state;
+    auto gpus = [&](const std::string& q) {
+      return st.impl().queues[st.impl().QueueOf(q)].allocated.gpu_milli / 1000;
+    };
+    auto guarantee = [&](const std::string& q) {
+      return st.impl().queues[st.impl().QueueOf(q)].q.guarantee.gpu_milli / 1000;
+    };
+    std::map<std::string, std::string> queue_of;  // job -> queue
+    int next = 0;
+    Rng cycle_rng(1);
+    Plan plan;
+    for (int cycle = 0; cycle < 14; ++cycle) {
+      const int64_t now = 1000 + 60 * cycle;
+      const int arrivals = cycle < 6 ? 1 + static_cast<int>(rng.Below(6)) : 0;
+      for (int a = 0; a < arrivals; ++a) {
+        Job j;
+        j.id = "j" + std::to_string(next++);
+        const uint64_t pick = rng.Below(kids.size() + 1);
+        j.queue = pick < kids.size() ? kids[pick] : "other";
+        j.priority = static_cast<int32_t>(rng.Below(3));
+        j.submit_time = now;
+        TaskGroup grp;
+        grp.request.cpu_milli = 1000;
+        grp.request.memory_bytes = kGi;
+        grp.request.gpu.kind = GpuRequestKind::kWhole;
+        grp.request.gpu.count = 1;
+        j.groups.push_back(grp);
+        j.allocations.assign(1, std::nullopt);
+        queue_of[j.id] = j.queue;
+        ASSERT_TRUE(st.AddJob(j).ok());
+      }
+      plan = (*engine)->Cycle(st, now, cycle_rng);
+      // What runs (victims too, until they exit) and what the plan binds, within the limits.
+      std::map<std::string, int64_t> bound;
+      for (const Binding& b : plan.bindings) {
+        const std::string& q = queue_of[b.job];
+        ++bound[q];
+        if (q != "other") ++bound["org"];
+      }
+      for (const std::string& q : kids)
+        EXPECT_LE(gpus(q) + bound[q], cap) << q << " cycle " << cycle;
+      EXPECT_LE(gpus("org") + bound["org"], cap) << "cycle " << cycle;
+      ASSERT_TRUE(st.ApplyPlan(plan).ok());
+    }
+    EXPECT_TRUE(plan.evictions.empty()) << "still evicting after the arrivals stopped";
+    std::set<std::string> waiting;  // queues with a job that does not run
+    for (const auto& [id, q] : queue_of)
+      if (st.FindJob(id)->RunningTasks() == 0) waiting.insert(q);
+    for (const std::string& c : kids) {
+      if (!waiting.count(c) || gpus(c) + 1 > guarantee(c)) continue;
+      EXPECT_EQ(gpus("org"), cap) << c << " waits below its guarantee while org has room";
+      for (const std::string& sib : kids)
+        EXPECT_LE(gpus(sib), guarantee(sib))
+            << c << " (" << gpus(c) << " of " << guarantee(c) << " guaranteed) waits while " << sib
+            << " holds " << gpus(sib) << " of " << guarantee(sib);
+    }
+  }
+}
+
 TEST(Engine, UnknownQueueIsAnErrorDecision) {
   auto doc = ParseYaml(R"(
 nodes: [{name: a, cpu: 4, memory: 8Gi}]

@@ -272,6 +272,10 @@ class CycleRun {
   // The gang transaction: all of the required tasks or nothing. True if committed.
   bool TryPlaceJob(PendingJob& pj, Failure* why);
   bool QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const;
+  // The deepest queue from `queue` up whose limit `extra` more would exceed, or -1.
+  int32_t BlockingQueue(int32_t queue, const ResourceVector& extra) const;
+  // Whether `queue` is `ancestor` or below it.
+  bool Within(int32_t queue, int32_t ancestor) const;
   // What the job's unplaced gang minimum asks for (its smallest start).
   ResourceVector MinimumNeed(const PendingJob& pj) const;
   // Why the job can never start under its queues' limits (its minimum alone exceeds one),
@@ -360,6 +364,14 @@ class CycleRun {
   std::vector<bool> fenced_;  // nodes held by the reservation
   std::string fence_owner_;
   std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
+  // Per queue, what this cycle's evictions give back once their tasks exit, and what the
+  // preemptors waiting for them will then take. Reclaim judges a queue by its use as these
+  // leave it (Settled): two preemptors of one cycle must not together take a queue below its
+  // guarantee, nor take their own queue above theirs. Sized when EvictFor first runs.
+  std::vector<ResourceVector> evicting_, claimed_;
+  ResourceVector Settled(int32_t q) const {
+    return m_.queues[q].allocated - evicting_[q] + claimed_[q];
+  }
   std::vector<int64_t> scratch_;
   // Per-shape index of feasible classes ordered by (-total score, lowest member): the best
   // node for a task is its first entry. Kept current from ClusterState's touched classes.
@@ -545,6 +557,20 @@ bool CycleRun::QueueAdmits(const JobRec& j, const ResourceVector& extra, std::st
     }
   }
   return true;
+}
+
+int32_t CycleRun::BlockingQueue(int32_t queue, const ResourceVector& extra) const {
+  for (int32_t q = queue; q >= 0; q = m_.queues[q].parent) {
+    const auto lim = EffectiveLimit(m_.queues[q].q);
+    if (lim && !WithinLimit(m_.queues[q].allocated + extra, *lim)) return q;
+  }
+  return -1;
+}
+
+bool CycleRun::Within(int32_t queue, int32_t ancestor) const {
+  for (int32_t q = queue; q >= 0; q = m_.queues[q].parent)
+    if (q == ancestor) return true;
+  return false;
 }
 
 ResourceVector CycleRun::MinimumNeed(const PendingJob& pj) const {
@@ -1309,49 +1335,64 @@ void CycleRun::Attempt(PendingJob& pj) {
 // ---- enqueue: admission against queue limits ----
 void CycleRun::Enqueue() {
   std::map<int32_t, ResourceVector> admitted;
-  for (PendingJob* pj : order_) {
-    if (pj->state != JState::kAdmitted || pj->tried) continue;
-    if (pj->queue < 0 || !limited_[pj->queue]) continue;  // no limit on its path: admitted
-    const JobRec& j = *pj->rec;
-    const ResourceVector need = MinimumNeed(*pj);
-    if (std::string never = ExceedsQueueLimit(*pj, need); !never.empty()) {
-      pj->state = JState::kInfeasible;
-      Decision(*pj).outcome = Outcome::kInfeasible;
-      SetReason(*pj, {"QueueOverLimit", std::move(never), "", {}});
-      continue;
-    }
-    // A job that can never fit on the cluster is neither held back by the limit (a limit
-    // that frees up would not help it: the reason must say it can never fit) nor holds
-    // admission quota (it would block feasible jobs of its queue for ever). Allocate
-    // reports it Infeasible.
-    bool never = false;
-    for (int32_t t = 0; !never && t < pj->task_count; ++t)
-      never = !j.allocations[t] && NeverFits(*pj, t);
-    if (!never && pj->gang_min > 1 && j.running == 0 && !GangExceedsCluster(*j.spec).empty())
-      never = true;
-    if (never) continue;
-    // Admission counts what earlier admitted jobs of the same queues will take.
-    for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
-      auto lim = EffectiveLimit(m_.queues[q].q);
-      if (!lim) continue;
-      if (!WithinLimit(m_.queues[q].allocated + admitted[q] + need, *lim)) {
-        pj->state = JState::kWaiting;
-        pj->over_limit = any_over_limit_ = true;
-        Decision(*pj).outcome = Outcome::kWaiting;
-        // What runs and what was admitted ahead of it this cycle, apart: the latter is not
-        // in use yet, and the user looking at the queue would not find it.
-        std::string words = "queue " + m_.queues[q].q.name + " would exceed its limit (" +
-                            ResourceWords(*lim) + "): in use " +
-                            ResourceWords(m_.queues[q].allocated) + "; ";
-        if (!admitted[q].IsZero())
-          words += "admitted ahead of it " + ResourceWords(admitted[q]) + "; ";
-        SetReason(*pj, {"QueueOverLimit", words + "this job needs " + ResourceWords(need), "", {}});
-        break;
+  // Guarantees first: jobs whose own queue stays within its guarantee counting them (and
+  // what was admitted ahead in it) are admitted before the others, each in job order. Under
+  // a capped parent, quota that reclaim freed for a child below its guarantee would else go
+  // to the sibling it was taken from, whose jobs may come first in job order, and reclaim
+  // would take it again, cycle after cycle.
+  std::vector<char> seen(jobs_.size(), 0);
+  for (int pass = 0; pass < 2; ++pass)
+    for (PendingJob* pj : order_) {
+      if (pj->state != JState::kAdmitted || pj->tried || seen[pj - jobs_.data()]) continue;
+      if (pj->queue < 0 || !limited_[pj->queue]) continue;  // no limit on its path: admitted
+      const JobRec& j = *pj->rec;
+      const ResourceVector need = MinimumNeed(*pj);
+      if (pass == 0) {
+        const ResourceVector& g = m_.queues[j.queue].q.guarantee;
+        if (g.IsZero() ||
+            AboveGuarantee(m_.queues[j.queue].allocated + admitted[j.queue] + need, g))
+          continue;
       }
+      seen[pj - jobs_.data()] = 1;
+      if (std::string never = ExceedsQueueLimit(*pj, need); !never.empty()) {
+        pj->state = JState::kInfeasible;
+        Decision(*pj).outcome = Outcome::kInfeasible;
+        SetReason(*pj, {"QueueOverLimit", std::move(never), "", {}});
+        continue;
+      }
+      // A job that can never fit on the cluster is neither held back by the limit (a limit
+      // that frees up would not help it: the reason must say it can never fit) nor holds
+      // admission quota (it would block feasible jobs of its queue for ever). Allocate
+      // reports it Infeasible.
+      bool never = false;
+      for (int32_t t = 0; !never && t < pj->task_count; ++t)
+        never = !j.allocations[t] && NeverFits(*pj, t);
+      if (!never && pj->gang_min > 1 && j.running == 0 && !GangExceedsCluster(*j.spec).empty())
+        never = true;
+      if (never) continue;
+      // Admission counts what earlier admitted jobs of the same queues will take.
+      for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
+        auto lim = EffectiveLimit(m_.queues[q].q);
+        if (!lim) continue;
+        if (!WithinLimit(m_.queues[q].allocated + admitted[q] + need, *lim)) {
+          pj->state = JState::kWaiting;
+          pj->over_limit = any_over_limit_ = true;
+          Decision(*pj).outcome = Outcome::kWaiting;
+          // What runs and what was admitted ahead of it this cycle, apart: the latter is not
+          // in use yet, and the user looking at the queue would not find it.
+          std::string words = "queue " + m_.queues[q].q.name + " would exceed its limit (" +
+                              ResourceWords(*lim) + "): in use " +
+                              ResourceWords(m_.queues[q].allocated) + "; ";
+          if (!admitted[q].IsZero())
+            words += "admitted ahead of it " + ResourceWords(admitted[q]) + "; ";
+          SetReason(*pj,
+                    {"QueueOverLimit", words + "this job needs " + ResourceWords(need), "", {}});
+          break;
+        }
+      }
+      if (pj->state != JState::kAdmitted) continue;
+      for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += need;
     }
-    if (pj->state != JState::kAdmitted) continue;
-    for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) admitted[q] += need;
-  }
 }
 
 void CycleRun::BindMemo() {
@@ -1490,13 +1531,19 @@ void CycleRun::EvictFor(bool reclaim) {
   // of a busy server or a replay).
   // (Jobs that wait on their queue's limit were not visited: all jobs then.)
   const std::vector<PendingJob*>& tried = visit_.empty() || any_over_limit_ ? order_ : visit_;
+  if (evicting_.size() != m_.queues.size()) {
+    evicting_.assign(m_.queues.size(), {});
+    claimed_.assign(m_.queues.size(), {});
+  }
   // What a failed job would need, if it may evict at all: its priority class allows it;
   // for reclaim, its queue has a guarantee that this job keeps it within.
-  // A job waiting on its queue's limit may preempt lower-priority work of its own queue (not
-  // reclaim: that is for queues below their guarantee): a victim frees the quota it needs.
+  // A job waiting on a queue limit may evict too, if a victim frees the quota it needs:
+  // preempt, lower-priority work of its own queue; reclaim, when the limit is an ancestor's
+  // (e.g. org capped at its guarantee, a child within its own guarantee while a sibling
+  // borrowed it): work of queues under that ancestor above their guarantees. The job's own
+  // queue's limit no other queue's eviction frees.
   auto may_evict = [&](const PendingJob* pj) -> std::optional<ResourceVector> {
-    if (pj->state != JState::kFailed &&
-        !(!reclaim && pj->state == JState::kWaiting && pj->over_limit))
+    if (pj->state != JState::kFailed && !(pj->state == JState::kWaiting && pj->over_limit))
       return std::nullopt;
     const JobRec& pre = *pj->rec;
     const Job& pjob = *pre.spec;
@@ -1507,11 +1554,12 @@ void CycleRun::EvictFor(bool reclaim) {
     for (int32_t t = 0; t < pjob.TaskCount(); ++t)
       if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
     if (reclaim) {
-      // Only a queue within its guarantee (counting this job) may take capacity back.
-      const QueueRec& q = m_.queues[pre.queue];
-      const ResourceVector& g = q.q.guarantee;
+      // Only a queue within its guarantee (counting this job, and what this cycle's earlier
+      // reclaimers of it will take) may take capacity back.
+      const ResourceVector& g = m_.queues[pre.queue].q.guarantee;
       if (g.IsZero()) return std::nullopt;
-      if (AboveGuarantee(q.allocated + need, g)) return std::nullopt;
+      if (AboveGuarantee(Settled(pre.queue) + need, g)) return std::nullopt;
+      if (pj->over_limit && BlockingQueue(pre.queue, need) == pre.queue) return std::nullopt;
     }
     return need;
   };
@@ -1605,7 +1653,7 @@ void CycleRun::EvictFor(bool reclaim) {
         const QueueRec& q = m_.queues[j.queue];
         if (j.queue == pre.queue || !q.q.reclaimable) continue;
         // Only from queues above their guarantee (checked again per unit below).
-        if (!AboveGuarantee(q.allocated, q.q.guarantee)) continue;
+        if (!AboveGuarantee(Settled(j.queue), q.q.guarantee)) continue;
         reclaim_gpu[j.queue] += j.allocated.gpu_milli;
       } else {
         bool by_priority = j.queue == pre.queue && j.spec->priority < pjob.priority;
@@ -1620,14 +1668,30 @@ void CycleRun::EvictFor(bool reclaim) {
       vjobs.push_back(&r);
       victim_gpu += j.allocated.gpu_milli;
     }
+    // The deepest queue on the preemptor's path whose limit it would exceed, or -1: only
+    // victims under it free the quota it waits for.
+    const int32_t blocking = reclaim && pj->over_limit ? BlockingQueue(pre.queue, need) : -1;
     // Reclaim takes no more GPUs from a queue than it holds above its guarantee (MayReclaim).
     if (reclaim) {
       victim_gpu = 0;
-      for (const auto& [queue, gpu] : reclaim_gpu) {
-        const QueueRec& q = m_.queues[queue];
-        const int64_t used = q.allocated.gpu_milli, g = q.q.guarantee.gpu_milli;
-        victim_gpu += std::min(gpu, g == 0 || used < g ? used : used - g);
+      for (auto& [queue, gpu] : reclaim_gpu) {
+        const int64_t used = Settled(queue).gpu_milli, g = m_.queues[queue].q.guarantee.gpu_milli;
+        gpu = std::min(gpu, g == 0 || used < g ? used : used - g);
+        victim_gpu += gpu;
       }
+      // Cheap check per GPU limit on its path that it would exceed: the room left there plus
+      // what the candidates under that queue hold above their guarantees.
+      bool short_of_quota = false;
+      for (int32_t a = blocking; a >= 0 && !short_of_quota; a = m_.queues[a].parent) {
+        const auto lim = EffectiveLimit(m_.queues[a].q);
+        if (!lim || lim->gpu_milli == 0) continue;
+        int64_t room = lim->gpu_milli - m_.queues[a].allocated.gpu_milli;
+        if (need.gpu_milli <= room) continue;
+        for (const auto& [queue, gpu] : reclaim_gpu)
+          if (Within(queue, a)) room += gpu;
+        short_of_quota = need.gpu_milli > room;
+      }
+      if (short_of_quota) continue;
     }
     // Cheap check: not even every candidate's GPUs plus the free ones would hold it.
     if (need.gpu_milli > free_gpu + victim_gpu) continue;
@@ -1641,11 +1705,17 @@ void CycleRun::EvictFor(bool reclaim) {
       if (sa != sb) return sa > sb;  // youngest first
       return a.id < b.id;
     });
+    // Waiting on a limit: victims under the queue that sets it first (in the same order),
+    // others after, for capacity they may also need (minimising drops them if not).
+    if (blocking >= 0)
+      std::stable_partition(vjobs.begin(), vjobs.end(),
+                            [&](const Running* r) { return Within(r->job->queue, blocking); });
     // Checked against the queue as the units chosen so far leave it (which only lowers it: a
     // unit that may not go alone may not go after others either, and is left out at once).
     auto reclaimable = [&](const Unit& unit) {
       const QueueRec& q = m_.queues[unit.job->queue];
-      return MayReclaim(q.allocated, EvictionCharge(*unit.job, unit.tasks), q.q.guarantee);
+      return MayReclaim(Settled(unit.job->queue), EvictionCharge(*unit.job, unit.tasks),
+                        q.q.guarantee);
     };
     std::vector<Unit> units;
     auto add_unit = [&](Unit u) {
@@ -1705,6 +1775,17 @@ void CycleRun::EvictFor(bool reclaim) {
       if (!without.empty() && fits(without)) chosen = std::move(without);
     }
     std::sort(chosen.begin(), chosen.end());
+    // What the victims give back to their queues, job by job (an exclusive job's node charge
+    // depends on all of its tasks leaving a node; a job's units are adjacent), and what the
+    // preemptor will take.
+    for (size_t k = 0; k < chosen.size();) {
+      JobRec& vj = *units[chosen[k]].job;
+      std::vector<int32_t> tasks;
+      for (; k < chosen.size() && units[chosen[k]].job == &vj; ++k)
+        tasks.insert(tasks.end(), units[chosen[k]].tasks.begin(), units[chosen[k]].tasks.end());
+      evicting_[vj.queue] += EvictionCharge(vj, tasks);
+    }
+    claimed_[pre.queue] += need;
     int32_t count = 0;
     std::set<std::string> victim_jobs;
     for (size_t u : chosen) {
