@@ -890,7 +890,18 @@ TEST_F(ControlPlaneTest, FailuresFollowTheRestartPolicyAndRetryLimit) {
     ASSERT_EQ(d["allocations"].size(), 1u) << attempt;
     EXPECT_EQ(d["allocations"][0]["attempt"], attempt);
     std::string id = d["allocations"][0]["allocation"];
-    Beat("node-a", epoch, {Task(id, "failed", 3)});
+    Json failed = Task(id, "failed", attempt == 1 ? 3 : 137);
+    failed["message"] = attempt == 1 ? "exited with code 3" : "killed by SIGKILL";
+    Beat("node-a", epoch, {failed});
+    const Json events = Job("flaky")["events"];
+    auto said = std::find_if(events.rbegin(), events.rend(),
+                             [](const Json& e) { return e["reason"] == "TaskFailed"; });
+    ASSERT_NE(said, events.rend());
+    const std::string want = attempt == 1
+                                 ? "task 0 on node-a failed: exited with code 3; "
+                                 : "task 0 on node-a failed: killed by SIGKILL (exit code 137)";
+    EXPECT_EQ((*said)["message"].get<std::string>().substr(0, want.size()), want)
+        << "the agent's words, the code once";
     if (attempt == 1) {
       // Crash-loop back-off: pending, and not placed for 10 s.
       Json j = Job("flaky");
