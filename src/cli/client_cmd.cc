@@ -860,7 +860,7 @@ void AddClientCommands(CLI::App& app) {
                         devs.empty() ? "-" : devs, S(a, "state"), S(a, "message")});
       }
       if (!rows.empty())
-        Table({"  ID", "TASK", "ATTEMPT", "NODE", "GPUS", "STATE", "MESSAGE"}, rows);
+        Table({"  ID", "TASK", "ATTEMPT", "NODE", "DEVICES", "STATE", "MESSAGE"}, rows);
       std::printf("Events:\n");
       if (j["events"].empty())
         std::printf("  <none>\n");
@@ -884,10 +884,11 @@ void AddClientCommands(CLI::App& app) {
       for (const auto& n : *nodes) {
         auto r = Call(*f, "POST", "/v1/nodes/" + Esc(n) + "/" + what, "", "application/json");
         if (!Check(*f, r)) continue;
-        std::printf("node/%s %s\n", n.c_str(),
-                    what == "cordon"     ? "cordoned"
-                    : what == "uncordon" ? "uncordoned"
-                                         : "drained");
+        // As kubectl: a node that already was says so (drain then goes on to evict).
+        const bool already = !r.body.value("changed", true);
+        std::printf("node/%s %s%s\n", n.c_str(), already ? "already " : "",
+                    what == "uncordon" ? "uncordoned" : "cordoned");
+        if (what == "drain") std::printf("node/%s drained\n", n.c_str());
         if (what == "drain")
           for (const auto& j : r.body.value("evicted", Json::array()))
             std::printf("job/%s evicted\n", j.get<std::string>().c_str());

@@ -694,6 +694,17 @@ TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
   EXPECT_EQ(status["n-drained"], "Ready,SchedulingDisabled") << out;
   EXPECT_EQ(status["n-gone"], "NotReady,SchedulingDisabled") << out;
   EXPECT_NE(out.find("1xA100-80GB,1xH200-141GB"), std::string::npos) << out;
+  // As kubectl: doing it again says the node already was.
+  auto run = [&](const std::string& args) {
+    return CaptureCommand(std::string(bin) + " " + args + " --server " + api_->url() +
+                          " --token root-token-0123456789 2>&1")
+        .second;
+  };
+  EXPECT_EQ(run("cordon n-ok"), "node/n-ok cordoned\n");
+  EXPECT_EQ(run("cordon n-ok"), "node/n-ok already cordoned\n");
+  EXPECT_EQ(run("drain n-ok"), "node/n-ok already cordoned\nnode/n-ok drained\n");
+  EXPECT_EQ(run("uncordon n-ok"), "node/n-ok uncordoned\n");
+  EXPECT_EQ(run("uncordon n-ok"), "node/n-ok already uncordoned\n");
 }
 
 // `tessera get` filters every kind as it says (or refuses a filter it cannot apply),

@@ -1535,7 +1535,8 @@ StatusOr<Json> ControlPlane::CordonNode(const Principal& p, const std::string& n
   if (it == nodes_.end()) return NotFound("node \"" + name + "\" not found");
   NodeRecord& n = it->second;
   std::vector<store::Op> ops;
-  if (n.cordoned != cordon) {
+  const bool changed = n.cordoned != cordon;
+  if (changed) {
     n.cordoned = cordon;
     ops.push_back(NodeOp(n));
     AddEvent(ops, "Normal", cordon ? "NodeCordoned" : "NodeUncordoned", "node/" + name,
@@ -1545,7 +1546,9 @@ StatusOr<Json> ControlPlane::CordonNode(const Principal& p, const std::string& n
   }
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   Kick();
-  return Json{{"name", name}, {"unschedulable", n.cordoned || n.node.unschedulable}};
+  // `changed`: false when it already was (kubectl says "already cordoned").
+  return Json{
+      {"name", name}, {"unschedulable", n.cordoned || n.node.unschedulable}, {"changed", changed}};
 }
 
 StatusOr<Json> ControlPlane::DrainNode(const Principal& p, const std::string& name) {
@@ -1569,7 +1572,8 @@ StatusOr<Json> ControlPlane::DrainNode(const Principal& p, const std::string& na
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   NoteEvictions("Drained", tasks);
   Kick();
-  return Json{{"name", name}, {"unschedulable", true}, {"evicted", evicted}};
+  return Json{
+      {"name", name}, {"unschedulable", true}, {"changed", (*c)["changed"]}, {"evicted", evicted}};
 }
 
 StatusOr<Json> ControlPlane::DeleteNode(const Principal& p, const std::string& name) {
