@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "agent/test_support.h"
+#include "common/capture_command.h"
 #include "model/codec.h"
 
 namespace tessera::agent {
@@ -274,6 +275,28 @@ TEST_F(EndToEndTest, AnArrayElementsScriptSeesItsIndex) {
         << file << ": " << Slurp(file) << Slurp((dir_ / "agent.log").string());
   }
   EXPECT_TRUE(WaitFor([&] { return JobField("arr_5", "state") == "\"Succeeded\""; }));
+}
+
+// A job that failed once and ran again: RESTARTS says so, and `tessera logs -p` shows the
+// run before the latest, as `kubectl logs -p`.
+TEST_F(EndToEndTest, LogsOfThePreviousRunOfARestartedJob) {
+  StartServer();
+  StartAgent();
+  Submit("flaky", "echo run $TESSERA_ATTEMPT; [ \"$TESSERA_ATTEMPT\" = 2 ]",
+         "{onFailure: RestartJob, maxRetries: 1}");
+  ASSERT_TRUE(WaitFor([&] { return JobField("flaky", "state") == "\"Succeeded\""; }, 60))
+      << JobField("flaky", "state") << Slurp((dir_ / "agent.log").string());
+  EXPECT_EQ(JobField("flaky", "restarts"), "1");
+  auto logs = [&](const std::string& args) {
+    return CaptureCommand(bin_ + " logs flaky " + args + " --server " + url_ + " --token " +
+                          admin_ + " 2>&1");
+  };
+  EXPECT_EQ(logs("").second, "run 2\n");
+  EXPECT_EQ(logs("-p").second, "run 1\n");
+  const auto [rc, none] = logs("--task 0 --allocation a-nope");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(none.find("allocation \"a-nope\" is not job \"flaky\" task 0"), std::string::npos)
+      << none;
 }
 
 // An agent crash leaves its tasks running; the next agent adopts them and tells the server,

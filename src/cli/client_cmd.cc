@@ -289,6 +289,7 @@ void PrintJobs(const ClientFlags& f, const Json& items) {
                                   S(j, "priorityClass", "<none>"),
                                   S(j, "runningTasks") + "/" + S(j, "tasks"),
                                   S(j, "gpus"),
+                                  S(j, "restarts"),
                                   Age(j.value("createdAt", int64_t{0}))};
     // An infeasible job says so first: no waiting will start it.
     std::string reason = !j.contains("pendingReason") ? S(j, "message")
@@ -304,7 +305,9 @@ void PrintJobs(const ClientFlags& f, const Json& items) {
     }
     rows.push_back(r);
   }
-  std::vector<std::string> h = {"NAME", "QUEUE", "STATE", "PRIORITY", "TASKS", "GPUS", "AGE"};
+  // RESTARTS as kubectl's: the job's runs after its first, and its tasks restarted alone.
+  std::vector<std::string> h = {"NAME",  "QUEUE", "STATE",    "PRIORITY",
+                                "TASKS", "GPUS",  "RESTARTS", "AGE"};
   if (wide) h.insert(h.end(), {"ATTEMPT", "USER", "NODES", "REASON"});
   Table(h, rows);
 }
@@ -808,7 +811,13 @@ void AddClientCommands(CLI::App& app) {
                         : "per attempt, from when it first ran");
       std::printf("User:           %s\n", S(j, "user").c_str());
       std::printf("State:          %s\n", S(j, "state").c_str());
-      std::printf("Attempt:        %s\n", S(j, "attempt").c_str());
+      std::printf("Attempt:        %s", S(j, "attempt").c_str());
+      if (j.value("taskRestarts", 0) > 0)
+        std::printf(
+            " (and %s task restart(s) alone: `tessera logs %s --task N -p` shows the run "
+            "before)",
+            S(j, "taskRestarts").c_str(), S(j, "name").c_str());
+      std::printf("\n");
       // What `las` orders a requeued job by: the runs that ended (the current one is apart).
       // A finished job's runStartedAt is its last run's start, and that run has ended too.
       const std::string state = S(j, "state");
@@ -1046,10 +1055,32 @@ void AddClientCommands(CLI::App& app) {
         ->check(CLI::IsMember({"stdout", "stderr"}));
     c->add_flag("-f,--follow", *follow,
                 "keep printing new output until the task ends (waits for its placement)");
+    auto previous = std::make_shared<bool>(false);
+    auto pinned = std::make_shared<std::string>();
+    c->add_flag("-p,--previous", *previous,
+                "the task's run before its latest (a restart or retry), as kubectl logs -p");
+    c->add_option("--allocation", *pinned,
+                  "one run of the task: an allocation id of `tessera describe job`");
     AddCommon(c, *f, false);
-    c->callback([f, job, task, stream, follow] {
+    c->callback([f, job, task, stream, follow, previous, pinned] {
       std::string base =
           "/v1/jobs/" + Esc(*job) + "/logs?task=" + std::to_string(*task) + "&stream=" + *stream;
+      if (*previous) {
+        // The task's runs are its allocations, oldest first: the one before the latest.
+        auto d = Call(*f, "GET", "/v1/jobs/" + Esc(*job) + "/describe");
+        if (!Check(*f, d)) return;
+        std::vector<std::string> runs;
+        for (const auto& a : d.body.value("allocations", Json::array()))
+          if (a.value("task", -1) == *task) runs.push_back(a.value("id", ""));
+        if (runs.size() < 2) {
+          std::fprintf(stderr, "error: task %d of job %s has no previous run\n", *task,
+                       job->c_str());
+          SetExitCode(1);
+          return;
+        }
+        *pinned = runs[runs.size() - 2];
+      }
+      if (!pinned->empty()) base += "&allocation=" + Esc(*pinned);
       if (!*follow) {
         auto r = Call(*f, "GET", base);
         if (!Check(*f, r)) return;
@@ -1071,7 +1102,7 @@ void AddClientCommands(CLI::App& app) {
       // up to kServerAwaySeconds.
       constexpr int kServerAwaySeconds = 120;
       int64_t offset = 0;
-      std::string allocation;
+      std::string allocation;  // (pinned in `base` already when given)
       for (;;) {
         const std::string path = base + "&follow=true&offset=" + std::to_string(offset) +
                                  (allocation.empty() ? "" : "&allocation=" + Esc(allocation));

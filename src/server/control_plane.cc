@@ -826,6 +826,9 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["state"] = JobStateName(j.state);
   if (j.state == JobState::kTerminating) o["afterTermination"] = JobStateName(j.after_termination);
   o["attempt"] = j.attempt;
+  // kubectl's RESTARTS: runs after the first, of the job (attempts) and of tasks alone.
+  o["taskRestarts"] = j.task_restarts;
+  o["restarts"] = j.attempt - 1 + j.task_restarts;
   o["user"] = j.user;
   o["source"] = j.spec.source;
   // sbatch's %j and SLURM_JOB_ID on Tessera's own nodes: how a user maps an output file

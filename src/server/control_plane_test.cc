@@ -987,6 +987,7 @@ TEST_F(ControlPlaneTest, RestartTaskRestartsOnlyTheFailedTask) {
     Json j = Job("tt");
     EXPECT_EQ(j["state"], "Running") << retry;
     EXPECT_EQ(j["attempt"], 1);
+    EXPECT_EQ(j["restarts"], retry) << "kubectl's RESTARTS: tasks restarted alone count";
     EXPECT_EQ(j["runningTasks"], 2);
     // The task waits out its back-off (10 s, then 20 s: failures in a row) before it is
     // placed again; the others keep their allocations meanwhile.
