@@ -734,14 +734,32 @@ void AddClientCommands(CLI::App& app) {
         Table(h, rows);
       } else if (k == "queues" || k == "queue") {
         std::vector<std::vector<std::string>> rows;
+        // A limit names only what it caps: "0" of a resource is no cap on it.
+        auto limit = [](const Json& q, const char* resource) {
+          const std::string v = q.contains("limit") ? S(q["limit"], resource) : "0";
+          return v == "0" || v == "0B" ? std::string("<none>") : v;
+        };
+        const bool wide = f->output == "wide";
         for (const auto& q : items) {
-          std::string limit = q.contains("limit") ? S(q["limit"], "nvidia.com/gpu") : "<none>";
-          rows.push_back({S(q, "name"), S(q, "weight"), S(q["guarantee"], "nvidia.com/gpu"), limit,
-                          FormatMilli(q.value("gpuMilliInUse", int64_t{0})), S(q, "pendingJobs"),
-                          S(q, "runningJobs")});
+          std::vector<std::string> r = {S(q, "name"),
+                                        S(q, "parent", "-"),
+                                        S(q, "weight"),
+                                        S(q["guarantee"], "nvidia.com/gpu"),
+                                        limit(q, "nvidia.com/gpu"),
+                                        FormatMilli(q.value("gpuMilliInUse", int64_t{0})),
+                                        S(q, "pendingJobs"),
+                                        S(q, "runningJobs")};
+          if (wide)
+            r.insert(r.end(), {limit(q, "cpu"), limit(q, "memory"),
+                               q.value("reclaimable", true) ? "true" : "false",
+                               q.value("borrowing", true) ? "true" : "false"});
+          rows.push_back(r);
         }
-        Table({"NAME", "WEIGHT", "GUARANTEE-GPU", "LIMIT-GPU", "GPU-IN-USE", "PENDING", "RUNNING"},
-              rows);
+        // GPU-IN-USE: the queue's and its children's, what its limit caps.
+        std::vector<std::string> h = {"NAME",      "PARENT",     "WEIGHT",  "GUARANTEE-GPU",
+                                      "LIMIT-GPU", "GPU-IN-USE", "PENDING", "RUNNING"};
+        if (wide) h.insert(h.end(), {"LIMIT-CPU", "LIMIT-MEMORY", "RECLAIMABLE", "BORROWING"});
+        Table(h, rows);
       } else if (k == "priorityclasses" || k == "pc") {
         std::vector<std::vector<std::string>> rows;
         for (const auto& p : items)

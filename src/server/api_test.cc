@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -745,6 +746,24 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   EXPECT_NE(out_ap.find("Queue/fresh created"), std::string::npos) << out_ap;
   auto [rc_ap2, out_ap2] = run("apply -f " + queues);
   EXPECT_NE(out_ap2.find("Queue/fresh unchanged"), std::string::npos) << out_ap2;
+  // A limit that caps CPUs only: no GPU limit, shown as none (not 0); no parent.
+  std::ofstream(queues) << "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
+                           "metadata: {name: cpuonly}\nspec: {weight: 1, capability: {cpu: 8}}\n";
+  ASSERT_EQ(run("apply -f " + queues).first, 0);
+  auto [rc_w, out_w] = run("get queues cpuonly -o wide");
+  ASSERT_EQ(rc_w, 0) << out_w;
+  EXPECT_EQ(out_w.substr(0, out_w.find('\n'))
+                .find("NAME      PARENT   WEIGHT   GUARANTEE-GPU   "
+                      "LIMIT-GPU   GPU-IN-USE   PENDING   RUNNING   "
+                      "LIMIT-CPU   LIMIT-MEMORY   RECLAIMABLE   "
+                      "BORROWING"),
+            0u)
+      << out_w;
+  std::istringstream row(out_w.substr(out_w.find('\n') + 1));
+  std::vector<std::string> cells{std::istream_iterator<std::string>(row), {}};
+  EXPECT_EQ(cells, (std::vector<std::string>{"cpuonly", "-", "1", "0", "<none>", "0", "0", "0", "8",
+                                             "<none>", "true", "true"}))
+      << out_w;
   auto [rc_nf, out_nf] = run("get queues nope");
   EXPECT_EQ(rc_nf, 1) << out_nf;
   EXPECT_NE(out_nf.find("queues \"nope\" not found"), std::string::npos) << out_nf;
