@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -312,12 +313,26 @@ void PrintJobs(const ClientFlags& f, const Json& items) {
   Table(h, rows);
 }
 
-void PrintEvents(const Json& items) {
+// Wide: the sequence number (what --after pages by) and the time, RFC 3339 in UTC.
+void PrintEvents(const Json& items, bool wide = false) {
   std::vector<std::vector<std::string>> rows;
-  for (const auto& e : items)
-    rows.push_back({Age(e.value("time", int64_t{0})), S(e, "type"), S(e, "reason"), S(e, "object"),
-                    S(e, "message")});
-  Table({"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"}, rows);
+  for (const auto& e : items) {
+    std::vector<std::string> r;
+    if (wide) {
+      const std::time_t t = e.value("time", int64_t{0});
+      std::tm tm{};
+      gmtime_r(&t, &tm);
+      char when[32];
+      std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      r = {S(e, "seq"), when};
+    }
+    r.insert(r.end(), {Age(e.value("time", int64_t{0})), S(e, "type"), S(e, "reason"),
+                       S(e, "object"), S(e, "message")});
+    rows.push_back(std::move(r));
+  }
+  std::vector<std::string> h = {"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"};
+  if (wide) h.insert(h.begin(), {"SEQ", "TIME"});
+  Table(h, rows);
 }
 
 // Fetches every page of a list endpoint.
@@ -787,7 +802,7 @@ void AddClientCommands(CLI::App& app) {
                S(p, "gpus")});
         Table({"NAME", "BACKEND", "READY", "GPUS"}, rows);
       } else {
-        PrintEvents(items);
+        PrintEvents(items, f->output == "wide");
       }
     });
   }
@@ -1004,21 +1019,27 @@ void AddClientCommands(CLI::App& app) {
     auto after = std::make_shared<int64_t>(0);
     auto limit = std::make_shared<int>(500);
     CLI::App* c = app.add_subcommand("events", "events, oldest first (like kubectl get events)");
+    auto object = std::make_shared<std::string>();
+    auto type = std::make_shared<std::string>();
     c->add_option("--job", *job, "only this job's events");
+    c->add_option("--for", *object, "only this object's events: node/NAME, job/NAME, queue/NAME");
+    c->add_option("--type,--types", *type, "only events of this type")
+        ->check(CLI::IsMember({"Normal", "Warning"}));
     c->add_option("--after", *after, "only events after this sequence number");
     c->add_option("--limit", *limit, "at most this many")->capture_default_str();
     AddCommon(c, *f);
-    c->callback([f, job, after, limit] {
+    c->callback([f, job, object, type, after, limit] {
       if (!ValidOutput(*f)) return;
-      auto r = Call(*f, "GET",
-                    "/v1/events?job=" + Esc(*job) + "&after=" + std::to_string(*after) +
-                        "&limit=" + std::to_string(*limit));
+      auto r =
+          Call(*f, "GET",
+               "/v1/events?job=" + Esc(*job) + "&object=" + Esc(*object) + "&type=" + Esc(*type) +
+                   "&after=" + std::to_string(*after) + "&limit=" + std::to_string(*limit));
       if (!Check(*f, r)) return;
       if (!PrintStructured(*f, r.body)) {
         if (r.body["items"].empty())
           std::fprintf(stderr, "No events found.\n");
         else
-          PrintEvents(r.body["items"]);
+          PrintEvents(r.body["items"], f->output == "wide");
       }
       // A full page is the oldest --limit events: say where the rest begin (on stderr, so
       // structured output stays parseable).

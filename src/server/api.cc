@@ -332,8 +332,8 @@ void ApiServer::Routes() {
           auto limit = IntParam(req, "limit", 500, 1, 10000);
           if (!after.ok()) return Fail(res, after.status());
           if (!limit.ok()) return Fail(res, limit.status());
-          auto r =
-              cp.ListEvents(p, req.get_param_value("job"), *after, static_cast<size_t>(*limit));
+          auto r = cp.ListEvents(p, req.get_param_value("job"), *after, static_cast<size_t>(*limit),
+                                 req.get_param_value("object"), req.get_param_value("type"));
           if (!r.ok()) return Fail(res, r.status());
           Reply(res, 200, *r);
         }));

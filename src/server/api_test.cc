@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -774,6 +774,20 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   ASSERT_GE(all_events.size(), 3u);
   ASSERT_EQ(last.size(), 2u);
   EXPECT_EQ(last[1]["seq"], all_events.back()["seq"]);
+  // kubectl events --for / --types; -o wide adds what --after pages by, and the time.
+  auto [rc_for, out_for] = run("events --for job/a2 -o wide");
+  ASSERT_EQ(rc_for, 0) << out_for;
+  EXPECT_EQ(
+      out_for.rfind("SEQ   TIME                   LAST SEEN   TYPE     REASON      OBJECT", 0), 0u)
+      << out_for;
+  EXPECT_NE(out_for.find("job/a2"), std::string::npos) << out_for;
+  EXPECT_EQ(out_for.find("job/a1"), std::string::npos) << out_for;
+  EXPECT_NE(out_for.find("Z   "), std::string::npos) << "RFC 3339, UTC: " << out_for;
+  EXPECT_TRUE(json("events --type Warning").empty());
+  EXPECT_EQ(json("events --type Normal --for job/a1").size(), 1u) << "Submitted";
+  auto [rc_nokind, out_nokind] = run("events --for a1");
+  EXPECT_EQ(rc_nokind, 1);
+  EXPECT_NE(out_nokind.find("object: \"a1\": expected KIND/NAME"), std::string::npos) << out_nokind;
   // `tessera events` pages from the oldest, and says where the rest begin.
   auto [rc_ev, out_ev] = run("events --limit 2");
   EXPECT_EQ(rc_ev, 0) << out_ev;

@@ -1397,24 +1397,37 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& id, boo
 }
 
 StatusOr<Json> ControlPlane::ListEvents(const Principal& p, const std::string& job, int64_t after,
-                                        size_t limit) {
+                                        size_t limit, const std::string& object,
+                                        const std::string& type) {
   if (limit == 0 || limit > 10000) return InvalidArgument("limit: must be 1..10000");
+  if (!type.empty() && type != "Normal" && type != "Warning")
+    return InvalidArgument("type: \"" + type + "\" is not an event type (Normal, Warning)");
+  if (!object.empty() && object.find('/') == std::string::npos)
+    return InvalidArgument("object: \"" + object +
+                           "\": expected KIND/NAME (node/gpu-node-1, job/x)");
+  // One job's events are indexed with it; kubectl's --for job/x is the same.
+  const std::string of_job = !job.empty()                   ? job
+                             : object.rfind("job/", 0) == 0 ? object.substr(4)
+                                                            : "";
   std::lock_guard<std::mutex> l(mu_);
   Json items = Json::array();
-  auto visible = [&](const Event& e) {
+  auto wanted = [&](const Event& e) {
+    if (!type.empty() && e.type != type) return false;
+    if (!object.empty() && e.object != object) return false;
     if (e.object.rfind("job/", 0) != 0) return true;
     auto it = jobs_.find(e.object.substr(4));
     return it != jobs_.end() && Visible(p, it->second);
   };
-  if (!job.empty()) {
-    auto it = jobs_.find(job);
+  if (!of_job.empty()) {
+    auto it = jobs_.find(of_job);
     if (it == jobs_.end() || !Visible(p, it->second))
-      return NotFound("job \"" + job + "\" not found");
+      return NotFound("job \"" + of_job + "\" not found");
     for (int64_t s : it->second.events)
-      if (s > after && items.size() < limit) items.push_back(EventToJson(events_.at(s)));
+      if (const Event& e = events_.at(s); s > after && items.size() < limit && wanted(e))
+        items.push_back(EventToJson(e));
   } else {
     for (auto it = events_.upper_bound(after); it != events_.end() && items.size() < limit; ++it)
-      if (visible(it->second)) items.push_back(EventToJson(it->second));
+      if (wanted(it->second)) items.push_back(EventToJson(it->second));
   }
   int64_t next = items.empty() ? after : items.back()["seq"].get<int64_t>();
   return Json{{"items", items}, {"next", next}};

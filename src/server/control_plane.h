@@ -275,8 +275,11 @@ class ControlPlane {
     int64_t failures = 0;     // in all, since the start
   };
   StoreHealth store_health() const;
-  StatusOr<Json> ListEvents(const Principal& p, const std::string& job, int64_t after,
-                            size_t limit);
+  // Events after seq `after`, oldest first: of one job (`job`), or of one object
+  // ("node/gpu-node-1", "job/x": kubectl events --for), or all; of one type (Normal, Warning)
+  // when `type` is given.
+  StatusOr<Json> ListEvents(const Principal& p, const std::string& job, int64_t after, size_t limit,
+                            const std::string& object = "", const std::string& type = "");
   Json ListQueues(const Principal& p);
   Json ListPriorityClasses();
   Json ListNodes(const Principal& p, bool with_allocations = false);
