@@ -264,6 +264,20 @@ std::string S(const Json& o, const char* k, const std::string& def = "") {
   return o[k].dump();
 }
 
+// A node's GPUs per model, in device order: a node may mix models (1xA100-80GB,1xH200-141GB).
+std::string GpuShape(const Json& n) {
+  std::vector<std::pair<std::string, int64_t>> models;
+  for (const auto& d : n.value("devices", Json::array())) {
+    const std::string m = S(d, "model");
+    if (models.empty() || models.back().first != m) models.push_back({m, 0});
+    models.back().second += 1;
+  }
+  std::string shape;
+  for (const auto& [m, count] : models)
+    shape += (shape.empty() ? "" : ",") + std::to_string(count) + "x" + m;
+  return (shape.empty() ? "0x<none>" : shape) + (n.value("virtual", false) ? " (virtual)" : "");
+}
+
 std::string JoinList(const Json& a) {
   std::string s;
   if (!a.is_array()) return s;
@@ -333,6 +347,73 @@ void PrintEvents(const Json& items, bool wide = false) {
   std::vector<std::string> h = {"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"};
   if (wide) h.insert(h.begin(), {"SEQ", "TIME"});
   Table(h, rows);
+}
+
+// `tessera describe node NAME`, as kubectl's: what the node is, what is allocated on it (the
+// tasks holding its devices; another queue's shown as capacity in use only), its events.
+void DescribeNode(const ClientFlags& f, const std::string& name) {
+  auto r = Call(f, "GET", "/v1/nodes?allocations=true");
+  if (!Check(f, r)) return;
+  const Json* found = nullptr;
+  for (const auto& n : r.body["items"])
+    if (S(n, "name") == name) found = &n;
+  if (found == nullptr) {
+    std::fprintf(stderr, "Error from server (NotFound): node \"%s\" not found\n", name.c_str());
+    SetExitCode(1);
+    return;
+  }
+  auto ev = Call(f, "GET", "/v1/events?limit=10000&object=" + Esc("node/" + name));
+  if (!Check(f, ev)) return;
+  Json node = *found;
+  node["events"] = ev.body["items"];
+  if (PrintStructured(f, node)) return;
+  const Json& n = node;
+  std::string labels, taints;
+  const Json node_labels = n.value("labels", Json::object());  // (items() of a temporary dangles)
+  for (const auto& [k, v] : node_labels.items())
+    labels +=
+        (labels.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  for (const auto& t : n.value("taints", Json::array()))
+    taints += (taints.empty() ? "" : ",") + S(t, "key") +
+              (S(t, "value").empty() ? "" : "=" + S(t, "value")) + ":" + S(t, "effect");
+  std::printf("Name:           %s\n", S(n, "name").c_str());
+  std::printf("Pool:           %s\n", S(n, "pool").c_str());
+  std::printf("Status:         %s\n", NodeStatus(n).c_str());
+  std::printf("Last heartbeat: %s\n",
+              n.contains("lastHeartbeat")
+                  ? (Age(n["lastHeartbeat"].get<int64_t>()) + " ago").c_str()
+                  : "<none since the server started>");
+  std::printf("Agent:          %s (epoch %s)\n", S(n, "agentVersion", "<unknown>").c_str(),
+              S(n, "epoch").c_str());
+  std::printf("Labels:         %s\n", labels.empty() ? "<none>" : labels.c_str());
+  std::printf("Taints:         %s\n", taints.empty() ? "<none>" : taints.c_str());
+  std::printf("Capacity:       cpu %s, memory %s, GPUs %s\n", S(n, "cpu").c_str(),
+              S(n, "memory").c_str(), GpuShape(n).c_str());
+  int64_t cpu = 0, memory = 0;
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& a : n.value("allocations", Json::array())) {
+    const Json& pl = a["placement"];
+    if (auto c = ParseMilliQuantity(S(pl, "cpu", "0")); c.ok()) cpu += *c;
+    if (auto m = ParseByteQuantity(S(pl, "memory", "0")); m.ok()) memory += *m;
+    std::string devs;
+    for (const auto& d : pl.value("devices", Json::array()))
+      devs += (devs.empty() ? "" : ",") + S(d, "device");
+    rows.push_back({"  " + S(a, "id", "<other queue>"), S(a, "job", "-"), S(a, "task"),
+                    S(a, "state"), devs.empty() ? "-" : devs, S(pl, "cpu"), S(pl, "memory")});
+  }
+  std::printf("Allocated:      cpu %s, memory %s, GPUs %s/%s\n", FormatMilli(cpu).c_str(),
+              FormatBytes(memory).c_str(),
+              FormatMilli(n.value("gpuMilliInUse", int64_t{0})).c_str(), S(n, "gpus").c_str());
+  std::printf("Allocations:\n");
+  if (rows.empty())
+    std::printf("  <none>\n");
+  else
+    Table({"  ID", "JOB", "TASK", "STATE", "DEVICES", "CPU", "MEMORY"}, rows);
+  std::printf("Events:\n");
+  if (n["events"].empty())
+    std::printf("  <none>\n");
+  else
+    PrintEvents(n["events"]);
 }
 
 // Fetches every page of a list endpoint.
@@ -717,23 +798,12 @@ void AddClientCommands(CLI::App& app) {
       } else if (k == "nodes" || k == "node") {
         std::vector<std::vector<std::string>> rows;
         for (const auto& n : items) {
-          // Per model, in device order: a node may mix models (1xA100-80GB,1xH200-141GB).
-          std::vector<std::pair<std::string, int64_t>> models;
-          for (const auto& d : n["devices"]) {
-            const std::string m = S(d, "model");
-            if (models.empty() || models.back().first != m) models.push_back({m, 0});
-            models.back().second += 1;
-          }
-          std::string shape;
-          for (const auto& [m, count] : models)
-            shape += (shape.empty() ? "" : ",") + std::to_string(count) + "x" + m;
-          if (shape.empty()) shape = "0x<none>";
           int64_t gpus = n.value("gpus", int64_t{0});
           std::vector<std::string> r2 = {
               S(n, "name"),
               NodeStatus(n),
               S(n, "pool"),
-              shape + (n.value("virtual", false) ? " (virtual)" : ""),
+              GpuShape(n),
               FormatMilli(n.value("gpuMilliInUse", int64_t{0})) + "/" + std::to_string(gpus),
               Age(n.value("lastHeartbeat", int64_t{0}))};
           if (f->output == "wide") {
@@ -811,13 +881,17 @@ void AddClientCommands(CLI::App& app) {
   {
     auto kind = std::make_shared<std::string>();
     auto name = std::make_shared<std::string>();
-    CLI::App* c = app.add_subcommand("describe",
-                                     "a job in detail: spec, pending reason, allocations, events");
-    c->add_option("kind", *kind, "job")->required()->check(CLI::IsMember({"job", "jobs"}));
-    c->add_option("name", *name, "job name")->required();
+    CLI::App* c = app.add_subcommand(
+        "describe",
+        "a job or node in detail: spec, pending reason, allocations, events (kubectl describe)");
+    c->add_option("kind", *kind, "job | node")
+        ->required()
+        ->check(CLI::IsMember({"job", "jobs", "node", "nodes"}));
+    c->add_option("name", *name, "job or node name")->required();
     AddCommon(c, *f);
     c->callback([f, kind, name] {
       if (!ValidOutput(*f)) return;
+      if (kind->starts_with("node")) return DescribeNode(*f, *name);
       auto r = Call(*f, "GET", "/v1/jobs/" + Esc(*name) + "/describe");
       if (!Check(*f, r)) return;
       if (PrintStructured(*f, r.body)) return;

@@ -706,6 +706,20 @@ TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
   EXPECT_EQ(run("drain n-ok"), "node/n-ok already cordoned\nnode/n-ok drained\n");
   EXPECT_EQ(run("uncordon n-ok"), "node/n-ok uncordoned\n");
   EXPECT_EQ(run("uncordon n-ok"), "node/n-ok already uncordoned\n");
+  // kubectl describe node: what it is, what it holds, its events.
+  const std::string d = run("describe node n-mixed");
+  EXPECT_NE(d.find("Name:           n-mixed\nPool:           "), std::string::npos) << d;
+  EXPECT_NE(d.find("Capacity:       cpu 8, memory 64Gi, GPUs 1xA100-80GB,1xH200-141GB"),
+            std::string::npos)
+      << d;
+  EXPECT_NE(d.find("Allocated:      cpu 0, memory 0, GPUs 0/2\nAllocations:\n  <none>\n"),
+            std::string::npos)
+      << d;
+  const std::string ok = run("describe node n-ok");
+  EXPECT_NE(ok.find("Status:         Ready\n"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("NodeCordoned"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("NodeUncordoned"), std::string::npos) << ok;
+  EXPECT_EQ(run("describe node nope"), "Error from server (NotFound): node \"nope\" not found\n");
 }
 
 // `tessera get` filters every kind as it says (or refuses a filter it cannot apply),
