@@ -350,7 +350,11 @@ void ClusterMetrics::Update(const ClusterView& view) {
   if (view.plan) {
     plan_reason.reserve(view.plan->decisions.size());
     for (const JobDecision& d : view.plan->decisions) {
-      if (d.outcome != Outcome::kPlaced)
+      // A job that can never fit the cluster as it is says so (as `get jobs` does), apart
+      // from those that wait: an SRE alerts on never-runnable work.
+      if (d.outcome == Outcome::kInfeasible)
+        plan_reason.emplace(d.job, "Infeasible");
+      else if (d.outcome != Outcome::kPlaced)
         plan_reason.emplace(d.job, d.reason != nullptr ? std::string_view(d.reason->code) : "");
     }
   }

@@ -295,6 +295,15 @@ TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
   text = "\n" + m_.RenderText();
   EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"QueueOverLimit\"}"), "absent");
   EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"NotYetScheduled\"}"), "1");
+  // One that can never fit is counted apart, whatever resource it lacks.
+  plan.decisions[0].outcome = Outcome::kInfeasible;
+  plan.decisions[0].reason =
+      std::make_shared<const PendingReason>(PendingReason{"Insufficient", "", "", {}});
+  view_.plan = &plan;
+  m_.Update(view_);
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Infeasible\"}"), "1");
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Insufficient\"}"), "absent");
 }
 
 TEST_F(ClusterMetricsTest, ObserveCycleCountsBindingsEvictionsAndLatency) {
