@@ -1463,6 +1463,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   s.restart.on_eviction = FailureAction::kRestartJob;  // Slurm's --requeue, unless --no-requeue
   GivenCount nodes, ntasks, per_node;
   int32_t cpus_per_task = 1;
+  std::string cpus_at;  // the -c line, as written
   // GPUs per node as --gres and as --gpus-per-node said them (a repeated option: its last
   // value, as sbatch); `at` names the line, empty when not given.
   struct GpuAsk {
@@ -1535,6 +1536,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         auto x = PositiveInt(val, p);
         if (!x.ok()) return x.status();
         cpus_per_task = *x;
+        cpus_at = p + (long_opt ? "=" : " ") + val;
       } else if (opt == "--mem") {
         std::string q = val;
         if (!q.empty() && std::isalpha(static_cast<unsigned char>(q.back()))) {
@@ -1640,10 +1642,18 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   const int32_t n_nodes = layout->nodes, n_per_node = layout->per_node;
   // One Tessera task per Slurm node, holding all of that node's Slurm tasks; the gang is every
   // node.
+  // CPUs per node; each count alone may be near 10^9, and no node has a million CPUs.
+  constexpr int64_t kMaxCpusPerNode = 1000000;
+  const int64_t cpus = int64_t{cpus_per_task} * n_per_node;
+  if (cpus > kMaxCpusPerNode)
+    return InvalidArgument(
+        (cpus_at.empty() ? "-c 1" : cpus_at) + " x " + std::to_string(n_per_node) +
+        " tasks per node = " + std::to_string(cpus) + " CPUs per node, more than any node has (" +
+        std::to_string(kMaxCpusPerNode) + " at most)");
   TaskGroup g;
   g.name = "node";
   g.replicas = n_nodes;
-  g.request.cpu_milli = int64_t{1000} * cpus_per_task * n_per_node;
+  g.request.cpu_milli = 1000 * cpus;
   g.request.memory_bytes = mem;
   if (gpus.count > 0) {
     g.request.gpu.kind = GpuRequestKind::kWhole;

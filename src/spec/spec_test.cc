@@ -731,6 +731,10 @@ TEST(Spec, RejectsWithFieldPaths) {
        "line 2: --frobnicate"},
       {"sbatch bad gres", "#!/bin/bash\n#SBATCH --gres=gpu:-1\n", "line 2: --gres"},
       {"sbatch bad time", "#!/bin/bash\n#SBATCH --time=soon\n", "bad time"},
+      {"sbatch CPUs per node overflow",
+       "#!/bin/bash\n#SBATCH -c 999999999\n#SBATCH --ntasks-per-node=999999999\n",
+       "line 2: -c 999999999 x 999999999 tasks per node = 999999998000000001 CPUs per node, more "
+       "than any node has (1000000 at most)"},
       {"bad utf8", std::string("apiVersion: v1\nkind: Pod\nmetadata: {name: \"\xff\xfe\"}\n"),
        "not valid UTF-8"},
       {"deep flow nesting", std::string(200, '[') + std::string(200, ']'), "nests deeper"},
