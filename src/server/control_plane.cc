@@ -475,7 +475,7 @@ size_t ControlPlane::CompactFinishedJobs() {
   const int64_t now = Now();
   std::vector<store::Op> ops;
   std::vector<std::string> gone;
-  std::optional<std::map<std::pair<std::string, int64_t>, std::vector<std::string>>> waited;
+  std::optional<Dependents> waited;
   // Bounded work per call (one store transaction); the next cycle goes on.
   for (auto it = jobs_.begin(); it != jobs_.end() && ops.size() < 20000; ++it) {
     const JobRecord& j = it->second;
@@ -804,8 +804,8 @@ const char* ControlPlane::HeldBack(const JobRecord& j, int64_t now) const {
   return "";
 }
 
-std::map<std::pair<std::string, int64_t>, std::vector<std::string>> ControlPlane::WaitedOn() const {
-  std::map<std::pair<std::string, int64_t>, std::vector<std::string>> out;
+ControlPlane::Dependents ControlPlane::WaitedOn() const {
+  Dependents out;
   for (const auto& [id, j] : jobs_) {
     if (!j.allocations.empty() || IsTerminal(j.state)) continue;
     for (const spec::Dependency& d : j.spec.dependencies) {

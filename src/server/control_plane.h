@@ -444,7 +444,8 @@ class ControlPlane {
   const char* HeldBack(const JobRecord& j, int64_t now) const;
   // The jobs (name, seq) that unfinished jobs never yet placed depend on, each with those
   // dependents: a job waited for is not deleted.
-  std::map<std::pair<std::string, int64_t>, std::vector<std::string>> WaitedOn() const;
+  using Dependents = std::map<std::pair<std::string, int64_t>, std::vector<std::string>>;
+  Dependents WaitedOn() const;
   // Job arrays (sbatch --array): the elements of each array (by its job id), in index order.
   void AddArrayElement(const JobRecord& j);
   // Pending elements held back by their array's throttle (--array=...%N) at `now`: past the
