@@ -1044,7 +1044,11 @@ void AddClientCommands(CLI::App& app) {
       for (const auto& n : *names) {
         auto r = Call(*f, "POST", "/v1/jobs/" + Esc(n) + "/" + what);
         if (!Check(*f, r)) continue;
-        std::printf("job/%s %s\n", n.c_str(), std::string(what) == "hold" ? "held" : "released");
+        // A job array's name holds or releases its jobs: one line each.
+        const Json items = r.body.contains("items") ? r.body["items"] : Json::array({r.body});
+        for (const auto& j : items)
+          std::printf("job/%s %s\n", S(j, "name").c_str(),
+                      std::string(what) == "hold" ? "held" : "released");
       }
     });
   }

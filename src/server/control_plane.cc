@@ -1303,17 +1303,11 @@ StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& id) {
   if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not cancel jobs");
   std::lock_guard<std::mutex> l(mu_);
   auto it = jobs_.find(id);
-  if (auto named = array_names_.find(id); it == jobs_.end() && named != array_names_.end()) {
+  if (std::vector<JobRecord*> all = VisibleArray(p, id); it == jobs_.end() && !all.empty()) {
     // A job array as a whole, as `scancel JOBID` of an array: every unfinished element, at once.
     std::vector<JobRecord*> elements;
-    bool visible = false;
-    for (int64_t array : named->second)
-      for (const std::string& e : arrays_.at(array)) {
-        JobRecord& j = jobs_.at(e);
-        visible = visible || Visible(p, j);
-        if (Visible(p, j) && !IsTerminal(j.state)) elements.push_back(&j);
-      }
-    if (!visible) return NotFound("job \"" + id + "\" not found");
+    for (JobRecord* j : all)
+      if (!IsTerminal(j->state)) elements.push_back(j);
     if (elements.empty())
       return FailedPrecondition("job array \"" + id + "\": every job of it already finished");
     std::vector<store::Op> ops;
@@ -1336,6 +1330,15 @@ StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& id) {
   Json v = JobView(j, false);
   Kick();
   return v;
+}
+
+std::vector<JobRecord*> ControlPlane::VisibleArray(const Principal& p, const std::string& name) {
+  std::vector<JobRecord*> out;
+  if (auto named = array_names_.find(name); named != array_names_.end())
+    for (int64_t array : named->second)
+      for (const std::string& e : arrays_.at(array))
+        if (JobRecord& j = jobs_.at(e); Visible(p, j)) out.push_back(&j);
+  return out;
 }
 
 void ControlPlane::AddArrayElement(const JobRecord& j) {
@@ -1374,6 +1377,35 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& id, boo
     return PermissionDenied(std::string("agent tokens may not ") + verb + " jobs");
   std::lock_guard<std::mutex> l(mu_);
   auto it = jobs_.find(id);
+  std::vector<store::Op> ops;
+  // Records `j` held (by p) or released, with its event and audit.
+  auto change = [&](JobRecord& j) {
+    const std::string before = j.held_by;
+    j.held_by = hold ? p.name : "";
+    ops.push_back(JobOp(j));
+    AddEvent(ops, "Normal", hold ? "Held" : "Released", "job/" + j.id(),
+             hold ? "held by " + p.name + ": not scheduled until `tessera release " + j.id() + "`"
+                  : "released by " + p.name + " (held by " + before + ")");
+    AddAudit(ops, p, verb, "job/" + j.id(), "ok");
+  };
+  if (std::vector<JobRecord*> all = VisibleArray(p, id); it == jobs_.end() && !all.empty()) {
+    // A job array as a whole (scontrol hold/release of an array): its pending elements not
+    // held yet / its held ones.
+    Json items = Json::array();
+    std::vector<JobRecord*> changed;
+    for (JobRecord* j : all)
+      if (hold ? j->state == JobState::kPending && j->held_by.empty() : !j->held_by.empty())
+        changed.push_back(j);
+    if (changed.empty())
+      return FailedPrecondition(
+          "job array \"" + id +
+          "\": " + (hold ? "no job of it is pending and not held" : "no job of it is held"));
+    for (JobRecord* j : changed) change(*j);
+    TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+    for (const JobRecord* j : changed) items.push_back(JobView(*j, false));
+    if (!hold) Kick();
+    return Json{{"name", id}, {"items", items}};
+  }
   if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
   JobRecord& j = it->second;
   if (hold && j.state != JobState::kPending)
@@ -1382,14 +1414,7 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& id, boo
         (IsTerminal(j.state) ? std::string() : " (`tessera cancel " + id + "` stops it)"));
   if (!hold && j.held_by.empty()) return FailedPrecondition("job \"" + id + "\" is not held");
   if (hold && !j.held_by.empty()) return JobView(j, false);  // held already: nothing to do
-  const std::string before = j.held_by;
-  j.held_by = hold ? p.name : "";
-  std::vector<store::Op> ops;
-  ops.push_back(JobOp(j));
-  AddEvent(ops, "Normal", hold ? "Held" : "Released", "job/" + id,
-           hold ? "held by " + p.name + ": not scheduled until `tessera release " + id + "`"
-                : "released by " + p.name + " (held by " + before + ")");
-  AddAudit(ops, p, verb, "job/" + id, "ok");
+  change(j);
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   Json v = JobView(j, false);
   if (!hold) Kick();

@@ -448,6 +448,8 @@ class ControlPlane {
   Dependents WaitedOn() const;
   // Job arrays (sbatch --array): the elements of each array (by its job id), in index order.
   void AddArrayElement(const JobRecord& j);
+  // The elements of the job array named `name` that `p` may see (none: no such array).
+  std::vector<JobRecord*> VisibleArray(const Principal& p, const std::string& name);
   // Pending elements held back by their array's throttle (--array=...%N) at `now`: past the
   // elements that run (Scheduled, Running, Terminating) and, in index order, the pending ones
   // nothing else holds back, up to N. Of `array` only, or of every array (0).

@@ -685,6 +685,32 @@ TEST_F(ControlPlaneTest, AnArrayThrottleHoldsElementsBackAcrossARestart) {
 
 // `tessera cancel NAME` of an array cancels every unfinished element at once (scancel of an
 // array's id); each element can be cancelled alone too.
+// scontrol hold/release of an array: its pending jobs, at once.
+TEST_F(ControlPlaneTest, HoldingAnArrayHoldsItsPendingJobs) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "#!/bin/bash\n#SBATCH -J arr\n#SBATCH --array=1-3\n#SBATCH "
+                          "--gres=gpu:1\nsleep 100\n")
+                  .ok());
+  ASSERT_TRUE(cp_->Hold(kAdmin, "arr_3", true).ok());
+  auto held = cp_->Hold(kAdmin, "arr", true);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ((*held)["items"].size(), 2u) << "arr_3 was held already";
+  EXPECT_EQ((*held)["items"][0]["name"], "arr_1");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Beat("node-a", epoch)["allocations"].empty());
+  EXPECT_EQ(cp_->Hold(kAdmin, "arr", true).status().message(),
+            "job array \"arr\": no job of it is pending and not held");
+  auto released = cp_->Hold(kAdmin, "arr", false);
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ((*released)["items"].size(), 3u);
+  StartAll("node-a", epoch, 3);
+  EXPECT_EQ(cp_->Hold(kAdmin, "arr", false).status().message(),
+            "job array \"arr\": no job of it is held");
+  const Principal other{"bob", Role::kMember, {"training"}};
+  EXPECT_EQ(cp_->Hold(other, "arr", true).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(ControlPlaneTest, CancellingAnArrayCancelsEveryElement) {
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(cp_->Submit(kAdmin,
