@@ -1030,7 +1030,42 @@ Failure CycleRun::CountNeverFits(PendingJob& pj, int32_t task) {
     f.rejected[v.reason] += per_signature[s];
     if (!v.resource.empty()) by_resource[v.resource] += per_signature[s];
   }
-  return SummariseRejections(std::move(f), by_resource, static_cast<int32_t>(m_.nodes.size()));
+  const int32_t nodes = static_cast<int32_t>(m_.nodes.size());
+  f = SummariseRejections(std::move(f), by_resource, nodes);
+  // Every node short of one resource: how much a task asks beside the most any node has,
+  // which says what to change (sbatch refuses such a job at once, naming no figure).
+  if (!f.resource.empty() && by_resource[f.resource] == nodes && f.message.ends_with(".")) {
+    std::string ask, most;
+    if (f.resource == "cpu" || f.resource == "memory") {
+      const bool cpu = f.resource == "cpu";
+      int64_t has = 0;
+      for (const auto& n : capacity_nodes_)
+        has = std::max(has, cpu ? n->cpu_milli : n->memory_bytes);
+      ask = cpu ? FormatMilli(req.cpu_milli) : FormatBytes(req.memory_bytes);
+      most = cpu ? FormatMilli(has) : FormatBytes(has);
+    } else if (f.resource == "nvidia.com/gpu" || f.resource.starts_with("nvidia.com/mig-")) {
+      // Whole GPUs: devices without MIG; a MIG profile: its instances.
+      const std::string profile = f.resource == "nvidia.com/gpu" ? "" : f.resource.substr(15);
+      int64_t has = 0;
+      for (const auto& n : capacity_nodes_) {
+        int64_t here = 0;
+        for (const Device& d : n->devices) {
+          if (profile.empty()) here += !d.mig_enabled();
+          for (const MigInstance& m : d.mig) here += !profile.empty() && m.profile == profile;
+        }
+        has = std::max(has, here);
+      }
+      ask = std::to_string(req.gpu.count);
+      most = std::to_string(has);
+    }
+    if (!ask.empty()) {
+      f.message.pop_back();
+      f.message +=
+          " (a task asks " + ask + " " + f.resource +
+          (most == "0" ? "; no node has any)." : "; the most any node has is " + most + ").");
+    }
+  }
+  return f;
 }
 
 void CycleRun::Finalize() {
