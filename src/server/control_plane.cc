@@ -2356,11 +2356,11 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                    a.task);
         NoteEvictions(why.empty() ? "Evicted" : why, 1);
       } else {
-        // The agent's words ("exited with code 3", "killed by SIGKILL"), with the code where
-        // they do not give it (a signal: 128 + the signal, as a shell says).
+        // The agent's or pool's words ("exited with code 3", "killed by SIGKILL", "Slurm job 43
+        // FAILED"), with the code where they do not give it (a signal: 128 + the signal).
         const std::string code = std::to_string(a.exit_code);
         std::string how = a.message.empty() ? "exited with code " + code : a.message;
-        if (how.find(code) == std::string::npos) how += " (exit code " + code + ")";
+        if (how.find("code " + code) == std::string::npos) how += " (exit code " + code + ")";
         OnTaskLoss(ops, j, false, "TaskFailed",
                    "task " + std::to_string(a.task) + " on " + node_name + " failed: " + how,
                    a.task, a.exit_code);
