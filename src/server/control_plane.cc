@@ -919,8 +919,7 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
           {"message", "job " + w.on->job + " ended " +
                           (w.job ? JobStateName(w.job->state) : std::string("and was deleted")) +
                           ": " + condition + " can never be satisfied; `tessera cancel " + j.id() +
-                          "` removes this job"},
-          {"infeasible", true}};
+                          "` removes this job"}};
     } else {
       o["pendingReason"] = {{"code", held},
                             {"message", "waits for " + Awaited(*w.on) + "; " + w.on->job + " is " +
@@ -1060,6 +1059,13 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         continue;
       }
       const std::string name = s.job.id.empty() ? "job-" + Pad(seq, 6) : s.job.id;
+      // One array per name while any of its jobs is kept: `tessera cancel NAME`, a throttle
+      // and a dependency on NAME each mean one array.
+      if (array_names_.count(name))
+        return AlreadyExists(ctx + s.origin.name + ": job array \"" + name +
+                             "\" already exists; its name is free once its jobs are deleted "
+                             "(`tessera delete job " +
+                             name + "_<index>`)");
       if (jobs_.count(name) || reserved_ids_.count(name) || arrays_named.count(name))
         return AlreadyExists(ctx + s.origin.name + ": job \"" + name +
                              "\" exists; an array may not have a job's name (`tessera cancel " +
@@ -1382,6 +1388,8 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& id, boo
   auto change = [&](JobRecord& j) {
     const std::string before = j.held_by;
     j.held_by = hold ? p.name : "";
+    // Its wait (queue-wait figures) counts from its release: the hold was the user's choice.
+    if (!hold) j.queued_at = std::max(j.queued_at, Now());
     ops.push_back(JobOp(j));
     AddEvent(ops, "Normal", hold ? "Held" : "Released", "job/" + j.id(),
              hold ? "held by " + p.name + ": not scheduled until `tessera release " + j.id() + "`"
