@@ -737,59 +737,112 @@ int64_t LastRunStartedAt(const JobRecord& j, const std::map<std::string, Allocat
 
 enum class DependencyState { kWaiting, kSatisfied, kNever };
 
-// Where dependency `d` stands, given the job it names (nullptr: deleted). A job waited for is
-// kept until its dependents are placed (WaitedOn), so one gone was deleted before this was checked:
-// it ended, with an outcome no longer known.
-static DependencyState StateOf(const spec::Dependency& d, const JobRecord* on) {
+// Where dependency `d` stands, given the jobs it names: one job, or every job of an array,
+// which Slurm judges as a whole by its highest exit code (afterok: every job succeeded;
+// afternotok: all ended, one failed). None: the one job was deleted before this was checked
+// (a job waited for is kept until its dependents are placed: WaitedOn), so it ended, with an
+// outcome no longer known.
+static DependencyState StateOf(const spec::Dependency& d, const std::vector<const JobRecord*>& on) {
   using C = spec::Dependency::Condition;
-  const bool ended = on == nullptr || IsTerminal(on->state);
-  if (d.condition == C::kAfter && (ended || on->started_at >= 0))
-    return DependencyState::kSatisfied;
-  if (!ended || d.condition == C::kAfter) return DependencyState::kWaiting;
-  if (d.condition == C::kAfterAny) return DependencyState::kSatisfied;
-  const bool ok = on != nullptr && on->state == JobState::kSucceeded;
-  const bool failed = on != nullptr && !ok;
-  return (d.condition == C::kAfterOk ? ok : failed) ? DependencyState::kSatisfied
-                                                    : DependencyState::kNever;
+  bool all_started = true, all_ended = true, any_failed = false;
+  for (const JobRecord* j : on) {
+    const bool ended = IsTerminal(j->state);
+    all_started = all_started && (ended || j->started_at >= 0);
+    all_ended = all_ended && ended;
+    any_failed = any_failed || (ended && j->state != JobState::kSucceeded);
+  }
+  const bool known = !on.empty();
+  switch (d.condition) {
+    case C::kAfter:
+      return all_started ? DependencyState::kSatisfied : DependencyState::kWaiting;
+    case C::kAfterAny:
+      return all_ended ? DependencyState::kSatisfied : DependencyState::kWaiting;
+    case C::kAfterOk:
+      if (any_failed || !known) return DependencyState::kNever;
+      return all_ended ? DependencyState::kSatisfied : DependencyState::kWaiting;
+    case C::kAfterNotOk:
+      if (!all_ended) return DependencyState::kWaiting;
+      return any_failed ? DependencyState::kSatisfied : DependencyState::kNever;
+  }
+  return DependencyState::kWaiting;
 }
 
-// "prep to succeed (afterok)": what a dependency waits for, in words.
+// "prep to succeed (afterok)", "every job of array sweep to succeed (afterok)": what a
+// dependency waits for, in words.
 static std::string Awaited(const spec::Dependency& d) {
   using C = spec::Dependency::Condition;
-  return d.job +
+  const std::string what = d.array ? "every job of array " + d.job : d.job;
+  const std::string condition =
+      std::string(" (") + spec::DependencyConditionName(d.condition) + ")";
+  if (d.condition == C::kAfterNotOk && d.array)
+    return "array " + d.job + " to end with a job failed" + condition;
+  return what +
          (d.condition == C::kAfter      ? " to start"
           : d.condition == C::kAfterAny ? " to end"
           : d.condition == C::kAfterOk  ? " to succeed"
                                         : " to fail") +
-         " (" + spec::DependencyConditionName(d.condition) + ")";
+         condition;
 }
 
-const JobRecord* ControlPlane::DependedOn(const spec::Dependency& d) const {
-  auto it = jobs_.find(d.job);
-  return it != jobs_.end() && it->second.seq == d.seq ? &it->second : nullptr;
+std::vector<const JobRecord*> ControlPlane::DependedOn(const spec::Dependency& d) const {
+  std::vector<const JobRecord*> out;
+  if (d.array) {
+    if (auto a = arrays_.find(d.seq); a != arrays_.end())
+      for (const std::string& e : a->second) out.push_back(&jobs_.at(e));
+  } else if (auto it = jobs_.find(d.job); it != jobs_.end() && it->second.seq == d.seq) {
+    out.push_back(&it->second);
+  }
+  return out;
 }
 
 ControlPlane::DependencyWait ControlPlane::WaitingOn(const JobRecord& j) const {
   DependencyWait wait;
   if (!j.allocations.empty() || IsTerminal(j.state)) return wait;
   for (const spec::Dependency& d : j.spec.dependencies) {
-    const JobRecord* on = DependedOn(d);
+    std::vector<const JobRecord*> on = DependedOn(d);
     const DependencyState state = StateOf(d, on);
     const bool never = state == DependencyState::kNever;
     // The first that can never be satisfied, else the first still waiting.
     if (state == DependencyState::kSatisfied || (wait.on && (wait.never || !never))) continue;
-    wait = {&d, on, never};
+    wait = {&d, std::move(on), never};
   }
   return wait;
+}
+
+std::string ControlPlane::DependencyWords(const DependencyWait& w) const {
+  const spec::Dependency& d = *w.on;
+  const std::string condition = spec::DependencyConditionName(d.condition);
+  if (!w.never) {
+    if (!d.array)
+      return "waits for " + Awaited(d) + "; " + d.job + " is " + JobStateName(w.jobs[0]->state);
+    const bool after = d.condition == spec::Dependency::Condition::kAfter;
+    int64_t done = 0;
+    for (const JobRecord* e : w.jobs) done += IsTerminal(e->state) || (after && e->started_at >= 0);
+    return "waits for " + Awaited(d) + "; " + std::to_string(done) + " of its " +
+           std::to_string(w.jobs.size()) + " jobs " + (after ? "started" : "ended");
+  }
+  std::string why;
+  if (!d.array) {
+    why = "job " + d.job + " ended " +
+          (w.jobs.empty() ? std::string("and was deleted") : JobStateName(w.jobs[0]->state));
+  } else if (d.condition == spec::Dependency::Condition::kAfterOk) {
+    for (const JobRecord* e : w.jobs)
+      if (IsTerminal(e->state) && e->state != JobState::kSucceeded && why.empty())
+        why = "job " + e->id() + " of array " + d.job + " ended " + JobStateName(e->state);
+  } else {
+    why = "every job of array " + d.job + " succeeded";
+  }
+  return why + ": " + condition + " can never be satisfied";
 }
 
 int64_t ControlPlane::EligibleSince(const JobRecord& j) const {
   int64_t since = j.queued_at;
   for (const spec::Dependency& d : j.spec.dependencies) {
-    const JobRecord* on = DependedOn(d);
-    if (on == nullptr || StateOf(d, on) != DependencyState::kSatisfied) continue;
-    const bool started = d.condition == spec::Dependency::Condition::kAfter && on->started_at >= 0;
-    since = std::max(since, started ? on->started_at : on->finished_at);
+    const std::vector<const JobRecord*> on = DependedOn(d);
+    if (StateOf(d, on) != DependencyState::kSatisfied) continue;
+    const bool after = d.condition == spec::Dependency::Condition::kAfter;
+    for (const JobRecord* e : on)
+      since = std::max(since, after && e->started_at >= 0 ? e->started_at : e->finished_at);
   }
   return since;
 }
@@ -808,10 +861,11 @@ ControlPlane::Dependents ControlPlane::WaitedOn() const {
   Dependents out;
   for (const auto& [id, j] : jobs_) {
     if (!j.allocations.empty() || IsTerminal(j.state)) continue;
-    for (const spec::Dependency& d : j.spec.dependencies) {
-      auto& dependents = out[{d.job, d.seq}];
-      if (dependents.empty() || dependents.back() != id) dependents.push_back(id);
-    }
+    for (const spec::Dependency& d : j.spec.dependencies)
+      for (const JobRecord* on : DependedOn(d)) {
+        auto& dependents = out[{on->id(), on->seq}];
+        if (dependents.empty() || dependents.back() != id) dependents.push_back(id);
+      }
   }
   return out;
 }
@@ -880,13 +934,14 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["nodes"] = std::vector<std::string>(nodes.begin(), nodes.end());
   if (!j.message.empty()) o["message"] = j.message;
   for (const spec::Dependency& d : j.spec.dependencies) {
-    const JobRecord* on = DependedOn(d);
-    const DependencyState state = StateOf(d, on);
-    o["dependencies"].push_back({{"condition", spec::DependencyConditionName(d.condition)},
-                                 {"job", d.job},
-                                 {"state", state == DependencyState::kSatisfied ? "Satisfied"
-                                           : state == DependencyState::kNever   ? "NeverSatisfied"
-                                                                                : "Waiting"}});
+    const DependencyState state = StateOf(d, DependedOn(d));
+    Json x = {{"condition", spec::DependencyConditionName(d.condition)},
+              {"job", d.job},
+              {"state", state == DependencyState::kSatisfied ? "Satisfied"
+                        : state == DependencyState::kNever   ? "NeverSatisfied"
+                                                             : "Waiting"}};
+    if (d.array) x["array"] = true;  // every job of the array, as a whole
+    o["dependencies"].push_back(std::move(x));
   }
   // A running job's tasks restarted alone: the first of them to be placed again. The
   // pending reason of a running job is that of its tasks still to place.
@@ -912,19 +967,10 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
                                           "` lets it be scheduled"}};
   } else if (held == "Dependency" || held == "DependencyNeverSatisfied") {
     const DependencyWait w = WaitingOn(j);
-    const std::string condition = spec::DependencyConditionName(w.on->condition);
-    if (w.never) {
-      o["pendingReason"] = {
-          {"code", held},
-          {"message", "job " + w.on->job + " ended " +
-                          (w.job ? JobStateName(w.job->state) : std::string("and was deleted")) +
-                          ": " + condition + " can never be satisfied; `tessera cancel " + j.id() +
-                          "` removes this job"}};
-    } else {
-      o["pendingReason"] = {{"code", held},
-                            {"message", "waits for " + Awaited(*w.on) + "; " + w.on->job + " is " +
-                                            JobStateName(w.job->state)}};
-    }
+    o["pendingReason"] = {
+        {"code", held},
+        {"message", DependencyWords(w) +
+                        (w.never ? "; `tessera cancel " + j.id() + "` removes this job" : "")}};
   } else if (held == "BackOff") {
     back_off(j.backoff, "");
   } else if (held == "NodeLost") {
@@ -1121,24 +1167,35 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (reserved_ids_.count(s.job.id) || seen.count(s.job.id))
         return AlreadyExists(ctx + s.origin.name + ": job \"" + s.job.id + "\" already exists");
       seen.insert(s.job.id);
-      // By sbatch job id (digits), else by name. An array, by its name or its job id (%A),
-      // stands for every one of its elements, as in Slurm.
+      // By sbatch job id (digits), else by name; an array by its name or its job id (%A), as
+      // a whole, and one job of it as Slurm writes it (JOBID_INDEX).
       auto number = [](const std::string& id) -> int64_t {
-        const bool digits = id.find_first_not_of("0123456789") == std::string::npos;
+        const bool digits = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos;
         return digits && id.size() < 19 ? std::stoll(id) : -1;
       };
-      std::vector<spec::Dependency> dependencies;
-      for (const spec::Dependency& d : s.dependencies) {
-        std::vector<std::string> elements;
-        if (auto a = arrays_.find(number(d.job)); a != arrays_.end()) elements = a->second;
-        if (auto n = array_names_.find(d.job); n != array_names_.end() && !jobs_.count(d.job))
-          for (int64_t array : n->second)
-            elements.insert(elements.end(), arrays_.at(array).begin(), arrays_.at(array).end());
-        if (elements.empty()) dependencies.push_back(d);
-        for (const std::string& e : elements) dependencies.push_back({d.condition, e, 0});
-      }
-      s.dependencies = std::move(dependencies);
       for (spec::Dependency& d : s.dependencies) {
+        const std::string given = d.job;
+        const auto never = [&](const std::string& ended) {
+          return FailedPrecondition(ctx + s.origin.dependency + ": " + ended + ": " +
+                                    spec::DependencyConditionName(d.condition) +
+                                    " can never be satisfied");
+        };
+        int64_t array = arrays_.count(number(d.job)) ? number(d.job) : -1;
+        if (auto n = array_names_.find(d.job);
+            array < 0 && n != array_names_.end() && !n->second.empty() && !jobs_.count(d.job))
+          array = *n->second.rbegin();
+        if (array >= 0 && Visible(p, jobs_.at(arrays_.at(array).front()))) {
+          d = {d.condition, jobs_.at(arrays_.at(array).front()).spec.array->name, array, true};
+          if (StateOf(d, DependedOn(d)) == DependencyState::kNever)
+            return never("array " + d.job + " ended so that");
+          continue;
+        }
+        if (const size_t us = d.job.find('_'); us != std::string::npos) {
+          auto a = arrays_.find(number(d.job.substr(0, us)));
+          const int64_t index = number(d.job.substr(us + 1));
+          for (size_t e = 0; a != arrays_.end() && index >= 0 && e < a->second.size(); ++e)
+            if (jobs_.at(a->second[e]).spec.array->index == index) d.job = a->second[e];
+        }
         // A job of this submission given before it, or one the submitter may see.
         const int64_t id_seq = number(d.job);
         const JobRecord* on = nullptr;
@@ -1150,16 +1207,13 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         if (on == nullptr)
           if (auto it = jobs_.find(d.job); it != jobs_.end()) on = &it->second;
         if (on == nullptr || !Visible(p, *on))
-          return InvalidArgument(ctx + s.origin.dependency + ": no job \"" + d.job +
+          return InvalidArgument(ctx + s.origin.dependency + ": no job \"" + given +
                                  "\" (a job depended on must exist, or come earlier in the "
                                  "same submission)");
         d.job = on->id();
         d.seq = on->seq;
-        if (StateOf(d, on) == DependencyState::kNever)
-          return FailedPrecondition(ctx + s.origin.dependency + ": job \"" + d.job + "\" ended " +
-                                    JobStateName(on->state) + ": " +
-                                    spec::DependencyConditionName(d.condition) +
-                                    " can never be satisfied");
+        if (StateOf(d, {on}) == DependencyState::kNever)
+          return never("job \"" + d.job + "\" ended " + JobStateName(on->state));
       }
       r.created_at = Now();
       r.queued_at = r.created_at;
@@ -2975,6 +3029,25 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     if (message != j.last_failed_scheduling) {
       j.last_failed_scheduling = message;
       AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(), message);
+    }
+  }
+  // Jobs whose dependency can never hold (the engine never sees them): said once as a
+  // Warning, as a verdict is; cancelled instead if submitted with --kill-on-invalid-dep=yes,
+  // as Slurm does.
+  for (auto& [id, j] : jobs_) {
+    if (j.state != JobState::kPending || j.spec.dependencies.empty() || !j.allocations.empty())
+      continue;
+    const DependencyWait w = WaitingOn(j);
+    if (w.on == nullptr || !w.never) continue;
+    if (j.spec.kill_on_invalid_dependency) {
+      Terminate(ops, j, JobState::kCancelled, "DependencyNeverSatisfied",
+                "cancelled: " + DependencyWords(w) + " (--kill-on-invalid-dep=yes)");
+      continue;
+    }
+    const std::string message = "Waiting: DependencyNeverSatisfied: " + DependencyWords(w);
+    if (message != j.last_failed_scheduling) {
+      j.last_failed_scheduling = message;
+      AddEvent(ops, "Warning", "FailedScheduling", "job/" + id, message);
     }
   }
   return Commit(std::move(ops));

@@ -430,11 +430,15 @@ class ControlPlane {
   // dependencies held then, and a requeue does not wait again.
   struct DependencyWait {
     const spec::Dependency* on = nullptr;
-    const JobRecord* job = nullptr;
+    std::vector<const JobRecord*> jobs;  // what it names (DependedOn)
     bool never = false;
   };
   DependencyWait WaitingOn(const JobRecord& j) const;
-  const JobRecord* DependedOn(const spec::Dependency& d) const;  // nullptr: deleted
+  // The jobs a dependency names: one (none: deleted), or every job of an array.
+  std::vector<const JobRecord*> DependedOn(const spec::Dependency& d) const;
+  // "waits for prep to succeed (afterok); prep is Running", "job prep ended Failed: afterok
+  // can never be satisfied": a pending reason's words.
+  std::string DependencyWords(const DependencyWait& w) const;
   // When a pending job could first be scheduled: its submission or requeue, or later, when
   // the last of its dependencies was satisfied (what queue-wait figures count from, as
   // Slurm's eligible time).

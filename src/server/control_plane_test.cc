@@ -745,23 +745,49 @@ TEST_F(ControlPlaneTest, CancellingAnArrayCancelsEveryElement) {
             "job array \"arr\": every job of it already finished");
 }
 
-// A dependency on an array, by its name or its job id (%A), waits for every element, as in
-// Slurm (`sbatch --dependency=afterok:$SWEEP aggregate.sh`).
-TEST_F(ControlPlaneTest, ADependencyOnAnArrayWaitsForEveryElement) {
+// A dependency on an array, by its name or its job id (%A), is on the array as a whole, as
+// Slurm judges one by its highest exit code: afterok once every job succeeded (never, as soon
+// as one failed), afternotok once all ended and one failed. JOBID_INDEX names one job of it.
+TEST_F(ControlPlaneTest, ADependencyOnAnArrayJudgesItAsAWhole) {
+  int64_t epoch = Epoch("node-a");
   auto sweep = cp_->Submit(
-      kAdmin, "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH --array=0-1\n#SBATCH --gres=gpu:1\ntrue\n");
+      kAdmin, "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH --array=0-2\n#SBATCH --gres=gpu:1\ntrue\n");
   ASSERT_TRUE(sweep.ok()) << sweep.status().ToString();
-  const std::string array_id = to_string(Job("sweep_0")["slurmJobId"]);
-  for (const std::string& on : {std::string("sweep"), array_id}) {
-    const std::string name = "after-" + on;
+  const std::string id = to_string(Job("sweep_0")["slurmJobId"]);
+  auto submit = [&](const std::string& name, const std::string& dependency) {
     auto r = cp_->Submit(
-        kAdmin, "#!/bin/bash\n#SBATCH -J " + name + "\n#SBATCH -d afterok:" + on + "\ntrue\n");
+        kAdmin, "#!/bin/bash\n#SBATCH -J " + name + "\n#SBATCH -d " + dependency + "\ntrue\n");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(Job(name)["dependencies"],
-              Json::parse(R"([{"condition":"afterok","job":"sweep_0","state":"Waiting"},
-                              {"condition":"afterok","job":"sweep_1","state":"Waiting"}])"))
-        << on;
-  }
+  };
+  submit("all-ok", "afterok:sweep");
+  submit("any-failed", "afternotok:" + id);
+  submit("after-one", "afterany:" + id + "_1");
+  EXPECT_EQ(
+      Job("all-ok")["dependencies"],
+      Json::parse(R"([{"condition":"afterok","job":"sweep","state":"Waiting","array":true}])"));
+  EXPECT_EQ(Job("after-one")["dependencies"][0]["job"], "sweep_1");
+  StartAll("node-a", epoch, 3);
+  std::map<std::string, std::string> alloc;  // job -> allocation
+  for (const char* e : {"sweep_0", "sweep_1", "sweep_2"}) alloc[e] = Job(e)["allocations"][0]["id"];
+  EXPECT_EQ(Job("any-failed")["pendingReason"]["message"],
+            "waits for array sweep to end with a job failed (afternotok); 0 of its 3 jobs ended");
+  Beat("node-a", epoch,
+       {Task(alloc["sweep_0"], "succeeded"), Task(alloc["sweep_1"], "failed", 1),
+        Task(alloc["sweep_2"], "running")});
+  // One failed: afterok can never hold, though sweep_2 still runs; afternotok waits for it.
+  EXPECT_EQ(Job("all-ok")["pendingReason"]["message"],
+            "job sweep_1 of array sweep ended Failed: afterok can never be satisfied; `tessera "
+            "cancel all-ok` removes this job");
+  EXPECT_EQ(Job("any-failed")["pendingReason"]["code"], "Dependency");
+  EXPECT_FALSE(Job("after-one").contains("pendingReason") &&
+               Job("after-one")["pendingReason"]["code"] == "Dependency");
+  Beat("node-a", epoch, {Task(alloc["sweep_2"], "succeeded")});
+  EXPECT_EQ(Job("any-failed")["dependencies"][0]["state"], "Satisfied");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("any-failed"), "Scheduled");
+  // Refused at submission once it can never hold.
+  EXPECT_EQ(cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -d afterok:sweep\ntrue\n").status().message(),
+            "line 2: -d afterok:sweep: array sweep ended so that: afterok can never be satisfied");
 }
 
 // sbatch -t and activeDeadlineSeconds are limits, not only estimates: past them the job's
@@ -1569,6 +1595,10 @@ TEST_F(ControlPlaneTest, ADependentJobWaitsForTheJobsItNamesAcrossARestart) {
       cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J on-fail\n#SBATCH -d afternotok:" + prep_id +
                               "\n#SBATCH --gres=gpu:1\necho hi\n");
   ASSERT_TRUE(on_fail.ok()) << on_fail.status().ToString();
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "#!/bin/bash\n#SBATCH -J killme\n#SBATCH -d afternotok:prep\n"
+                          "#SBATCH --kill-on-invalid-dep=yes\ntrue\n")
+                  .ok());
   std::string report = JobDoc("report", 1, 1);
   report.replace(report.find("{name: report}"), 14,
                  "{name: report, annotations: {tessera.io/dependency: \"after:prep\"}}");
@@ -1609,6 +1639,18 @@ TEST_F(ControlPlaneTest, ADependentJobWaitsForTheJobsItNamesAcrossARestart) {
   d = Beat("node-a", epoch);
   ASSERT_EQ(d["allocations"].size(), 2u) << d.dump();  // report, and now train
   EXPECT_EQ(d["allocations"][1]["job"], "train");
+  // Said once, as a Warning; --kill-on-invalid-dep=yes cancels instead, as Slurm.
+  const std::vector<std::string> said = Reasons("on-fail");
+  EXPECT_EQ(std::count(said.begin(), said.end(), "FailedScheduling"), 1);
+  EXPECT_EQ(Job("on-fail")["events"].back()["message"],
+            "Waiting: DependencyNeverSatisfied: job prep ended Succeeded: afternotok can never be "
+            "satisfied");
+  EXPECT_EQ(State("killme"), "Cancelled");
+  EXPECT_EQ(Job("killme")["message"],
+            "cancelled: job prep ended Succeeded: afternotok can never be satisfied "
+            "(--kill-on-invalid-dep=yes)");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Reasons("on-fail"), said) << "not again";
   const Json never = Job("on-fail")["pendingReason"];
   EXPECT_EQ(never["code"], "DependencyNeverSatisfied");
   EXPECT_EQ(never["message"],

@@ -94,6 +94,9 @@ StatusOr<std::vector<Dependency>> ParseDependencies(const std::string& text,
   std::string item;
   while (std::getline(items, item, ',')) {
     const std::string at = path + ": \"" + item + "\"";
+    // A bare job id is afterany on it, as sbatch reads `-d 12`.
+    if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos)
+      item = "afterany:" + item;
     const size_t colon = item.find(':');
     const std::string type = item.substr(0, colon);
     if (type == "singleton")
@@ -123,7 +126,7 @@ StatusOr<std::vector<Dependency>> ParseDependencies(const std::string& text,
       if (job.empty())
         return InvalidArgument(at + ": a job name or id is missing (e.g. afterok:prep)");
       TESSERA_RETURN_IF_ERROR(CheckName(job, at));
-      out.push_back({c->second, job, 0});
+      out.push_back({c->second, job, 0, false});
     }
     if (out.size() > kMaxDependencies)
       return InvalidArgument(path + ": more than " + std::to_string(kMaxDependencies) +
@@ -1590,6 +1593,10 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         if (!d.ok()) return d.status();
         s.dependencies = std::move(*d);  // a repeated option: its last value, as sbatch
         s.origin.dependency = p + (long_opt ? "=" : " ") + val;
+      } else if (opt == "--kill-on-invalid-dep") {
+        if (val != "yes" && val != "no")
+          return InvalidArgument(p + ": expected yes or no, got \"" + val + "\"");
+        s.kill_on_invalid_dependency = val == "yes";
       } else if (opt == "--exclusive") {
         // Slurm's --exclusive=user|mcs|topo share nodes by owner, label or topology segment:
         // refused rather than read as plain --exclusive, which would keep out more than asked.
@@ -1626,7 +1633,8 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
             "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, "
-            "--exclusive, --requeue, --no-requeue, -H, -d, -a/--array, -o, -e, -A, -D)");
+            "--exclusive, --requeue, --no-requeue, -H, -d, --kill-on-invalid-dep, -a/--array, "
+            "-o, -e, -A, -D)");
       }
     }
   }
@@ -1790,11 +1798,14 @@ Json JobSpecToJson(const JobSpec& s) {
   if (s.ttl_seconds_after_finished) j["ttlSecondsAfterFinished"] = *s.ttl_seconds_after_finished;
   if (s.time_limit_seconds) j["timeLimitSeconds"] = *s.time_limit_seconds;
   if (s.time_limit_whole_job) j["timeLimitWholeJob"] = true;
+  if (s.kill_on_invalid_dependency) j["killOnInvalidDependency"] = true;
   if (!s.labels.empty()) j["labels"] = s.labels;
   if (!s.annotations.empty()) j["annotations"] = s.annotations;
-  for (const Dependency& d : s.dependencies)
-    j["dependencies"].push_back(
-        {{"condition", DependencyConditionName(d.condition)}, {"job", d.job}, {"seq", d.seq}});
+  for (const Dependency& d : s.dependencies) {
+    Json x = {{"condition", DependencyConditionName(d.condition)}, {"job", d.job}, {"seq", d.seq}};
+    if (d.array) x["array"] = true;
+    j["dependencies"].push_back(x);
+  }
   if (s.array)
     j["array"] = {{"name", s.array->name},   {"jobId", s.array->job_id},
                   {"index", s.array->index}, {"count", s.array->count},
@@ -1851,6 +1862,7 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
     s.time_limit_seconds = limit;
   }
   TESSERA_RETURN_IF_ERROR(r.Bool("timeLimitWholeJob", s.time_limit_whole_job));
+  TESSERA_RETURN_IF_ERROR(r.Bool("killOnInvalidDependency", s.kill_on_invalid_dependency));
   TESSERA_RETURN_IF_ERROR(r.StringMap("labels", s.labels));
   TESSERA_RETURN_IF_ERROR(r.StringMap("annotations", s.annotations));
   TESSERA_RETURN_IF_ERROR(ForEach(
@@ -1861,10 +1873,12 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
         TESSERA_RETURN_IF_ERROR(dr.String("condition", condition, true));
         TESSERA_RETURN_IF_ERROR(dr.String("job", job, true));
         TESSERA_RETURN_IF_ERROR(dr.Int("seq", seq, false, 0));
+        bool array = false;
+        TESSERA_RETURN_IF_ERROR(dr.Bool("array", array));
         TESSERA_RETURN_IF_ERROR(dr.Finish());
         auto parsed = ParseDependencies(condition + ":" + job, p);
         if (!parsed.ok()) return parsed.status();
-        s.dependencies.push_back({parsed->at(0).condition, job, seq});
+        s.dependencies.push_back({parsed->at(0).condition, job, seq, array});
         return Status::Ok();
       }));
   if (const Json* a = r.Get("array")) {

@@ -70,6 +70,9 @@ struct Dependency {
   Condition condition = Condition::kAfterAny;
   std::string job;  // the job waited for: its name; as submitted, a name or an sbatch job id
   int64_t seq = 0;  // resolved by the server: that job's sequence number (0: not resolved)
+  // A job array as a whole (`job` its name, `seq` its array job id), judged as Slurm judges
+  // one: afterok when every job of it succeeded, afternotok when all ended and one failed.
+  bool array = false;
   friend bool operator==(const Dependency&, const Dependency&) = default;
 };
 const char* DependencyConditionName(Dependency::Condition c);  // "afterok", ...
@@ -118,6 +121,9 @@ struct JobSpec {
   // stored: the server keeps who holds a job on its record, which hold/release change.
   bool held = false;
   std::vector<Dependency> dependencies;
+  // sbatch --kill-on-invalid-dep=yes: cancelled once a dependency can never hold (else it
+  // stays pending, reason DependencyNeverSatisfied, as Slurm's default).
+  bool kill_on_invalid_dependency = false;
   // sbatch --array: the indices, ascending (not stored: the server makes one job per index,
   // ArrayElements), and, on such a submission and on each element, the array.
   std::vector<int32_t> array_indices;

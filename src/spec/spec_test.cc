@@ -206,6 +206,9 @@ TEST(Spec, Dependencies) {
   EXPECT_EQ(j.dependencies,
             (std::vector<Dependency>{{C::kAfterNotOk, "eval", 0}, {C::kAfter, "warm", 0}}));
   EXPECT_EQ(j.origin.dependency, "line 3: -d afternotok:eval,after:warm");
+  auto bare = ParseDocuments("#!/bin/bash\n#SBATCH -d 12\ntrue\n");  // sbatch: afterany
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_EQ((*bare)[0].job.dependencies, (std::vector<Dependency>{{C::kAfterAny, "12", 0}}));
   auto first = ParseDocuments("#!/bin/bash\n#SBATCH --dependency=afterok:12:prep,afterany:13\n");
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ((*first)[0].job.dependencies,

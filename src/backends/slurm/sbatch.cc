@@ -74,6 +74,7 @@ const std::set<std::string>& OwnedLong() {
                                           "hold",
                                           "begin",
                                           "dependency",
+                                          "kill-on-invalid-dep",
                                           "clusters",
                                           "het-group"};
   return s;
