@@ -827,7 +827,7 @@ void AddClientCommands(CLI::App& app) {
         const bool wide = f->output == "wide";
         for (const auto& q : items) {
           std::vector<std::string> r = {S(q, "name"),
-                                        S(q, "parent", "-"),
+                                        S(q, "parent", "<none>"),
                                         S(q, "weight"),
                                         S(q["guarantee"], "nvidia.com/gpu"),
                                         limit(q, "nvidia.com/gpu"),
@@ -902,7 +902,7 @@ void AddClientCommands(CLI::App& app) {
                   S(j, "priority").c_str());
       std::printf("Source:         %s\n", S(j, "source").c_str());
       if (j.contains("array"))
-        std::printf("Array:          %s (SLURM_ARRAY_JOB_ID %s), index %s of %s%s\n",
+        std::printf("Array:          %s (SLURM_ARRAY_JOB_ID %s), index %s (%s jobs in all)%s\n",
                     S(j["array"], "name").c_str(), S(j["array"], "jobId").c_str(),
                     S(j["array"], "index").c_str(), S(j["array"], "count").c_str(),
                     j["array"].value("throttle", 0) > 0
@@ -1101,8 +1101,8 @@ void AddClientCommands(CLI::App& app) {
     auto type = std::make_shared<std::string>();
     c->add_option("--job", *job, "only this job's events");
     c->add_option("--for", *object, "only this object's events: node/NAME, job/NAME, queue/NAME");
-    c->add_option("--type,--types", *type, "only events of this type")
-        ->check(CLI::IsMember({"Normal", "Warning"}));
+    c->add_option("--type,--types", *type, "only events of this type (Normal, Warning)")
+        ->transform(CLI::IsMember({"Normal", "Warning"}, CLI::ignore_case));
     c->add_option("--after", *after, "only events after this sequence number");
     c->add_option("--limit", *limit, "at most this many")->capture_default_str();
     AddCommon(c, *f);
@@ -1177,7 +1177,8 @@ void AddClientCommands(CLI::App& app) {
     c->add_flag("-p,--previous", *previous,
                 "the task's run before its latest (a restart or retry), as kubectl logs -p");
     c->add_option("--allocation", *pinned,
-                  "one run of the task: an allocation id of `tessera describe job`");
+                  "one run of the task: an allocation id of `tessera describe job`")
+        ->excludes("--previous");
     AddCommon(c, *f, false);
     c->callback([f, job, task, stream, follow, previous, pinned] {
       std::string base =

@@ -775,8 +775,8 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
       << out_w;
   std::istringstream row(out_w.substr(out_w.find('\n') + 1));
   std::vector<std::string> cells{std::istream_iterator<std::string>(row), {}};
-  EXPECT_EQ(cells, (std::vector<std::string>{"cpuonly", "-", "1", "0", "<none>", "0", "0", "0", "8",
-                                             "<none>", "true", "true"}))
+  EXPECT_EQ(cells, (std::vector<std::string>{"cpuonly", "<none>", "1", "0", "<none>", "0", "0", "0",
+                                             "8", "<none>", "true", "true"}))
       << out_w;
   auto [rc_nf, out_nf] = run("get queues nope");
   EXPECT_EQ(rc_nf, 1) << out_nf;
@@ -802,6 +802,8 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   auto [rc_nokind, out_nokind] = run("events --for a1");
   EXPECT_EQ(rc_nokind, 1);
   EXPECT_NE(out_nokind.find("object: \"a1\": expected KIND/NAME"), std::string::npos) << out_nokind;
+  EXPECT_NE(run("events --for pod/a1").second.find("KIND job or node"), std::string::npos);
+  EXPECT_EQ(json("events --types normal --for Jobs/a1").size(), 1u) << "kubectl's spellings";
   // `tessera events` pages from the oldest, and says where the rest begin.
   auto [rc_ev, out_ev] = run("events --limit 2");
   EXPECT_EQ(rc_ev, 0) << out_ev;

@@ -1484,14 +1484,24 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& id, boo
 }
 
 StatusOr<Json> ControlPlane::ListEvents(const Principal& p, const std::string& job, int64_t after,
-                                        size_t limit, const std::string& object,
+                                        size_t limit, const std::string& given,
                                         const std::string& type) {
   if (limit == 0 || limit > 10000) return InvalidArgument("limit: must be 1..10000");
   if (!type.empty() && type != "Normal" && type != "Warning")
     return InvalidArgument("type: \"" + type + "\" is not an event type (Normal, Warning)");
-  if (!object.empty() && object.find('/') == std::string::npos)
-    return InvalidArgument("object: \"" + object +
-                           "\": expected KIND/NAME (node/gpu-node-1, job/x)");
+  // KIND/NAME as kubectl takes it: the kind in any case, singular or plural (Node/x, nodes/x).
+  std::string object;
+  if (!given.empty()) {
+    const size_t slash = given.find('/');
+    std::string kind = given.substr(0, slash);
+    for (char& c : kind) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (kind.ends_with("s")) kind.pop_back();
+    if (slash == std::string::npos || slash + 1 == given.size() ||
+        (kind != "job" && kind != "node"))
+      return InvalidArgument("object: \"" + given +
+                             "\": expected KIND/NAME, KIND job or node (node/gpu-node-1, job/x)");
+    object = kind + given.substr(slash);
+  }
   // One job's events are indexed with it; kubectl's --for job/x is the same.
   const std::string of_job = !job.empty()                   ? job
                              : object.rfind("job/", 0) == 0 ? object.substr(4)
