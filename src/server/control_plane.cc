@@ -532,10 +532,12 @@ void ControlPlane::ForgetJob(const std::string& id) {
   jobs_.erase(id);
 }
 
-StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& id) {
+StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& given) {
   if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not delete jobs");
+  std::string id = given;
   {
     std::lock_guard<std::mutex> l(mu_);
+    id = ByJobId(given);
     auto it = jobs_.find(id);
     if (it == jobs_.end() || !Visible(p, it->second))
       return NotFound("job \"" + id + "\" not found");
@@ -1305,8 +1307,21 @@ ControlPlane::StoreHealth ControlPlane::store_health() const {
   return h;
 }
 
-StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& id, bool describe) {
+std::string ControlPlane::ByJobId(const std::string& id) const {
+  if (jobs_.count(id) || array_names_.count(id) || id.empty() || id.size() > 18 ||
+      id.find_first_not_of("0123456789") != std::string::npos)
+    return id;
+  const int64_t number = std::stoll(id);
+  if (auto a = arrays_.find(number); a != arrays_.end())
+    return jobs_.at(a->second.front()).spec.array->name;  // the array, as scancel takes it
+  for (const auto& [name, j] : jobs_)
+    if (j.seq == number) return name;
+  return id;
+}
+
+StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& given, bool describe) {
   std::lock_guard<std::mutex> l(mu_);
+  const std::string id = ByJobId(given);
   auto it = jobs_.find(id);
   if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
   return JobView(it->second, describe);
@@ -1359,9 +1374,10 @@ void ControlPlane::CancelOps(std::vector<store::Op>& ops, const Principal& p, Jo
   AddAudit(ops, p, "cancel", "job/" + j.id(), "ok");
 }
 
-StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& id) {
+StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& given) {
   if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not cancel jobs");
   std::lock_guard<std::mutex> l(mu_);
+  const std::string id = ByJobId(given);
   auto it = jobs_.find(id);
   if (std::vector<JobRecord*> all = VisibleArray(p, id); it == jobs_.end() && !all.empty()) {
     // A job array as a whole, as `scancel JOBID` of an array: every unfinished element, at once.
@@ -1431,11 +1447,12 @@ std::set<std::string> ControlPlane::ArrayTaskLimited(int64_t now, int64_t array)
   return out;
 }
 
-StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& id, bool hold) {
+StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& given, bool hold) {
   const char* verb = hold ? "hold" : "release";
   if (p.role == Role::kAgent)
     return PermissionDenied(std::string("agent tokens may not ") + verb + " jobs");
   std::lock_guard<std::mutex> l(mu_);
+  const std::string id = ByJobId(given);
   auto it = jobs_.find(id);
   std::vector<store::Op> ops;
   // Records `j` held (by p) or released, with its event and audit.
@@ -1908,10 +1925,12 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
 }
 
 StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p,
-                                                              const std::string& id, int32_t task,
+                                                              const std::string& given,
+                                                              int32_t task,
                                                               const std::string& allocation,
                                                               const std::string& stream) {
   std::lock_guard<std::mutex> l(mu_);
+  const std::string id = ByJobId(given);
   auto it = jobs_.find(id);
   if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
   const JobRecord& j = it->second;

@@ -452,6 +452,10 @@ class ControlPlane {
   Dependents WaitedOn() const;
   // Job arrays (sbatch --array): the elements of each array (by its job id), in index order.
   void AddArrayElement(const JobRecord& j);
+  // A job or array named by sbatch's number, as scancel and scontrol take it: the array whose
+  // SLURM_ARRAY_JOB_ID it is, else the job whose slurmJobId it is; `id` itself when a job or
+  // array has that name, or none has that number.
+  std::string ByJobId(const std::string& id) const;
   // The elements of the job array named `name` that `p` may see (none: no such array).
   std::vector<JobRecord*> VisibleArray(const Principal& p, const std::string& name);
   // Pending elements held back by their array's throttle (--array=...%N) at `now`: past the

@@ -702,9 +702,16 @@ TEST_F(ControlPlaneTest, HoldingAnArrayHoldsItsPendingJobs) {
   EXPECT_TRUE(Beat("node-a", epoch)["allocations"].empty());
   EXPECT_EQ(cp_->Hold(kAdmin, "arr", true).status().message(),
             "job array \"arr\": no job of it is pending and not held");
-  auto released = cp_->Hold(kAdmin, "arr", false);
+  // By its number, as scontrol release 12 of an array (SLURM_ARRAY_JOB_ID).
+  const std::string array_id = to_string(Job("arr_1")["array"]["jobId"]);
+  auto released = cp_->Hold(kAdmin, array_id, false);
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ((*released)["items"].size(), 3u);
+  // One job by its sbatch number (slurmJobId), as scontrol show job 13.
+  const std::string second = to_string(Job("arr_2")["slurmJobId"]);
+  auto by_number = cp_->GetJob(kAdmin, second, false);
+  ASSERT_TRUE(by_number.ok()) << by_number.status().ToString();
+  EXPECT_EQ((*by_number)["name"], "arr_2");
   StartAll("node-a", epoch, 3);
   EXPECT_EQ(cp_->Hold(kAdmin, "arr", false).status().message(),
             "job array \"arr\": no job of it is held");
