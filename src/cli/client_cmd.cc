@@ -317,13 +317,19 @@ void PrintJobs(const ClientFlags& f, const Json& items) {
       std::string nodes = JoinList(j["nodes"]);
       r.push_back(nodes.empty() ? "<none>" : nodes);
       r.push_back(reason.empty() ? "<none>" : reason);
+    } else {
+      // Why it waits, as squeue's (REASON): the code alone; -o wide says what happened last.
+      r.push_back(j.contains("pendingReason") ? reason : "<none>");
     }
     rows.push_back(r);
   }
   // RESTARTS as kubectl's: the job's runs after its first, and its tasks restarted alone.
   std::vector<std::string> h = {"NAME",  "QUEUE", "STATE",    "PRIORITY",
                                 "TASKS", "GPUS",  "RESTARTS", "AGE"};
-  if (wide) h.insert(h.end(), {"ATTEMPT", "USER", "NODES", "REASON"});
+  if (wide)
+    h.insert(h.end(), {"ATTEMPT", "USER", "NODES", "REASON"});
+  else
+    h.push_back("REASON");
   Table(h, rows);
 }
 

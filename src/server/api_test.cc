@@ -739,6 +739,14 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   for (const char* name : {"a1", "a2", "a3"})
     ASSERT_TRUE(cp_->Submit(kAdmin, Job(name, "training")).ok());
 
+  // squeue's REASON in the default table: why a pending job waits.
+  ASSERT_TRUE(cp_->Hold(kAdmin, "a3", true).ok());
+  auto [rc_jobs, out_jobs] = run("get jobs a3");
+  ASSERT_EQ(rc_jobs, 0) << out_jobs;
+  EXPECT_EQ(out_jobs.substr(0, out_jobs.find('\n')).substr(out_jobs.find("REASON")), "REASON");
+  EXPECT_EQ(out_jobs.substr(out_jobs.find('\n') + 1).substr(out_jobs.find("REASON")), "Held\n")
+      << out_jobs;
+  ASSERT_TRUE(cp_->Hold(kAdmin, "a3", false).ok());
   // A name picks one object of every kind; structured, it is the object itself (kubectl).
   auto [rc_q, out_q] = CaptureCommand(cli + "get queues debug" + server + " -o json");
   ASSERT_EQ(rc_q, 0) << out_q;
