@@ -294,9 +294,37 @@ bool ValidOutput(const ClientFlags& f) {
   return false;
 }
 
-void PrintJobs(const ClientFlags& f, const Json& items) {
+// Names in the order `ls -v` gives: runs of digits compare as numbers, so an array's jobs
+// list as sweep_2, sweep_10 (not sweep_10, sweep_2).
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, k = 0;
+  while (i < a.size() && k < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
+        std::isdigit(static_cast<unsigned char>(b[k]))) {
+      size_t ie = i, ke = k;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (ke < b.size() && std::isdigit(static_cast<unsigned char>(b[ke]))) ++ke;
+      const std::string x = a.substr(i, ie - i), y = b.substr(k, ke - k);
+      const std::string xs = x.substr(std::min(x.find_first_not_of('0'), x.size()));
+      const std::string ys = y.substr(std::min(y.find_first_not_of('0'), y.size()));
+      if (xs.size() != ys.size()) return xs.size() < ys.size();
+      if (xs != ys) return xs < ys;
+      i = ie, k = ke;
+    } else {
+      if (a[i] != b[k]) return a[i] < b[k];
+      ++i, ++k;
+    }
+  }
+  return a.size() - i < b.size() - k || (a.size() - i == b.size() - k && a < b);
+}
+
+void PrintJobs(const ClientFlags& f, const Json& given) {
   std::vector<std::vector<std::string>> rows;
   bool wide = f.output == "wide";
+  std::vector<Json> items(given.begin(), given.end());
+  std::stable_sort(items.begin(), items.end(), [](const Json& x, const Json& y) {
+    return NaturalLess(S(x, "name"), S(y, "name"));
+  });
   for (const auto& j : items) {
     std::vector<std::string> r = {S(j, "name"),
                                   S(j, "queue"),

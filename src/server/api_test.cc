@@ -865,6 +865,12 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   EXPECT_EQ(Do("GET", "/v1/jobs", "team-b-token-0123456789").status, 200);
   EXPECT_EQ(run("delete token team-b").first, 0);
   EXPECT_EQ(Do("GET", "/v1/jobs", "team-b-token-0123456789").status, 401);
+  // Digits as numbers, as `ls -v`: an array's sweep_2 before sweep_10.
+  for (const char* name : {"n_10", "n_2"})
+    ASSERT_TRUE(cp_->Submit(kAdmin, Job(name, "training")).ok());
+  const std::string listed = run("get jobs").second;
+  EXPECT_LT(listed.find("n_2 "), listed.find("n_10 ")) << listed;
+  EXPECT_LT(listed.find("a3 "), listed.find("n_2 ")) << listed;
 }
 
 TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
