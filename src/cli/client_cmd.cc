@@ -396,10 +396,21 @@ void DescribeNode(const ClientFlags& f, const std::string& name) {
     SetExitCode(1);
     return;
   }
-  auto ev = Call(f, "GET", "/v1/events?limit=10000&object=" + Esc("node/" + name));
-  if (!Check(f, ev)) return;
+  // Its newest events (oldest first, as kubectl shows them): page through, keep the last 50.
+  Json events = Json::array();
+  for (int64_t after = 0;;) {
+    auto ev = Call(
+        f, "GET",
+        "/v1/events?limit=10000&object=" + Esc("node/" + name) + "&after=" + std::to_string(after));
+    if (!Check(f, ev)) return;
+    for (auto& e : ev.body["items"]) events.push_back(std::move(e));
+    if (ev.body["items"].size() < 10000) break;
+    after = ev.body["next"].get<int64_t>();
+  }
+  constexpr size_t kShown = 50;
+  if (events.size() > kShown) events.erase(events.begin(), events.end() - kShown);
   Json node = *found;
-  node["events"] = ev.body["items"];
+  node["events"] = std::move(events);
   if (PrintStructured(f, node)) return;
   const Json& n = node;
   std::string labels, taints;
@@ -1134,7 +1145,7 @@ void AddClientCommands(CLI::App& app) {
     auto object = std::make_shared<std::string>();
     auto type = std::make_shared<std::string>();
     c->add_option("--job", *job, "only this job's events");
-    c->add_option("--for", *object, "only this object's events: node/NAME, job/NAME, queue/NAME");
+    c->add_option("--for", *object, "only this object's events: node/NAME or job/NAME");
     c->add_option("--type,--types", *type, "only events of this type (Normal, Warning)")
         ->transform(CLI::IsMember({"Normal", "Warning"}, CLI::ignore_case));
     c->add_option("--after", *after, "only events after this sequence number");

@@ -1048,10 +1048,14 @@ Failure CycleRun::CountNeverFits(PendingJob& pj, int32_t task) {
       const std::string profile = f.resource == "nvidia.com/gpu" ? "" : f.resource.substr(15);
       int64_t has = 0;
       for (const auto& n : capacity_nodes_) {
+        // Only devices the task could use: healthy, of a model it allows, MIG as it asks.
+        const NodeState empty = EmptyNodeState(n.get(), 0);
         int64_t here = 0;
-        for (const Device& d : n->devices) {
-          if (profile.empty()) here += !d.mig_enabled();
-          for (const MigInstance& m : d.mig) here += !profile.empty() && m.profile == profile;
+        for (int32_t d = 0; d < static_cast<int32_t>(n->devices.size()); ++d) {
+          if (!DeviceMatches(req, empty, d)) continue;
+          if (profile.empty()) ++here;
+          for (const MigInstance& m : n->devices[d].mig)
+            here += !profile.empty() && m.profile == profile;
         }
         has = std::max(has, here);
       }

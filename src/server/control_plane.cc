@@ -936,7 +936,9 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
   o["nodes"] = std::vector<std::string>(nodes.begin(), nodes.end());
   if (!j.message.empty()) o["message"] = j.message;
   for (const spec::Dependency& d : j.spec.dependencies) {
-    const DependencyState state = StateOf(d, DependedOn(d));
+    // Placed once, its dependencies held (the jobs named may be gone since).
+    const DependencyState state =
+        j.allocations.empty() ? StateOf(d, DependedOn(d)) : DependencyState::kSatisfied;
     Json x = {{"condition", spec::DependencyConditionName(d.condition)},
               {"job", d.job},
               {"state", state == DependencyState::kSatisfied ? "Satisfied"
@@ -1080,6 +1082,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
                              (queue ? "/v1/queues" : "/v1/priorityclasses") + ")");
     }
   std::vector<JobRecord> records;
+  std::vector<std::string> array_names;  // the submission's arrays, reserved while stored
   std::vector<Event> events;
   std::vector<int64_t> audited;  // seqs of the audit records, dropped if the store refuses
   std::vector<store::Op> ops;
@@ -1097,6 +1100,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     // submission's jobs, each with its document's error context and the number it will get.
     std::vector<std::pair<std::string, spec::JobSpec>> specs;
     std::set<std::string> arrays_named;
+    std::map<std::string, spec::Dependency> resolved;  // per document and dependency as given
     int64_t seq = next_job_seq_;
     for (size_t i = 0; i < docs->size(); ++i) {
       std::string ctx = docs->size() > 1 ? "document[" + std::to_string(i) + "]: " : "";
@@ -1177,6 +1181,14 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       };
       for (spec::Dependency& d : s.dependencies) {
         const std::string given = d.job;
+        // An array's jobs share their document's dependencies: resolved once (a number is
+        // looked for among every job).
+        const std::string key =
+            ctx + s.origin.dependency + "\n" + spec::DependencyConditionName(d.condition) + given;
+        if (auto known = resolved.find(key); known != resolved.end()) {
+          d = known->second;
+          continue;
+        }
         const auto never = [&](const std::string& ended) {
           return FailedPrecondition(ctx + s.origin.dependency + ": " + ended + ": " +
                                     spec::DependencyConditionName(d.condition) +
@@ -1190,6 +1202,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
           d = {d.condition, jobs_.at(arrays_.at(array).front()).spec.array->name, array, true};
           if (StateOf(d, DependedOn(d)) == DependencyState::kNever)
             return never("array " + d.job + " ended so that");
+          resolved[key] = d;
           continue;
         }
         if (const size_t us = d.job.find('_'); us != std::string::npos) {
@@ -1216,6 +1229,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         d.seq = on->seq;
         if (StateOf(d, {on}) == DependencyState::kNever)
           return never("job \"" + d.job + "\" ended " + JobStateName(on->state));
+        resolved[key] = d;
       }
       r.created_at = Now();
       r.queued_at = r.created_at;
@@ -1245,6 +1259,9 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     for (const auto& r : records)
       audited.push_back(AddAudit(ops, p, "submit", "job/" + r.id(), "ok"));
     if (!key.empty()) reserved_keys_.insert(key);
+    // An array's name too: a concurrent array or job of that name is refused meanwhile.
+    array_names.assign(arrays_named.begin(), arrays_named.end());
+    for (const std::string& name : array_names) reserved_ids_.insert(name);
     for (const auto& r : records) {
       reserved_ids_.insert(r.id());
       inflight_.insert({r.spec.job.queue, r.spec.job.priority_class});
@@ -1257,6 +1274,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
   std::vector<Json> out;
   {
     std::lock_guard<std::mutex> l(mu_);
+    for (const std::string& name : array_names) reserved_ids_.erase(name);
     for (auto& r : records) {
       reserved_ids_.erase(r.id());
       inflight_.erase(inflight_.find({r.spec.job.queue, r.spec.job.priority_class}));
@@ -1307,12 +1325,12 @@ ControlPlane::StoreHealth ControlPlane::store_health() const {
   return h;
 }
 
-std::string ControlPlane::ByJobId(const std::string& id) const {
+std::string ControlPlane::ByJobId(const std::string& id, bool whole_array) const {
   if (jobs_.count(id) || array_names_.count(id) || id.empty() || id.size() > 18 ||
       id.find_first_not_of("0123456789") != std::string::npos)
     return id;
   const int64_t number = std::stoll(id);
-  if (auto a = arrays_.find(number); a != arrays_.end())
+  if (auto a = arrays_.find(number); whole_array && a != arrays_.end())
     return jobs_.at(a->second.front()).spec.array->name;  // the array, as scancel takes it
   for (const auto& [name, j] : jobs_)
     if (j.seq == number) return name;
@@ -1377,7 +1395,7 @@ void ControlPlane::CancelOps(std::vector<store::Op>& ops, const Principal& p, Jo
 StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& given) {
   if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not cancel jobs");
   std::lock_guard<std::mutex> l(mu_);
-  const std::string id = ByJobId(given);
+  const std::string id = ByJobId(given, true);
   auto it = jobs_.find(id);
   if (std::vector<JobRecord*> all = VisibleArray(p, id); it == jobs_.end() && !all.empty()) {
     // A job array as a whole, as `scancel JOBID` of an array: every unfinished element, at once.
@@ -1452,7 +1470,7 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& given, 
   if (p.role == Role::kAgent)
     return PermissionDenied(std::string("agent tokens may not ") + verb + " jobs");
   std::lock_guard<std::mutex> l(mu_);
-  const std::string id = ByJobId(given);
+  const std::string id = ByJobId(given, true);
   auto it = jobs_.find(id);
   std::vector<store::Op> ops;
   // Records `j` held (by p) or released, with its event and audit.
@@ -1473,8 +1491,7 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& given, 
     Json items = Json::array();
     std::vector<JobRecord*> changed;
     for (JobRecord* j : all)
-      if (hold ? j->state == JobState::kPending && j->held_by.empty() : !j->held_by.empty())
-        changed.push_back(j);
+      if (j->state == JobState::kPending && j->held_by.empty() == hold) changed.push_back(j);
     if (changed.empty())
       return FailedPrecondition(
           "job array \"" + id +
@@ -1491,7 +1508,8 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& given, 
     return FailedPrecondition(
         "job \"" + id + "\" is " + JobStateName(j.state) + ": only a pending job can be held" +
         (IsTerminal(j.state) ? std::string() : " (`tessera cancel " + id + "` stops it)"));
-  if (!hold && j.held_by.empty()) return FailedPrecondition("job \"" + id + "\" is not held");
+  if (!hold && (j.held_by.empty() || j.state != JobState::kPending))
+    return FailedPrecondition("job \"" + id + "\" is not held");
   if (hold && !j.held_by.empty()) return JobView(j, false);  // held already: nothing to do
   change(j);
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
@@ -2451,7 +2469,11 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
         // FAILED"), with the code where they do not give it (a signal: 128 + the signal).
         const std::string code = std::to_string(a.exit_code);
         std::string how = a.message.empty() ? "exited with code " + code : a.message;
-        if (how.find("code " + code) == std::string::npos) how += " (exit code " + code + ")";
+        const size_t said = how.find("code " + code);
+        const size_t after = said + code.size() + 5;
+        if (said == std::string::npos ||
+            (after < how.size() && std::isdigit(static_cast<unsigned char>(how[after]))))
+          how += " (exit code " + code + ")";
         OnTaskLoss(ops, j, false, "TaskFailed",
                    "task " + std::to_string(a.task) + " on " + node_name + " failed: " + how,
                    a.task, a.exit_code);

@@ -455,7 +455,9 @@ class ControlPlane {
   // A job or array named by sbatch's number, as scancel and scontrol take it: the array whose
   // SLURM_ARRAY_JOB_ID it is, else the job whose slurmJobId it is; `id` itself when a job or
   // array has that name, or none has that number.
-  std::string ByJobId(const std::string& id) const;
+  // (`whole_array`: an array's id names the array, for cancel/hold/release; else the job whose
+  // number it also is, the array's first.)
+  std::string ByJobId(const std::string& id, bool whole_array = false) const;
   // The elements of the job array named `name` that `p` may see (none: no such array).
   std::vector<JobRecord*> VisibleArray(const Principal& p, const std::string& name);
   // Pending elements held back by their array's throttle (--array=...%N) at `now`: past the

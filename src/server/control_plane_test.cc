@@ -707,6 +707,11 @@ TEST_F(ControlPlaneTest, HoldingAnArrayHoldsItsPendingJobs) {
   auto released = cp_->Hold(kAdmin, array_id, false);
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ((*released)["items"].size(), 3u);
+  // The array's number names the array for hold/release/cancel; elsewhere (get, describe,
+  // logs, delete) it is the job it also numbers, the array's first.
+  auto first = cp_->GetJob(kAdmin, array_id, false);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first)["name"], "arr_1");
   // One job by its sbatch number (slurmJobId), as scontrol show job 13.
   const std::string second = to_string(Job("arr_2")["slurmJobId"]);
   auto by_number = cp_->GetJob(kAdmin, second, false);
@@ -732,8 +737,13 @@ TEST_F(ControlPlaneTest, CancellingAnArrayCancelsEveryElement) {
                           "#!/bin/bash\n#SBATCH -J arr\n#SBATCH --array=1-3\n#SBATCH "
                           "--gres=gpu:1\nsleep 100\n")
                   .ok());
+  ASSERT_TRUE(cp_->Hold(kAdmin, "arr_3", true).ok());
   ASSERT_TRUE(cp_->Cancel(kAdmin, "arr_3").ok());
   EXPECT_EQ(State("arr_3"), "Cancelled");
+  // A finished job is not released (it was held when cancelled).
+  EXPECT_EQ(cp_->Hold(kAdmin, "arr", false).status().message(),
+            "job array \"arr\": no job of it is held");
+  EXPECT_EQ(cp_->Hold(kAdmin, "arr_3", false).status().message(), "job \"arr_3\" is not held");
   StartAll("node-a", epoch, 2);
   auto c = cp_->Cancel(kAdmin, "arr");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -1673,6 +1683,7 @@ TEST_F(ControlPlaneTest, ADependentJobWaitsForTheJobsItNamesAcrossARestart) {
             "can be deleted once they have been scheduled or have ended");
   ASSERT_TRUE(cp_->Cancel(kAdmin, "on-fail").ok());
   EXPECT_TRUE(cp_->DeleteJob(kAdmin, "prep").ok());
+  EXPECT_EQ(Job("train")["dependencies"][0]["state"], "Satisfied") << "placed: prep did succeed";
 
   // Refused at submission: a job that does not exist (or comes later in the same file), one
   // that already ended so that the dependency can never hold.
