@@ -872,7 +872,8 @@ ControlPlane::Dependents ControlPlane::WaitedOn() const {
   return out;
 }
 
-Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
+Json ControlPlane::JobView(const JobRecord& j, bool describe,
+                           const std::set<std::string>* limited) const {
   const Job& job = j.spec.job;
   Json o = Json::object();
   o["name"] = j.id();
@@ -984,7 +985,8 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe) const {
                         "tasks there itself (lease, then grace period): restarting in " +
                         std::to_string(j.fenced_until - Now()) + " s, so that none runs twice"}};
   } else if (j.state == JobState::kPending && j.spec.array && j.spec.array->throttle > 0 &&
-             ArrayTaskLimited(Now(), j.spec.array->job_id).count(j.id())) {
+             (limited ? limited->count(j.id())
+                      : ArrayTaskLimited(Now(), j.spec.array->job_id).count(j.id()))) {
     const spec::ArrayElement& a = *j.spec.array;
     o["pendingReason"] = {
         {"code", "JobArrayTaskLimit"},
@@ -1363,6 +1365,7 @@ StatusOr<Json> ControlPlane::ListJobs(const Principal& p, const ListOptions& o) 
   Json items = Json::array();
   std::string last;
   bool more = false;
+  const std::set<std::string> limited = ArrayTaskLimited(Now());  // once for the page
   for (auto it = o.start_after.empty() ? jobs_.begin() : jobs_.upper_bound(o.start_after);
        it != jobs_.end(); ++it) {
     const JobRecord& j = it->second;
@@ -1374,7 +1377,7 @@ StatusOr<Json> ControlPlane::ListJobs(const Principal& p, const ListOptions& o) 
       more = true;
       break;
     }
-    items.push_back(JobView(j, false));
+    items.push_back(JobView(j, false, &limited));
     last = it->first;
   }
   Json out = {{"items", items}};

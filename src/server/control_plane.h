@@ -379,7 +379,9 @@ class ControlPlane {
   store::Op AllocOp(const Allocation& a) const;
   store::Op NodeOp(const NodeRecord& n) const;
   bool Visible(const Principal& p, const JobRecord& j) const;
-  Json JobView(const JobRecord& j, bool describe) const;
+  // `limited`: ArrayTaskLimited(Now()) when the caller has it (a listing: once, not per job).
+  Json JobView(const JobRecord& j, bool describe,
+               const std::set<std::string>* limited = nullptr) const;
   Json AllocView(const Allocation& a) const;
   // Starts stopping a job's live allocations; the job becomes Terminating (or goes
   // straight to `next` when nothing is live).

@@ -654,6 +654,12 @@ TEST_F(ControlPlaneTest, AnArrayThrottleHoldsElementsBackAcrossARestart) {
     EXPECT_EQ(State(id), "Pending") << id;
     EXPECT_EQ(Job(id)["pendingReason"]["code"], "JobArrayTaskLimit") << id;
   }
+  // A listing says the same, its throttle computed once for the page.
+  const Json listed = cp_->ListJobs(kAdmin, {}).value();
+  for (const auto& item : listed["items"])
+    if (item["name"] == "thr_2" || item["name"] == "thr_3") {
+      EXPECT_EQ(item["pendingReason"]["code"], "JobArrayTaskLimit") << item["name"];
+    }
   EXPECT_EQ(Job("thr_2")["pendingReason"]["message"],
             "array thr runs at most 2 of its jobs at once (thr%2); this one starts when one of "
             "them ends");
