@@ -383,6 +383,40 @@ void PrintEvents(const Json& items, bool wide = false) {
   Table(h, rows);
 }
 
+// Every event `query` selects ("object=node/x"; "" for all), oldest first, page by page; only
+// the newest `keep` of them (0: all). False when a call failed (said already).
+bool NewestEvents(const ClientFlags& f, const std::string& query, size_t keep, Json& items) {
+  items = Json::array();
+  for (int64_t after = 0;;) {
+    auto r = Call(f, "GET",
+                  "/v1/events?limit=10000" + (query.empty() ? "" : "&" + query) +
+                      "&after=" + std::to_string(after));
+    if (!Check(f, r)) return false;
+    for (auto& x : r.body["items"]) items.push_back(std::move(x));
+    if (r.body["items"].size() < 10000) break;
+    after = r.body["next"].get<int64_t>();
+  }
+  if (keep && items.size() > keep) items.erase(items.begin(), items.end() - keep);
+  return true;
+}
+
+// A placement's device indices, "0,1" ("-": none), for the allocation tables of describe.
+std::string DeviceIndices(const Json& placement) {
+  std::string devs;
+  for (const auto& d : placement.value("devices", Json::array()))
+    devs += (devs.empty() ? "" : ",") + S(d, "device");
+  return devs.empty() ? "-" : devs;
+}
+
+// The Events section of describe, as kubectl's.
+void PrintEventsSection(const Json& events) {
+  std::printf("Events:\n");
+  if (events.empty())
+    std::printf("  <none>\n");
+  else
+    PrintEvents(events);
+}
+
 // `tessera describe node NAME`, as kubectl's: what the node is, what is allocated on it (the
 // tasks holding its devices; another queue's shown as capacity in use only), its events.
 void DescribeNode(const ClientFlags& f, const std::string& name) {
@@ -396,19 +430,9 @@ void DescribeNode(const ClientFlags& f, const std::string& name) {
     SetExitCode(1);
     return;
   }
-  // Its newest events (oldest first, as kubectl shows them): page through, keep the last 50.
-  Json events = Json::array();
-  for (int64_t after = 0;;) {
-    auto ev = Call(
-        f, "GET",
-        "/v1/events?limit=10000&object=" + Esc("node/" + name) + "&after=" + std::to_string(after));
-    if (!Check(f, ev)) return;
-    for (auto& e : ev.body["items"]) events.push_back(std::move(e));
-    if (ev.body["items"].size() < 10000) break;
-    after = ev.body["next"].get<int64_t>();
-  }
-  constexpr size_t kShown = 50;
-  if (events.size() > kShown) events.erase(events.begin(), events.end() - kShown);
+  // Its newest events (oldest first, as kubectl shows them).
+  Json events;
+  if (!NewestEvents(f, "object=" + Esc("node/" + name), 50, events)) return;
   Json node = *found;
   node["events"] = std::move(events);
   if (PrintStructured(f, node)) return;
@@ -440,11 +464,8 @@ void DescribeNode(const ClientFlags& f, const std::string& name) {
     const Json& pl = a["placement"];
     if (auto c = ParseMilliQuantity(S(pl, "cpu", "0")); c.ok()) cpu += *c;
     if (auto m = ParseByteQuantity(S(pl, "memory", "0")); m.ok()) memory += *m;
-    std::string devs;
-    for (const auto& d : pl.value("devices", Json::array()))
-      devs += (devs.empty() ? "" : ",") + S(d, "device");
     rows.push_back({"  " + S(a, "id", "<other queue>"), S(a, "job", "-"), S(a, "task"),
-                    S(a, "state"), devs.empty() ? "-" : devs, S(pl, "cpu"), S(pl, "memory")});
+                    S(a, "state"), DeviceIndices(pl), S(pl, "cpu"), S(pl, "memory")});
   }
   std::printf("Allocated:      cpu %s, memory %s, GPUs %s/%s\n", FormatMilli(cpu).c_str(),
               FormatBytes(memory).c_str(),
@@ -454,11 +475,7 @@ void DescribeNode(const ClientFlags& f, const std::string& name) {
     std::printf("  <none>\n");
   else
     Table({"  ID", "JOB", "TASK", "STATE", "DEVICES", "CPU", "MEMORY"}, rows);
-  std::printf("Events:\n");
-  if (n["events"].empty())
-    std::printf("  <none>\n");
-  else
-    PrintEvents(n["events"]);
+  PrintEventsSection(n["events"]);
 }
 
 // Fetches every page of a list endpoint.
@@ -806,15 +823,8 @@ void AddClientCommands(CLI::App& app) {
           if (!ListAll(*f, p, items, keep)) return;
         }
       } else if (k == "events") {
-        // Oldest first, page by page: the newest are at the end.
-        for (int64_t after = 0;;) {
-          auto r = Call(*f, "GET", "/v1/events?limit=10000&after=" + std::to_string(after));
-          if (!Check(*f, r)) return;
-          for (auto& x : r.body["items"]) items.push_back(std::move(x));
-          if (r.body["items"].size() < 10000) break;
-          after = r.body["next"].get<int64_t>();
-        }
-        if (keep && items.size() > keep) items.erase(items.begin(), items.end() - keep);
+        // Oldest first: the newest are at the end.
+        if (!NewestEvents(*f, "", keep, items)) return;
       } else {
         std::string path = k.starts_with("node")    ? "/v1/nodes"
                            : k.starts_with("queue") ? "/v1/queues"
@@ -1014,19 +1024,12 @@ void AddClientCommands(CLI::App& app) {
       if (j["allocations"].empty()) std::printf("  <none>\n");
       std::vector<std::vector<std::string>> rows;
       for (const auto& a : j["allocations"]) {
-        std::string devs;
-        for (const auto& d : a["placement"]["devices"])
-          devs += (devs.empty() ? "" : ",") + S(d, "device");
         rows.push_back({"  " + S(a, "id"), S(a, "task"), S(a, "attempt"), S(a["placement"], "node"),
-                        devs.empty() ? "-" : devs, S(a, "state"), S(a, "message")});
+                        DeviceIndices(a["placement"]), S(a, "state"), S(a, "message")});
       }
       if (!rows.empty())
         Table({"  ID", "TASK", "ATTEMPT", "NODE", "DEVICES", "STATE", "MESSAGE"}, rows);
-      std::printf("Events:\n");
-      if (j["events"].empty())
-        std::printf("  <none>\n");
-      else
-        PrintEvents(j["events"]);
+      PrintEventsSection(j["events"]);
     });
   }
 

@@ -315,20 +315,14 @@ void ClusterMetrics::Update(const ClusterView& view) {
     if (q.limit && q.limit->memory_bytes > 0)
       ql_mem[{q.name}] = static_cast<double>(q.limit->memory_bytes);
   }
-  // A queue's subtree: its own jobs' GPUs, added to every ancestor (bounded walk: the server
-  // refuses parent loops, and a chain never has more steps than there are queues).
-  std::map<std::string, const Queue*> by_name;
-  for (const Queue& q : s.queues) by_name[q.name] = &q;
+  // A queue's subtree: its own jobs' GPUs, added to every ancestor.
+  std::map<std::string, Queue> by_name;
+  for (const Queue& q : s.queues) by_name[q.name] = q;
   std::map<LabelValues<1>, double> qs_gpu;
   for (const std::string& name : queue_names) {
-    const int64_t milli = queue_use[name].gpu_milli;
-    qs_gpu[{name}] += Gpus(milli);
-    auto at = by_name.find(name);
-    for (size_t steps = 0;
-         at != by_name.end() && !at->second->parent.empty() && steps < by_name.size(); ++steps) {
-      qs_gpu[{at->second->parent}] += Gpus(milli);
-      at = by_name.find(at->second->parent);
-    }
+    const double gpus = Gpus(queue_use[name].gpu_milli);
+    qs_gpu[{name}] += gpus;
+    for (const std::string& ancestor : QueueAncestors(by_name, name)) qs_gpu[{ancestor}] += gpus;
   }
   queue_subtree_allocated_gpus_->Replace(std::move(qs_gpu));
   queue_allocated_gpus_->Replace(std::move(qa_gpu));

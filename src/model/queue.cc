@@ -55,6 +55,17 @@ std::vector<std::string> QueueGuaranteeViolations(const std::vector<Queue>& queu
   return out;
 }
 
+std::vector<std::string> QueueAncestors(const std::map<std::string, Queue>& queues,
+                                        const std::string& name) {
+  std::vector<std::string> out;
+  auto at = queues.find(name);
+  while (at != queues.end() && !at->second.parent.empty() && out.size() < queues.size()) {
+    out.push_back(at->second.parent);
+    at = queues.find(at->second.parent);
+  }
+  return out;
+}
+
 Status CheckQueueGuarantees(const std::vector<Queue>& queues) {
   auto v = QueueGuaranteeViolations(queues);
   return v.empty() ? Status::Ok() : InvalidArgument(v.front());

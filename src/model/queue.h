@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,5 +36,11 @@ struct PriorityClass {
 // an ancestor's limit. (Unknown parents and loops are the caller's to refuse first.)
 Status CheckQueueGuarantees(const std::vector<Queue>& queues);  // the first violation
 std::vector<std::string> QueueGuaranteeViolations(const std::vector<Queue>& queues);  // all
+
+// The ancestors of queue `name` in `queues` (by name), its parent first: whose figures a
+// queue's use adds to (a parent's limit caps its subtree). Stops at an unknown parent, and
+// after as many steps as there are queues (a loop, which apply refuses, would not end).
+std::vector<std::string> QueueAncestors(const std::map<std::string, Queue>& queues,
+                                        const std::string& name);
 
 }  // namespace tessera

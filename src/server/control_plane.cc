@@ -737,6 +737,12 @@ int64_t LastRunStartedAt(const JobRecord& j, const std::map<std::string, Allocat
 
 }  // namespace
 
+// A job named by sbatch's number (digits only, as SLURM_JOB_ID): that number, else -1.
+static int64_t JobNumber(const std::string& id) {
+  const bool digits = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos;
+  return digits && id.size() < 19 ? std::stoll(id) : -1;
+}
+
 enum class DependencyState { kWaiting, kSatisfied, kNever };
 
 // Where dependency `d` stands, given the jobs it names: one job, or every job of an array,
@@ -847,6 +853,12 @@ int64_t ControlPlane::EligibleSince(const JobRecord& j) const {
       since = std::max(since, after && e->started_at >= 0 ? e->started_at : e->finished_at);
   }
   return since;
+}
+
+const char* ControlPlane::HeldBack(const JobRecord& j, int64_t now,
+                                   const std::set<std::string>& throttled) const {
+  if (const char* why = HeldBack(j, now); *why) return why;
+  return throttled.count(j.id()) ? "JobArrayTaskLimit" : "";
 }
 
 const char* ControlPlane::HeldBack(const JobRecord& j, int64_t now) const {
@@ -1177,10 +1189,6 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       seen.insert(s.job.id);
       // By sbatch job id (digits), else by name; an array by its name or its job id (%A), as
       // a whole, and one job of it as Slurm writes it (JOBID_INDEX).
-      auto number = [](const std::string& id) -> int64_t {
-        const bool digits = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos;
-        return digits && id.size() < 19 ? std::stoll(id) : -1;
-      };
       for (spec::Dependency& d : s.dependencies) {
         const std::string given = d.job;
         // An array's jobs share their document's dependencies: resolved once (a number is
@@ -1196,7 +1204,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
                                     spec::DependencyConditionName(d.condition) +
                                     " can never be satisfied");
         };
-        int64_t array = arrays_.count(number(d.job)) ? number(d.job) : -1;
+        int64_t array = arrays_.count(JobNumber(d.job)) ? JobNumber(d.job) : -1;
         if (auto n = array_names_.find(d.job);
             array < 0 && n != array_names_.end() && !n->second.empty() && !jobs_.count(d.job))
           array = *n->second.rbegin();
@@ -1208,19 +1216,17 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
           continue;
         }
         if (const size_t us = d.job.find('_'); us != std::string::npos) {
-          auto a = arrays_.find(number(d.job.substr(0, us)));
-          const int64_t index = number(d.job.substr(us + 1));
+          auto a = arrays_.find(JobNumber(d.job.substr(0, us)));
+          const int64_t index = JobNumber(d.job.substr(us + 1));
           for (size_t e = 0; a != arrays_.end() && index >= 0 && e < a->second.size(); ++e)
             if (jobs_.at(a->second[e]).spec.array->index == index) d.job = a->second[e];
         }
         // A job of this submission given before it, or one the submitter may see.
-        const int64_t id_seq = number(d.job);
+        const int64_t id_seq = JobNumber(d.job);
         const JobRecord* on = nullptr;
         for (const JobRecord& earlier : records)
           if (earlier.seq == id_seq || (!on && earlier.id() == d.job)) on = &earlier;
-        if (on == nullptr && id_seq >= 0)
-          for (const auto& [id, job] : jobs_)
-            if (job.seq == id_seq) on = &job;
+        if (on == nullptr && id_seq >= 0) on = JobBySeq(id_seq);
         if (on == nullptr)
           if (auto it = jobs_.find(d.job); it != jobs_.end()) on = &it->second;
         if (on == nullptr || !Visible(p, *on))
@@ -1327,16 +1333,19 @@ ControlPlane::StoreHealth ControlPlane::store_health() const {
   return h;
 }
 
+const JobRecord* ControlPlane::JobBySeq(int64_t seq) const {
+  for (const auto& [name, j] : jobs_)
+    if (j.seq == seq) return &j;
+  return nullptr;
+}
+
 std::string ControlPlane::ByJobId(const std::string& id, bool whole_array) const {
-  if (jobs_.count(id) || array_names_.count(id) || id.empty() || id.size() > 18 ||
-      id.find_first_not_of("0123456789") != std::string::npos)
-    return id;
-  const int64_t number = std::stoll(id);
+  const int64_t number = JobNumber(id);
+  if (jobs_.count(id) || array_names_.count(id) || number < 0) return id;
   if (auto a = arrays_.find(number); whole_array && a != arrays_.end())
     return jobs_.at(a->second.front()).spec.array->name;  // the array, as scancel takes it
-  for (const auto& [name, j] : jobs_)
-    if (j.seq == number) return name;
-  return id;
+  const JobRecord* j = JobBySeq(number);
+  return j ? j->id() : id;
 }
 
 StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& given, bool describe) {
@@ -1604,14 +1613,11 @@ Json ControlPlane::ListQueues(const Principal& p) {
   // A parent queue's figures include its children's, as the engine counts a parent's use
   // against its limit (jobs are in leaf queues only).
   std::map<std::string, std::array<int64_t, 4>> leaf = stats;
-  for (const auto& [name, s] : leaf) {
-    auto q = queues_.find(name);
-    for (size_t depth = 0; q != queues_.end() && !q->second.parent.empty() && depth < 64; ++depth) {
-      auto& up = stats[q->second.parent];
+  for (const auto& [name, s] : leaf)
+    for (const std::string& ancestor : QueueAncestors(queues_, name)) {
+      auto& up = stats[ancestor];
       for (size_t i = 0; i < up.size(); ++i) up[i] += s[i];
-      q = queues_.find(q->second.parent);
     }
-  }
   Json items = Json::array();
   for (const auto& [name, q] : queues_) {
     Json o = QueueToJson(q);
@@ -2679,7 +2685,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     if (pending) {
       // Backing off after a failure (RestartJob), or lost with a node whose agent may still
       // be stopping its tasks: nothing of it to place yet.
-      if (!*HeldBack(j, Now()) && !limited.count(id)) s.jobs.push_back(job);
+      if (!*HeldBack(j, Now(), limited)) s.jobs.push_back(job);
       if (hold.empty()) continue;
     }
     // A job exactly as the engine models it: each live task of the current attempt placed once.
@@ -2761,8 +2767,7 @@ Status ControlPlane::RunCycle() {
       const std::set<std::string> limited = ArrayTaskLimited(now);
       for (const auto& [id, j] : jobs_)
         summaries.push_back({id, j.spec.job.queue, j.state, j.created_at, EligibleSince(j),
-                             j.run_started_at,
-                             limited.count(id) ? "JobArrayTaskLimit" : HeldBack(j, now)});
+                             j.run_started_at, HeldBack(j, now, limited)});
     }
   }
   {

@@ -427,9 +427,9 @@ class ControlPlane {
       const std::map<std::string, TaskAllocation>& others) const;
   int32_t PriorityOf(const JobRecord& j) const;
   // Where a job never yet placed stands with the jobs it depends on (--dependency): the
-  // dependency it waits for (nullptr: none, it may be scheduled), the job named (nullptr:
-  // deleted), and whether it can never be satisfied. A job placed once waits for none: its
-  // dependencies held then, and a requeue does not wait again.
+  // dependency it waits for (nullptr: none, it may be scheduled), the jobs it names (none: the
+  // one job was deleted), and whether it can never be satisfied. A job placed once waits for none:
+  // its dependencies held then, and a requeue does not wait again.
   struct DependencyWait {
     const spec::Dependency* on = nullptr;
     std::vector<const JobRecord*> jobs;  // what it names (DependedOn)
@@ -448,6 +448,10 @@ class ControlPlane {
   // Why a pending job is held back from the engine at `now`: "Held", "Dependency",
   // "DependencyNeverSatisfied", "BackOff", "NodeLost", or "" (the engine sees it).
   const char* HeldBack(const JobRecord& j, int64_t now) const;
+  // ... or "JobArrayTaskLimit" for one of `throttled` (ArrayTaskLimited(now)), which the
+  // engine does not see either.
+  const char* HeldBack(const JobRecord& j, int64_t now,
+                       const std::set<std::string>& throttled) const;
   // The jobs (name, seq) that unfinished jobs never yet placed depend on, each with those
   // dependents: a job waited for is not deleted.
   using Dependents = std::map<std::pair<std::string, int64_t>, std::vector<std::string>>;
@@ -460,6 +464,7 @@ class ControlPlane {
   // (`whole_array`: an array's id names the array, for cancel/hold/release; else the job whose
   // number it also is, the array's first.)
   std::string ByJobId(const std::string& id, bool whole_array = false) const;
+  const JobRecord* JobBySeq(int64_t seq) const;  // the job of that sbatch number (nullptr: none)
   // The elements of the job array named `name` that `p` may see (none: no such array).
   std::vector<JobRecord*> VisibleArray(const Principal& p, const std::string& name);
   // Pending elements held back by their array's throttle (--array=...%N) at `now`: past the

@@ -130,6 +130,16 @@ class ControlPlaneTest : public ::testing::Test {
     return running;
   }
 
+  // Reopens with every attempt the cycles bind appended to `bound` (on_cycle's JobBound).
+  void RecordBindings(std::vector<JobBound>& bound) {
+    tune_ = [&bound](ControlPlaneOptions& o) {
+      o.on_cycle = [&bound](const Snapshot&, const Plan&, const std::vector<JobSummary>&,
+                            const std::vector<JobBound>& b, int64_t,
+                            double) { bound.insert(bound.end(), b.begin(), b.end()); };
+    };
+    Reopen();
+  }
+
   std::string dir_;
   FakeClock clock_;
   std::function<void(ControlPlaneOptions&)> tune_;  // options of the next Reopen()
@@ -1531,12 +1541,7 @@ TEST_F(ControlPlaneTest, CancelStopsTasksWithGraceThenCancels) {
 // until released, across a restart too; only a pending job can be held.
 TEST_F(ControlPlaneTest, AHeldJobWaitsUntilReleasedAcrossARestart) {
   std::vector<JobBound> bound;  // a released job's wait counts from its release
-  tune_ = [&bound](ControlPlaneOptions& o) {
-    o.on_cycle = [&bound](const Snapshot&, const Plan&, const std::vector<JobSummary>&,
-                          const std::vector<JobBound>& b, int64_t,
-                          double) { bound.insert(bound.end(), b.begin(), b.end()); };
-  };
-  Reopen();
+  RecordBindings(bound);
   int64_t epoch = Epoch("node-a");
   auto r = cp_->Submit(kAdmin,
                        "#!/bin/bash\n#SBATCH -J h1\n#SBATCH --hold\n#SBATCH "
@@ -1599,12 +1604,7 @@ TEST_F(ControlPlaneTest, AHeldJobWaitsUntilReleasedAcrossARestart) {
 // start.
 TEST_F(ControlPlaneTest, ADependentJobWaitsForTheJobsItNamesAcrossARestart) {
   std::vector<JobBound> bound;  // queue waits count from when the job could first run
-  tune_ = [&bound](ControlPlaneOptions& o) {
-    o.on_cycle = [&bound](const Snapshot&, const Plan&, const std::vector<JobSummary>&,
-                          const std::vector<JobBound>& b, int64_t,
-                          double) { bound.insert(bound.end(), b.begin(), b.end()); };
-  };
-  Reopen();
+  RecordBindings(bound);
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(
       cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J prep\n#SBATCH --gres=gpu:1\necho hi\n").ok());
