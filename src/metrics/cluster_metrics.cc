@@ -415,7 +415,11 @@ void ClusterMetrics::Update(const ClusterView& view) {
   }
   std::map<LabelValues<2>, double> by_state, by_reason;
   std::map<LabelValues<1>, double> oldest;
-  for (const auto& [queue, q] : per_queue) {
+  std::erase_if(reasons_seen_, [&](const auto& kv) { return !per_queue.count(kv.first); });
+  for (auto& [queue, q] : per_queue) {
+    auto& seen = reasons_seen_[queue];
+    for (const std::string& reason : seen) q.reasons.try_emplace(reason, 0);
+    for (const auto& [reason, n] : q.reasons) seen.insert(reason);
     for (const auto& [state, n] : q.states) by_state[{queue, state}] = static_cast<double>(n);
     for (const auto& [reason, n] : q.reasons) by_reason[{queue, reason}] = static_cast<double>(n);
     oldest[{queue}] = static_cast<double>(std::max<int64_t>(0, q.oldest));

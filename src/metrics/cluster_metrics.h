@@ -123,6 +123,9 @@ class ClusterMetrics {
   // Jobs.
   GaugeVec<2>* jobs_;
   GaugeVec<2>* pending_jobs_;
+  // Each queue's pending reasons seen so far: they read 0 once no job waits for them, so a
+  // series does not vanish (a rate or an alert over it would read "no data", not 0).
+  std::map<std::string, std::set<std::string, std::less<>>, std::less<>> reasons_seen_;
   GaugeVec<1>* oldest_pending_;
   HistogramVec<1>* queue_wait_;
   // Cycles.

@@ -293,7 +293,9 @@ TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
   view_.plan = nullptr;
   m_.Update(view_);
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"QueueOverLimit\"}"), "absent");
+  // A reason no job waits for any more reads 0 rather than vanishing (an alert over the
+  // series would read "no data").
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"QueueOverLimit\"}"), "0");
   EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"NotYetScheduled\"}"), "1");
   // One that can never fit is counted apart, whatever resource it lacks.
   plan.decisions[0].outcome = Outcome::kInfeasible;
@@ -304,6 +306,24 @@ TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
   text = "\n" + m_.RenderText();
   EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Infeasible\"}"), "1");
   EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Insufficient\"}"), "absent");
+}
+
+TEST_F(ClusterMetricsTest, PendingReasonsReadZeroUntilTheirQueueGoes) {
+  view_.jobs.push_back({"serve", "scratch", "pending", "Insufficient", 900, -1});
+  m_.Update(view_);
+  std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"scratch\",reason=\"Insufficient\"}"), "1");
+  view_.jobs.back().state = "running";
+  view_.jobs.back().pending_reason = "";
+  m_.Update(view_);
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"scratch\",reason=\"Insufficient\"}"), "0");
+  view_.jobs.pop_back();  // its job and queue are gone: no series left behind for ever
+  m_.Update(view_);
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"scratch\",reason=\"Insufficient\"}"),
+            "absent");
+  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Held\"}"), "1");
 }
 
 TEST_F(ClusterMetricsTest, ObserveCycleCountsBindingsEvictionsAndLatency) {
