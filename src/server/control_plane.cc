@@ -243,7 +243,7 @@ Status ControlPlane::Load() {
   std::sort(keyed.begin(), keyed.end());
   for (const auto& [seq, id] : keyed) idempotency_[jobs_.at(id).idempotency_key].push_back(id);
   // Array membership is stored with each element (its spec); elements in index order.
-  for (const auto& [id, j] : jobs_) AddArrayElement(j);
+  for (const auto& [id, j] : jobs_) IndexJob(j);
   for (auto& [array, ids] : arrays_)
     std::sort(ids.begin(), ids.end(), [&](const std::string& a, const std::string& b) {
       return jobs_.at(a).spec.array->index < jobs_.at(b).spec.array->index;
@@ -513,6 +513,7 @@ void ControlPlane::FinishDeletes(std::vector<store::Op>& ops) const {
 
 void ControlPlane::ForgetJob(const std::string& id) {
   JobRecord& j = jobs_.at(id);
+  with_dependencies_.erase(id);
   for (const auto& a : j.allocations) allocations_.erase(a);
   for (int64_t seq : j.events) events_.erase(seq);
   // The key answers for the submission's other jobs while any is kept.
@@ -873,7 +874,8 @@ const char* ControlPlane::HeldBack(const JobRecord& j, int64_t now) const {
 
 ControlPlane::Dependents ControlPlane::WaitedOn() const {
   Dependents out;
-  for (const auto& [id, j] : jobs_) {
+  for (const std::string& id : with_dependencies_) {
+    const JobRecord& j = jobs_.at(id);
     if (!j.allocations.empty() || IsTerminal(j.state)) continue;
     for (const spec::Dependency& d : j.spec.dependencies)
       for (const JobRecord* on : DependedOn(d)) {
@@ -1304,7 +1306,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     for (auto& r : records) {
       std::string id = r.id();
       auto& stored = jobs_.emplace(id, std::move(r)).first->second;
-      AddArrayElement(stored);
+      IndexJob(stored);
       out.push_back(JobView(stored, false));
     }
   }
@@ -1447,7 +1449,8 @@ std::vector<JobRecord*> ControlPlane::VisibleArray(const Principal& p, const std
   return out;
 }
 
-void ControlPlane::AddArrayElement(const JobRecord& j) {
+void ControlPlane::IndexJob(const JobRecord& j) {
+  if (!j.spec.dependencies.empty()) with_dependencies_.insert(j.id());
   if (!j.spec.array) return;
   arrays_[j.spec.array->job_id].push_back(j.id());
   array_names_[j.spec.array->name].insert(j.spec.array->job_id);

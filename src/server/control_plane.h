@@ -456,8 +456,8 @@ class ControlPlane {
   // dependents: a job waited for is not deleted.
   using Dependents = std::map<std::pair<std::string, int64_t>, std::vector<std::string>>;
   Dependents WaitedOn() const;
-  // Job arrays (sbatch --array): the elements of each array (by its job id), in index order.
-  void AddArrayElement(const JobRecord& j);
+  // Indexes a job just loaded or stored: arrays_, array_names_, with_dependencies_.
+  void IndexJob(const JobRecord& j);
   // A job or array named by sbatch's number, as scancel and scontrol take it: the array whose
   // SLURM_ARRAY_JOB_ID it is, else the job whose slurmJobId it is; `id` itself when a job or
   // array has that name, or none has that number.
@@ -482,9 +482,10 @@ class ControlPlane {
 
   mutable std::mutex mu_;
   std::map<std::string, JobRecord> jobs_;
-  std::map<int64_t, std::vector<std::string>> arrays_;    // array job id -> its elements
+  std::map<int64_t, std::vector<std::string>> arrays_;    // array job id -> elements, by index
   std::map<std::string, std::set<int64_t>> array_names_;  // an array's name -> its job ids
-  std::set<std::string> reserved_ids_;                    // submissions in flight (not yet durable)
+  std::set<std::string> with_dependencies_;  // jobs submitted with dependencies (WaitedOn)
+  std::set<std::string> reserved_ids_;       // submissions in flight (not yet durable)
   std::map<std::string, std::vector<std::string>> idempotency_;  // key -> the jobs it created
   std::set<std::string> reserved_keys_;  // idempotency keys of submissions in flight
   // (queue, priority class) of each job of the submissions in flight: Delete counts them.
