@@ -97,6 +97,7 @@ std::string SignatureOf(const Node& n, const std::set<std::string>& label_keys) 
     add(d.domain);
     AppendInt(s, d.memory_bytes);
     s += d.healthy ? 'h' : '-';
+    s += d.shareable ? 's' : '-';
     for (const auto& m : d.mig) {
       add(m.profile);
       AppendInt(s, m.start_slice);

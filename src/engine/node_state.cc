@@ -66,13 +66,24 @@ std::optional<int32_t> GpuShapeOf(const TaskAllocation& a) {
 bool DeviceMatches(const TaskRequest& r, const NodeState& node, int32_t d) {
   const Device& dev = node.node->devices[d];
   if (!dev.healthy || !ModelAllowed(r.gpu, dev.model)) return false;
+  if (r.gpu.kind == GpuRequestKind::kFraction && !dev.shareable) return false;
   return (r.gpu.kind == GpuRequestKind::kMig) == dev.mig_enabled();
 }
 
 namespace {
 // What a node lacks for a request, without building the words (scores ask this millions of
 // times per cycle; only the pending reason needs the words).
-enum class Shortfall { kNone, kGpu, kGpuModel, kGpuMilli, kGpuMemory, kMig, kCpu, kMemory };
+enum class Shortfall {
+  kNone,
+  kGpu,
+  kGpuModel,
+  kGpuMilli,
+  kGpuMemory,
+  kGpuWholeOnly,
+  kMig,
+  kCpu,
+  kMemory
+};
 
 // A GPU request that failed: for want of the model when the node has no device of the models
 // asked for; for want of device memory when it has devices of the model but none with as much
@@ -106,7 +117,14 @@ Shortfall FitShortfall(const TaskRequest& r, const NodeState& node) {
     case GpuRequestKind::kFraction: {
       bool any = false;
       for (int32_t d = 0; d < nd && !any; ++d) any = FractionFits(r, node, d);
-      if (!any) return GpuShortfall(r, node, Shortfall::kGpuMilli);
+      if (any) break;
+      const Shortfall s = GpuShortfall(r, node, Shortfall::kGpuMilli);
+      // Devices no fractional task may share (a Slurm node's): waiting frees no share.
+      if (s == Shortfall::kGpuMilli && nd > 0 &&
+          std::none_of(node.node->devices.begin(), node.node->devices.end(),
+                       [](const Device& d) { return d.shareable; }))
+        return Shortfall::kGpuWholeOnly;
+      return s;
       break;
     }
     case GpuRequestKind::kMig: {
@@ -149,6 +167,8 @@ FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node) {
       return FilterVerdict::Fail("Insufficient tessera.io/gpu-milli", "tessera.io/gpu-milli");
     case Shortfall::kGpuMemory:
       return FilterVerdict::Fail("Insufficient tessera.io/gpu-memory", "tessera.io/gpu-memory");
+    case Shortfall::kGpuWholeOnly:  // not a shortage either
+      return FilterVerdict::Fail("node(s) give whole GPUs only, no fractional share");
     case Shortfall::kMig: {
       std::string res = "nvidia.com/mig-" + r.gpu.mig_profile;
       return FilterVerdict::Fail("Insufficient " + res, res);

@@ -411,6 +411,7 @@ StatusOr<Device> DeviceFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.String("domain", d.domain));
   TESSERA_RETURN_IF_ERROR(r.Bool("healthy", d.healthy));
   TESSERA_RETURN_IF_ERROR(r.Bool("virtual", d.is_virtual));
+  TESSERA_RETURN_IF_ERROR(r.Bool("shareable", d.shareable));
   TESSERA_RETURN_IF_ERROR(r.Int32("utilPercent", d.util_percent));
   TESSERA_RETURN_IF_ERROR(r.Bytes("memoryUsed", d.memory_used_bytes));
   TESSERA_RETURN_IF_ERROR(r.Int("powerMilliwatts", d.power_milliwatts));
@@ -454,6 +455,7 @@ Json DeviceToJson(const Device& d) {
   if (!d.domain.empty()) j["domain"] = d.domain;
   if (!d.healthy) j["healthy"] = false;
   if (d.is_virtual) j["virtual"] = true;
+  if (!d.shareable) j["shareable"] = false;
   if (!d.mig.empty()) {
     Json m = Json::array();
     for (const auto& mi : d.mig) {
@@ -511,6 +513,7 @@ StatusOr<Node> NodeFromJson(const Json& v, const std::string& path) {
     TESSERA_RETURN_IF_ERROR(gr.Bytes("memory", proto.memory_bytes));
     TESSERA_RETURN_IF_ERROR(gr.String("domain", proto.domain));
     TESSERA_RETURN_IF_ERROR(gr.Bool("virtual", proto.is_virtual));
+    TESSERA_RETURN_IF_ERROR(gr.Bool("shareable", proto.shareable));
     std::vector<std::string> mig;
     TESSERA_RETURN_IF_ERROR(gr.StringList("mig", mig));
     TESSERA_RETURN_IF_ERROR(gr.Finish());

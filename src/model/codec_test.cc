@@ -10,7 +10,7 @@ nodes:
   - name: gpu-b
     cpu: 64
     memory: 512Gi
-    gpus: {model: A100-80GB, count: 8, domain: nvl0}
+    gpus: {model: A100-80GB, count: 8, domain: nvl0, shareable: false}
     taints: [{key: dedicated, value: infer, effect: NoSchedule}]
   - name: gpu-a
     cpu: "96"
@@ -46,6 +46,9 @@ TEST(CodecTest, ReadsClusterShorthandsAndResolvesClasses) {
   EXPECT_EQ(s->nodes[0].devices[0].mig[1].start_slice, 3);
   EXPECT_EQ(s->nodes[1].devices.size(), 8u);
   EXPECT_EQ(s->nodes[1].devices[7].memory_bytes, 80LL << 30);
+  EXPECT_FALSE(s->nodes[1].devices[7].shareable);
+  EXPECT_TRUE(s->nodes[0].devices[0].shareable);  // by default
+  EXPECT_EQ(SnapshotToJson(*s)["nodes"][1]["devices"][0]["shareable"], false);
   EXPECT_EQ(s->nodes[1].cpu_milli, 64000);
   const Job& train = s->jobs[1];
   EXPECT_EQ(train.id, "train");

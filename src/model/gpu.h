@@ -18,7 +18,7 @@ struct MigProfile {
   int32_t compute_slices;  // g: out of 7
   int32_t memory_slices;   // out of 8
   int64_t memory_bytes;
-  int32_t max_instances;   // per device
+  int32_t max_instances;  // per device
 };
 
 // Profiles for a GPU model ("A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB"), or
@@ -36,13 +36,14 @@ struct MigInstance {
 };
 
 struct Device {
-  int32_t index = 0;             // 0..n-1 on its node; CUDA_VISIBLE_DEVICES order
-  std::string uuid;              // "GPU-..."
-  std::string model;             // "A100-80GB", "H200-141GB", "T4", ...
+  int32_t index = 0;  // 0..n-1 on its node; CUDA_VISIBLE_DEVICES order
+  std::string uuid;   // "GPU-..."
+  std::string model;  // "A100-80GB", "H200-141GB", "T4", ...
   int64_t memory_bytes = 0;
   std::string domain;            // interconnect island (NVLink/NVSwitch group); "" = own
   bool healthy = true;           // false after XID errors, ECC faults, lost device
   bool is_virtual = false;       // declared by an inventory file, not discovered
+  bool shareable = true;         // fractional tasks may share it; false: whole only (Slurm's GRES)
   std::vector<MigInstance> mig;  // empty: MIG disabled
   // Latest utilisation sample (informational; filters may use it).
   int32_t util_percent = 0;

@@ -109,6 +109,7 @@ std::vector<Node> NodesFromSlurm(const std::vector<SlurmNode>& nodes,
       auto mem = options.gpu_memory_bytes.find(type);
       d.memory_bytes = mem != options.gpu_memory_bytes.end() ? mem->second : 0;
       d.uuid = "SLURM-" + sn.name + "-gpu" + std::to_string(i);
+      d.shareable = false;  // Slurm's GRES hands out whole GPUs: no fractional tasks here
       d.healthy = static_cast<int64_t>(types.size() - i) > foreign_gpus;
       n.devices.push_back(std::move(d));
     }

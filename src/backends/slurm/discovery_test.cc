@@ -99,7 +99,10 @@ TEST(Discovery, ForeignUsageIsSubtractedOwnIsNot) {
   EXPECT_EQ(n1.cpu_milli, 31000);                     // 32 - 1 foreign
   EXPECT_EQ(n1.memory_bytes, int64_t{255900} << 20);  // 256000 - 100
   int healthy = 0;
-  for (const Device& d : n1.devices) healthy += d.healthy;
+  for (const Device& d : n1.devices) {
+    healthy += d.healthy;
+    EXPECT_FALSE(d.shareable);  // GRES gives whole GPUs: no fractional task may land here
+  }
   EXPECT_EQ(healthy, 5);                // 8 - 3 foreign
   EXPECT_FALSE(n1.devices[7].healthy);  // highest indices go first
   EXPECT_TRUE(n1.devices[4].healthy);
