@@ -497,6 +497,10 @@ Status Executor::Start(const TaskSpec& spec) {
       ::close(fd);
       ::rename(exit_tmp.c_str(), exit_path.c_str());
     }
+    // Nothing of the task outlives it (as Slurm's and the kubelet's ends of a job): what it
+    // left in its group (a `cmd &`, a child that ignored SIGTERM) would keep its GPUs
+    // busy under the next job. The exit status is recorded; this monitor goes too.
+    ::kill(0, SIGKILL);
     ::_exit(kind[0] == 's' ? static_cast<int>(128 + code) : static_cast<int>(code));
   }
   ::close(gate[0]);
@@ -594,6 +598,7 @@ void Executor::Finish(Proc& p, int wait_status, bool have_status) {
     p.st.exit_code = code;
     p.st.message = how;
   }
+  TaskCgroups::Kill(p.cgroup);  // what left the process group (setsid) goes too
   TaskCgroups::Remove(p.cgroup);
 }
 

@@ -274,6 +274,37 @@ TEST_F(ExecutorTest, StopSendsTermThenKillsTheWholeGroupAfterGrace) {
       << "the task's child survived the group kill";
 }
 
+// What a task leaves behind in its group dies with it, at its own end and at a stop whose
+// SIGTERM the main process obeyed but a child ignored: GPUs freed for the next job are free.
+TEST_F(ExecutorTest, NothingOfATaskOutlivesIt) {
+  Executor ex(Options());
+  ASSERT_TRUE(ex.Start(Shell("b-bg", "sleep 600 & echo $! > child; exit 0")).ok());
+  TaskSpec stop = Shell("b-stop",
+                        "sh -c 'trap \"\" TERM; exec sleep 600' & echo $! > child; "
+                        "exec sleep 600");
+  stop.grace_period_seconds = 600;  // the stop must not need the grace period's SIGKILL
+  ASSERT_TRUE(ex.Start(stop).ok());
+  const std::string d = dir_.string() + "/tasks/";
+  ASSERT_TRUE(
+      WaitFor([&] { return fs::exists(d + "b-bg/child") && fs::exists(d + "b-stop/child"); }));
+  ASSERT_TRUE(WaitFor([&] {
+    ex.Poll();
+    return StatusOf(ex, "b-bg").state != TaskState::kRunning;
+  }));
+  EXPECT_EQ(StatusOf(ex, "b-bg").state, TaskState::kSucceeded);
+  const pid_t bg = std::atoi(Slurp(d + "b-bg/child").c_str());
+  EXPECT_TRUE(WaitFor([&] { return !Running(bg); })) << "a background process outlived its task";
+  const pid_t stubborn = std::atoi(Slurp(d + "b-stop/child").c_str());
+  ASSERT_TRUE(Running(stubborn));
+  ex.Stop("b-stop", "cancelled");
+  ASSERT_TRUE(ex.WaitAll(20000));
+  TaskStatus st = StatusOf(ex, "b-stop");
+  EXPECT_EQ(st.state, TaskState::kKilled);
+  EXPECT_EQ(st.message, "cancelled: killed by signal 15 (Terminated)");
+  EXPECT_TRUE(WaitFor([&] { return !Running(stubborn); }))
+      << "a child that ignored SIGTERM outlived its stopped task";
+}
+
 TEST_F(ExecutorTest, ANewExecutorAdoptsRunningTasksAndLearnsHowOthersEnded) {
   const std::string d = dir_.string() + "/tasks/";
   {
