@@ -172,6 +172,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   eo.wall_clock = a->opt_.wall_clock;
   eo.cgroup_parent = a->opt_.cgroup_parent;
   eo.cgroup_mount = a->opt_.cgroup_mount;
+  eo.srun_program = a->opt_.srun_program;
   Agent* self = a.get();
   eo.log = [self](const std::string& m) { self->Log(m); };
   eo.lease_file = a->LeaseFile();

@@ -55,6 +55,7 @@ struct AgentOptions {
   int64_t lease_seconds = -1;                   // -1: 10 heartbeat intervals; 0: never self-fence
   std::string cgroup_parent;                    // see ExecutorOptions
   std::string cgroup_mount;                     // see ExecutorOptions ("" = this machine's)
+  std::string srun_program;                     // see ExecutorOptions
   std::function<int64_t()> wall_clock;          // seconds since the epoch; default: system clock
   std::function<void(const std::string&)> log;  // default: stderr
 };

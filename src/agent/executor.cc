@@ -333,6 +333,20 @@ Status Executor::Start(const TaskSpec& spec) {
   env["TESSERA_TASK"] = std::to_string(spec.task);
   env["TESSERA_ATTEMPT"] = std::to_string(spec.attempt);
   env["TESSERA_NODE"] = opt_.node.name;
+  if (!opt_.srun_program.empty() && spec.env.count("SLURM_JOB_ID")) {
+    // An sbatch script's `srun` starts this node's share of its tasks (agent/srun.h).
+    const std::string bin = std::filesystem::absolute(dir + "/bin").string();
+    std::string quoted = "'";
+    for (char c : opt_.srun_program) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    quoted += "'";
+    std::error_code ec;
+    std::filesystem::create_directories(bin, ec);
+    if (Status st = WriteFileWhole(bin + "/srun", "#!/bin/sh\nexec " + quoted + " srun \"$@\"\n",
+                                   0755, Durability::kProcessCrash);
+        !st.ok())
+      return fail(st.message());
+    env["PATH"] = bin + (env.count("PATH") ? ":" + env["PATH"] : "");
+  }
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp, argv;

@@ -87,6 +87,9 @@ struct ExecutorOptions {
   // agent that cannot stop it, while the server runs it elsewhere. Null or <= 0: no lease.
   std::string lease_file;
   std::function<int64_t()> lease_seconds;
+  // The `tessera` binary: an sbatch task (SLURM_JOB_ID in its environment) finds it first on
+  // its PATH as `srun` (agent/srun.h). "" = no srun.
+  std::string srun_program;
 };
 
 class Executor {

@@ -174,6 +174,30 @@ TEST_F(ExecutorTest, SetsDeviceGangAndTaskEnvironmentAndWorkingDir) {
             "MIG-aaa,0|MIG-aaa,0|gpu-node-1|29500|2|4|0|a-env|2\n" + dir_.string() + "\n");
 }
 
+// An sbatch script's `srun` (the tessera binary, first on its PATH) starts this node's share
+// of the step: node 1 of 2 with 2 tasks per node runs ranks 2 and 3. A task that is not an
+// sbatch job's gets no srun.
+TEST_F(ExecutorTest, AnSbatchScriptsSrunStartsTheNodesRanks) {
+  ExecutorOptions o = Options();
+  o.srun_program = TESSERA_BINARY_PATH;
+  Executor ex(o);
+  TaskSpec s = Shell("a-srun",
+                     "srun sh -c 'echo rank $SLURM_PROCID local $SLURM_LOCALID of $SLURM_NTASKS "
+                     "world $WORLD_SIZE' | sort; echo rc=$?");
+  s.env = {{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "2"},          {"SLURM_NODEID", "1"},
+           {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "2"}, {"WORLD_SIZE", "2"}};
+  ASSERT_TRUE(ex.Start(s).ok());
+  TaskSpec plain = Shell("a-plain", "command -v srun || echo none");
+  ASSERT_TRUE(ex.Start(plain).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  EXPECT_EQ(StatusOf(ex, "a-srun").state, TaskState::kSucceeded) << StatusOf(ex, "a-srun").message;
+  EXPECT_EQ(Slurp(ex.LogPath("a-srun", "stdout")),
+            "rank 2 local 0 of 4 world 4\nrank 3 local 1 of 4 world 4\nrc=0\n")
+      << Slurp(ex.LogPath("a-srun", "stderr"));
+  EXPECT_EQ(Slurp(ex.LogPath("a-plain", "stdout")).find("tasks/a-plain/bin/srun"),
+            std::string::npos);
+}
+
 // sbatch -o / -e: output goes to the user's files (relative to the working dir, appended
 // to), and the logs read the same bytes; a file that cannot be opened fails the task.
 TEST_F(ExecutorTest, WritesOutputToTheFilesSbatchNamed) {

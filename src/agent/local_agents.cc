@@ -24,6 +24,7 @@ StatusOr<std::unique_ptr<LocalAgents>> LocalAgents::Start(const LocalAgentsOptio
     ao.work_dir = options.work_dir + "/" + node.name;
     ao.boot_id = NewBootId(rng);
     ao.lease_seconds = options.lease_seconds;
+    ao.srun_program = options.srun_program;
     ao.log = options.log;
     auto a = Agent::Create(std::move(ao));
     if (!a.ok()) return a.status().WithContext("local agent " + node.name);

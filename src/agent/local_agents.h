@@ -23,6 +23,7 @@ struct LocalAgentsOptions {
   std::string work_dir = "data/agents";
   uint64_t seed = 0;  // boot ids; 0 = from std::random_device
   int64_t lease_seconds = -1;
+  std::string srun_program;  // see ExecutorOptions
   std::function<void(const std::string&)> log;
 };
 

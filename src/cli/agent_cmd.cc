@@ -2,6 +2,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "agent/inventory.h"
 #include "agent/local_agents.h"
 #include "agent/nvml.h"
+#include "agent/srun.h"
 #include "cli/command.h"
 #include "model/codec.h"
 #if __has_include("server/hooks.h")
@@ -19,6 +21,13 @@
 
 namespace tessera::cli {
 namespace {
+
+// This binary, for the `srun` an sbatch task finds on its PATH ("" when unknown: no srun).
+std::string SelfProgram() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : p.string();
+}
 
 volatile std::sig_atomic_t g_signal = 0;
 void OnSignal(int sig) { g_signal = sig; }
@@ -136,6 +145,7 @@ int RunAgent(const AgentFlags& f) {
   o.nvml = nvml;
   o.lease_seconds = f.lease_seconds;
   o.cgroup_parent = f.cgroup_parent;
+  o.srun_program = SelfProgram();
   auto colon = f.logs_listen.rfind(':');
   o.logs_host = colon == std::string::npos ? f.logs_listen : f.logs_listen.substr(0, colon);
   o.logs_port = colon == std::string::npos ? 0 : std::atoi(f.logs_listen.c_str() + colon + 1);
@@ -180,6 +190,7 @@ void AddAgentCommands(CLI::App& app) {
     o.server_url = url;
     o.token = token;
     o.work_dir = data_dir + "/agents";
+    o.srun_program = SelfProgram();
     if (const char* d = std::getenv("TESSERA_LOCAL_AGENT_DIR"); d && *d) o.work_dir = d;
     if (const char* inv = std::getenv("TESSERA_LOCAL_AGENT_INVENTORY"); inv && *inv)
       o.inventory = inv;
@@ -228,6 +239,13 @@ void AddAgentCommands(CLI::App& app) {
   cmd->add_option("-o,--output", f->output, "Output of --discover: json or table")
       ->check(CLI::IsMember({"json", "table"}));
   cmd->callback([f] { SetExitCode(f->discover ? RunDiscover(*f) : RunAgent(*f)); });
+
+  CLI::App* srun = app.add_subcommand(
+      "srun",
+      "srun in an sbatch script on Tessera's own nodes: starts this node's share of the step's "
+      "tasks with their ranks (the agent puts it first on the script's PATH; docs/slurm.md)");
+  srun->prefix_command();
+  srun->callback([srun] { SetExitCode(agent::SrunMain(srun->remaining())); });
 }
 
 }  // namespace tessera::cli

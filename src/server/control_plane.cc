@@ -2865,6 +2865,17 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
     env["SLURM_PROCID"] = std::to_string(task);
     env["SLURM_LOCALID"] = "0";
     env["SLURM_RESTART_COUNT"] = std::to_string(j.attempt - 1);
+    // What srun (agent/srun.h) and scripts read of the node's share: its Slurm tasks, each
+    // one's CPUs, the node's GPUs.
+    const int32_t nodes_n = std::max(1, j.spec.job.TaskCount());
+    int32_t per_node = 1;
+    if (auto t = env.find("SLURM_NTASKS"); t != env.end())
+      per_node = std::max(1, std::atoi(t->second.c_str()) / nodes_n);
+    env["SLURM_NTASKS_PER_NODE"] = std::to_string(per_node);
+    const TaskRequest& req = j.spec.job.groups[g].request;
+    env["SLURM_CPUS_PER_TASK"] =
+        std::to_string(std::max<int64_t>(1, req.cpu_milli / 1000 / per_node));
+    if (!a.devices.empty()) env["SLURM_GPUS_ON_NODE"] = std::to_string(a.devices.size());
   }
   return env;
 }

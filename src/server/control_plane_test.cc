@@ -553,6 +553,7 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
   int64_t ea = Epoch("node-a"), eb = Epoch("node-b");
   auto r = cp_->Submit(kAdmin,
                        "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH -N 2\n#SBATCH --gres=gpu:1\n"
+                       "#SBATCH --ntasks-per-node=2\n#SBATCH -c 3\n"
                        "#SBATCH -o out/%x-%j-%N.log\necho $SLURM_NODEID\n");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(cp_->RunCycle().ok());
@@ -578,6 +579,11 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
     EXPECT_EQ(e["SLURM_JOB_NUM_NODES"], "2");
     EXPECT_EQ(e["SLURM_PROCID"], id);
     EXPECT_FALSE(e["SLURM_JOB_ID"].get<std::string>().empty());
+    // The node's share, which srun (agent/srun.h) starts: 2 tasks of 3 CPUs, 1 GPU.
+    EXPECT_EQ(e["SLURM_NTASKS"], "4");
+    EXPECT_EQ(e["SLURM_NTASKS_PER_NODE"], "2");
+    EXPECT_EQ(e["SLURM_CPUS_PER_TASK"], "3");
+    EXPECT_EQ(e["SLURM_GPUS_ON_NODE"], "1");
   }
   EXPECT_EQ(env["0"]["SLURM_JOB_ID"], env["1"]["SLURM_JOB_ID"]);
   const std::string list = env["0"]["SLURM_JOB_NODELIST"];

@@ -1,0 +1,107 @@
+#include "agent/srun.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::agent {
+namespace {
+
+// The batch environment of node `node` of a job of `nodes` nodes x `per_node` Slurm tasks.
+std::map<std::string, std::string> Batch(int nodes, int node, int per_node) {
+  return {{"SLURM_NNODES", std::to_string(nodes)},
+          {"SLURM_NODEID", std::to_string(node)},
+          {"SLURM_NTASKS", std::to_string(nodes * per_node)},
+          {"SLURM_NTASKS_PER_NODE", std::to_string(per_node)}};
+}
+
+struct Share {
+  int32_t first, count;
+};
+
+// Each node's share of `srun ARGS` in a job of nodes x per_node tasks.
+std::vector<Share> Shares(std::vector<std::string> args, int nodes, int per_node) {
+  args.push_back("true");
+  std::vector<Share> out;
+  for (int node = 0; node < nodes; ++node) {
+    auto step = PlanSrunStep(args, Batch(nodes, node, per_node));
+    EXPECT_TRUE(step.ok()) << step.status().ToString();
+    if (!step.ok()) return {};
+    out.push_back({step->local_tasks ? step->first_rank : -1, step->local_tasks});
+  }
+  return out;
+}
+
+std::string Text(const std::vector<Share>& shares) {
+  std::string s;
+  for (const Share& x : shares)
+    s += (s.empty() ? "" : " ") + std::to_string(x.first) + "+" + std::to_string(x.count);
+  return s;
+}
+
+TEST(Srun, StartsEachNodesBlockOfTheStepsRanks) {
+  // The job's tasks by default: ranks 0-1 on node 0, 2-3 on node 1.
+  EXPECT_EQ(Text(Shares({}, 2, 2)), "0+2 2+2");
+  // Fewer tasks than nodes: only as many nodes; uneven: the first nodes take one more.
+  EXPECT_EQ(Text(Shares({"-n", "1"}, 2, 2)), "0+1 -1+0");
+  EXPECT_EQ(Text(Shares({"-n3"}, 2, 2)), "0+2 2+1");
+  EXPECT_EQ(Text(Shares({"--ntasks=5"}, 3, 2)), "0+2 2+2 4+1");
+  // -N and --ntasks-per-node choose the step's nodes and tasks per node.
+  EXPECT_EQ(Text(Shares({"-N", "1"}, 2, 2)), "0+2 -1+0");
+  EXPECT_EQ(Text(Shares({"--ntasks-per-node=1"}, 2, 4)), "0+1 1+1");
+  // Options that change nothing here are taken.
+  EXPECT_EQ(Text(Shares({"-K", "-u", "--cpus-per-task=4", "-J", "x", "--export=ALL", "--mpi=none",
+                         "--kill-on-bad-exit=1"},
+                        2, 1)),
+            "0+1 1+1");
+}
+
+TEST(Srun, ReadsTheCommandAfterItsOptions) {
+  auto step = PlanSrunStep({"-n", "2", "python3", "-u", "train.py", "--lr", "0.1"}, Batch(1, 0, 2));
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(step->command, (std::vector<std::string>{"python3", "-u", "train.py", "--lr", "0.1"}));
+  EXPECT_FALSE(step->kill_on_bad_exit);
+  step = PlanSrunStep({"-K", "--", "-weird"}, Batch(1, 0, 1));
+  ASSERT_TRUE(step.ok());
+  EXPECT_TRUE(step->kill_on_bad_exit);
+  EXPECT_EQ(step->command, std::vector<std::string>{"-weird"});
+}
+
+TEST(Srun, RefusesWhatItCannotDoNamingIt) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string want;
+  } cases[] = {
+      {{}, "no command given to execute"},
+      {{"-N", "3", "true"}, "-N 3: only 2 node(s) in the job's allocation"},
+      {{"-n", "0", "true"}, "-n: a whole number of at least 1, got \"0\""},
+      {{"-n"}, "-n: needs a value"},
+      {{"--label", "hostname"}, "--label: not supported (srun on Tessera's own nodes takes"},
+      {{"--mpi=pmix", "a.out"}, "--mpi=pmix: not supported (no PMI"},
+      {{"--export=NONE", "true"}, "--export=NONE: not supported"},
+  };
+  for (const Case& c : cases) {
+    auto step = PlanSrunStep(c.args, Batch(2, 0, 1));
+    ASSERT_FALSE(step.ok()) << c.want;
+    EXPECT_NE(step.status().message().find(c.want), std::string::npos) << step.status().message();
+  }
+  auto outside = PlanSrunStep({"true"}, {});
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("not inside an sbatch job"), std::string::npos);
+}
+
+TEST(Srun, ExitsWithTheHighestStatusAndKillsTheRestOnBadExit) {
+  SrunStep step;
+  step.ntasks = 3;
+  step.nodes = 1;
+  step.local_tasks = 3;
+  step.command = {"/bin/sh", "-c", "exit $SLURM_PROCID"};
+  EXPECT_EQ(RunSrunStep(step), 2);
+  // Rank 0 fails at once; with -K the others (which would sleep a minute) are killed.
+  step.kill_on_bad_exit = true;
+  step.command = {"/bin/sh", "-c", "[ $SLURM_PROCID = 0 ] && exit 3; exec sleep 60"};
+  EXPECT_EQ(RunSrunStep(step), 128 + 9);  // not 3: the sleeps were killed, not waited for
+  step.command = {"/no/such/program"};
+  EXPECT_EQ(RunSrunStep(step), 127);
+}
+
+}  // namespace
+}  // namespace tessera::agent
