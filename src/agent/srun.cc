@@ -187,6 +187,8 @@ int RunSrunStep(const SrunStep& step) {
         std::fprintf(stderr, "srun: error: %s: task %d: Exited with exit code %d\n",
                      host ? host : "?", rank, code);
     } else if (WIFSIGNALED(status)) {
+      // The kill -K sent is not a task's own failure: srun says how the first one failed.
+      if (killed_rest && WTERMSIG(status) == SIGKILL) continue;
       code = 128 + WTERMSIG(status);
       if (!killed_rest)
         std::fprintf(stderr, "srun: error: %s: task %d: %s\n", host ? host : "?", rank,

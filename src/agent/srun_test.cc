@@ -1,6 +1,8 @@
 #include "agent/srun.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace tessera::agent {
 namespace {
@@ -95,10 +97,16 @@ TEST(Srun, ExitsWithTheHighestStatusAndKillsTheRestOnBadExit) {
   step.local_tasks = 3;
   step.command = {"/bin/sh", "-c", "exit $SLURM_PROCID"};
   EXPECT_EQ(RunSrunStep(step), 2);
-  // Rank 0 fails at once; with -K the others (which would sleep a minute) are killed.
+  // Rank 0 fails at once; with -K the others, which would wait for ever on a FIFO nobody
+  // opens (in the shell itself: no child left behind), are killed, and their kill is not
+  // what srun reports.
+  const std::string fifo = ::testing::TempDir() + "srun-fifo-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   step.kill_on_bad_exit = true;
-  step.command = {"/bin/sh", "-c", "[ $SLURM_PROCID = 0 ] && exit 3; exec sleep 60"};
-  EXPECT_EQ(RunSrunStep(step), 128 + 9);  // not 3: the sleeps were killed, not waited for
+  step.command = {"/bin/sh", "-c",
+                  "[ $SLURM_PROCID = 0 ] && exit 3; read x < " + fifo + "; exit 5"};
+  EXPECT_EQ(RunSrunStep(step), 3);
+  ::unlink(fifo.c_str());
   step.command = {"/no/such/program"};
   EXPECT_EQ(RunSrunStep(step), 127);
 }
