@@ -445,7 +445,14 @@ Status Agent::Heartbeat() {
   Json ans = Json::parse(res->body, nullptr, false);
   if (ans.is_discarded() || !ans.is_object())
     return Unavailable("heartbeat: answer is not a JSON object");
-  TESSERA_RETURN_IF_ERROR(Reconcile(ans, tasks));
+  if (ans.value("hold", false)) {
+    // The server cannot store anything now (its store failed): it is there, so the lease is
+    // kept; tasks stay as they are and their reports are sent again later.
+    if (!holding_.exchange(true)) Log("server says hold: " + ans.value("message", ""));
+  } else {
+    if (holding_.exchange(false)) Log("server no longer says hold");
+    TESSERA_RETURN_IF_ERROR(Reconcile(ans, tasks));
+  }
   ++heartbeats_ok_;
   std::lock_guard<std::mutex> lock(mu_);
   last_sent_signature_ = Signature(tasks);

@@ -109,6 +109,8 @@ class Agent {
   // time the server waits before it runs the tasks elsewhere.
   std::atomic<int64_t> last_ok_ms_{0};  // steady clock, of the last answered heartbeat
   std::atomic<bool> fenced_{false};
+  std::atomic<bool> holding_{
+      false};  // the server answered "hold" (read-only after a store failure)
   void FenceLoop();
   int64_t LeaseMillis() const;  // 0: no lease (--lease-seconds 0)
   // Marks the lease kept in LeaseFile(), which the task monitors read (ExecutorOptions).

@@ -85,6 +85,11 @@ class FakeServer {
                    return;
                  }
                  heartbeats_.push_back(body);
+                 if (hold_) {  // a read-only server: it takes no report, changes nothing
+                   res.set_content(Json({{"hold", true}, {"message", "disk full"}}).dump(),
+                                   "application/json");
+                   return;
+                 }
                  for (const auto& t : body["tasks"]) last_state_[t["allocation"]] = t;
                  Json allocs = Json::array();
                  for (const auto& [id, a] : it->second.desired) allocs.push_back(a);
@@ -109,6 +114,10 @@ class FakeServer {
       frozen_ = frozen;
     }
     frozen_cv_.notify_all();
+  }
+  void Hold(bool hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = hold;
   }
   void Shutdown() {
     Freeze(false);
@@ -172,6 +181,7 @@ class FakeServer {
   std::mutex mu_;
   std::condition_variable frozen_cv_;
   bool frozen_ = false;
+  bool hold_ = false;
   std::map<std::string, Node> nodes_;
   std::vector<Json> registers_, heartbeats_;
   std::map<std::string, Json> last_state_;
@@ -469,6 +479,28 @@ TEST_F(AgentTest, LeaseExpiryStopsTasksWhenTheServerIsGone) {
   EXPECT_EQ(st[0].state, TaskState::kKilled);
   EXPECT_EQ(st[0].message.rfind("stopped: agent lost contact with the server", 0), 0u)
       << st[0].message;
+  agent->Stop(true);
+}
+
+// A server that answers "hold" (read-only after its store failed) keeps the agent's lease:
+// tasks run on past it, and the answer changes nothing (here the allocation is no longer
+// wanted, which a normal answer would stop at once).
+TEST_F(AgentTest, AHoldAnswerKeepsTasksRunningAndTheLease) {
+  FakeServer server;
+  auto agent = StartLeasedTask(server);  // lease 1 s
+  const pid_t pid = TaskPid("a-long");
+  ASSERT_GT(pid, 0);
+  server.Hold(true);
+  server.Unwant("gpu-node-1", "a-long");
+  const size_t beats = server.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() >= beats + 3; }));  // 3 s: past the lease
+  EXPECT_TRUE(Running(pid));
+  EXPECT_EQ(agent->executor().Statuses()[0].state, TaskState::kRunning);
+  server.Hold(false);  // the restarted server's answer: not wanted, so stopped
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-long") == "killed"; }));
+  EXPECT_EQ(server.LastStateOf("a-long").value("message", "").rfind("stopped: allocation no", 0),
+            0u)
+      << server.LastStateOf("a-long").dump();
   agent->Stop(true);
 }
 

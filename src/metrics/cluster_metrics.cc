@@ -152,6 +152,11 @@ ClusterMetrics::ClusterMetrics() {
       "unwritable data dir).",
       std::array<std::string, 0>{}));
   store_failures_total_->Add({}, 0);  // the series exists before the first failure
+  read_only_ = Must(r.AddGauge("tessera_server_read_only",
+                               "1 once a failed store write made the server read-only until "
+                               "restarted (docs/lifecycle.md), else 0.",
+                               std::array<std::string, 0>{}));
+  read_only_->Set({}, 0);
   build_info_ = Must(r.AddGauge("tessera_build_info", "Always 1; the version is a label.",
                                 std::array<std::string, 1>{"version"}));
   build_info_->Set({"0.1.0"}, 1);
@@ -177,7 +182,10 @@ void ClusterMetrics::ObserveJobStart(const std::string& queue, int64_t queued_at
   queue_wait_->Observe({queue}, static_cast<double>(std::max<int64_t>(0, bound_at - queued_at)));
 }
 
-void ClusterMetrics::ObserveStoreFailure() { store_failures_total_->Add({}, 1); }
+void ClusterMetrics::ObserveStoreFailure(bool read_only) {
+  store_failures_total_->Add({}, 1);
+  if (read_only) read_only_->Set({}, 1);
+}
 
 void ClusterMetrics::ObserveEvictions(const std::string& reason, int64_t tasks) {
   evictions_total_->Add({reason}, static_cast<double>(tasks));

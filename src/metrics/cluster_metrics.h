@@ -63,7 +63,7 @@ class ClusterMetrics {
   // (its submission, or its requeue): one tessera_job_queue_wait_seconds observation.
   void ObserveJobStart(const std::string& queue, int64_t queued_at, int64_t bound_at);
   // A store commit failed and the server refused a request for it.
-  void ObserveStoreFailure();
+  void ObserveStoreFailure(bool read_only);
   // Tasks the server evicted itself (drain, node loss...): tessera_scheduling_evictions_total.
   void ObserveEvictions(const std::string& reason, int64_t tasks);
 
@@ -132,6 +132,7 @@ class ClusterMetrics {
   HistogramVec<0>* cycle_duration_;
   CounterVec<0>* bindings_total_;
   CounterVec<0>* store_failures_total_;
+  GaugeVec<0>* read_only_;
   CounterVec<1>* evictions_total_;
   GaugeVec<1>* build_info_;
 };

@@ -112,9 +112,18 @@ Status ApiServer::Start() {
   // cpp-httplib reads a POST without Content-Length (curl -X POST with no -d sends none)
   // until the connection's read timeout, 30 s, and then answers a bare 400. Answer at once,
   // before any body is read, with what to send instead.
-  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-    if ((req.method != "POST" && req.method != "PUT" && req.method != "PATCH") ||
-        req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const bool writes = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
+    // Read-only after a failed store write (ControlPlane::frozen): only agents' heartbeats,
+    // which are told to hold, and reads go on.
+    if ((writes || req.method == "DELETE") && cp_.frozen() && !req.path.ends_with("/heartbeat")) {
+      Reply(res, 503,
+            ErrorJson(Unavailable("the server is read-only since a store write failed (" +
+                                  cp_.store_health().error +
+                                  "); make its data dir writable and restart it")));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!writes || req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))
       return httplib::Server::HandlerResponse::Unhandled;
     Reply(res, 411,
           ErrorJson(InvalidArgument(
@@ -180,8 +189,11 @@ void ApiServer::Routes() {
     ControlPlane::StoreHealth h = cp.store_health();
     if (h.error.empty()) return res.set_content("ok\n", "text/plain");
     Reply(res, 503,
-          ErrorJson(Unavailable("the store refused the last write, " +
-                                std::to_string(h.seconds_ago) + " s ago: " + h.error)));
+          ErrorJson(Unavailable(
+              "the store refused the last write, " + std::to_string(h.seconds_ago) +
+              " s ago: " + h.error +
+              (h.read_only ? " (the server is read-only: make its data dir writable and restart it)"
+                           : ""))));
   });
   RegisterObservabilityRoutes(s);  // /metrics, /ui/ (observability_routes.h)
 

@@ -588,15 +588,23 @@ void ControlPlane::AuditDenied(const Principal& p, const std::string& action,
 
 Status ControlPlane::Commit(std::vector<store::Op> ops) {
   if (ops.empty()) return Status::Ok();
+  if (frozen_) return Unavailable("the server is read-only since a store write failed");
   auto r = store_->Write(std::move(ops));
+  NoteStoreResult(r.status());
   if (!r.ok()) {
-    // Memory already holds the change; the store does not. Fail-stop: a restart reloads the
-    // durable truth, and nothing of this change was acknowledged or dispatched.
+    // Memory already holds the change; the store does not. Nothing of it was acknowledged or
+    // dispatched, and nothing more will be (frozen()): a restart reloads the durable truth.
+    store_health_.read_only = true;
+    frozen_ = true;
+    if (options_.on_store_error) options_.on_store_error(r.status(), true);
     std::fprintf(stderr,
-                 "tessera server: FATAL: store write failed: %s (a full disk or an unwritable "
-                 "data dir?); stopping so that a restart reloads what is durable\n",
+                 "tessera server: store write failed: %s (a full disk or an unwritable data "
+                 "dir?); the server is now READ-ONLY: it answers reads, its agents keep their "
+                 "tasks running, it schedules and changes nothing; make the data dir writable, "
+                 "then restart it (it reloads what is durable)\n",
                  r.status().ToString().c_str());
-    std::abort();
+    return Unavailable("not stored: " + r.status().message() +
+                       "; the server is read-only until restarted");
   }
   return Status::Ok();
 }
@@ -1047,6 +1055,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
                                                  const std::string& idempotency_key,
                                                  bool* replayed) {
   if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not submit jobs");
+  if (frozen_) return Unavailable("the server is read-only since a store write failed");
   if (replayed) *replayed = false;
   const std::string& key = idempotency_key;
   if (key.size() > 255 || std::any_of(key.begin(), key.end(), [](char c) {
@@ -1299,7 +1308,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       for (int64_t seq : audited) audit_.erase(seq);
       std::fprintf(stderr, "tessera server: a submission was refused (503): the store failed: %s\n",
                    result.status().ToString().c_str());
-      if (options_.on_store_error) options_.on_store_error(result.status());
+      if (options_.on_store_error) options_.on_store_error(result.status(), false);
       return Unavailable("not stored, try again: " + result.status().message());
     }
     for (auto& e : events) events_[e.seq] = std::move(e);
@@ -2353,6 +2362,12 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
   std::lock_guard<std::mutex> l(mu_);
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) return NotFound("node \"" + node_name + "\" is not registered");
+  // Its reports are not taken (they could not be stored); the agent keeps them and its tasks
+  // and sends them again to the restarted server.
+  if (frozen_)
+    return Json{{"hold", true},
+                {"message", "the server is read-only since a store write failed (" +
+                                store_health_.error + "): keep tasks as they are"}};
   NodeRecord& n = it->second;
   int64_t epoch = body.value("epoch", int64_t{-1});
   if (epoch != n.epoch)
@@ -2649,6 +2664,7 @@ void ControlPlane::Loop() {
     auto min = std::chrono::milliseconds(options_.cycle_min_interval_ms);
     if (since < min) std::this_thread::sleep_for(min - since);
     last = std::chrono::steady_clock::now();
+    if (frozen_) continue;  // decides nothing it could not store
     CheckNodes();
     CheckTimers();
     (void)CompactEvents();

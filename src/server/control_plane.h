@@ -14,6 +14,7 @@
 //   | Pending again (preempted / restarted: attempt + 1, "Requeued").
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -218,9 +219,10 @@ struct ControlPlaneOptions {
   std::function<void(const Snapshot&, const Plan&, const std::vector<JobSummary>&,
                      const std::vector<JobBound>&, int64_t now, double seconds)>
       on_cycle;
-  // Called (no lock held) when a store commit fails and a request was refused for it (a full
-  // disk: 503 to a submission), with the store's error; for metrics (observability).
-  std::function<void(const Status&)> on_store_error;
+  // Called when a store commit fails and a request was refused for it (a full disk: 503 to
+  // a submission), with the store's error and whether the server is now read-only
+  // (frozen()); for metrics (observability). It must not call back into the control plane.
+  std::function<void(const Status&, bool read_only)> on_store_error;
   // Tasks evicted by the server itself (the engine's evictions are in on_cycle's plan):
   // Drained, NodeLost, NodeRestarted, Evicted (stopped by their agent).
   std::function<void(const std::string& reason, int64_t tasks)> on_evictions;
@@ -273,8 +275,16 @@ class ControlPlane {
     int64_t failed_at = 0;
     int64_t seconds_ago = 0;  // since failed_at, when asked
     int64_t failures = 0;     // in all, since the start
+    bool read_only = false;   // frozen(): a write other than a submission's failed
   };
   StoreHealth store_health() const;
+  // Read-only ("frozen") since a store write other than a submission's failed: memory may
+  // then hold a change the store does not, so nothing more is decided or written until a
+  // restart reloads what is durable. Reads are answered; agents are told to hold (keep
+  // their tasks running as they are, start and stop nothing); every other change is refused
+  // (503), and no cycle runs. (A full disk must not end the cluster's work: a dead server's
+  // agents would stop every task when their lease lapses.)
+  bool frozen() const { return frozen_.load(); }
   // Events after seq `after`, oldest first: of one job (`job`), or of one object
   // ("node/gpu-node-1", "job/x": kubectl events --for), or all; of one type (Normal, Warning)
   // when `type` is given.
@@ -366,6 +376,7 @@ class ControlPlane {
   // Stopping: the allocation is told to stop (its pool's backend; grace period) and stored.
   void StopAllocation(std::vector<store::Op>& ops, Allocation& a);
   StoreHealth store_health_;
+  std::atomic<bool> frozen_{false};
   // Deleting finished jobs: the store deletes (job, allocations, events), the counters that
   // keep their numbers from coming back, and, once committed, forgetting them in memory.
   void DeleteJobOps(const JobRecord& j, std::vector<store::Op>& ops) const;

@@ -2233,7 +2233,7 @@ TEST(ControlPlaneStore, ARefusedWriteIsReportedUntilOneSucceeds) {
   int reported = 0;
   ControlPlaneOptions o;
   o.run_scheduler = false;
-  o.on_store_error = [&](const Status&) { ++reported; };
+  o.on_store_error = [&](const Status&, bool) { ++reported; };
   auto cp = ControlPlane::Open(std::move(owned), std::make_unique<ScriptedEngine>(), o);
   ASSERT_TRUE(cp.ok()) << cp.status().ToString();
   ASSERT_TRUE((*cp)->Apply(kAdmin, kSetup).ok());
@@ -2250,6 +2250,56 @@ TEST(ControlPlaneStore, ARefusedWriteIsReportedUntilOneSucceeds) {
   EXPECT_TRUE((*cp)->store_health().error.empty());
   EXPECT_EQ((*cp)->store_health().failures, 1);
   cp->reset();
+  std::filesystem::remove_all(dir);
+}
+
+// A write other than a submission's that the store refuses (memory already holds the change)
+// makes the server read-only rather than end it: the caller gets 503, nothing more is
+// written or decided, agents are told to hold, and a restart finds only what was stored.
+TEST(ControlPlaneStore, ARefusedWriteMakesTheServerReadOnlyNotDead) {
+  const std::string dir = testing::TempDir("cp_read_only");
+  auto st = store::OpenSqliteStore(dir);
+  ASSERT_TRUE(st.ok());
+  auto owned = std::make_unique<FullDiskStore>(std::move(*st));
+  FullDiskStore* disk = owned.get();
+  int reported = 0;
+  ControlPlaneOptions o;
+  o.run_scheduler = false;
+  o.on_store_error = [&](const Status&, bool) { ++reported; };
+  auto cp = ControlPlane::Open(std::move(owned), std::make_unique<ScriptedEngine>(), o);
+  ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+  ASSERT_TRUE((*cp)->Apply(kAdmin, kSetup).ok());
+  auto reg = (*cp)->RegisterAgent(kAdmin, NodeDoc("node-a", 8));
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const int64_t epoch = (*reg)["epoch"];
+  ASSERT_TRUE((*cp)->Submit(kAdmin, JobDoc("kept", 1, 1)).ok());
+  disk->full = true;
+  auto held = (*cp)->Hold(kAdmin, "kept", true);
+  EXPECT_EQ(held.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(held.status().message().find("read-only until restarted"), std::string::npos);
+  EXPECT_TRUE((*cp)->frozen());
+  EXPECT_EQ(reported, 1);
+  EXPECT_TRUE((*cp)->store_health().read_only);
+  disk->full = false;  // even with room again: memory may be ahead of the store
+  EXPECT_EQ((*cp)->Submit(kAdmin, JobDoc("refused", 1, 1)).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ((*cp)->Cancel(kAdmin, "kept").status().code(), StatusCode::kUnavailable);
+  auto beat = (*cp)->Heartbeat(kAdmin, "node-a", Json{{"epoch", epoch}, {"tasks", Json::array()}});
+  ASSERT_TRUE(beat.ok()) << beat.status().ToString();
+  EXPECT_EQ((*beat)["hold"], true);
+  EXPECT_FALSE(beat->contains("allocations"));
+  cp->reset();
+  // A restart reloads what is durable: the job, never held.
+  auto again = store::OpenSqliteStore(dir);
+  ASSERT_TRUE(again.ok());
+  auto cp2 = ControlPlane::Open(std::move(*again), std::make_unique<ScriptedEngine>(), o);
+  ASSERT_TRUE(cp2.ok()) << cp2.status().ToString();
+  EXPECT_FALSE((*cp2)->frozen());
+  auto job = (*cp2)->GetJob(kAdmin, "kept", false);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ((*job)["state"], "Pending");
+  EXPECT_NE(job->value("/pendingReason/code"_json_pointer, ""), "Held") << job->dump();
+  cp2->reset();
   std::filesystem::remove_all(dir);
 }
 

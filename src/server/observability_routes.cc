@@ -12,7 +12,9 @@ metrics::ClusterMetrics& ProcessMetrics() {
   return *m;  // scheduling thread may still report while static destructors run
 }
 
-void ObserveStoreErrorForMetrics(const Status&) { ProcessMetrics().ObserveStoreFailure(); }
+void ObserveStoreErrorForMetrics(const Status&, bool read_only) {
+  ProcessMetrics().ObserveStoreFailure(read_only);
+}
 
 namespace {
 

@@ -28,7 +28,7 @@ void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
                             int64_t now, double seconds);
 // Counts a store commit that failed (ControlPlaneOptions::on_store_error):
 // tessera_store_commit_failures_total.
-void ObserveStoreErrorForMetrics(const Status& error);
+void ObserveStoreErrorForMetrics(const Status& error, bool read_only);
 // The dashboard folder: $TESSERA_WEB_DIR, else web/dist under the working directory, else
 // web/dist beside the source tree the binary was built in; "" when none exists.
 std::string DashboardDir();

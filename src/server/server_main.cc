@@ -172,7 +172,9 @@ Status RunServer(const ServerFlags& flags) {
 
   ApiServer server(**cp, api);
   TESSERA_RETURN_IF_ERROR(server.Start());
-  TESSERA_RETURN_IF_ERROR(WriteSecret(flags.data_dir + "/server.url", server.url()));
+  // Only a convenience for the CLI: a full disk must not keep the server from starting.
+  if (Status st = WriteSecret(flags.data_dir + "/server.url", server.url()); !st.ok())
+    std::fprintf(stderr, "tessera server: warning: %s\n", st.ToString().c_str());
   auto counts = (*cp)->counts();
   std::fprintf(
       stderr,

@@ -583,7 +583,9 @@ void SlurmPoolHookup::HeartbeatAll() {
   for (Beat& b : beats) {
     auto r = cp_.Heartbeat(System(), b.node, Json{{"epoch", b.epoch}, {"tasks", b.tasks}});
     std::lock_guard<std::mutex> l(mu_);
-    if (r.ok()) {
+    if (r.ok() && r->value("hold", false)) {
+      continue;  // the server cannot store reports now (read-only): sent again later
+    } else if (r.ok()) {
       for (const auto& a : b.final) {
         tasks_.erase(a);
         stopped_.erase(a);
