@@ -2222,85 +2222,85 @@ class FullDiskStore : public store::Store {
   std::unique_ptr<store::Store> s_;
 };
 
+// A control plane over a store whose disk the test fills (FullDiskStore).
+class ControlPlaneStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir(std::string("cp_store_") +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    auto st = store::OpenSqliteStore(dir_);
+    ASSERT_TRUE(st.ok());
+    auto owned = std::make_unique<FullDiskStore>(std::move(*st));
+    disk_ = owned.get();
+    options_.run_scheduler = false;
+    options_.on_store_error = [this](const Status&, bool) { ++reported_; };
+    auto cp = ControlPlane::Open(std::move(owned), std::make_unique<ScriptedEngine>(), options_);
+    ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+    cp_ = std::move(*cp);
+    ASSERT_TRUE(cp_->Apply(kAdmin, kSetup).ok());
+  }
+  void TearDown() override {
+    cp_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string dir_;
+  FullDiskStore* disk_ = nullptr;
+  int reported_ = 0;
+  ControlPlaneOptions options_;
+  std::unique_ptr<ControlPlane> cp_;
+};
+
 // A submission the store refuses gets 503, is logged and counted (on_store_error), and the
 // store's health says so until a write succeeds again.
-TEST(ControlPlaneStore, ARefusedWriteIsReportedUntilOneSucceeds) {
-  const std::string dir = testing::TempDir("cp_full_disk");
-  auto st = store::OpenSqliteStore(dir);
-  ASSERT_TRUE(st.ok());
-  auto owned = std::make_unique<FullDiskStore>(std::move(*st));
-  FullDiskStore* disk = owned.get();
-  int reported = 0;
-  ControlPlaneOptions o;
-  o.run_scheduler = false;
-  o.on_store_error = [&](const Status&, bool) { ++reported; };
-  auto cp = ControlPlane::Open(std::move(owned), std::make_unique<ScriptedEngine>(), o);
-  ASSERT_TRUE(cp.ok()) << cp.status().ToString();
-  ASSERT_TRUE((*cp)->Apply(kAdmin, kSetup).ok());
-  EXPECT_TRUE((*cp)->store_health().error.empty());
-  disk->full = true;
-  auto refused = (*cp)->Submit(kAdmin, JobDoc("lost", 1, 1));
+TEST_F(ControlPlaneStore, ARefusedWriteIsReportedUntilOneSucceeds) {
+  EXPECT_TRUE(cp_->store_health().error.empty());
+  disk_->full = true;
+  auto refused = cp_->Submit(kAdmin, JobDoc("lost", 1, 1));
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ(reported, 1);
-  ControlPlane::StoreHealth h = (*cp)->store_health();
+  EXPECT_EQ(reported_, 1);
+  ControlPlane::StoreHealth h = cp_->store_health();
   EXPECT_EQ(h.error, "sqlite: COMMIT: database or disk is full");
   EXPECT_EQ(h.failures, 1);
-  disk->full = false;
-  ASSERT_TRUE((*cp)->Submit(kAdmin, JobDoc("kept", 1, 1)).ok());
-  EXPECT_TRUE((*cp)->store_health().error.empty());
-  EXPECT_EQ((*cp)->store_health().failures, 1);
-  cp->reset();
-  std::filesystem::remove_all(dir);
+  EXPECT_FALSE(cp_->frozen());
+  disk_->full = false;
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("kept", 1, 1)).ok());
+  EXPECT_TRUE(cp_->store_health().error.empty());
+  EXPECT_EQ(cp_->store_health().failures, 1);
 }
 
 // A write other than a submission's that the store refuses (memory already holds the change)
 // makes the server read-only rather than end it: the caller gets 503, nothing more is
 // written or decided, agents are told to hold, and a restart finds only what was stored.
-TEST(ControlPlaneStore, ARefusedWriteMakesTheServerReadOnlyNotDead) {
-  const std::string dir = testing::TempDir("cp_read_only");
-  auto st = store::OpenSqliteStore(dir);
-  ASSERT_TRUE(st.ok());
-  auto owned = std::make_unique<FullDiskStore>(std::move(*st));
-  FullDiskStore* disk = owned.get();
-  int reported = 0;
-  ControlPlaneOptions o;
-  o.run_scheduler = false;
-  o.on_store_error = [&](const Status&, bool) { ++reported; };
-  auto cp = ControlPlane::Open(std::move(owned), std::make_unique<ScriptedEngine>(), o);
-  ASSERT_TRUE(cp.ok()) << cp.status().ToString();
-  ASSERT_TRUE((*cp)->Apply(kAdmin, kSetup).ok());
-  auto reg = (*cp)->RegisterAgent(kAdmin, NodeDoc("node-a", 8));
+TEST_F(ControlPlaneStore, ARefusedWriteMakesTheServerReadOnlyNotDead) {
+  auto reg = cp_->RegisterAgent(kAdmin, NodeDoc("node-a", 8));
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
   const int64_t epoch = (*reg)["epoch"];
-  ASSERT_TRUE((*cp)->Submit(kAdmin, JobDoc("kept", 1, 1)).ok());
-  disk->full = true;
-  auto held = (*cp)->Hold(kAdmin, "kept", true);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("kept", 1, 1)).ok());
+  disk_->full = true;
+  auto held = cp_->Hold(kAdmin, "kept", true);
   EXPECT_EQ(held.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(held.status().message().find("read-only until restarted"), std::string::npos);
-  EXPECT_TRUE((*cp)->frozen());
-  EXPECT_EQ(reported, 1);
-  EXPECT_TRUE((*cp)->store_health().read_only);
-  disk->full = false;  // even with room again: memory may be ahead of the store
-  EXPECT_EQ((*cp)->Submit(kAdmin, JobDoc("refused", 1, 1)).status().code(),
-            StatusCode::kUnavailable);
-  EXPECT_EQ((*cp)->Cancel(kAdmin, "kept").status().code(), StatusCode::kUnavailable);
-  auto beat = (*cp)->Heartbeat(kAdmin, "node-a", Json{{"epoch", epoch}, {"tasks", Json::array()}});
+  EXPECT_TRUE(cp_->frozen());
+  EXPECT_EQ(reported_, 1);
+  EXPECT_TRUE(cp_->store_health().read_only);
+  disk_->full = false;  // even with room again: memory may be ahead of the store
+  EXPECT_EQ(cp_->Submit(kAdmin, JobDoc("refused", 1, 1)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(cp_->Cancel(kAdmin, "kept").status().code(), StatusCode::kUnavailable);
+  auto beat = cp_->Heartbeat(kAdmin, "node-a", Json{{"epoch", epoch}, {"tasks", Json::array()}});
   ASSERT_TRUE(beat.ok()) << beat.status().ToString();
   EXPECT_EQ((*beat)["hold"], true);
   EXPECT_FALSE(beat->contains("allocations"));
-  cp->reset();
+  cp_.reset();
   // A restart reloads what is durable: the job, never held.
-  auto again = store::OpenSqliteStore(dir);
+  auto again = store::OpenSqliteStore(dir_);
   ASSERT_TRUE(again.ok());
-  auto cp2 = ControlPlane::Open(std::move(*again), std::make_unique<ScriptedEngine>(), o);
+  auto cp2 = ControlPlane::Open(std::move(*again), std::make_unique<ScriptedEngine>(), options_);
   ASSERT_TRUE(cp2.ok()) << cp2.status().ToString();
   EXPECT_FALSE((*cp2)->frozen());
   auto job = (*cp2)->GetJob(kAdmin, "kept", false);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ((*job)["state"], "Pending");
   EXPECT_NE(job->value("/pendingReason/code"_json_pointer, ""), "Held") << job->dump();
-  cp2->reset();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
