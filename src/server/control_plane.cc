@@ -541,7 +541,7 @@ StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& gi
     id = ByJobId(given);
     auto it = jobs_.find(id);
     if (it == jobs_.end() || !Visible(p, it->second))
-      return NotFound("job \"" + id + "\" not found");
+      return NotFound("job \"" + given + "\" not found");
     JobRecord& j = it->second;
     if (IsTerminal(j.state)) {
       if (const Allocation* a = StillHolding(j))
@@ -1185,10 +1185,22 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       JobRecord r;
       r.seq = next_job_seq_++;
       if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);
+      // Names are one namespace for all queues; of a job the submitter may not see, only that
+      // its name is taken (not its state, nor that it is an array).
+      const auto taken_unseen = [&] {
+        return AlreadyExists(ctx + s.origin.name + ": the name \"" + s.job.id +
+                             "\" is taken by a job in a queue you cannot see; choose another");
+      };
+      if (auto a = array_names_.find(s.job.id);
+          a != array_names_.end() && !a->second.empty() &&
+          !Visible(p, jobs_.at(arrays_.at(*a->second.begin()).front())))
+        return taken_unseen();
       if (array_names_.count(s.job.id) || arrays_named.count(s.job.id))
         return AlreadyExists(ctx + s.origin.name + ": job array \"" + s.job.id +
                              "\" exists (its jobs are " + s.job.id +
                              "_<index>); a job may not have an array's name");
+      if (auto old = jobs_.find(s.job.id); old != jobs_.end() && !Visible(p, old->second))
+        return taken_unseen();
       if (auto old = jobs_.find(s.job.id); old != jobs_.end())
         return AlreadyExists(
             ctx + s.origin.name + ": job \"" + s.job.id + "\" already exists (" +
@@ -1363,7 +1375,8 @@ StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& given
   std::lock_guard<std::mutex> l(mu_);
   const std::string id = ByJobId(given);
   auto it = jobs_.find(id);
-  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
+  if (it == jobs_.end() || !Visible(p, it->second))
+    return NotFound("job \"" + given + "\" not found");
   return JobView(it->second, describe);
 }
 
@@ -1435,7 +1448,8 @@ StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& given
     Kick();
     return Json{{"name", id}, {"items", items}};
   }
-  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
+  if (it == jobs_.end() || !Visible(p, it->second))
+    return NotFound("job \"" + given + "\" not found");
   JobRecord& j = it->second;
   if (IsTerminal(j.state))
     return FailedPrecondition("job \"" + id + "\" already finished (" +
@@ -1526,7 +1540,8 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& given, 
     if (!hold) Kick();
     return Json{{"name", id}, {"items", items}};
   }
-  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
+  if (it == jobs_.end() || !Visible(p, it->second))
+    return NotFound("job \"" + given + "\" not found");
   JobRecord& j = it->second;
   if (hold && j.state != JobState::kPending)
     return FailedPrecondition(
@@ -1971,7 +1986,8 @@ StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p
   std::lock_guard<std::mutex> l(mu_);
   const std::string id = ByJobId(given);
   auto it = jobs_.find(id);
-  if (it == jobs_.end() || !Visible(p, it->second)) return NotFound("job \"" + id + "\" not found");
+  if (it == jobs_.end() || !Visible(p, it->second))
+    return NotFound("job \"" + given + "\" not found");
   const JobRecord& j = it->second;
   if (task < 0 || task >= j.spec.job.TaskCount())
     return InvalidArgument("task: job \"" + id + "\" has " +

@@ -753,6 +753,31 @@ TEST_F(ControlPlaneTest, HoldingAnArrayHoldsItsPendingJobs) {
             "deleted (`tessera delete job arr_<index>`)");
 }
 
+// A member learns nothing of other queues' jobs: not their names through sbatch numbers,
+// not their states or that they are arrays through a name clash.
+TEST_F(ControlPlaneTest, OtherQueuesJobsLeakNeitherNamesNorStates) {
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("secret-gang", 1, 1)).ok());
+  ASSERT_TRUE(
+      cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J secret-arr\n#SBATCH --array=1-2\ntrue\n").ok());
+  const std::string number = to_string(Job("secret-gang")["slurmJobId"]);
+  const Principal bob{"bob", Role::kMember, {"training"}};
+  for (const auto& status :
+       {cp_->GetJob(bob, number, false).status(), cp_->Cancel(bob, number).status(),
+        cp_->Hold(bob, number, true).status(), cp_->DeleteJob(bob, number).status(),
+        cp_->LogsSourceOf(bob, number, 0, "", "stdout").status()}) {
+    EXPECT_EQ(status.code(), StatusCode::kNotFound);
+    EXPECT_EQ(status.message(), "job \"" + number + "\" not found");
+  }
+  for (const char* name : {"secret-gang", "secret-arr"}) {
+    Status clash = cp_->Submit(bob, JobDoc(name, 1, 1, "", "training")).status();
+    EXPECT_EQ(clash.code(), StatusCode::kAlreadyExists);
+    EXPECT_NE(clash.message().find(std::string("the name \"") + name +
+                                   "\" is taken by a job in a queue you cannot see"),
+              std::string::npos)
+        << clash.message();
+  }
+}
+
 TEST_F(ControlPlaneTest, CancellingAnArrayCancelsEveryElement) {
   int64_t epoch = Epoch("node-a");
   ASSERT_TRUE(cp_->Submit(kAdmin,
