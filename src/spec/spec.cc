@@ -1506,10 +1506,24 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         val = opt.substr(2);  // -N2
         opt = opt.substr(0, 2);
       }
-      static const char* kNoValue[] = {"--exclusive", "--requeue", "--no-requeue", "--hold", "-H"};
-      bool flag = std::find_if(std::begin(kNoValue), std::end(kNoValue),
-                               [&](const char* f) { return opt == f; }) != std::end(kNoValue);
-      if (flag && !val.empty() && opt != "--exclusive")  // (--exclusive=user: below)
+      // Slurm's options that take no value: those Tessera honours, those that change only
+      // what sbatch prints (accepted), and the rest (refused below as unsupported, not as
+      // "needs a value", nor taking the next option as their value).
+      static const char* kNoValue[] = {"--exclusive", "--requeue",  "--no-requeue", "--hold",
+                                       "-H",          "--parsable", "-Q",           "--quiet",
+                                       "-v",          "--verbose",  "--ignore-pbs"};
+      static const char* kUnsupportedFlag[] = {
+          "-O",        "--overcommit",   "-s",           "--oversubscribe", "--spread-job", "-W",
+          "--wait",    "--test-only",    "--contiguous", "--use-min-nodes", "--reboot",     "-k",
+          "--no-kill", "--get-user-env", "-I",           "--immediate"};
+      auto among = [&](const auto& list) {
+        return std::find_if(std::begin(list), std::end(list),
+                            [&](const char* f) { return opt == f; }) != std::end(list);
+      };
+      const bool unsupported_flag = among(kUnsupportedFlag);
+      bool flag = unsupported_flag || among(kNoValue);
+      if (flag && !unsupported_flag && !val.empty() &&
+          opt != "--exclusive")  // (--exclusive=user: below)
         return InvalidArgument(path + ": " + opt + ": takes no value, got \"" + val + "\"");
       if (!flag && val.empty()) {
         if (i + 1 >= args.size()) return InvalidArgument(path + ": " + opt + ": needs a value");
@@ -1623,6 +1637,9 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         for (size_t k = 1; k < a->indices.size(); ++k)
           if (a->indices[k] - a->indices[k - 1] != e.step) e.step = 1;
         s.origin.array = p + (long_opt ? "=" : " ") + val;
+      } else if (opt == "--parsable" || opt == "-Q" || opt == "--quiet" || opt == "-v" ||
+                 opt == "--verbose" || opt == "--ignore-pbs") {
+        // accepted: they change only what sbatch itself prints
       } else if (opt == "-A" || opt == "--account" || opt == "--mail-type" ||
                  opt == "--mail-user" || opt == "-D" || opt == "--chdir") {
         if (opt == "-D" || opt == "--chdir")

@@ -264,6 +264,31 @@ TEST(Spec, Dependencies) {
 
 // -N, -n and --ntasks-per-node as sbatch combines them (Slurm 22.05): one Tessera task per
 // node, holding that node's Slurm tasks.
+// Slurm's options that take no value: those that change only sbatch's own output are taken;
+// the others are refused as unsupported, by name, never as missing a value or by taking
+// the next option as their value.
+TEST(Spec, SbatchValuelessOptions) {
+  auto ok = ParseDocuments(
+      "#!/bin/bash\n#SBATCH --parsable\n#SBATCH -Q --verbose -v\n#SBATCH --ignore-pbs -N 2\n"
+      "true\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)[0].job.job.TaskCount(), 2);
+  for (const char* opt : {"--overcommit", "-O", "--oversubscribe", "-s", "--spread-job", "--wait",
+                          "-W", "--test-only", "--contiguous", "--get-user-env", "--no-kill"}) {
+    for (const std::string& line : {std::string(opt), std::string(opt) + " --time=5"}) {
+      auto bad = ParseDocuments("#!/bin/bash\n#SBATCH " + line + "\ntrue\n");
+      ASSERT_FALSE(bad.ok()) << line;
+      EXPECT_EQ(bad.status().message().rfind(
+                    std::string("line 2: ") + opt + ": unknown or unsupported directive", 0),
+                0u)
+          << bad.status().message();
+    }
+  }
+  auto valued = ParseDocuments("#!/bin/bash\n#SBATCH --parsable=yes\ntrue\n");
+  ASSERT_FALSE(valued.ok());
+  EXPECT_EQ(valued.status().message(), "line 2: --parsable: takes no value, got \"yes\"");
+}
+
 TEST(Spec, SbatchTaskLayout) {
   struct Case {
     const char* directives;
