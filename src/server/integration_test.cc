@@ -147,6 +147,37 @@ void RegisterNodes(const ServerProcess& s, const std::string& boot) {
   }
 }
 
+// A token in --auth-config for a queue that does not exist is refused at start, as
+// POST /v1/tokens refuses it (a typo would otherwise leave that team without its queue).
+TEST(ServerIntegration, AuthConfigNamingAnUnknownQueueIsRefusedAtStart) {
+  const char* binary = std::getenv("TESSERA_BINARY");
+  if (binary == nullptr || !std::filesystem::exists(binary))
+    GTEST_SKIP() << "TESSERA_BINARY not set or missing";
+  const std::string src =
+      std::getenv("TESSERA_SOURCE_DIR") ? std::getenv("TESSERA_SOURCE_DIR") : ".";
+  auto base =
+      std::filesystem::temp_directory_path() / ("tessera_authcfg_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  const std::string cfg = (base / "tokens.yaml").string();
+  std::ofstream(cfg) << "tokens:\n  - {name: alice, role: member, queues: [debug, nosuchq], "
+                        "token: alice-secret-token-1234}\n";
+  const std::string cmd = std::string("timeout 60 ") + binary + " server --data-dir " +
+                          (base / "data").string() + " --listen 127.0.0.1:0 --bootstrap " + src +
+                          "/examples/seed --auth-config " + cfg + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  const int status = ::pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124) << out;
+  EXPECT_NE(out.find("token \"alice\": queues: unknown queue \"nosuchq\" (known: "),
+            std::string::npos)
+      << out;
+  std::filesystem::remove_all(base);
+}
+
 TEST(ServerIntegration, KillNineUnderConcurrentSubmissionsLosesNothingAcknowledged) {
   const char* binary = std::getenv("TESSERA_BINARY");
   if (binary == nullptr || !std::filesystem::exists(binary))
