@@ -207,6 +207,19 @@ StatusOr<std::map<std::string, std::string>> DeviceEnvironment(
   env["CUDA_VISIBLE_DEVICES"] = list;
   env["NVIDIA_VISIBLE_DEVICES"] = list.empty() ? "void" : list;
   if (any_virtual) env["TESSERA_VIRTUAL_GPUS"] = "1";  // these GPUs do not exist
+  if (devices.size() == 1 && devices[0].mig_instance < 0 && devices[0].milli < 1000) {
+    // A share of one GPU. Tessera accounts for it but does not enforce it itself; it says it
+    // in the environment, and in the variables CUDA's MPS honours where the node runs the
+    // MPS control daemon (compute percentage; pinned memory of device 0, the only visible).
+    const DeviceAssignment& a = devices[0];
+    env["TESSERA_GPU_MILLI"] = std::to_string(a.milli);
+    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::max(1, (a.milli + 9) / 10));
+    if (a.memory_bytes > 0) {
+      env["TESSERA_GPU_MEMORY_BYTES"] = std::to_string(a.memory_bytes);
+      env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] =
+          "0=" + std::to_string(std::max<int64_t>(1, a.memory_bytes >> 20)) + "M";
+    }
+  }
   return env;
 }
 

@@ -105,6 +105,24 @@ TEST(DeviceEnvironmentTest, ListsIndicesOrMigUuids) {
   }
 }
 
+// A share of one GPU says so, and in MPS's variables (honoured where the node runs MPS).
+TEST(DeviceEnvironmentTest, AFractionStatesItsShare) {
+  auto env = DeviceEnvironment(TestNode(), {{0, 250, int64_t{10} << 30, -1}});
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), "0");
+  EXPECT_EQ(env->at("TESSERA_GPU_MILLI"), "250");
+  EXPECT_EQ(env->at("TESSERA_GPU_MEMORY_BYTES"), std::to_string(int64_t{10} << 30));
+  EXPECT_EQ(env->at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "25");
+  EXPECT_EQ(env->at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=10240M");
+  for (const std::vector<DeviceAssignment>& whole :
+       {std::vector<DeviceAssignment>{{0, 1000, 0, -1}}, {{1, 428, 0, 1}}}) {
+    auto w = DeviceEnvironment(TestNode(), whole);
+    ASSERT_TRUE(w.ok());
+    EXPECT_EQ(w->count("TESSERA_GPU_MILLI"), 0u);
+    EXPECT_EQ(w->count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), 0u);
+  }
+}
+
 TEST(DeviceEnvironmentTest, RejectsDevicesTheNodeLacksAndMarksVirtual) {
   auto bad = DeviceEnvironment(TestNode(), {{0, 1000, 0, -1}, {7, 1000, 0, -1}});
   ASSERT_FALSE(bad.ok());
