@@ -1192,6 +1192,31 @@ TEST_F(ControlPlaneTest, ADeploymentReplicaThatExitsIsReplacedAlone) {
   EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
 }
 
+// A Pod whose restartPolicy is Always (Kubernetes' default) is restarted after any exit, as
+// the kubelet restarts its container: exit 0 does not complete it. OnFailure's does.
+TEST_F(ControlPlaneTest, AnAlwaysPodRestartsAfterExitingZero) {
+  int64_t epoch = Epoch("node-a");
+  for (const char* policy : {"Always", "OnFailure"}) {
+    const std::string name = std::string("pod-") + (policy[0] == 'A' ? "always" : "onfailure");
+    ASSERT_TRUE(cp_->Submit(kAdmin, "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name +
+                                        "}\nspec: {restartPolicy: " + policy +
+                                        ", containers: [{name: c, command: [x]}]}\n")
+                    .ok());
+  }
+  StartAll("node-a", epoch, 2);
+  std::vector<Json> done;
+  const Json running = Beat("node-a", epoch);  // (a temporary's items would dangle)
+  for (const auto& a : running["allocations"]) done.push_back(Task(a["allocation"], "succeeded"));
+  Beat("node-a", epoch, done);
+  EXPECT_EQ(State("pod-onfailure"), "Succeeded");
+  EXPECT_NE(State("pod-always"), "Succeeded");
+  clock_.now += 300;  // past any back-off
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json again = Beat("node-a", epoch);
+  ASSERT_EQ(again["allocations"].size(), 1u);
+  EXPECT_EQ(again["allocations"][0]["job"], "pod-always");
+}
+
 // batch/v1 completionMode: Indexed: each pod has its index, as Kubernetes gives it.
 TEST_F(ControlPlaneTest, AnIndexedJobsPodsHaveTheirCompletionIndex) {
   int64_t epoch = Epoch("node-a");

@@ -622,6 +622,9 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
     } else {
       s.restart.on_failure = FailureAction::kRestartJob;
       s.restart.max_retries = tmpl.pod.restart_policy == "Always" ? -1 : 6;
+      // As the kubelet: a container of an Always pod is restarted whenever it exits, with
+      // code 0 too; the pod never completes (until deleted).
+      s.service = tmpl.pod.restart_policy == "Always";
     }
   } else if (kind == "Deployment") {
     s.source = "apps/v1 Deployment";
