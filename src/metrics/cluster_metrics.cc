@@ -157,6 +157,14 @@ ClusterMetrics::ClusterMetrics() {
                                "restarted (docs/lifecycle.md), else 0.",
                                std::array<std::string, 0>{}));
   read_only_->Set({}, 0);
+  http_requests_total_ =
+      Must(r.AddCounter("tessera_http_requests_total",
+                        "API requests answered, by route pattern, method and HTTP status code.",
+                        std::array<std::string, 3>{"route", "method", "code"}));
+  http_request_duration_ = Must(r.AddHistogram(
+      "tessera_http_request_duration_seconds",
+      "Time to answer an API request (a logs follow long-polls), by route pattern and method.",
+      std::array<std::string, 2>{"route", "method"}, CycleBounds()));
   build_info_ = Must(r.AddGauge("tessera_build_info", "Always 1; the version is a label.",
                                 std::array<std::string, 1>{"version"}));
   build_info_->Set({"0.1.0"}, 1);
@@ -185,6 +193,16 @@ void ClusterMetrics::ObserveJobStart(const std::string& queue, int64_t queued_at
 void ClusterMetrics::ObserveStoreFailure(bool read_only) {
   store_failures_total_->Add({}, 1);
   if (read_only) read_only_->Set({}, 1);
+}
+
+void ClusterMetrics::ObserveHttpRequest(const std::string& route, const std::string& method,
+                                        int code, double seconds) {
+  static constexpr std::string_view kMethods[] = {"GET", "POST", "PUT", "PATCH", "DELETE"};
+  const std::string m =
+      std::find(std::begin(kMethods), std::end(kMethods), method) != std::end(kMethods) ? method
+                                                                                        : "other";
+  http_requests_total_->Add({route, m, std::to_string(code)}, 1);
+  if (seconds >= 0) http_request_duration_->Observe({route, m}, seconds);
 }
 
 void ClusterMetrics::ObserveEvictions(const std::string& reason, int64_t tasks) {

@@ -66,6 +66,10 @@ class ClusterMetrics {
   void ObserveStoreFailure(bool read_only);
   // Tasks the server evicted itself (drain, node loss...): tessera_scheduling_evictions_total.
   void ObserveEvictions(const std::string& reason, int64_t tasks);
+  // One API request answered: `route` is its pattern ("/v1/jobs/{name}", never the name
+  // itself, so the series stay few), `code` its HTTP status; `seconds` < 0: not timed.
+  void ObserveHttpRequest(const std::string& route, const std::string& method, int code,
+                          double seconds);
 
   // The registry, for the server to add its own instruments (e.g. HTTP request counters).
   Registry& registry() { return registry_; }
@@ -133,6 +137,8 @@ class ClusterMetrics {
   CounterVec<0>* bindings_total_;
   CounterVec<0>* store_failures_total_;
   GaugeVec<0>* read_only_;
+  CounterVec<3>* http_requests_total_;
+  HistogramVec<2>* http_request_duration_;
   CounterVec<1>* evictions_total_;
   GaugeVec<1>* build_info_;
 };

@@ -7,13 +7,50 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <set>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 namespace tessera::server {
+
+std::string RouteTemplate(const std::string& path) {
+  static const std::set<std::string, std::less<>> kFixed = {
+      "/",          "/healthz",  "/readyz",    "/metrics",           "/openapi.json",
+      "/v1/jobs",   "/v1/nodes", "/v1/pools",  "/v1/queues",         "/v1/priorityclasses",
+      "/v1/tokens", "/v1/audit", "/v1/events", "/v1/agents/register"};
+  if (kFixed.count(path)) return path;
+  if (path == "/ui" || path.starts_with("/ui/")) return "/ui";
+  // /v1/<collection>/<name>[/<verb>]
+  std::vector<std::string_view> parts;
+  for (size_t at = 1; at <= path.size();) {
+    const size_t slash = std::min(path.find('/', at), path.size());
+    parts.emplace_back(path.data() + at, slash - at);
+    at = slash + 1;
+  }
+  static const std::map<std::string_view, std::set<std::string_view>> kNamed = {
+      {"jobs", {"", "cancel", "hold", "release", "describe", "logs"}},
+      {"nodes", {"", "cordon", "uncordon", "drain"}},
+      {"agents", {"heartbeat"}},
+      {"queues", {""}},
+      {"priorityclasses", {""}},
+      {"tokens", {""}}};
+  if (parts.size() < 3 || parts.size() > 4 || parts[0] != "v1" || parts[2].empty()) return "other";
+  auto c = kNamed.find(parts[1]);
+  const std::string_view verb = parts.size() == 4 ? parts[3] : "";
+  if (c == kNamed.end() || !c->second.count(verb)) return "other";
+  return "/v1/" + std::string(parts[1]) + "/{name}" + (verb.empty() ? "" : "/" + std::string(verb));
+}
+
 namespace {
+
+// When the request this thread answers began (set before routing; the logger reads it).
+thread_local std::chrono::steady_clock::time_point request_began;
 
 void Reply(httplib::Response& res, int status, const Json& body) {
   res.status = status;
@@ -112,7 +149,18 @@ Status ApiServer::Start() {
   // cpp-httplib reads a POST without Content-Length (curl -X POST with no -d sends none)
   // until the connection's read timeout, 30 s, and then answers a bare 400. Answer at once,
   // before any body is read, with what to send instead.
+  http_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    // (A request refused before routing, e.g. malformed, has no start: counted, not timed.)
+    const bool timed = request_began != std::chrono::steady_clock::time_point{};
+    const double seconds =
+        timed ? std::chrono::duration<double>(std::chrono::steady_clock::now() - request_began)
+                    .count()
+              : -1;
+    request_began = {};
+    ObserveHttpRequestForMetrics(RouteTemplate(req.path), req.method, res.status, seconds);
+  });
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    request_began = std::chrono::steady_clock::now();
     const bool writes = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
     // Read-only after a failed store write (ControlPlane::frozen): only agents' heartbeats,
     // which are told to hold, and reads go on.

@@ -29,6 +29,10 @@ struct ApiOptions {
   int64_t logs_follow_wait_ms = 10000;
 };
 
+// A request path's route pattern for metrics: "/v1/jobs/{name}/logs" for /v1/jobs/x/logs;
+// "other" for a path no route serves (a scan of random paths must not add series).
+std::string RouteTemplate(const std::string& path);
+
 class ApiServer {
  public:
   ApiServer(ControlPlane& cp, ApiOptions options);

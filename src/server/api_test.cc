@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/capture_command.h"
+#include "server/observability_routes.h"
 #include "server/test_util.h"
 
 namespace tessera::server {
@@ -222,6 +223,44 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
   Resp list = Do("GET", "/v1/jobs", root);
   EXPECT_EQ(list.status, 200);
   EXPECT_TRUE(list.body["items"].empty());
+}
+
+TEST(RouteTemplate, NamesTheRouteNotTheObject) {
+  EXPECT_EQ(RouteTemplate("/v1/jobs"), "/v1/jobs");
+  EXPECT_EQ(RouteTemplate("/v1/jobs/train-7"), "/v1/jobs/{name}");
+  EXPECT_EQ(RouteTemplate("/v1/jobs/train-7/logs"), "/v1/jobs/{name}/logs");
+  EXPECT_EQ(RouteTemplate("/v1/nodes/gpu-1/drain"), "/v1/nodes/{name}/drain");
+  EXPECT_EQ(RouteTemplate("/v1/agents/gpu-1/heartbeat"), "/v1/agents/{name}/heartbeat");
+  EXPECT_EQ(RouteTemplate("/v1/queues/ml"), "/v1/queues/{name}");
+  EXPECT_EQ(RouteTemplate("/ui/assets/index.js"), "/ui");
+  for (const char* unknown : {"/wp-admin", "/v1/jobs/x/y/z", "/v1/jobs/x/nope", "/v1/things/x",
+                              "/v1/agents/x", "/v1/jobs//logs", "/v2/jobs"})
+    EXPECT_EQ(RouteTemplate(unknown), "other") << unknown;
+}
+
+// Every answer is counted by route pattern, method and status, and timed (an SRE alerts on
+// 5xx and on latency); a name never becomes a label.
+TEST_F(ApiTest, RequestsAreCountedAndTimedByRoute) {
+  const std::string root = "root-token-0123456789";
+  auto count = [](const std::string& series) {
+    const std::string text = "\n" + ProcessMetrics().RenderText();
+    const size_t at = text.find("\n" + series + " ");
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + series.size() + 2));
+  };
+  const std::string missing =
+      "tessera_http_requests_total{route=\"/v1/jobs/{name}\",method=\"GET\",code=\"404\"}";
+  const std::string scans =
+      "tessera_http_requests_total{route=\"other\",method=\"GET\",code=\"404\"}";
+  const std::string timed =
+      "tessera_http_request_duration_seconds_count{route=\"/v1/jobs/{name}\",method=\"GET\"}";
+  const double missing0 = count(missing), scans0 = count(scans), timed0 = count(timed);
+  EXPECT_EQ(Do("GET", "/v1/jobs/nope-1", root).status, 404);
+  EXPECT_EQ(Do("GET", "/v1/jobs/nope-2", root).status, 404);
+  EXPECT_EQ(Do("GET", "/wp-login.php", "").status, 404);
+  EXPECT_EQ(count(missing), missing0 + 2);
+  EXPECT_EQ(count(scans), scans0 + 1);
+  EXPECT_EQ(count(timed), timed0 + 2);
+  EXPECT_EQ(ProcessMetrics().RenderText().find("nope-1"), std::string::npos);
 }
 
 TEST_F(ApiTest, TwoTeamsSeeAndCancelOnlyTheirQueues) {

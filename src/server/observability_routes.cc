@@ -12,6 +12,11 @@ metrics::ClusterMetrics& ProcessMetrics() {
   return *m;  // scheduling thread may still report while static destructors run
 }
 
+void ObserveHttpRequestForMetrics(const std::string& route, const std::string& method, int code,
+                                  double seconds) {
+  ProcessMetrics().ObserveHttpRequest(route, method, code, seconds);
+}
+
 void ObserveStoreErrorForMetrics(const Status&, bool read_only) {
   ProcessMetrics().ObserveStoreFailure(read_only);
 }

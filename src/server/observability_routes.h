@@ -29,6 +29,10 @@ void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
 // Counts a store commit that failed (ControlPlaneOptions::on_store_error):
 // tessera_store_commit_failures_total.
 void ObserveStoreErrorForMetrics(const Status& error, bool read_only);
+// One API request answered (ApiServer's logger): tessera_http_requests_total and
+// tessera_http_request_duration_seconds.
+void ObserveHttpRequestForMetrics(const std::string& route, const std::string& method, int code,
+                                  double seconds);
 // The dashboard folder: $TESSERA_WEB_DIR, else web/dist under the working directory, else
 // web/dist beside the source tree the binary was built in; "" when none exists.
 std::string DashboardDir();
