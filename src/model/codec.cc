@@ -855,6 +855,7 @@ StatusOr<Queue> QueueFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.Bool("reclaimable", q.reclaimable));
   TESSERA_RETURN_IF_ERROR(r.Bool("borrowing", q.borrowing));
   TESSERA_RETURN_IF_ERROR(r.Bool("open", q.open));
+  TESSERA_RETURN_IF_ERROR(r.StringList("priorityClasses", q.priority_classes));
   TESSERA_RETURN_IF_ERROR(r.Finish());
   return q;
 }
@@ -869,6 +870,7 @@ Json QueueToJson(const Queue& q) {
   j["reclaimable"] = q.reclaimable;
   j["borrowing"] = q.borrowing;
   if (!q.open) j["open"] = false;
+  if (!q.priority_classes.empty()) j["priorityClasses"] = q.priority_classes;
   return j;
 }
 

@@ -22,6 +22,9 @@ struct Queue {
   bool reclaimable = true;              // others may take back what it borrowed above its guarantee
   bool borrowing = true;                // may use idle capacity beyond its deserved share
   bool open = true;                     // accepts new jobs
+  // The priority classes its jobs may use (as Slurm's QOS allowed per association); empty:
+  // its nearest ancestor's list, and any class when none has one.
+  std::vector<std::string> priority_classes;
 };
 
 struct PriorityClass {

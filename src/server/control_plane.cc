@@ -676,6 +676,11 @@ Status ControlPlane::Delete(const Principal& p, const std::string& kind, const s
     if (priority_classes_.count(name) == 0)
       return NotFound("priorityclass \"" + name + "\" not found");
     if (declared_.count("priorityclass/" + name)) return refuse(kDeclared);
+    for (const auto& [qname, q] : queues_)
+      if (std::find(q.priority_classes.begin(), q.priority_classes.end(), name) !=
+          q.priority_classes.end())
+        return refuse("is allowed by queue \"" + qname +
+                      "\" (its priorityClasses): change the queue first");
     const std::string fallback = DefaultPriorityClass();
     std::string job = needed_by([&](const std::string&, const std::string& pc) {
       return (pc.empty() ? fallback : pc) == name;
@@ -714,6 +719,16 @@ Status ControlPlane::Delete(const Principal& p, const std::string& kind, const s
 
 bool ControlPlane::Visible(const Principal& p, const JobRecord& j) const {
   return p.MayUseQueue(j.spec.job.queue);
+}
+
+const std::vector<std::string>* ControlPlane::AllowedPriorityClasses(
+    const std::string& queue) const {
+  auto q = queues_.find(queue);
+  if (q == queues_.end()) return nullptr;
+  if (!q->second.priority_classes.empty()) return &q->second.priority_classes;
+  for (const std::string& a : QueueAncestors(queues_, queue))
+    if (!queues_.at(a).priority_classes.empty()) return &queues_.at(a).priority_classes;
+  return nullptr;
 }
 
 std::string ControlPlane::DefaultPriorityClass() const {
@@ -1175,6 +1190,16 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (!p.MayUseQueue(s.job.queue)) {
         return PermissionDenied(ctx + "token \"" + p.name + "\" may not submit to queue \"" +
                                 s.job.queue + "\"");
+      }
+      if (const std::vector<std::string>* allowed = AllowedPriorityClasses(s.job.queue)) {
+        const std::string pc =
+            s.job.priority_class.empty() ? DefaultPriorityClass() : s.job.priority_class;
+        if (std::find(allowed->begin(), allowed->end(), pc) == allowed->end())
+          return PermissionDenied(
+              ctx + s.origin.priority_class + ": priority class \"" + pc +
+              "\" is not allowed in queue \"" + s.job.queue +
+              "\" (allowed: " + Join(*allowed, ", ") + ")" +
+              (s.job.priority_class.empty() ? "; give one of them (the default is not)" : ""));
       }
       if (!s.job.priority_class.empty() && priority_classes_.count(s.job.priority_class) == 0) {
         std::vector<std::string> known;
@@ -1971,6 +1996,15 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
     }
     global = &pc;
   }
+  // A queue's allowed priority classes exist (a typo would refuse every job of the queue).
+  for (const auto& [name, q] : queues)
+    for (const std::string& pc : q.priority_classes)
+      if (!pcs.count(pc)) {
+        std::vector<std::string> known;
+        for (const auto& [k, v] : pcs) known.push_back(k);
+        return InvalidArgument("queue " + name + ": priorityClasses: unknown priority class \"" +
+                               pc + "\" (known: " + Join(known, ", ") + ")");
+      }
   for (const std::string& object : applied) AddAudit(ops, p, "apply", object, "ok");
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   queues_ = std::move(queues);

@@ -485,6 +485,9 @@ class ControlPlane {
   // Cancels (with `ops`) a job that is not finished.
   void CancelOps(std::vector<store::Op>& ops, const Principal& p, JobRecord& j);
   std::string DefaultPriorityClass() const;
+  // The priority classes jobs of `queue` may use (its own list, else its nearest
+  // ancestor's); nullptr: any.
+  const std::vector<std::string>* AllowedPriorityClasses(const std::string& queue) const;
 
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Engine> engine_;

@@ -753,6 +753,41 @@ TEST_F(ControlPlaneTest, HoldingAnArrayHoldsItsPendingJobs) {
             "deleted (`tessera delete job arr_<index>`)");
 }
 
+// A queue may name the priority classes its jobs use (as Slurm's allowed QOS): a member of
+// `debug` cannot submit at `high` and preempt others' work; a child queue without a list
+// takes its parent's; the classes must exist, and one a queue allows is not deleted.
+TEST_F(ControlPlaneTest, AQueueAllowsOnlyItsPriorityClasses) {
+  ASSERT_TRUE(cp_->Apply(kAdmin,
+                         "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata:\n"
+                         "  name: research\n  annotations: {tessera.io/priority-classes: \"low\"}\n"
+                         "---\napiVersion: tessera.io/v1\nkind: Queue\nmetadata: {name: debug}\n"
+                         "spec: {parent: research}\n")
+                  .ok());
+  const Principal bob{"bob", Role::kMember, {"debug"}};
+  Status high =
+      cp_->Submit(bob, JobDoc("urgent", 1, 1, "  priorityClass: high\n", "debug")).status();
+  EXPECT_EQ(high.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(high.message().find("priority class \"high\" is not allowed in queue \"debug\" "
+                                "(allowed: low)"),
+            std::string::npos)
+      << high.message();
+  EXPECT_TRUE(cp_->Submit(bob, JobDoc("ok", 1, 1, "  priorityClass: low\n", "debug")).ok());
+  // No class given, and no global default that is allowed: says to give one.
+  Status none = cp_->Submit(bob, JobDoc("plain", 1, 1, "", "debug")).status();
+  EXPECT_NE(none.message().find("give one of them"), std::string::npos) << none.message();
+  // Other queues are not limited.
+  EXPECT_TRUE(cp_->Submit(kAdmin, JobDoc("elsewhere", 1, 1, "  priorityClass: high\n")).ok());
+  Status typo = cp_->Apply(kAdmin,
+                           "apiVersion: tessera.io/v1\nkind: Queue\nmetadata: {name: x}\n"
+                           "spec: {priorityClasses: [lwo]}\n")
+                    .status();
+  EXPECT_EQ(typo.message(),
+            "queue x: priorityClasses: unknown priority class \"lwo\" (known: high, low)");
+  Status del = cp_->Delete(kAdmin, "priorityclass", "low");
+  EXPECT_NE(del.message().find("is allowed by queue \"research\""), std::string::npos)
+      << del.message();
+}
+
 // A member learns nothing of other queues' jobs: not their names through sbatch numbers,
 // not their states or that they are arrays through a name clash.
 TEST_F(ControlPlaneTest, OtherQueuesJobsLeakNeitherNamesNorStates) {

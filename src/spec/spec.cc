@@ -713,6 +713,18 @@ StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
     Ignore(r, {"affinity", "type", "extendClusters"});
     TESSERA_RETURN_IF_ERROR(r.Finish());
   }
+  // Volcano's Queue has no field for it: an annotation, "p2-debug, p3-batch".
+  if (auto a = meta.annotations.find("tessera.io/priority-classes"); a != meta.annotations.end()) {
+    std::stringstream in(a->second);
+    for (std::string name; std::getline(in, name, ',');) {
+      name.erase(0, name.find_first_not_of(" \t"));
+      name.erase(name.find_last_not_of(" \t") + 1);
+      if (name.empty())
+        return InvalidArgument("metadata.annotations.tessera.io/priority-classes: \"" + a->second +
+                               "\": an empty name (a list like \"p2-debug, p3-batch\")");
+      q.priority_classes.push_back(name);
+    }
+  }
   return q;
 }
 
