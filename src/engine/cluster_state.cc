@@ -91,6 +91,7 @@ std::string SignatureOf(const Node& n, const std::set<std::string>& label_keys) 
   s += n.spot ? 's' : '-';
   s += n.ready ? 'r' : '-';
   s += n.unschedulable ? 'u' : '-';
+  AppendInt(s, n.max_tasks);
   for (const auto& d : n.devices) {
     s += '|';
     add(d.model);

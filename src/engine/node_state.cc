@@ -82,7 +82,8 @@ enum class Shortfall {
   kGpuWholeOnly,
   kMig,
   kCpu,
-  kMemory
+  kMemory,
+  kTasks
 };
 
 // A GPU request that failed: for want of the model when the node has no device of the models
@@ -104,6 +105,7 @@ Shortfall GpuShortfall(const TaskRequest& r, const NodeState& node, Shortfall ot
 }
 
 Shortfall FitShortfall(const TaskRequest& r, const NodeState& node) {
+  if (node.node->max_tasks > 0 && node.tasks >= node.node->max_tasks) return Shortfall::kTasks;
   const int32_t nd = static_cast<int32_t>(node.devices.size());
   switch (r.gpu.kind) {
     case GpuRequestKind::kNone:
@@ -177,6 +179,8 @@ FilterVerdict CheckFit(const TaskRequest& r, const NodeState& node) {
       return FilterVerdict::Fail("Insufficient cpu", "cpu");
     case Shortfall::kMemory:
       return FilterVerdict::Fail("Insufficient memory", "memory");
+    case Shortfall::kTasks:  // kube-scheduler's "Too many pods"
+      return FilterVerdict::Fail("Too many tasks", "tasks");
   }
   return FilterVerdict::Pass();
 }

@@ -501,6 +501,8 @@ StatusOr<Node> NodeFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.Bool("spot", n.spot));
   TESSERA_RETURN_IF_ERROR(r.Bool("ready", n.ready));
   TESSERA_RETURN_IF_ERROR(r.Bool("unschedulable", n.unschedulable));
+  TESSERA_RETURN_IF_ERROR(r.Int32("maxTasks", n.max_tasks));
+  if (n.max_tasks < 0) return InvalidArgument(r.Path("maxTasks") + ": must be >= 0 (0: no limit), got " + std::to_string(n.max_tasks));
   TESSERA_RETURN_IF_ERROR(ReadList(r.Get("devices"), r.Path("devices"), n.devices, DeviceFromJson));
   // Shorthand: `gpus: {model: A100-80GB, count: 8, memory: 80Gi, domain: nvl0, virtual: true}`.
   if (const Json* g = r.Get("gpus")) {
@@ -562,6 +564,7 @@ Json NodeToJson(const Node& n) {
   if (n.spot) j["spot"] = true;
   if (!n.ready) j["ready"] = false;
   if (n.unschedulable) j["unschedulable"] = true;
+  if (n.max_tasks) j["maxTasks"] = n.max_tasks;
   Json d = Json::array();
   for (const auto& dev : n.devices) d.push_back(DeviceToJson(dev));
   j["devices"] = d;

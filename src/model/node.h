@@ -21,17 +21,18 @@ struct Taint {
 };
 
 struct Node {
-  std::string name;  // unique; the stable tie-breaker of every sort
+  std::string name;              // unique; the stable tie-breaker of every sort
   std::string pool = "default";  // which backend runs it: own agents, slurm, kubernetes, cloud
   std::map<std::string, std::string> labels;  // ordered: iteration order is deterministic
   std::vector<Taint> taints;
-  int64_t cpu_milli = 0;       // allocatable
-  int64_t memory_bytes = 0;    // allocatable
+  int64_t cpu_milli = 0;     // allocatable
+  int64_t memory_bytes = 0;  // allocatable
   std::vector<Device> devices;
   int64_t cost_micros_per_gpu_hour = 0;  // price in millionths of the currency unit
   bool spot = false;
   bool ready = true;           // heartbeats arrive
   bool unschedulable = false;  // cordoned / drained
+  int32_t max_tasks = 0;       // tasks it runs at most (kubelet's maxPods); 0: no limit
 };
 
 }  // namespace tessera

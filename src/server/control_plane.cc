@@ -40,6 +40,8 @@ Event EventFromJson(const Json& j) {
 // An agent's default lease (agent.h): without an answer for this many heartbeat intervals
 // it stops its tasks itself.
 constexpr int64_t kAgentLeaseHeartbeats = 10;
+// Tasks an agent's node runs at most unless it registers its own maxTasks (kubelet's maxPods).
+constexpr int32_t kDefaultMaxTasksPerNode = 110;
 
 const char* kJobStates[] = {"Pending",   "Scheduled", "Running",  "Terminating",
                             "Succeeded", "Failed",    "Cancelled"};
@@ -2323,6 +2325,9 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   TESSERA_RETURN_IF_ERROR(r.Finish());
   if (node->name.empty() || node->name.find('/') != std::string::npos)
     return InvalidArgument("node.name: must be non-empty without '/'");
+  // An agent runs one monitor and process group per task: as many as a job of 10 m-CPU
+  // tasks could ask would swamp it (and its heartbeats). kubelet's default maxPods.
+  if (p.role == Role::kAgent && node->max_tasks == 0) node->max_tasks = kDefaultMaxTasksPerNode;
   std::lock_guard<std::mutex> l(mu_);
   std::vector<store::Op> ops;
   auto it = nodes_.find(node->name);

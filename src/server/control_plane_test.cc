@@ -788,6 +788,24 @@ TEST_F(ControlPlaneTest, AQueueAllowsOnlyItsPriorityClasses) {
       << del.message();
 }
 
+// A node its agent registers runs at most 110 tasks unless it says otherwise (kubelet's
+// maxPods): a job of 100,000 10m-CPU tasks must not swamp one agent. (Nodes registered
+// otherwise, e.g. a Slurm pool's, have no such limit.)
+TEST_F(ControlPlaneTest, AnAgentsNodeRunsAtMost110TasksByDefault) {
+  const Principal agent{"agent", Role::kAgent, {}};
+  ASSERT_TRUE(cp_->RegisterAgent(agent, NodeDoc("node-a", 8)).ok());
+  Json own = NodeDoc("node-b", 8);
+  own["node"]["maxTasks"] = 500;
+  ASSERT_TRUE(cp_->RegisterAgent(agent, own).ok());
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, NodeDoc("node-c", 8)).ok());
+  std::map<std::string, Json> by_name;
+  const Json listed = cp_->ListNodes(kAdmin);
+  for (const auto& n : listed["items"]) by_name[n["name"]] = n;
+  EXPECT_EQ(by_name["node-a"].value("maxTasks", 0), 110);
+  EXPECT_EQ(by_name["node-b"].value("maxTasks", 0), 500);
+  EXPECT_FALSE(by_name["node-c"].contains("maxTasks"));
+}
+
 // A member learns nothing of other queues' jobs: not their names through sbatch numbers,
 // not their states or that they are arrays through a name clash.
 TEST_F(ControlPlaneTest, OtherQueuesJobsLeakNeitherNamesNorStates) {
