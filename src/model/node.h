@@ -11,6 +11,11 @@
 
 namespace tessera {
 
+// Every node a server knows carries this label with its own name, as kubelet sets it, so
+// that a selector or affinity can name one node (sbatch -w/-x are node affinity on it). The
+// server sets it; what a registration says under this key is replaced.
+inline constexpr char kHostnameLabel[] = "kubernetes.io/hostname";
+
 enum class TaintEffect { kNoSchedule, kPreferNoSchedule, kNoExecute };
 
 struct Taint {
@@ -21,12 +26,12 @@ struct Taint {
 };
 
 struct Node {
-  std::string name;  // unique; the stable tie-breaker of every sort
+  std::string name;              // unique; the stable tie-breaker of every sort
   std::string pool = "default";  // which backend runs it: own agents, slurm, kubernetes, cloud
   std::map<std::string, std::string> labels;  // ordered: iteration order is deterministic
   std::vector<Taint> taints;
-  int64_t cpu_milli = 0;       // allocatable
-  int64_t memory_bytes = 0;    // allocatable
+  int64_t cpu_milli = 0;     // allocatable
+  int64_t memory_bytes = 0;  // allocatable
   std::vector<Device> devices;
   int64_t cost_micros_per_gpu_hour = 0;  // price in millionths of the currency unit
   bool spot = false;

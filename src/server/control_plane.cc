@@ -187,6 +187,7 @@ Status ControlPlane::Load() {
     auto node = NodeFromJson(j.at("node"), "node");
     if (!node.ok()) return node.status();
     n.node = *node;
+    n.node.labels[kHostnameLabel] = n.node.name;  // stored before the server set it
     n.epoch = j.value("epoch", int64_t{0});
     n.boot_id = j.value("bootId", "");
     n.instance_id = j.value("instanceId", "");
@@ -2264,6 +2265,9 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   TESSERA_RETURN_IF_ERROR(r.Finish());
   if (node->name.empty() || node->name.find('/') != std::string::npos)
     return InvalidArgument("node.name: must be non-empty without '/'");
+  // Whatever the node's source (an agent, NVML or an inventory; a pool's discovery), as
+  // kubelet does: a selector on it pins a job to the node.
+  node->labels[kHostnameLabel] = node->name;
   std::lock_guard<std::mutex> l(mu_);
   std::vector<store::Op> ops;
   auto it = nodes_.find(node->name);

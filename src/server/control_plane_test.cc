@@ -1874,6 +1874,48 @@ TEST_F(ControlPlaneTest, ASecondLiveAgentForANodeIsRefused) {
   EXPECT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-4", "workdir-2")).ok());
 }
 
+// Every node carries kubernetes.io/hostname=<its name>, as kubelet sets it, whatever its
+// registration says, across a restart, and on a node stored before the server set it; a
+// Pod's nodeSelector on it pins the Pod to that node.
+TEST_F(ControlPlaneTest, EveryNodeIsLabelledWithItsHostname) {
+  real_engine_ = true;
+  Reopen();
+  Epoch("node-a");
+  Json spoof = NodeDoc("node-b", 8);
+  spoof["node"]["labels"] = {{"kubernetes.io/hostname", "node-a"}, {"rack", "r2"}};
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, spoof).ok());
+  auto labels = [&] {
+    std::map<std::string, Json> out;
+    const Json nodes = cp_->ListNodes(kAdmin);
+    for (const auto& n : nodes["items"]) out[n["name"].get<std::string>()] = n["labels"];
+    return out;
+  };
+  EXPECT_EQ(labels()["node-a"], Json({{"kubernetes.io/hostname", "node-a"}}));
+  EXPECT_EQ(labels()["node-b"], Json({{"kubernetes.io/hostname", "node-b"}, {"rack", "r2"}}));
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: v1\nkind: Pod\nmetadata: {name: pinned}\nspec:\n"
+                          "  nodeSelector: {kubernetes.io/hostname: node-b}\n"
+                          "  containers: [{name: c, command: [sleep, '1'], "
+                          "resources: {limits: {nvidia.com/gpu: 1}}}]\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Job("pinned")["nodes"], Json::array({"node-b"}));
+
+  // A node record written before the server labelled nodes gets the label when loaded.
+  cp_.reset();
+  {
+    auto st = store::OpenSqliteStore(dir_);
+    ASSERT_TRUE(st.ok());
+    Json old = {{"node", {{"name", "node-c"}, {"cpu", "8"}, {"memory", "64Gi"}}},
+                {"epoch", 1},
+                {"bootId", "b"}};
+    ASSERT_TRUE((*st)->Write({store::Op::Put("nodes/node-c", old.dump())}).ok());
+  }
+  Reopen();
+  EXPECT_EQ(labels()["node-b"], Json({{"kubernetes.io/hostname", "node-b"}, {"rack", "r2"}}));
+  EXPECT_EQ(labels()["node-c"], Json({{"kubernetes.io/hostname", "node-c"}}));
+}
+
 // Node operations, as kubectl's: drain cordons and evicts (the job restarts elsewhere, no
 // retry counted), a cordon survives the agent registering again, uncordon lifts it; a
 // NotReady node that is not coming back is deleted, releasing what its tasks held.

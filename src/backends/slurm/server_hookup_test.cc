@@ -244,6 +244,9 @@ TEST_F(HookupTest, SlurmNodesJoinThePoolAndDrainedOnesTakeNoWork) {
   EXPECT_EQ(nodes[0].value("pool", ""), "hpc");
   EXPECT_EQ(nodes[0]["devices"].size(), 8u);
   EXPECT_EQ(nodes[0]["labels"].value("slurm.partition.debug", ""), "true");
+  // As every node the server knows: a selector can pin a job to one Slurm node.
+  EXPECT_EQ(nodes[0]["labels"].value("kubernetes.io/hostname", ""), nodes[0].value("name", ""));
+  EXPECT_EQ(nodes[1]["labels"].value("kubernetes.io/hostname", ""), "node2");
   EXPECT_FALSE(nodes[0].value("unschedulable", false));
   EXPECT_TRUE(nodes[1].value("unschedulable", false)) << nodes[1].dump();
   EXPECT_EQ(cp_->ListPools()["items"][0].value("backend", ""), "slurm");
