@@ -590,6 +590,32 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
   EXPECT_TRUE(list == "node-a,node-b" || list == "node-b,node-a") << list;
 }
 
+// sbatch -w/-x on Tessera's own nodes: the job gets exactly the listed nodes, or none of the
+// excluded ones (node affinity on kubernetes.io/hostname, which every node carries); a list
+// naming a node the cluster lacks keeps the job Pending, saying why.
+TEST_F(ControlPlaneTest, SbatchNodelistAndExcludePickTheNodes) {
+  real_engine_ = true;
+  Reopen();
+  for (const char* n : {"gpu-1", "gpu-2", "gpu-3"}) Epoch(n);
+  auto submit = [&](const std::string& name, const std::string& directives) {
+    auto r = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J " + name +
+                                     "\n#SBATCH --gres=gpu:1\n#SBATCH " + directives + "\ntrue\n");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  };
+  submit("listed", "-w gpu-[2-3]");
+  submit("kept-out", "--exclude=gpu-1,gpu-2");
+  submit("absent", "-w gpu-9");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json listed = Job("listed")["nodes"];
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(listed, Json::array({"gpu-2", "gpu-3"}));
+  EXPECT_EQ(Job("kept-out")["nodes"], Json::array({"gpu-3"}));
+  EXPECT_EQ(State("absent"), "Pending");
+  EXPECT_NE(Job("absent").dump().find("didn't match Pod's node affinity/selector"),
+            std::string::npos)
+      << Job("absent").dump();
+}
+
 // sbatch --array: one submission, one ordinary job per index (<name>_<index>), stored
 // together or not at all, and idempotent; each element's tasks see Slurm's SLURM_ARRAY_*.
 TEST_F(ControlPlaneTest, AnArrayIsOneJobPerIndexStoredTogether) {
