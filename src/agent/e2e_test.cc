@@ -121,11 +121,32 @@ class EndToEndTest : public ::testing::Test {
     admin_ = Trimmed(Slurp((dir_ / "data" / "admin.token").string()));
     agent_token_ = Trimmed(Slurp((dir_ / "data" / "agent.token").string()));
   }
-  void StartAgent() {
-    agent_ = Spawn(
-        {bin_, "agent", "--server", url_, "--token", agent_token_, "--inventory", "seed-minimal",
-         "--node", "gpu-node-1", "--work-dir", (dir_ / "agent").string(), "--lease-seconds", "60"},
-        (dir_ / "agent.log").string());
+  void StartAgent(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {bin_,
+                                     "agent",
+                                     "--server",
+                                     url_,
+                                     "--token",
+                                     agent_token_,
+                                     "--inventory",
+                                     "seed-minimal",
+                                     "--node",
+                                     "gpu-node-1",
+                                     "--work-dir",
+                                     (dir_ / "agent").string(),
+                                     "--lease-seconds",
+                                     "60"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    agent_ = Spawn(args, (dir_ / "agent.log").string());
+  }
+  // GET /v1/nodes' gpu-node-1 (null until it registered).
+  Json Node1() {
+    auto r = Call("GET", "/v1/nodes");
+    if (!r || r->status != 200) return Json();
+    Json items = Json::parse(r->body, nullptr, false).value("items", Json::array());
+    for (const auto& n : items)
+      if (n.value("name", "") == "gpu-node-1") return n;
+    return Json();
   }
   httplib::Result Call(const std::string& method, const std::string& path,
                        const std::string& body = "") {
@@ -275,6 +296,48 @@ TEST_F(EndToEndTest, AnArrayElementsScriptSeesItsIndex) {
         << file << ": " << Slurp(file) << Slurp((dir_ / "agent.log").string());
   }
   EXPECT_TRUE(WaitFor([&] { return JobField("arr_5", "state") == "\"Succeeded\""; }));
+}
+
+// `tessera agent --node-labels --register-with-taints --pool --cost-per-gpu-hour` on an
+// inventory node: the server shows them (with kubernetes.io/hostname, set by the server),
+// an agent restarted with other flags replaces them, and a bad flag stops the agent at start
+// naming the flag and the bad part.
+TEST_F(EndToEndTest, AgentFlagsLabelTaintPriceAndPoolTheNodeAndARestartChangesThem) {
+  StartServer();
+  StartAgent({"--node-labels", "rack=r7,tier=gold", "--register-with-taints",
+              "dedicated=infer:NoSchedule", "--pool", "lab", "--cost-per-gpu-hour", "2.5"});
+  ASSERT_TRUE(WaitFor([&] { return Node1().is_object(); })) << Slurp((dir_ / "agent.log").string());
+  Json n = Node1();
+  EXPECT_EQ(n["labels"], Json({{"kubernetes.io/hostname", "gpu-node-1"},
+                               {"nvidia.com/gpu.product", "A100-80GB"},
+                               {"rack", "r7"},
+                               {"tessera.io/virtual-gpus", "true"},
+                               {"tier", "gold"}}))
+      << n.dump();
+  EXPECT_EQ(n["taints"],
+            Json::parse(R"([{"key":"dedicated","value":"infer","effect":"NoSchedule"}])"));
+  EXPECT_EQ(n["pool"], "lab");
+  EXPECT_EQ(n["costPerGpuHour"], "2500m");
+
+  Stop(agent_, SIGTERM);
+  StartAgent({"--node-labels", "rack=r8", "--cost-per-gpu-hour", "3"});
+  ASSERT_TRUE(WaitFor([&] { return Node1()["labels"].value("rack", "") == "r8"; }))
+      << Node1().dump() << Slurp((dir_ / "agent.log").string());
+  n = Node1();
+  EXPECT_FALSE(n["labels"].contains("tier")) << n.dump();
+  EXPECT_FALSE(n.contains("taints")) << n.dump();
+  EXPECT_EQ(n["pool"], "default");
+  EXPECT_EQ(n["costPerGpuHour"], "3");
+  Stop(agent_, SIGTERM);
+
+  const auto [rc, out] = CaptureCommand(
+      bin_ + " agent --server " + url_ + " --inventory seed-minimal --node gpu-node-1 " +
+      "--work-dir " + (dir_ / "agent").string() + " --register-with-taints gpu:NoRun 2>&1");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("tessera agent: InvalidArgument: --register-with-taints: \"gpu:NoRun\": "
+                     "unknown effect \"NoRun\""),
+            std::string::npos)
+      << out;
 }
 
 // A job that failed once and ran again: RESTARTS says so, and `tessera logs -p` shows the

@@ -42,6 +42,7 @@ struct AgentFlags {
   std::string logs_listen = "127.0.0.1:0";
   std::string logs_advertise;
   std::string logs_token;
+  agent::NodeAdditionFlags additions;
   int64_t lease_seconds = -1;
   bool discover = false;
   std::string output = "json";
@@ -49,9 +50,9 @@ struct AgentFlags {
   std::string cgroup_parent;
 };
 
-// The node this agent serves: from the inventory file, else discovered (NVML when present).
-StatusOr<Node> ResolveNode(const AgentFlags& f, std::shared_ptr<agent::NvmlGpus>& nvml,
-                           std::string& source) {
+// The node as the inventory file declares it, else as discovered (NVML when present).
+StatusOr<Node> InventoryOrHostNode(const AgentFlags& f, std::shared_ptr<agent::NvmlGpus>& nvml,
+                                   std::string& source) {
   if (!f.inventory.empty()) {
     auto nodes = agent::LoadInventory(f.inventory);
     if (!nodes.ok()) return nodes.status();
@@ -74,6 +75,18 @@ StatusOr<Node> ResolveNode(const AgentFlags& f, std::shared_ptr<agent::NvmlGpus>
     source = "host without GPUs: " + g.status().message();
   }
   return agent::DiscoverHostNode(f.node, nvml.get());
+}
+
+// The node this agent serves: from the inventory file, else discovered (NVML when present),
+// with the operator's labels, taints, pool and price on top. A bad flag is an
+// InvalidArgument that names it, found before anything is discovered.
+StatusOr<Node> ResolveNode(const AgentFlags& f, std::shared_ptr<agent::NvmlGpus>& nvml,
+                           std::string& source) {
+  auto additions = agent::ParseNodeAdditions(f.additions);
+  if (!additions.ok()) return additions.status();
+  auto node = InventoryOrHostNode(f, nvml, source);
+  if (node.ok()) agent::ApplyNodeAdditions(*additions, *node);
+  return node;
 }
 
 int RunDiscover(const AgentFlags& f) {
@@ -217,6 +230,17 @@ void AddAgentCommands(CLI::App& app) {
       "Inventory file declaring virtual GPUs (or 'seed-minimal'); default: discover with NVML");
   cmd->add_option("--node", f->node,
                   "Node name (default: the host name, or the inventory's only node)");
+  cmd->add_option("--node-labels", f->additions.node_labels,
+                  "Labels to add to the node: key=value,key2=value2 (repeatable; as kubelet's)")
+      ->allow_extra_args(false);
+  cmd->add_option("--register-with-taints", f->additions.taints,
+                  "Taints to put on the node: key=value:Effect,key:Effect, Effect NoSchedule, "
+                  "PreferNoSchedule or NoExecute (repeatable; as kubelet's)")
+      ->allow_extra_args(false);
+  cmd->add_option("--pool", f->additions.pool,
+                  "The node's pool (default: default, or the inventory's)");
+  cmd->add_option("--cost-per-gpu-hour", f->additions.cost_per_gpu_hour,
+                  "The node's price per GPU-hour, e.g. 2.5 (as an inventory's costPerGpuHour)");
   cmd->add_option("--work-dir", f->work_dir, "Task folders and logs (default data/agent)");
   cmd->add_option("--nvml-library", f->nvml_library,
                   "NVML library to load (default $TESSERA_NVML_LIBRARY or libnvidia-ml.so.1)");

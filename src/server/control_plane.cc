@@ -2269,6 +2269,16 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   // kubelet does: a selector on it pins a job to the node.
   node->labels[kHostnameLabel] = node->name;
   std::lock_guard<std::mutex> l(mu_);
+  // An agent's node in a pool that another system runs would get that system's dispatches
+  // (a Slurm pool's sbatch) for a machine it does not know (`tessera agent --pool`).
+  if (p.role == Role::kAgent) {
+    auto b = backends_.find(node->pool);
+    if (b != backends_.end() && b->second->Kind() != default_backend_->Kind())
+      return FailedPrecondition("node.pool: \"" + node->pool + "\" is run by the " +
+                                b->second->Kind() +
+                                " backend, not by node agents: give the agent's node a pool "
+                                "of its own (tessera agent --pool)");
+  }
   std::vector<store::Op> ops;
   auto it = nodes_.find(node->name);
   bool fresh = it == nodes_.end();

@@ -1942,6 +1942,62 @@ TEST_F(ControlPlaneTest, EveryNodeIsLabelledWithItsHostname) {
   EXPECT_EQ(labels()["node-c"], Json({{"kubernetes.io/hostname", "node-c"}}));
 }
 
+// What an agent registers about its node (tessera agent --node-labels, --register-with-taints,
+// --pool, --cost-per-gpu-hour) is what the node is: an agent restarted with other flags
+// (a new boot) replaces the labels, taints, pool and price, and the engine sees them. An
+// agent's node cannot join a pool that another system runs.
+TEST_F(ControlPlaneTest, AReRegistrationReplacesTheNodesLabelsTaintsPoolAndPrice) {
+  real_engine_ = true;
+  Reopen();
+  const Principal agent{"agent", Role::kAgent, {}};
+  Json doc = NodeDoc("node-a", 8);
+  doc["node"]["labels"] = {{"rack", "r1"}};
+  doc["node"]["taints"] = Json::array({{{"key", "dedicated"}, {"value", "infer"}}});
+  doc["node"]["pool"] = "lab";
+  doc["node"]["costPerGpuHour"] = "2.5";
+  ASSERT_TRUE(cp_->RegisterAgent(agent, doc).ok());
+  auto node = [&] { return cp_->ListNodes(kAdmin)["items"][0]; };
+  EXPECT_EQ(node()["labels"], Json({{"kubernetes.io/hostname", "node-a"}, {"rack", "r1"}}));
+  EXPECT_EQ(node()["taints"].size(), 1u);
+  EXPECT_EQ(node()["pool"], "lab");
+  EXPECT_EQ(node()["costPerGpuHour"], "2500m");
+  // The taint keeps an untolerating job off the node.
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("plain", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("plain"), "Pending");
+
+  doc["bootId"] = "boot-2";  // the agent restarted with other flags
+  doc["node"]["labels"] = {{"rack", "r2"}, {"tier", "gold"}};
+  doc["node"].erase("taints");
+  doc["node"]["pool"] = "default";
+  doc["node"]["costPerGpuHour"] = "3";
+  ASSERT_TRUE(cp_->RegisterAgent(agent, doc).ok());
+  EXPECT_EQ(node()["labels"],
+            Json({{"kubernetes.io/hostname", "node-a"}, {"rack", "r2"}, {"tier", "gold"}}));
+  EXPECT_FALSE(node().contains("taints")) << node().dump();
+  EXPECT_EQ(node()["pool"], "default");
+  EXPECT_EQ(node()["costPerGpuHour"], "3");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Job("plain")["nodes"], Json::array({"node-a"}));
+
+  class SlurmLike : public Backend {
+   public:
+    std::string Kind() const override { return "slurm"; }
+    void Launch(const Dispatch&) override {}
+    void Stop(const std::string&, int64_t) override {}
+  };
+  cp_->RegisterBackend("hpc", std::make_shared<SlurmLike>());
+  Json joiner = NodeDoc("node-b", 8);
+  joiner["node"]["pool"] = "hpc";
+  auto refused = cp_->RegisterAgent(agent, joiner);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(
+                "node.pool: \"hpc\" is run by the slurm backend, not by node agents"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(cp_->RegisterAgent(kAdmin, joiner).ok()) << "the pool's own (admin) registrations";
+}
+
 // Node operations, as kubectl's: drain cordons and evicts (the job restarts elsewhere, no
 // retry counted), a cordon survives the agent registering again, uncordon lifts it; a
 // NotReady node that is not coming back is deleted, releasing what its tasks held.
