@@ -227,7 +227,11 @@ class EndToEndTest : public ::testing::Test {
 
 TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) {
   StartServer();
+  // The agent's logs endpoint requires a token (from the environment, as a systemd unit's
+  // EnvironmentFile gives it); the server's proxy gets it from the agent.
+  ::setenv("TESSERA_LOGS_TOKEN", "e2e-logs-secret", 1);
   StartAgent();
+  ::unsetenv("TESSERA_LOGS_TOKEN");
   const std::string journal = (dir_ / "journal").string();
   Submit("e2e-run", Script(journal));
   ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 1; }))
@@ -237,6 +241,18 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
     auto r = Call("GET", "/v1/jobs/e2e-run/logs?task=0");
     return r && r->status == 200 && r->body.find("hello-e2e") != std::string::npos;
   }));
+  // Nobody else reads the task's output at the agent.
+  const std::string agent_log = Slurp((dir_ / "agent.log").string());
+  const std::string marker = "serving logs at ";
+  ASSERT_NE(agent_log.find(marker), std::string::npos) << agent_log;
+  const size_t at = agent_log.find(marker) + marker.size();
+  const std::string logs_url = agent_log.substr(at, agent_log.find('\n', at) - at);
+  std::string alloc;
+  ASSERT_TRUE(WaitFor([&] { return !(alloc = JobAllocation("e2e-run")).empty(); }));
+  httplib::Client direct(logs_url);
+  auto anon = direct.Get("/v1/logs/" + alloc);
+  ASSERT_TRUE(anon) << logs_url;
+  EXPECT_EQ(anon->status, 401) << anon->body;
   // A job without workingDir runs in its task's own folder on the node, not a shared one.
   EXPECT_NE(Call("GET", "/v1/jobs/e2e-run/logs?task=0")
                 ->body.find("hello-e2e in " + (dir_ / "agent" / "tasks").string() + "/"),
@@ -259,6 +275,11 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
   std::this_thread::sleep_for(std::chrono::seconds(5));  // a few heartbeats under the new server
   EXPECT_TRUE(Running(task));
   EXPECT_EQ(Starts(journal).size(), 1u);
+  // The new server stored no token; the agent's heartbeats gave it back.
+  auto after = Call("GET", "/v1/jobs/e2e-run/logs?task=0");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200) << after->body;
+  EXPECT_NE(after->body.find("hello-e2e"), std::string::npos) << after->body;
 
   auto r = Call("POST", "/v1/jobs/e2e-run/cancel");
   ASSERT_TRUE(r);
@@ -344,7 +365,7 @@ TEST_F(EndToEndTest, AgentFlagsLabelTaintPriceAndPoolTheNodeAndARestartChangesTh
 // run before the latest, as `kubectl logs -p`.
 TEST_F(EndToEndTest, LogsOfThePreviousRunOfARestartedJob) {
   StartServer();
-  StartAgent();
+  StartAgent({"--logs-token", "e2e-flag-secret"});  // the flag: the proxy sends it too
   Submit("flaky", "echo run $TESSERA_ATTEMPT; [ \"$TESSERA_ATTEMPT\" = 2 ]",
          "{onFailure: RestartJob, maxRetries: 1}");
   ASSERT_TRUE(WaitFor([&] { return JobField("flaky", "state") == "\"Succeeded\""; }, 60))

@@ -164,6 +164,9 @@ int RunAgent(const AgentFlags& f) {
   o.logs_port = colon == std::string::npos ? 0 : std::atoi(f.logs_listen.c_str() + colon + 1);
   o.logs_advertise = f.logs_advertise;
   o.logs_token = f.logs_token;
+  if (o.logs_token.empty()) {
+    if (const char* t = std::getenv("TESSERA_LOGS_TOKEN")) o.logs_token = t;
+  }
   std::random_device rd;
   Rng rng((static_cast<uint64_t>(rd()) << 32) ^ rd());
   o.boot_id = agent::NewBootId(rng);
@@ -248,6 +251,9 @@ void AddAgentCommands(CLI::App& app) {
                   "host:port for the logs endpoint (default 127.0.0.1:0)");
   cmd->add_option("--logs-advertise", f->logs_advertise,
                   "Logs URL given to the server (default from --logs-listen)");
+  cmd->add_option("--logs-token", f->logs_token,
+                  "Bearer token the logs endpoint requires (or $TESSERA_LOGS_TOKEN); the agent "
+                  "gives it to the server, whose logs proxy sends it");
   cmd->add_option(
       "--lease-seconds", f->lease_seconds,
       "Stop every task after this long without a server answer (default 10 heartbeats, 20 s; 0 = "

@@ -2000,6 +2000,8 @@ StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p
   if (n == nodes_.end() || n->second.logs_url.empty())
     return Unavailable("node " + a->placement.node + " serves no logs");
   out.url = n->second.logs_url;
+  out.token = n->second.logs_token;
+  out.agent_unheard = !n->second.heard_since_start;
   return out;
 }
 
@@ -2246,8 +2248,9 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   std::string version, boot;
   TESSERA_RETURN_IF_ERROR(r.String("agentVersion", version));
   TESSERA_RETURN_IF_ERROR(r.String("bootId", boot, true));
-  std::string logs_url, instance;
+  std::string logs_url, logs_token, instance;
   TESSERA_RETURN_IF_ERROR(r.String("logsUrl", logs_url));
+  TESSERA_RETURN_IF_ERROR(r.String("logsToken", logs_token));
   TESSERA_RETURN_IF_ERROR(r.String("instanceId", instance));
   int64_t lease = -1;  // absent: the agent's default (10 heartbeats)
   TESSERA_RETURN_IF_ERROR(r.Int("leaseSeconds", lease));
@@ -2304,6 +2307,7 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   n.agent_version = version;
   if (!instance.empty()) n.instance_id = instance;
   if (!logs_url.empty()) n.logs_url = logs_url;
+  n.logs_token = logs_token;  // an agent started without one serves its logs without one
   n.lease_seconds = lease;
   n.last_heartbeat = Now();
   n.heard_since_start = true;
@@ -2385,6 +2389,8 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
     n.logs_url = body["logsUrl"].get<std::string>();
     ops.push_back(NodeOp(n));
   }
+  if (body.contains("logsToken") && body["logsToken"].is_string())
+    n.logs_token = body["logsToken"].get<std::string>();  // not stored: no NodeOp
   if (body.contains("devices") && body["devices"].is_array()) {
     for (const auto& d : body["devices"]) {
       if (!d.is_object()) continue;
