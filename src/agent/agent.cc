@@ -320,6 +320,8 @@ Json Agent::RegisterBody() const {
   body["bootId"] = opt_.boot_id;
   body["instanceId"] = instance_id_;
   body["logsUrl"] = logs_url();
+  // The bearer token the logs endpoint requires, for the server's logs proxy to send.
+  if (!opt_.logs_token.empty()) body["logsToken"] = opt_.logs_token;
   // The server waits this long (and the tasks' grace) before running a lost node's work
   // elsewhere; absent, it assumes the default of 10 heartbeats.
   if (opt_.lease_seconds >= 0) body["leaseSeconds"] = opt_.lease_seconds;
@@ -383,6 +385,9 @@ Json Agent::HeartbeatBody(const std::vector<TaskStatus>& tasks) {
   body["devices"] = devices;
   body["tasks"] = TasksJson(tasks);
   body["logsUrl"] = logs_url();
+  // Again on every heartbeat: a restarted server keeps no token (it stores none) and hears
+  // no registration from an agent whose epoch it still has.
+  if (!opt_.logs_token.empty()) body["logsToken"] = opt_.logs_token;
   return body;
 }
 

@@ -49,8 +49,8 @@ struct AgentOptions {
   std::string logs_host = "127.0.0.1";
   int logs_port = 0;           // 0: any free port
   std::string logs_advertise;  // URL given to the server; "" = http://<logs_host>:<port>
-  // Bearer token the logs endpoint requires; "" = none (the server's proxy sends none today,
-  // so keep the endpoint on loopback or a private network).
+  // Bearer token the logs endpoint requires; "" = none. The agent gives it to the server
+  // (`logsToken` in its registration and heartbeats), whose logs proxy sends it.
   std::string logs_token;
   int64_t lease_seconds = -1;                   // -1: 10 heartbeat intervals; 0: never self-fence
   std::string cgroup_parent;                    // see ExecutorOptions

@@ -252,6 +252,9 @@ TEST_F(AgentTest, RegistersVirtualInventoryAndHeartbeatsVirtualSamples) {
   EXPECT_EQ(hb["devices"][0]["virtual"], true);
   EXPECT_EQ(hb["logsUrl"], agent->logs_url());
   EXPECT_EQ(agent->registrations(), 1);
+  // No --logs-token: none to give the server.
+  EXPECT_FALSE(reg.contains("logsToken"));
+  EXPECT_FALSE(hb.contains("logsToken"));
 }
 
 TEST_F(AgentTest, WrongTokenIsReportedAndRetried) {
@@ -297,6 +300,10 @@ TEST_F(AgentTest, RunsDesiredTasksReportsExitServesLogsAndSamplesUtilisation) {
   EXPECT_EQ(logs.Get("/v1/logs/a-1?stream=env")->status, 400);
   httplib::Client anon(agent->logs_url());
   EXPECT_EQ(anon.Get("/v1/logs/a-1")->status, 401);
+  // The server is given the token, for its logs proxy: when the agent registers, and in every
+  // heartbeat (a restarted server stores none and may not see the agent register again).
+  EXPECT_EQ(server.FirstRegister().value("logsToken", ""), "t0ken");
+  EXPECT_EQ(server.LastHeartbeat().value("logsToken", ""), "t0ken");
 
   // The server drops the finished allocation: the agent forgets it (it ran once, is not rerun).
   server.Unwant("gpu-node-1", "a-1");

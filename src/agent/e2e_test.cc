@@ -121,11 +121,32 @@ class EndToEndTest : public ::testing::Test {
     admin_ = Trimmed(Slurp((dir_ / "data" / "admin.token").string()));
     agent_token_ = Trimmed(Slurp((dir_ / "data" / "agent.token").string()));
   }
-  void StartAgent() {
-    agent_ = Spawn(
-        {bin_, "agent", "--server", url_, "--token", agent_token_, "--inventory", "seed-minimal",
-         "--node", "gpu-node-1", "--work-dir", (dir_ / "agent").string(), "--lease-seconds", "60"},
-        (dir_ / "agent.log").string());
+  void StartAgent(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {bin_,
+                                     "agent",
+                                     "--server",
+                                     url_,
+                                     "--token",
+                                     agent_token_,
+                                     "--inventory",
+                                     "seed-minimal",
+                                     "--node",
+                                     "gpu-node-1",
+                                     "--work-dir",
+                                     (dir_ / "agent").string(),
+                                     "--lease-seconds",
+                                     "60"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    agent_ = Spawn(args, (dir_ / "agent.log").string());
+  }
+  // GET /v1/nodes' gpu-node-1 (null until it registered).
+  Json Node1() {
+    auto r = Call("GET", "/v1/nodes");
+    if (!r || r->status != 200) return Json();
+    Json items = Json::parse(r->body, nullptr, false).value("items", Json::array());
+    for (const auto& n : items)
+      if (n.value("name", "") == "gpu-node-1") return n;
+    return Json();
   }
   httplib::Result Call(const std::string& method, const std::string& path,
                        const std::string& body = "") {
@@ -206,7 +227,11 @@ class EndToEndTest : public ::testing::Test {
 
 TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) {
   StartServer();
+  // The agent's logs endpoint requires a token (from the environment, as a systemd unit's
+  // EnvironmentFile gives it); the server's proxy gets it from the agent.
+  ::setenv("TESSERA_LOGS_TOKEN", "e2e-logs-secret", 1);
   StartAgent();
+  ::unsetenv("TESSERA_LOGS_TOKEN");
   const std::string journal = (dir_ / "journal").string();
   Submit("e2e-run", Script(journal));
   ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 1; }))
@@ -216,6 +241,18 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
     auto r = Call("GET", "/v1/jobs/e2e-run/logs?task=0");
     return r && r->status == 200 && r->body.find("hello-e2e") != std::string::npos;
   }));
+  // Nobody else reads the task's output at the agent.
+  const std::string agent_log = Slurp((dir_ / "agent.log").string());
+  const std::string marker = "serving logs at ";
+  ASSERT_NE(agent_log.find(marker), std::string::npos) << agent_log;
+  const size_t at = agent_log.find(marker) + marker.size();
+  const std::string logs_url = agent_log.substr(at, agent_log.find('\n', at) - at);
+  std::string alloc;
+  ASSERT_TRUE(WaitFor([&] { return !(alloc = JobAllocation("e2e-run")).empty(); }));
+  httplib::Client direct(logs_url);
+  auto anon = direct.Get("/v1/logs/" + alloc);
+  ASSERT_TRUE(anon) << logs_url;
+  EXPECT_EQ(anon->status, 401) << anon->body;
   // A job without workingDir runs in its task's own folder on the node, not a shared one.
   EXPECT_NE(Call("GET", "/v1/jobs/e2e-run/logs?task=0")
                 ->body.find("hello-e2e in " + (dir_ / "agent" / "tasks").string() + "/"),
@@ -238,6 +275,11 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
   std::this_thread::sleep_for(std::chrono::seconds(5));  // a few heartbeats under the new server
   EXPECT_TRUE(Running(task));
   EXPECT_EQ(Starts(journal).size(), 1u);
+  // The new server stored no token; the agent's heartbeats gave it back.
+  auto after = Call("GET", "/v1/jobs/e2e-run/logs?task=0");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200) << after->body;
+  EXPECT_NE(after->body.find("hello-e2e"), std::string::npos) << after->body;
 
   auto r = Call("POST", "/v1/jobs/e2e-run/cancel");
   ASSERT_TRUE(r);
@@ -277,11 +319,53 @@ TEST_F(EndToEndTest, AnArrayElementsScriptSeesItsIndex) {
   EXPECT_TRUE(WaitFor([&] { return JobField("arr_5", "state") == "\"Succeeded\""; }));
 }
 
+// `tessera agent --node-labels --register-with-taints --pool --cost-per-gpu-hour` on an
+// inventory node: the server shows them (with kubernetes.io/hostname, set by the server),
+// an agent restarted with other flags replaces them, and a bad flag stops the agent at start
+// naming the flag and the bad part.
+TEST_F(EndToEndTest, AgentFlagsLabelTaintPriceAndPoolTheNodeAndARestartChangesThem) {
+  StartServer();
+  StartAgent({"--node-labels", "rack=r7,tier=gold", "--register-with-taints",
+              "dedicated=infer:NoSchedule", "--pool", "lab", "--cost-per-gpu-hour", "2.5"});
+  ASSERT_TRUE(WaitFor([&] { return Node1().is_object(); })) << Slurp((dir_ / "agent.log").string());
+  Json n = Node1();
+  EXPECT_EQ(n["labels"], Json({{"kubernetes.io/hostname", "gpu-node-1"},
+                               {"nvidia.com/gpu.product", "A100-80GB"},
+                               {"rack", "r7"},
+                               {"tessera.io/virtual-gpus", "true"},
+                               {"tier", "gold"}}))
+      << n.dump();
+  EXPECT_EQ(n["taints"],
+            Json::parse(R"([{"key":"dedicated","value":"infer","effect":"NoSchedule"}])"));
+  EXPECT_EQ(n["pool"], "lab");
+  EXPECT_EQ(n["costPerGpuHour"], "2500m");
+
+  Stop(agent_, SIGTERM);
+  StartAgent({"--node-labels", "rack=r8", "--cost-per-gpu-hour", "3"});
+  ASSERT_TRUE(WaitFor([&] { return Node1()["labels"].value("rack", "") == "r8"; }))
+      << Node1().dump() << Slurp((dir_ / "agent.log").string());
+  n = Node1();
+  EXPECT_FALSE(n["labels"].contains("tier")) << n.dump();
+  EXPECT_FALSE(n.contains("taints")) << n.dump();
+  EXPECT_EQ(n["pool"], "default");
+  EXPECT_EQ(n["costPerGpuHour"], "3");
+  Stop(agent_, SIGTERM);
+
+  const auto [rc, out] = CaptureCommand(
+      bin_ + " agent --server " + url_ + " --inventory seed-minimal --node gpu-node-1 " +
+      "--work-dir " + (dir_ / "agent").string() + " --register-with-taints gpu:NoRun 2>&1");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("tessera agent: InvalidArgument: --register-with-taints: \"gpu:NoRun\": "
+                     "unknown effect \"NoRun\""),
+            std::string::npos)
+      << out;
+}
+
 // A job that failed once and ran again: RESTARTS says so, and `tessera logs -p` shows the
 // run before the latest, as `kubectl logs -p`.
 TEST_F(EndToEndTest, LogsOfThePreviousRunOfARestartedJob) {
   StartServer();
-  StartAgent();
+  StartAgent({"--logs-token", "e2e-flag-secret"});  // the flag: the proxy sends it too
   Submit("flaky", "echo run $TESSERA_ATTEMPT; [ \"$TESSERA_ATTEMPT\" = 2 ]",
          "{onFailure: RestartJob, maxRetries: 1}");
   ASSERT_TRUE(WaitFor([&] { return JobField("flaky", "state") == "\"Succeeded\""; }, 60))

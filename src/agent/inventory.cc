@@ -2,7 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
 #include "agent/nvml.h"
+#include "model/resources.h"
 
 namespace tessera::agent {
 
@@ -93,9 +98,180 @@ StatusOr<Node> DiscoverHostNode(const std::string& name, NvmlGpus* nvml) {
     auto devs = nvml->Discover();
     if (!devs.ok()) return devs.status();
     n.devices = std::move(*devs);
-    if (!n.devices.empty()) n.labels["nvidia.com/gpu.product"] = n.devices[0].model;
+    if (!n.devices.empty()) n.labels[kGpuProductLabel] = n.devices[0].model;
   }
   return n;
+}
+
+namespace {
+
+bool Alnum(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
+
+// Kubernetes' name part of a label key, and a label value when non-empty: at most 63
+// characters, alphanumeric at both ends, '-', '_' or '.' between.
+bool ValidNamePart(const std::string& s) {
+  if (s.empty() || s.size() > 63 || !Alnum(s.front()) || !Alnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return Alnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+// A DNS subdomain (a label key's prefix): at most 253 characters, lower-case alphanumeric,
+// '-' and '.', alphanumeric at both ends of each dot-separated part.
+bool ValidPrefix(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  for (;;) {
+    size_t dot = s.find('.', start);
+    const std::string part = s.substr(start, dot == std::string::npos ? dot : dot - start);
+    if (part.empty() || part.size() > 63 || !Alnum(part.front()) || !Alnum(part.back()))
+      return false;
+    for (char c : part)
+      if (!(std::islower(static_cast<unsigned char>(c)) ||
+            std::isdigit(static_cast<unsigned char>(c)) || c == '-'))
+        return false;
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+// "" when `key` is a valid label (or taint) key, else why not.
+std::string KeyProblem(const std::string& key) {
+  const size_t slash = key.find('/');
+  if (slash != std::string::npos && !ValidPrefix(key.substr(0, slash)))
+    return "the prefix before '/' must be a DNS subdomain (lower-case letters, digits, '-' "
+           "and '.', at most 253 characters)";
+  const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
+  if (!ValidNamePart(name))
+    return "a key's name must be 1-63 characters, letters, digits, '-', '_' or '.', with a "
+           "letter or digit at each end (an optional prefix/ before it)";
+  return "";
+}
+
+std::string ValueProblem(const std::string& value) {
+  if (value.empty() || ValidNamePart(value)) return "";
+  return "a value must be empty or 1-63 characters, letters, digits, '-', '_' or '.', with a "
+         "letter or digit at each end";
+}
+
+// The key and value of one item of a label or taint flag, as Kubernetes checks them.
+Status CheckKeyValue(const std::string& flag, const std::string& item, const std::string& key,
+                     const std::string& value) {
+  if (std::string why = KeyProblem(key); !why.empty())
+    return InvalidArgument(flag + ": \"" + item + "\": key \"" + key + "\": " + why);
+  if (std::string why = ValueProblem(value); !why.empty())
+    return InvalidArgument(flag + ": \"" + item + "\": value \"" + value + "\": " + why);
+  return Status::Ok();
+}
+
+// The comma-separated items of every occurrence of a list flag; an empty item is refused.
+StatusOr<std::vector<std::string>> FlagItems(const std::vector<std::string>& values,
+                                             const std::string& flag) {
+  std::vector<std::string> out;
+  for (const std::string& v : values) {
+    for (size_t start = 0; start <= v.size();) {
+      size_t comma = std::min(v.find(',', start), v.size());
+      std::string item = v.substr(start, comma - start);
+      if (item.empty()) return InvalidArgument(flag + ": an empty item in \"" + v + "\"");
+      out.push_back(std::move(item));
+      start = comma + 1;
+    }
+  }
+  return out;
+}
+
+// Kubernetes keeps one taint per key and effect: `t` replaces one of those, or is added.
+void PutTaint(std::vector<Taint>& taints, const Taint& t) {
+  auto same = std::find_if(taints.begin(), taints.end(),
+                           [&](const Taint& o) { return o.key == t.key && o.effect == t.effect; });
+  if (same != taints.end())
+    *same = t;
+  else
+    taints.push_back(t);
+}
+
+}  // namespace
+
+StatusOr<NodeAdditions> ParseNodeAdditions(const NodeAdditionFlags& flags) {
+  NodeAdditions out;
+  const std::string labels_flag = "--node-labels";
+  auto labels = FlagItems(flags.node_labels, labels_flag);
+  if (!labels.ok()) return labels.status();
+  for (const std::string& item : *labels) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      return InvalidArgument(labels_flag + ": \"" + item + "\": expected key=value");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    TESSERA_RETURN_IF_ERROR(CheckKeyValue(labels_flag, item, key, value));
+    if (key == kHostnameLabel)
+      return InvalidArgument(labels_flag + ": \"" + item + "\": " + key +
+                             " is set by Tessera to the node's name on every node (name the "
+                             "node with --node)");
+    if (key == kVirtualLabel)
+      return InvalidArgument(labels_flag + ": \"" + item + "\": " + key +
+                             " is set by Tessera: true on a node whose GPUs an inventory "
+                             "declares, absent on one whose GPUs NVML found");
+    if (key == kGpuProductLabel)
+      return InvalidArgument(labels_flag + ": \"" + item + "\": " + key +
+                             " is set by Tessera from the node's GPUs (NVML's model, or the "
+                             "inventory file's labels)");
+    out.labels[key] = value;  // a repeated key: the last, as kubelet
+  }
+
+  const std::string taints_flag = "--register-with-taints";
+  auto taints = FlagItems(flags.taints, taints_flag);
+  if (!taints.ok()) return taints.status();
+  for (const std::string& item : *taints) {
+    const size_t colon = item.rfind(':');
+    if (colon == std::string::npos)
+      return InvalidArgument(taints_flag + ": \"" + item +
+                             "\": expected key=value:Effect or key:Effect (Effect: NoSchedule, "
+                             "PreferNoSchedule or NoExecute)");
+    const std::string kv = item.substr(0, colon), effect = item.substr(colon + 1);
+    Taint t;
+    const size_t eq = kv.find('=');
+    t.key = kv.substr(0, eq);
+    if (eq != std::string::npos) t.value = kv.substr(eq + 1);
+    if (effect == "NoSchedule") {
+      t.effect = TaintEffect::kNoSchedule;
+    } else if (effect == "PreferNoSchedule") {
+      t.effect = TaintEffect::kPreferNoSchedule;
+    } else if (effect == "NoExecute") {
+      t.effect = TaintEffect::kNoExecute;
+    } else {
+      return InvalidArgument(taints_flag + ": \"" + item + "\": unknown effect \"" + effect +
+                             "\" (NoSchedule, PreferNoSchedule or NoExecute)");
+    }
+    TESSERA_RETURN_IF_ERROR(CheckKeyValue(taints_flag, item, t.key, t.value));
+    PutTaint(out.taints, t);  // a repeated key and effect: the last
+  }
+
+  if (!flags.pool.empty()) {
+    if (!ValidNamePart(flags.pool))
+      return InvalidArgument("--pool: \"" + flags.pool +
+                             "\": a pool name must be 1-63 characters, letters, digits, '-', '_' "
+                             "or '.', with a letter or digit at each end");
+    out.pool = flags.pool;
+  }
+
+  if (!flags.cost_per_gpu_hour.empty()) {
+    auto milli = ParseMilliQuantity(flags.cost_per_gpu_hour);
+    if (!milli.ok())
+      return InvalidArgument("--cost-per-gpu-hour: \"" + flags.cost_per_gpu_hour +
+                             "\": not a price (e.g. 2.5, in the currency's units per GPU-hour): " +
+                             milli.status().message());
+    if (*milli > std::numeric_limits<int64_t>::max() / 1000)
+      return InvalidArgument("--cost-per-gpu-hour: \"" + flags.cost_per_gpu_hour + "\": too large");
+    out.cost_micros_per_gpu_hour = *milli * 1000;  // as the inventory's costPerGpuHour
+  }
+  return out;
+}
+
+void ApplyNodeAdditions(const NodeAdditions& additions, Node& node) {
+  for (const auto& [k, v] : additions.labels) node.labels[k] = v;
+  for (const Taint& t : additions.taints) PutTaint(node.taints, t);
+  if (!additions.pool.empty()) node.pool = additions.pool;
+  if (additions.cost_micros_per_gpu_hour)
+    node.cost_micros_per_gpu_hour = *additions.cost_micros_per_gpu_hour;
 }
 
 }  // namespace tessera::agent

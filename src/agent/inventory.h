@@ -8,6 +8,8 @@
 // Stateless functions; thread-safe.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +34,34 @@ StatusOr<std::vector<Node>> LoadInventoryFile(const std::string& path);
 StatusOr<std::vector<Node>> LoadInventory(const std::string& path_or_builtin);
 
 // This host as a node: hostname (or `name`), online CPUs, physical memory, and the GPUs NVML
-// reports (none when `nvml` is null).
+// reports (none when `nvml` is null), labelled nvidia.com/gpu.product=<model of GPU 0>.
 StatusOr<Node> DiscoverHostNode(const std::string& name, NvmlGpus* nvml);
+
+inline constexpr char kGpuProductLabel[] = "nvidia.com/gpu.product";
+
+// What an operator adds to the node an agent registers (`tessera agent --node-labels
+// --register-with-taints --pool --cost-per-gpu-hour`, kubelet's names and syntax for the
+// first two), on a discovered node and on an inventory node alike.
+struct NodeAdditions {
+  std::map<std::string, std::string> labels;  // over the node's own, key by key
+  std::vector<Taint> taints;                  // replace the node's of the same key and effect
+  std::string pool;                           // "" = the node's
+  std::optional<int64_t> cost_micros_per_gpu_hour;
+};
+
+// The flags as given (each list flag may repeat). Refused, naming the flag and the bad part
+// (`--node-labels: "rack": expected key=value`): a label key or value that Kubernetes would
+// refuse, a label Tessera sets itself (kubernetes.io/hostname, tessera.io/virtual-gpus,
+// nvidia.com/gpu.product), a taint without an effect or with another effect than
+// NoSchedule, PreferNoSchedule or NoExecute, a pool name that is not a label value, a price
+// that is not a quantity.
+struct NodeAdditionFlags {
+  std::vector<std::string> node_labels;  // "k=v,k2=v2"
+  std::vector<std::string> taints;       // "key=value:Effect,key:Effect"
+  std::string pool;
+  std::string cost_per_gpu_hour;  // "2.5": as an inventory's costPerGpuHour
+};
+StatusOr<NodeAdditions> ParseNodeAdditions(const NodeAdditionFlags& flags);
+void ApplyNodeAdditions(const NodeAdditions& additions, Node& node);
 
 }  // namespace tessera::agent

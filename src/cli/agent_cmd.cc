@@ -42,6 +42,7 @@ struct AgentFlags {
   std::string logs_listen = "127.0.0.1:0";
   std::string logs_advertise;
   std::string logs_token;
+  agent::NodeAdditionFlags additions;
   int64_t lease_seconds = -1;
   bool discover = false;
   std::string output = "json";
@@ -49,9 +50,9 @@ struct AgentFlags {
   std::string cgroup_parent;
 };
 
-// The node this agent serves: from the inventory file, else discovered (NVML when present).
-StatusOr<Node> ResolveNode(const AgentFlags& f, std::shared_ptr<agent::NvmlGpus>& nvml,
-                           std::string& source) {
+// The node as the inventory file declares it, else as discovered (NVML when present).
+StatusOr<Node> InventoryOrHostNode(const AgentFlags& f, std::shared_ptr<agent::NvmlGpus>& nvml,
+                                   std::string& source) {
   if (!f.inventory.empty()) {
     auto nodes = agent::LoadInventory(f.inventory);
     if (!nodes.ok()) return nodes.status();
@@ -74,6 +75,18 @@ StatusOr<Node> ResolveNode(const AgentFlags& f, std::shared_ptr<agent::NvmlGpus>
     source = "host without GPUs: " + g.status().message();
   }
   return agent::DiscoverHostNode(f.node, nvml.get());
+}
+
+// The node this agent serves: from the inventory file, else discovered (NVML when present),
+// with the operator's labels, taints, pool and price on top. A bad flag is an
+// InvalidArgument that names it, found before anything is discovered.
+StatusOr<Node> ResolveNode(const AgentFlags& f, std::shared_ptr<agent::NvmlGpus>& nvml,
+                           std::string& source) {
+  auto additions = agent::ParseNodeAdditions(f.additions);
+  if (!additions.ok()) return additions.status();
+  auto node = InventoryOrHostNode(f, nvml, source);
+  if (node.ok()) agent::ApplyNodeAdditions(*additions, *node);
+  return node;
 }
 
 int RunDiscover(const AgentFlags& f) {
@@ -151,6 +164,9 @@ int RunAgent(const AgentFlags& f) {
   o.logs_port = colon == std::string::npos ? 0 : std::atoi(f.logs_listen.c_str() + colon + 1);
   o.logs_advertise = f.logs_advertise;
   o.logs_token = f.logs_token;
+  if (o.logs_token.empty()) {
+    if (const char* t = std::getenv("TESSERA_LOGS_TOKEN")) o.logs_token = t;
+  }
   std::random_device rd;
   Rng rng((static_cast<uint64_t>(rd()) << 32) ^ rd());
   o.boot_id = agent::NewBootId(rng);
@@ -217,6 +233,17 @@ void AddAgentCommands(CLI::App& app) {
       "Inventory file declaring virtual GPUs (or 'seed-minimal'); default: discover with NVML");
   cmd->add_option("--node", f->node,
                   "Node name (default: the host name, or the inventory's only node)");
+  cmd->add_option("--node-labels", f->additions.node_labels,
+                  "Labels to add to the node: key=value,key2=value2 (repeatable; as kubelet's)")
+      ->allow_extra_args(false);
+  cmd->add_option("--register-with-taints", f->additions.taints,
+                  "Taints to put on the node: key=value:Effect,key:Effect, Effect NoSchedule, "
+                  "PreferNoSchedule or NoExecute (repeatable; as kubelet's)")
+      ->allow_extra_args(false);
+  cmd->add_option("--pool", f->additions.pool,
+                  "The node's pool (default: default, or the inventory's)");
+  cmd->add_option("--cost-per-gpu-hour", f->additions.cost_per_gpu_hour,
+                  "The node's price per GPU-hour, e.g. 2.5 (as an inventory's costPerGpuHour)");
   cmd->add_option("--work-dir", f->work_dir, "Task folders and logs (default data/agent)");
   cmd->add_option("--nvml-library", f->nvml_library,
                   "NVML library to load (default $TESSERA_NVML_LIBRARY or libnvidia-ml.so.1)");
@@ -224,6 +251,9 @@ void AddAgentCommands(CLI::App& app) {
                   "host:port for the logs endpoint (default 127.0.0.1:0)");
   cmd->add_option("--logs-advertise", f->logs_advertise,
                   "Logs URL given to the server (default from --logs-listen)");
+  cmd->add_option("--logs-token", f->logs_token,
+                  "Bearer token the logs endpoint requires (or $TESSERA_LOGS_TOKEN); the agent "
+                  "gives it to the server, whose logs proxy sends it");
   cmd->add_option(
       "--lease-seconds", f->lease_seconds,
       "Stop every task after this long without a server answer (default 10 heartbeats, 20 s; 0 = "

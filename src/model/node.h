@@ -11,6 +11,11 @@
 
 namespace tessera {
 
+// Every node a server knows carries this label with its own name, as kubelet sets it, so
+// that a selector or affinity can name one node (sbatch -w/-x are node affinity on it). The
+// server sets it; what a registration says under this key is replaced.
+inline constexpr char kHostnameLabel[] = "kubernetes.io/hostname";
+
 enum class TaintEffect { kNoSchedule, kPreferNoSchedule, kNoExecute };
 
 struct Taint {

@@ -57,6 +57,11 @@ void Reply(httplib::Response& res, int status, const Json& body) {
   res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
+// Why an agent may refuse the logs proxy for a moment after a server restart.
+constexpr const char* kNoTokenYet =
+    " (the server restarted and has not heard from that agent since; it gives its logs token "
+    "with its next heartbeat: try again in a few seconds)";
+
 void Fail(httplib::Response& res, const Status& s) { Reply(res, HttpStatusFor(s), ErrorJson(s)); }
 
 // Agent calls carry JSON only: checked text (UTF-8, size), then parsed.
@@ -343,18 +348,23 @@ void ApiServer::Routes() {
               httplib::Client c(src->url);
               c.set_connection_timeout(5, 0);
               c.set_read_timeout(30, 0);
+              // The agent's --logs-token, which it gave the server.
+              if (!src->token.empty()) c.set_bearer_token_auth(src->token.c_str());
               std::string path = "/v1/logs/" + src->allocation + "?stream=" + stream +
                                  "&offset=" + std::to_string(*offset);
               auto r = c.Get(path.c_str());
               if (!r)
                 return Fail(res, Unavailable("node agent at " + src->url + " did not answer"));
+              // An agent not heard since this server started may want a token it has not
+              // given yet: it comes with its next heartbeat.
+              const bool no_token_yet = r->status == 401 && src->agent_unheard;
               if (r->status == 200) {
                 body = r->body;
                 next = *offset + static_cast<int64_t>(body.size());
                 if (r->has_header("X-Tessera-Log-Size"))
                   eof = next >= std::strtoll(r->get_header_value("X-Tessera-Log-Size").c_str(),
                                              nullptr, 10);
-              } else if (!follow || r->status != 404) {
+              } else if (!follow || (r->status != 404 && !no_token_yet)) {
                 // Not following (or a real error): the agent's words, in the API's shape.
                 Json e = Json::parse(r->body, nullptr, false);
                 std::string why = e.is_object() && e.contains("error") && e["error"].is_string()
@@ -362,16 +372,17 @@ void ApiServer::Routes() {
                                       : r->body;
                 const std::string what = "job \"" + std::string(req.matches[1]) + "\" task " +
                                          std::to_string(*task) + ": ";
-                return Fail(
-                    res, r->status == 404
-                             ? NotFound(what + "no " + stream +
-                                        " on its node (the task never started, or its "
-                                        "output was removed): " +
-                                        why)
-                             : Unavailable(what + "node agent at " + src->url + " answered HTTP " +
-                                           std::to_string(r->status) + ": " + why));
+                return Fail(res, r->status == 404
+                                     ? NotFound(what + "no " + stream +
+                                                " on its node (the task never started, or its "
+                                                "output was removed): " +
+                                                why)
+                                     : Unavailable(what + "node agent at " + src->url +
+                                                   " answered HTTP " + std::to_string(r->status) +
+                                                   ": " + why + (no_token_yet ? kNoTokenYet : "")));
               }
-              // Following and 404: the task has not written its log file yet.
+              // Following and 404: the task has not written its log file yet (401 with
+              // no_token_yet: the agent's token is on its way).
             }
             const bool ended = src->ended && eof;
             if (!follow || !body.empty() || ended || stopping_ ||

@@ -33,6 +33,16 @@ class ApiTest : public ::testing::Test {
   void SetUp() override {
     dir_ = testing::TempDir(
         "api_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    OpenServer();
+  }
+  // A server restart on the same store (its API on a new port).
+  void RestartServer() {
+    api_->Stop();
+    api_.reset();
+    cp_.reset();
+    OpenServer();
+  }
+  void OpenServer() {
     auto st = store::OpenSqliteStore(dir_);
     ASSERT_TRUE(st.ok());
     ControlPlaneOptions o;
@@ -459,6 +469,11 @@ class FakeAgentLogs {
   FakeAgentLogs() {
     http_.Get(R"(/v1/logs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard<std::mutex> l(mu_);
+      if (!token_.empty() && req.get_header_value("Authorization") != "Bearer " + token_) {
+        res.status = 401;  // as the agent with --logs-token
+        res.set_content("{\"error\":\"missing or wrong bearer token\"}", "application/json");
+        return;
+      }
       if (req.get_param_value("stream") == "stderr" && !err_.empty()) {
         res.set_header("X-Tessera-Log-Size", std::to_string(err_.size()));
         res.set_content(err_, "text/plain");
@@ -494,6 +509,10 @@ class FakeAgentLogs {
     std::lock_guard<std::mutex> l(mu_);
     err_ += s;
   }
+  void RequireToken(const std::string& t) {  // tessera agent --logs-token
+    std::lock_guard<std::mutex> l(mu_);
+    token_ = t;
+  }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   // The registration of node n1 (one virtual GPU) whose agent serves logs here.
   Json Registration() const {
@@ -510,7 +529,7 @@ class FakeAgentLogs {
  private:
   httplib::Server http_;
   std::mutex mu_;
-  std::string log_, err_;
+  std::string log_, err_, token_;
   int port_ = 0;
   std::thread thread_;
 };
@@ -589,6 +608,63 @@ TEST_F(ApiTest, LogsFollowWaitsForNewBytesAndEndsWithTheTask) {
                      " --token " + root + " 2>&1");
   EXPECT_EQ(rc_none, 1) << out_none;
   EXPECT_NE(out_none.find("Error from server (NotFound)"), std::string::npos) << out_none;
+}
+
+// An agent whose logs endpoint requires a token (--logs-token) gives it to the server when it
+// registers and in its heartbeats; the server's logs proxy sends it. Nothing else gets in.
+TEST_F(ApiTest, TheLogsProxySendsTheTokenTheAgentGave) {
+  const std::string root = "root-token-0123456789";
+  FakeAgentLogs agent;
+  agent.RequireToken("s3cret");
+  Json reg = agent.Registration();
+  reg["logsToken"] = "s3cret";
+  auto r = cp_->RegisterAgent(kAdmin, reg);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const int64_t epoch = (*r)["epoch"];
+  ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("talk", "debug")).status, 201);
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  auto d = cp_->Heartbeat(kAdmin, "n1", Json{{"epoch", epoch}});
+  ASSERT_TRUE(d.ok());
+  const std::string alloc = (*d)["allocations"][0]["allocation"];
+  ASSERT_TRUE(
+      cp_->Heartbeat(kAdmin, "n1",
+                     {{"epoch", epoch}, {"tasks", {{{"allocation", alloc}, {"state", "running"}}}}})
+          .ok());
+  agent.Append("hello\n");
+  Resp a = Do("GET", "/v1/jobs/talk/logs?task=0", root);
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(a.raw, "hello\n");
+  // Not to be read without it: a request of its own is refused...
+  httplib::Client direct(agent.url());
+  auto anon = direct.Get(("/v1/logs/" + alloc).c_str());
+  ASSERT_TRUE(anon);
+  EXPECT_EQ(anon->status, 401);
+  // ...and so is the proxy once the server has no token (an agent registered without one).
+  reg.erase("logsToken");
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, reg).ok());
+  Resp refused = Do("GET", "/v1/jobs/talk/logs?task=0", root);
+  EXPECT_EQ(refused.status, 503) << refused.raw;
+  EXPECT_NE(refused.raw.find("answered HTTP 401"), std::string::npos) << refused.raw;
+  // A heartbeat gives it again (a restarted server learns it so).
+  ASSERT_TRUE(cp_->Heartbeat(kAdmin, "n1", {{"epoch", epoch}, {"logsToken", "s3cret"}}).ok());
+  EXPECT_EQ(Do("GET", "/v1/jobs/talk/logs?task=0", root).raw, "hello\n");
+  // The token is never shown.
+  EXPECT_EQ(Do("GET", "/v1/nodes?allocations=true", root).raw.find("s3cret"), std::string::npos);
+
+  // Nor stored: a restarted server has none until the agent's next heartbeat. Meanwhile a
+  // request says so, and a follow waits for it.
+  RestartServer();
+  Resp early = Do("GET", "/v1/jobs/talk/logs?task=0", root);
+  EXPECT_EQ(early.status, 503) << early.raw;
+  EXPECT_NE(early.raw.find("has not heard from that agent since"), std::string::npos) << early.raw;
+  std::thread beat([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(cp_->Heartbeat(kAdmin, "n1", {{"epoch", epoch}, {"logsToken", "s3cret"}}).ok());
+  });
+  Resp follow = Do("GET", "/v1/jobs/talk/logs?task=0&follow=true&offset=0", root);
+  beat.join();
+  EXPECT_EQ(follow.status, 200) << follow.raw;
+  EXPECT_EQ(follow.raw, "hello\n");
 }
 
 // A task that wrote only to stderr (a failure, usually): `tessera logs` shows its empty

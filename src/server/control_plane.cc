@@ -189,6 +189,7 @@ Status ControlPlane::Load() {
     auto node = NodeFromJson(j.at("node"), "node");
     if (!node.ok()) return node.status();
     n.node = *node;
+    n.node.labels[kHostnameLabel] = n.node.name;  // stored before the server set it
     n.epoch = j.value("epoch", int64_t{0});
     n.boot_id = j.value("bootId", "");
     n.instance_id = j.value("instanceId", "");
@@ -2060,6 +2061,8 @@ StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p
   if (n == nodes_.end() || n->second.logs_url.empty())
     return Unavailable("node " + a->placement.node + " serves no logs");
   out.url = n->second.logs_url;
+  out.token = n->second.logs_token;
+  out.agent_unheard = !n->second.heard_since_start;
   return out;
 }
 
@@ -2306,8 +2309,9 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   std::string version, boot;
   TESSERA_RETURN_IF_ERROR(r.String("agentVersion", version));
   TESSERA_RETURN_IF_ERROR(r.String("bootId", boot, true));
-  std::string logs_url, instance;
+  std::string logs_url, logs_token, instance;
   TESSERA_RETURN_IF_ERROR(r.String("logsUrl", logs_url));
+  TESSERA_RETURN_IF_ERROR(r.String("logsToken", logs_token));
   TESSERA_RETURN_IF_ERROR(r.String("instanceId", instance));
   int64_t lease = -1;  // absent: the agent's default (10 heartbeats)
   TESSERA_RETURN_IF_ERROR(r.Int("leaseSeconds", lease));
@@ -2328,7 +2332,20 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   // An agent runs one monitor and process group per task: as many as a job of 10 m-CPU
   // tasks could ask would swamp it (and its heartbeats). kubelet's default maxPods.
   if (p.role == Role::kAgent && node->max_tasks == 0) node->max_tasks = kDefaultMaxTasksPerNode;
+  // Whatever the node's source (an agent, NVML or an inventory; a pool's discovery), as
+  // kubelet does: a selector on it pins a job to the node.
+  node->labels[kHostnameLabel] = node->name;
   std::lock_guard<std::mutex> l(mu_);
+  // An agent's node in a pool that another system runs would get that system's dispatches
+  // (a Slurm pool's sbatch) for a machine it does not know (`tessera agent --pool`).
+  if (p.role == Role::kAgent) {
+    auto b = backends_.find(node->pool);
+    if (b != backends_.end() && b->second->Kind() != default_backend_->Kind())
+      return FailedPrecondition("node.pool: \"" + node->pool + "\" is run by the " +
+                                b->second->Kind() +
+                                " backend, not by node agents: give the agent's node a pool "
+                                "of its own (tessera agent --pool)");
+  }
   std::vector<store::Op> ops;
   auto it = nodes_.find(node->name);
   bool fresh = it == nodes_.end();
@@ -2354,6 +2371,7 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   n.agent_version = version;
   if (!instance.empty()) n.instance_id = instance;
   if (!logs_url.empty()) n.logs_url = logs_url;
+  n.logs_token = logs_token;  // an agent started without one serves its logs without one
   n.lease_seconds = lease;
   n.last_heartbeat = Now();
   n.heard_since_start = true;
@@ -2441,6 +2459,8 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
     n.logs_url = body["logsUrl"].get<std::string>();
     ops.push_back(NodeOp(n));
   }
+  if (body.contains("logsToken") && body["logsToken"].is_string())
+    n.logs_token = body["logsToken"].get<std::string>();  // not stored: no NodeOp
   if (body.contains("devices") && body["devices"].is_array()) {
     for (const auto& d : body["devices"]) {
       if (!d.is_object()) continue;

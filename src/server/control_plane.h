@@ -150,6 +150,10 @@ struct NodeRecord {
   std::string instance_id;  // the agent's work dir id: another one is a second agent
   bool cordoned = false;    // by an admin (cordon/drain): no new tasks; kept across registers
   std::string logs_url;
+  // The bearer token the agent's logs endpoint requires ("" = none), from its registration
+  // and heartbeats. A secret: never stored (a restarted server learns it from the next
+  // heartbeat) nor shown.
+  std::string logs_token;
   std::string agent_version;
   int64_t lease_seconds = -1;  // the agent's self-fencing lease; -1: its default, 0: none
   // When the node last answered; after a server restart, the restart (a full grace period
@@ -323,6 +327,10 @@ class ControlPlane {
   // so its log is complete). placed=false while the task waits for a placement.
   struct LogsSource {
     std::string url, allocation;
+    std::string token;  // bearer token for `url` ("" = none)
+    // The node's agent has not heartbeated since this server started, so its logs token
+    // (never stored) may not be known yet: an agent's 401 then means "not yet".
+    bool agent_unheard = false;
     std::string file;  // set instead of url: read the output there
     bool placed = false, ended = false;
   };

@@ -590,6 +590,32 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
   EXPECT_TRUE(list == "node-a,node-b" || list == "node-b,node-a") << list;
 }
 
+// sbatch -w/-x on Tessera's own nodes: the job gets exactly the listed nodes, or none of the
+// excluded ones (node affinity on kubernetes.io/hostname, which every node carries); a list
+// naming a node the cluster lacks keeps the job Pending, saying why.
+TEST_F(ControlPlaneTest, SbatchNodelistAndExcludePickTheNodes) {
+  real_engine_ = true;
+  Reopen();
+  for (const char* n : {"gpu-1", "gpu-2", "gpu-3"}) Epoch(n);
+  auto submit = [&](const std::string& name, const std::string& directives) {
+    auto r = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J " + name +
+                                     "\n#SBATCH --gres=gpu:1\n#SBATCH " + directives + "\ntrue\n");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  };
+  submit("listed", "-w gpu-[2-3]");
+  submit("kept-out", "--exclude=gpu-1,gpu-2");
+  submit("absent", "-w gpu-9");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json listed = Job("listed")["nodes"];
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(listed, Json::array({"gpu-2", "gpu-3"}));
+  EXPECT_EQ(Job("kept-out")["nodes"], Json::array({"gpu-3"}));
+  EXPECT_EQ(State("absent"), "Pending");
+  EXPECT_NE(Job("absent").dump().find("didn't match Pod's node affinity/selector"),
+            std::string::npos)
+      << Job("absent").dump();
+}
+
 // sbatch --array: one submission, one ordinary job per index (<name>_<index>), stored
 // together or not at all, and idempotent; each element's tasks see Slurm's SLURM_ARRAY_*.
 TEST_F(ControlPlaneTest, AnArrayIsOneJobPerIndexStoredTogether) {
@@ -1975,6 +2001,104 @@ TEST_F(ControlPlaneTest, ASecondLiveAgentForANodeIsRefused) {
             StatusCode::kFailedPrecondition);
   clock_.now += 15;  // silent past an agent's lease (its tasks stopped)
   EXPECT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-4", "workdir-2")).ok());
+}
+
+// Every node carries kubernetes.io/hostname=<its name>, as kubelet sets it, whatever its
+// registration says, across a restart, and on a node stored before the server set it; a
+// Pod's nodeSelector on it pins the Pod to that node.
+TEST_F(ControlPlaneTest, EveryNodeIsLabelledWithItsHostname) {
+  real_engine_ = true;
+  Reopen();
+  Epoch("node-a");
+  Json spoof = NodeDoc("node-b", 8);
+  spoof["node"]["labels"] = {{"kubernetes.io/hostname", "node-a"}, {"rack", "r2"}};
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, spoof).ok());
+  auto labels = [&] {
+    std::map<std::string, Json> out;
+    const Json nodes = cp_->ListNodes(kAdmin);
+    for (const auto& n : nodes["items"]) out[n["name"].get<std::string>()] = n["labels"];
+    return out;
+  };
+  EXPECT_EQ(labels()["node-a"], Json({{"kubernetes.io/hostname", "node-a"}}));
+  EXPECT_EQ(labels()["node-b"], Json({{"kubernetes.io/hostname", "node-b"}, {"rack", "r2"}}));
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: v1\nkind: Pod\nmetadata: {name: pinned}\nspec:\n"
+                          "  nodeSelector: {kubernetes.io/hostname: node-b}\n"
+                          "  containers: [{name: c, command: [sleep, '1'], "
+                          "resources: {limits: {nvidia.com/gpu: 1}}}]\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Job("pinned")["nodes"], Json::array({"node-b"}));
+
+  // A node record written before the server labelled nodes gets the label when loaded.
+  cp_.reset();
+  {
+    auto st = store::OpenSqliteStore(dir_);
+    ASSERT_TRUE(st.ok());
+    Json old = {{"node", {{"name", "node-c"}, {"cpu", "8"}, {"memory", "64Gi"}}},
+                {"epoch", 1},
+                {"bootId", "b"}};
+    ASSERT_TRUE((*st)->Write({store::Op::Put("nodes/node-c", old.dump())}).ok());
+  }
+  Reopen();
+  EXPECT_EQ(labels()["node-b"], Json({{"kubernetes.io/hostname", "node-b"}, {"rack", "r2"}}));
+  EXPECT_EQ(labels()["node-c"], Json({{"kubernetes.io/hostname", "node-c"}}));
+}
+
+// What an agent registers about its node (tessera agent --node-labels, --register-with-taints,
+// --pool, --cost-per-gpu-hour) is what the node is: an agent restarted with other flags
+// (a new boot) replaces the labels, taints, pool and price, and the engine sees them. An
+// agent's node cannot join a pool that another system runs.
+TEST_F(ControlPlaneTest, AReRegistrationReplacesTheNodesLabelsTaintsPoolAndPrice) {
+  real_engine_ = true;
+  Reopen();
+  const Principal agent{"agent", Role::kAgent, {}};
+  Json doc = NodeDoc("node-a", 8);
+  doc["node"]["labels"] = {{"rack", "r1"}};
+  doc["node"]["taints"] = Json::array({{{"key", "dedicated"}, {"value", "infer"}}});
+  doc["node"]["pool"] = "lab";
+  doc["node"]["costPerGpuHour"] = "2.5";
+  ASSERT_TRUE(cp_->RegisterAgent(agent, doc).ok());
+  auto node = [&] { return cp_->ListNodes(kAdmin)["items"][0]; };
+  EXPECT_EQ(node()["labels"], Json({{"kubernetes.io/hostname", "node-a"}, {"rack", "r1"}}));
+  EXPECT_EQ(node()["taints"].size(), 1u);
+  EXPECT_EQ(node()["pool"], "lab");
+  EXPECT_EQ(node()["costPerGpuHour"], "2500m");
+  // The taint keeps an untolerating job off the node.
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("plain", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("plain"), "Pending");
+
+  doc["bootId"] = "boot-2";  // the agent restarted with other flags
+  doc["node"]["labels"] = {{"rack", "r2"}, {"tier", "gold"}};
+  doc["node"].erase("taints");
+  doc["node"]["pool"] = "default";
+  doc["node"]["costPerGpuHour"] = "3";
+  ASSERT_TRUE(cp_->RegisterAgent(agent, doc).ok());
+  EXPECT_EQ(node()["labels"],
+            Json({{"kubernetes.io/hostname", "node-a"}, {"rack", "r2"}, {"tier", "gold"}}));
+  EXPECT_FALSE(node().contains("taints")) << node().dump();
+  EXPECT_EQ(node()["pool"], "default");
+  EXPECT_EQ(node()["costPerGpuHour"], "3");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Job("plain")["nodes"], Json::array({"node-a"}));
+
+  class SlurmLike : public Backend {
+   public:
+    std::string Kind() const override { return "slurm"; }
+    void Launch(const Dispatch&) override {}
+    void Stop(const std::string&, int64_t) override {}
+  };
+  cp_->RegisterBackend("hpc", std::make_shared<SlurmLike>());
+  Json joiner = NodeDoc("node-b", 8);
+  joiner["node"]["pool"] = "hpc";
+  auto refused = cp_->RegisterAgent(agent, joiner);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(
+                "node.pool: \"hpc\" is run by the slurm backend, not by node agents"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(cp_->RegisterAgent(kAdmin, joiner).ok()) << "the pool's own (admin) registrations";
 }
 
 // Node operations, as kubectl's: drain cordons and evicts (the job restarts elsewhere, no

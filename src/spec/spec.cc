@@ -5,6 +5,8 @@
 #include <sstream>
 #include <utility>
 
+#include "common/hostlist.h"
+
 namespace tessera::spec {
 namespace {
 
@@ -1282,6 +1284,27 @@ StatusOr<TaskLayout> ResolveTaskLayout(const GivenCount& nodes, const GivenCount
   return l;
 }
 
+// The nodes an #SBATCH -w/--nodelist or -x/--exclude line names, and the line as written.
+struct GivenNodes {
+  std::vector<std::string> names;
+  std::string at;
+  bool given() const { return !at.empty(); }
+};
+
+// A Slurm hostlist ("gpu-node-[1-3],login1") as node names, each once.
+StatusOr<std::vector<std::string>> SbatchNodeNames(const std::string& val, const std::string& at) {
+  if (val.find('/') != std::string::npos)
+    return InvalidArgument(at + ": a file of node names is not supported: name the nodes (e.g. " +
+                           "gpu-node-[1-3],gpu-node-7)");
+  auto names = ExpandHostlist(val);
+  if (!names.ok()) return InvalidArgument(at + ": " + names.status().message());
+  if (names->empty()) return InvalidArgument(at + ": names no node");
+  std::set<std::string> seen;
+  for (const std::string& n : *names)
+    if (!seen.insert(n).second) return InvalidArgument(at + ": node " + n + " is named twice");
+  return names;
+}
+
 }  // namespace
 
 namespace {
@@ -1489,6 +1512,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
     std::string type, at;
   } gres, gpus_per_node;
   std::string stdout_file, stderr_file;
+  GivenNodes nodelist, excluded;  // -w, -x
   int64_t mem = 0;
   std::istringstream in(text);
   std::string line;
@@ -1635,6 +1659,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
                                  "job's nodes; sharing by user, MCS label or topology segment "
                                  "is not)");
         s.job.exclusive = true;
+      } else if (opt == "-w" || opt == "--nodelist" || opt == "-x" || opt == "--exclude") {
+        // A repeated option: its last value, as sbatch.
+        const std::string at = p + (long_opt ? "=" : " ") + val;
+        auto names = SbatchNodeNames(val, at);
+        if (!names.ok()) return names.status();
+        (opt == "-w" || opt == "--nodelist" ? nodelist : excluded) = {std::move(*names), at};
       } else if (opt == "-o" || opt == "--output" || opt == "-e" || opt == "--error") {
         TESSERA_RETURN_IF_ERROR(CheckSlurmFilename(val, p));
         (opt == "-o" || opt == "--output" ? stdout_file : stderr_file) = val;
@@ -1665,8 +1695,8 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
             "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, "
-            "--exclusive, --requeue, --no-requeue, -H, -d, --kill-on-invalid-dep, -a/--array, "
-            "-o, -e, -A, -D)");
+            "--exclusive, -w/--nodelist, -x/--exclude, --requeue, --no-requeue, -H, -d, "
+            "--kill-on-invalid-dep, -a/--array, -o, -e, -A, -D)");
       }
     }
   }
@@ -1677,9 +1707,45 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
     return InvalidArgument(gres.at + " and " + gpus_per_node.at +
                            ": two different GPU requests per node; give one of them");
   const GpuAsk& gpus = gres.at.empty() ? gpus_per_node : gres;
+  // -w without -N: Slurm's node count is at least the list's (with -n and
+  // --ntasks-per-node, those two say how many nodes; checked against the list below).
+  const int32_t listed = static_cast<int32_t>(nodelist.names.size());
+  if (nodelist.given() && !nodes.given() && !(ntasks.given() && per_node.given()))
+    nodes = {listed, nodelist.at};
   auto layout = ResolveTaskLayout(nodes, ntasks, per_node);
   if (!layout.ok()) return layout.status();
   const int32_t n_nodes = layout->nodes, n_per_node = layout->per_node;
+  // -w: the job's nodes include every listed one; -x: none of those. Node affinity on
+  // kubernetes.io/hostname holds for every node of the job, so -w can only be all of its
+  // nodes: Slurm's "these and others of its choosing" has no affinity to say it.
+  if (nodelist.given() && n_nodes != listed) {
+    // (Not the list's own count: that one matches.) -N, or -n with --ntasks-per-node.
+    const std::string count = nodes.given() ? nodes.at : ntasks.at + " with " + per_node.at;
+    if (n_nodes < listed)
+      return InvalidArgument(nodelist.at + ": names " + std::to_string(listed) +
+                             " nodes, more than the job's " + std::to_string(n_nodes) + " (" +
+                             count + "): every listed node must be one of the job's");
+    return InvalidArgument(nodelist.at + ": names " + std::to_string(listed) +
+                           " nodes and the job has " + std::to_string(n_nodes) + " (" + count +
+                           "): Slurm would add " + std::to_string(n_nodes - listed) +
+                           " node(s) of its choosing, which Tessera cannot express (a node "
+                           "affinity holds for every node of a job): name all " +
+                           std::to_string(n_nodes) + " nodes, or keep nodes out with -x instead");
+  }
+  for (const std::string& n : excluded.names) {
+    if (std::find(nodelist.names.begin(), nodelist.names.end(), n) != nodelist.names.end())
+      return InvalidArgument(excluded.at + ": node " + n + " is also in " + nodelist.at);
+  }
+  if (nodelist.given() || excluded.given()) {
+    NodeSelectorTerm term;
+    if (nodelist.given())
+      term.match_expressions.push_back(
+          {kHostnameLabel, NodeSelectorRequirement::Op::kIn, nodelist.names});
+    if (excluded.given())
+      term.match_expressions.push_back(
+          {kHostnameLabel, NodeSelectorRequirement::Op::kNotIn, excluded.names});
+    s.job.affinity.required = {std::move(term)};
+  }
   // One Tessera task per Slurm node, holding all of that node's Slurm tasks; the gang is every
   // node.
   // CPUs per node; each count alone may be near 10^9, and no node has a million CPUs.

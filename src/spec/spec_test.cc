@@ -318,6 +318,82 @@ TEST(Spec, SbatchTaskLayout) {
   }
 }
 
+// -w/--nodelist and -x/--exclude, as Slurm hostlists: node affinity on kubernetes.io/hostname
+// (the label every node carries). -w without -N is as many nodes as it names; the job's nodes
+// must be exactly the listed ones (each task on its own node), so -N must agree.
+TEST(Spec, SbatchNodelistAndExclude) {
+  using Op = NodeSelectorRequirement::Op;
+  struct Case {
+    const char* directives;
+    int32_t nodes, per_node;
+    std::vector<std::string> in, not_in;  // empty: no such requirement
+  } cases[] = {
+      {"-w gpu-node-[1-2]", 2, 1, {"gpu-node-1", "gpu-node-2"}, {}},
+      {"--nodelist=b,a -N 2", 2, 1, {"b", "a"}, {}},  // as written
+      {"-wa -x b,c", 1, 1, {"a"}, {"b", "c"}},
+      {"--exclude=n[01-03]", 1, 1, {}, {"n01", "n02", "n03"}},
+      {"-x n1 -N 2", 2, 1, {}, {"n1"}},
+      {"-w a,b -n 4", 2, 2, {"a", "b"}, {}},
+      {"-w a,b -n 4 --ntasks-per-node=2", 2, 2, {"a", "b"}, {}},
+      {"-w a,b --ntasks-per-node=3", 2, 3, {"a", "b"}, {}},
+      {"-w x -w a,b", 2, 1, {"a", "b"}, {}},  // the last, as sbatch
+  };
+  for (const auto& c : cases) {
+    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
+    ASSERT_TRUE(r.ok()) << c.directives << ": " << r.status().ToString();
+    const JobSpec& j = (*r)[0].job;
+    EXPECT_EQ(j.job.groups[0].replicas, c.nodes) << c.directives;
+    EXPECT_EQ(j.job.groups[0].request.cpu_milli, 1000 * c.per_node) << c.directives;
+    EXPECT_TRUE(j.job.one_task_per_node);
+    ASSERT_EQ(j.job.affinity.required.size(), 1u) << c.directives;
+    std::vector<std::string> in, not_in;
+    for (const auto& e : j.job.affinity.required[0].match_expressions) {
+      EXPECT_EQ(e.key, "kubernetes.io/hostname");
+      (e.op == Op::kIn ? in : not_in) = e.values;
+      EXPECT_TRUE(e.op == Op::kIn || e.op == Op::kNotIn);
+    }
+    EXPECT_EQ(in, c.in) << c.directives;
+    EXPECT_EQ(not_in, c.not_in) << c.directives;
+    // Stored and read back with the spec.
+    auto back = JobSpecFromJson(JobSpecToJson(j), "");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->job.affinity.required.size(), 1u);
+  }
+  auto none = ParseDocuments("#!/bin/bash\n#SBATCH -N 2\ntrue\n");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE((*none)[0].job.job.affinity.required.empty());
+
+  struct Refused {
+    const char* directives;
+    const char* words;
+  } refused[] = {
+      {"-N 1 -w a,b",
+       "line 2: -w a,b: names 2 nodes, more than the job's 1 (line 2: -N 1): every "
+       "listed node must be one of the job's"},
+      {"-N 3 -w a,b",
+       "line 2: -w a,b: names 2 nodes and the job has 3 (line 2: -N 3): Slurm "
+       "would add 1 node(s) of its choosing, which Tessera cannot express"},
+      {"-n 6 --ntasks-per-node=2 --nodelist=a,b",
+       "line 2: --nodelist=a,b: names 2 nodes and the job has 3 (line 2: -n 6 with line 2: "
+       "--ntasks-per-node=2)"},
+      {"-w a,b -n 3", "line 2: -n 3: 3 tasks do not divide evenly over 2 nodes (line 2: -w a,b)"},
+      {"-w a,n[1-2],a", "line 2: -w a,n[1-2],a: node a is named twice"},
+      {"-w n[1-", "line 2: -w n[1-: hostlist \"n[1-\": unbalanced '['"},
+      {"-x n[2-1]", "line 2: -x n[2-1]: hostlist \"n[2-1]\": bad range \"2-1\""},
+      {"--nodelist=/etc/nodes",
+       "line 2: --nodelist=/etc/nodes: a file of node names is not "
+       "supported"},
+      {"-w ,", "line 2: -w ,: names no node"},
+      {"-w a,b -x c,b", "line 2: -x c,b: node b is also in line 2: -w a,b"},
+  };
+  for (const auto& c : refused) {
+    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
+    ASSERT_FALSE(r.ok()) << c.directives;
+    EXPECT_NE(r.status().message().find(c.words), std::string::npos)
+        << c.directives << ": " << r.status().message();
+  }
+}
+
 // --gres=gpu[:type]:N and --gpus-per-node=[type:]N: GPUs per node. A repeated option
 // keeps its last value, as sbatch; the two options together must say the same.
 TEST(Spec, SbatchGpusPerNode) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/slurm/sbatch.h"
+#include "common/hostlist.h"
 
 namespace tessera {
 

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "backends/slurm/command_runner.h"
+#include "common/hostlist.h"
 
 namespace tessera::slurm {
 namespace {

@@ -230,6 +230,13 @@ TEST(NeutralizePlacementDirectives, Table) {
        "hetjob\n",
        "# [tessera] #SBATCH -J x\n# [tessera] #SBATCH -p big\n# [tessera] #SBATCH -t 10\n"
        "# [tessera] #SBATCH -w n1\n# [tessera] #SBATCH --array=1-3\n# [tessera] #SBATCH hetjob\n"},
+      // The user's -w/-x in every spelling: Tessera placed the job within them already, and
+      // sbatch gets --nodelist of the nodes it chose.
+      {"#SBATCH -w gpu-[1-2]\n#SBATCH --nodelist=a,b\n#SBATCH -wa\n#SBATCH -x c\n"
+       "#SBATCH --exclude=n[1-3]\n#SBATCH --exclude n4\n",
+       "# [tessera] #SBATCH -w gpu-[1-2]\n# [tessera] #SBATCH --nodelist=a,b\n"
+       "# [tessera] #SBATCH -wa\n# [tessera] #SBATCH -x c\n# [tessera] #SBATCH "
+       "--exclude=n[1-3]\n# [tessera] #SBATCH --exclude n4\n"},
       // Slurm stops reading directives at the first command: so do we.
       {"#!/bin/sh\n\n# comment\n#SBATCH --mem=1G\nhostname\n#SBATCH --mem=2G\n",
        "#!/bin/sh\n\n# comment\n# [tessera] #SBATCH --mem=1G\nhostname\n#SBATCH --mem=2G\n"},

@@ -25,7 +25,8 @@ using server::ControlPlane;
 // Slurm's clients, scripted; thread-safe (the hookup calls from several threads).
 class FakeSlurm : public CommandRunner {
  public:
-  StatusOr<CommandResult> Run(const std::vector<std::string>& argv, const std::string&) override {
+  StatusOr<CommandResult> Run(const std::vector<std::string>& argv,
+                              const std::string& input) override {
     std::lock_guard<std::mutex> l(mu_);
     calls_[argv.at(0)]++;
     const std::string& p = argv.at(0);
@@ -41,6 +42,7 @@ class FakeSlurm : public CommandRunner {
         if (argv[i] == "--comment") comment = argv[i + 1];
       jobs_[id] = {comment, "PENDING", 0};
       last_sbatch_ = argv;
+      last_script_ = input;
       return CommandResult{0, std::to_string(id) + "\n", ""};
     }
     if (p == "scancel") {
@@ -84,6 +86,10 @@ class FakeSlurm : public CommandRunner {
   std::vector<std::string> LastSbatch() {
     std::lock_guard<std::mutex> l(mu_);
     return last_sbatch_;
+  }
+  std::string LastScript() {  // what sbatch read on its stdin
+    std::lock_guard<std::mutex> l(mu_);
+    return last_script_;
   }
   std::string drained;  // a node to show drained (set before Start)
 
@@ -140,6 +146,7 @@ class FakeSlurm : public CommandRunner {
   std::map<std::string, int> calls_;
   std::map<int64_t, J> jobs_;
   std::vector<std::string> last_sbatch_;
+  std::string last_script_;
   int64_t next_id_ = 42;
   bool ctld_down_ = false;
   std::map<std::string, std::string> node_state_;
@@ -165,8 +172,14 @@ class HookupTest : public ::testing::Test {
     if (!st.ok()) return nullptr;
     server::ControlPlaneOptions o;
     o.run_scheduler = false;
-    auto cp =
-        ControlPlane::Open(std::move(*st), std::make_unique<server::testing::ScriptedEngine>(), o);
+    std::unique_ptr<Engine> engine = std::make_unique<server::testing::ScriptedEngine>();
+    if (real_engine_) {
+      auto e = Engine::Create(DefaultEngineConfig());
+      EXPECT_TRUE(e.ok()) << e.status().ToString();
+      if (!e.ok()) return nullptr;
+      engine = std::move(*e);
+    }
+    auto cp = ControlPlane::Open(std::move(*st), std::move(engine), o);
     EXPECT_TRUE(cp.ok()) << cp.status().ToString();
     return cp.ok() ? std::move(*cp) : nullptr;
   }
@@ -230,7 +243,8 @@ class HookupTest : public ::testing::Test {
   }
 
   std::string dir_;
-  std::string logs_dir_;  // HookupOptions::logs_dir
+  std::string logs_dir_;      // HookupOptions::logs_dir
+  bool real_engine_ = false;  // the default engine, not a first fit that ignores affinity
   std::shared_ptr<FakeSlurm> slurm_;
   std::unique_ptr<ControlPlane> cp_;
   std::unique_ptr<SlurmPoolHookup> hookup_;
@@ -244,6 +258,9 @@ TEST_F(HookupTest, SlurmNodesJoinThePoolAndDrainedOnesTakeNoWork) {
   EXPECT_EQ(nodes[0].value("pool", ""), "hpc");
   EXPECT_EQ(nodes[0]["devices"].size(), 8u);
   EXPECT_EQ(nodes[0]["labels"].value("slurm.partition.debug", ""), "true");
+  // As every node the server knows: a selector can pin a job to one Slurm node.
+  EXPECT_EQ(nodes[0]["labels"].value("kubernetes.io/hostname", ""), nodes[0].value("name", ""));
+  EXPECT_EQ(nodes[1]["labels"].value("kubernetes.io/hostname", ""), "node2");
   EXPECT_FALSE(nodes[0].value("unschedulable", false));
   EXPECT_TRUE(nodes[1].value("unschedulable", false)) << nodes[1].dump();
   EXPECT_EQ(cp_->ListPools()["items"][0].value("backend", ""), "slurm");
@@ -423,6 +440,29 @@ TEST_F(HookupTest, NodeFailIsAnEvictionNamingTheNode) {
   EXPECT_NE(events.find("NodeFailed"), std::string::npos) << events;
   EXPECT_NE(events.find("node node2 (down+NOT_RESPONDING) failed"), std::string::npos) << events;
   EXPECT_EQ(events.find("stopped by its agent"), std::string::npos) << events;
+}
+
+// sbatch -w/-x on a Slurm pool: Tessera places the job within them (node affinity on
+// kubernetes.io/hostname), sbatch gets --nodelist of the node it chose, and the script's own
+// -w/-x lines reach Slurm as comments, as the other placement directives.
+TEST_F(HookupTest, SbatchNodelistAndExcludeChooseTheNodeSlurmIsGiven) {
+  real_engine_ = true;
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Submit("pinned", "#SBATCH -w node[2]\nsleep 60\n");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  std::vector<std::string> argv = slurm_->LastSbatch();
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--nodelist=node2"), argv.end())
+      << ::testing::PrintToString(argv);
+  EXPECT_NE(slurm_->LastScript().find("\n# [tessera] #SBATCH -w node[2]\n"), std::string::npos)
+      << slurm_->LastScript();
+  Submit("kept-out", "#SBATCH --exclude=node2\nsleep 60\n");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 2; }));
+  argv = slurm_->LastSbatch();
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--nodelist=node1"), argv.end())
+      << ::testing::PrintToString(argv);
+  EXPECT_NE(slurm_->LastScript().find("\n# [tessera] #SBATCH --exclude=node2\n"), std::string::npos)
+      << slurm_->LastScript();
 }
 
 // Slurm is told to write each job attempt's output under the logs directory, and the

@@ -76,10 +76,4 @@ std::map<std::string, std::string> ParseScontrolLine(const std::string& line);
 // exit code from "N:S", name, comment, nodes, partition).
 StatusOr<SlurmJob> SlurmJobFromScontrol(const std::map<std::string, std::string>& kv);
 
-// "node[1-3,5],gpu7" -> {"node1","node2","node3","node5","gpu7"}. Zero padding is kept
-// ("n[01-03]" -> n01 n02 n03).
-StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& expr);
-// The inverse for -w/--nodelist: a plain comma-separated list (Slurm accepts it).
-std::string JoinHostlist(const std::vector<std::string>& hosts);
-
 }  // namespace tessera::slurm

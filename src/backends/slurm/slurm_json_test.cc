@@ -129,27 +129,5 @@ TEST(ParseScontrol, OneLinerAndHet) {
   EXPECT_FALSE(SlurmJobFromScontrol(ParseScontrolLine("JobId=x JobState=RUNNING")).ok());
 }
 
-TEST(Hostlist, ExpandAndJoin) {
-  struct Case {
-    std::string expr;
-    std::vector<std::string> want;
-  } cases[] = {
-      {"", {}},
-      {"node1", {"node1"}},
-      {"node[1-3]", {"node1", "node2", "node3"}},
-      {"node[1-2,5],gpu7", {"node1", "node2", "node5", "gpu7"}},
-      {"n[08-10]", {"n08", "n09", "n10"}},
-      {"a[1-2]-ib", {"a1-ib", "a2-ib"}},
-  };
-  for (const Case& c : cases) {
-    auto got = ExpandHostlist(c.expr);
-    ASSERT_TRUE(got.ok()) << c.expr;
-    EXPECT_EQ(*got, c.want) << c.expr;
-  }
-  EXPECT_FALSE(ExpandHostlist("node[1-").ok());
-  EXPECT_FALSE(ExpandHostlist("node[3-1]").ok());
-  EXPECT_EQ(JoinHostlist({"node1", "node3"}), "node1,node3");
-}
-
 }  // namespace
 }  // namespace tessera::slurm

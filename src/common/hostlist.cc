@@ -1,0 +1,84 @@
+#include "common/hostlist.h"
+
+#include <charconv>
+#include <cstdint>
+
+namespace tessera {
+namespace {
+
+constexpr size_t kMaxNames = 100000;
+
+bool ParseCount(const std::string& s, int64_t& out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& expr) {
+  std::vector<std::string> out;
+  // Split on commas outside brackets.
+  std::vector<std::string> items;
+  std::string cur;
+  int depth = 0;
+  for (char c : expr) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (depth < 0) return InvalidArgument("hostlist \"" + expr + "\": unbalanced ']'");
+    if (c == ',' && depth == 0) {
+      items.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (depth != 0) return InvalidArgument("hostlist \"" + expr + "\": unbalanced '['");
+  items.push_back(cur);
+  for (const std::string& item : items) {
+    if (item.empty()) continue;
+    size_t lb = item.find('[');
+    if (lb == std::string::npos) {
+      out.push_back(item);
+      continue;
+    }
+    size_t rb = item.find(']', lb);
+    std::string prefix = item.substr(0, lb), suffix = item.substr(rb + 1);
+    if (suffix.find('[') != std::string::npos)
+      return InvalidArgument("hostlist \"" + expr + "\": more than one range per name");
+    std::string ranges = item.substr(lb + 1, rb - lb - 1);
+    for (size_t start = 0; start <= ranges.size();) {
+      size_t end = ranges.find(',', start);
+      if (end == std::string::npos) end = ranges.size();
+      const std::string range = ranges.substr(start, end - start);
+      start = end + 1;
+      size_t dash = range.find('-');
+      std::string lo_s = range.substr(0, dash);
+      std::string hi_s = dash == std::string::npos ? lo_s : range.substr(dash + 1);
+      int64_t lo = 0, hi = 0;
+      if (!ParseCount(lo_s, lo) || !ParseCount(hi_s, hi) || lo < 0 || hi < lo ||
+          hi - lo >= static_cast<int64_t>(kMaxNames))
+        return InvalidArgument("hostlist \"" + expr + "\": bad range \"" + range + "\"");
+      if (out.size() + static_cast<size_t>(hi - lo) >= kMaxNames)
+        return InvalidArgument("hostlist \"" + expr + "\": more than " + std::to_string(kMaxNames) +
+                               " names");
+      for (int64_t v = lo; v <= hi; ++v) {
+        std::string num = std::to_string(v);
+        if (num.size() < lo_s.size()) num.insert(0, lo_s.size() - num.size(), '0');
+        out.push_back(prefix + num + suffix);
+      }
+    }
+  }
+  if (out.size() > kMaxNames)
+    return InvalidArgument("hostlist \"" + expr + "\": more than " + std::to_string(kMaxNames) +
+                           " names");
+  return out;
+}
+
+std::string JoinHostlist(const std::vector<std::string>& hosts) {
+  std::string s;
+  for (const std::string& h : hosts) s += (s.empty() ? "" : ",") + h;
+  return s;
+}
+
+}  // namespace tessera
