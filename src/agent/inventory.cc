@@ -263,6 +263,10 @@ StatusOr<NodeAdditions> ParseNodeAdditions(const NodeAdditionFlags& flags) {
       return InvalidArgument("--cost-per-gpu-hour: \"" + flags.cost_per_gpu_hour + "\": too large");
     out.cost_micros_per_gpu_hour = *milli * 1000;  // as the inventory's costPerGpuHour
   }
+  if (flags.max_tasks < 0 || flags.max_tasks > 1000000)
+    return InvalidArgument("--max-tasks: " + std::to_string(flags.max_tasks) +
+                           ": between 1 and 1000000 (0 or absent: 110)");
+  out.max_tasks = static_cast<int32_t>(flags.max_tasks);
   return out;
 }
 
@@ -272,6 +276,7 @@ void ApplyNodeAdditions(const NodeAdditions& additions, Node& node) {
   if (!additions.pool.empty()) node.pool = additions.pool;
   if (additions.cost_micros_per_gpu_hour)
     node.cost_micros_per_gpu_hour = *additions.cost_micros_per_gpu_hour;
+  if (additions.max_tasks > 0) node.max_tasks = additions.max_tasks;
 }
 
 }  // namespace tessera::agent

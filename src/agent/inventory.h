@@ -47,6 +47,7 @@ struct NodeAdditions {
   std::vector<Taint> taints;                  // replace the node's of the same key and effect
   std::string pool;                           // "" = the node's
   std::optional<int64_t> cost_micros_per_gpu_hour;
+  int32_t max_tasks = 0;  // 0 = the node's (the server gives an agent's node 110 when none)
 };
 
 // The flags as given (each list flag may repeat). Refused, naming the flag and the bad part
@@ -60,6 +61,7 @@ struct NodeAdditionFlags {
   std::vector<std::string> taints;       // "key=value:Effect,key:Effect"
   std::string pool;
   std::string cost_per_gpu_hour;  // "2.5": as an inventory's costPerGpuHour
+  int64_t max_tasks = 0;          // kubelet's --max-pods; 0 = not given
 };
 StatusOr<NodeAdditions> ParseNodeAdditions(const NodeAdditionFlags& flags);
 void ApplyNodeAdditions(const NodeAdditions& additions, Node& node);

@@ -107,6 +107,7 @@ TEST(InventoryTest, OperatorAdditionsGoOnDiscoveredAndInventoryNodes) {
               "dedicated=train:NoSchedule"};  // same key and effect: the last
   f.pool = "gpu-east";
   f.cost_per_gpu_hour = "2.5";
+  f.max_tasks = 250;
   auto add = ParseNodeAdditions(f);
   ASSERT_TRUE(add.ok()) << add.status().ToString();
   EXPECT_EQ(add->cost_micros_per_gpu_hour, 2500000);
@@ -126,6 +127,8 @@ TEST(InventoryTest, OperatorAdditionsGoOnDiscoveredAndInventoryNodes) {
   EXPECT_EQ(real->taints[1], (Taint{"maintenance", "", TaintEffect::kPreferNoSchedule}));
   EXPECT_EQ(real->pool, "gpu-east");
   EXPECT_EQ(real->cost_micros_per_gpu_hour, 2500000);
+  EXPECT_EQ(real->max_tasks, 250);
+  EXPECT_EQ(NodeToJson(*real)["maxTasks"], 250);
   EXPECT_FALSE(real->devices.empty());
   EXPECT_FALSE(real->devices[0].is_virtual);
   // Registered as the JSON the server reads: the price as an inventory writes it.
@@ -191,6 +194,7 @@ TEST(InventoryTest, BadOperatorAdditionsNameTheFlagAndThePart) {
       {{{}, {}, "GPU East", ""}, "--pool: \"GPU East\": a pool name must be"},
       {{{}, {}, "", "cheap"}, "--cost-per-gpu-hour: \"cheap\": not a price"},
       {{{}, {}, "", "-1"}, "--cost-per-gpu-hour: \"-1\""},
+      {{{}, {}, "", "", -5}, "--max-tasks: -5: between 1 and 1000000"},
   };
   for (const auto& c : cases) {
     auto got = ParseNodeAdditions(c.flags);

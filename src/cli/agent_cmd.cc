@@ -244,6 +244,9 @@ void AddAgentCommands(CLI::App& app) {
                   "The node's pool (default: default, or the inventory's)");
   cmd->add_option("--cost-per-gpu-hour", f->additions.cost_per_gpu_hour,
                   "The node's price per GPU-hour, e.g. 2.5 (as an inventory's costPerGpuHour)");
+  cmd->add_option("--max-tasks", f->additions.max_tasks,
+                  "Tasks the node runs at most (kubelet's --max-pods; default: the inventory's "
+                  "maxTasks, else 110)");
   cmd->add_option("--work-dir", f->work_dir, "Task folders and logs (default data/agent)");
   cmd->add_option("--nvml-library", f->nvml_library,
                   "NVML library to load (default $TESSERA_NVML_LIBRARY or libnvidia-ml.so.1)");
