@@ -1,5 +1,7 @@
 #include "agent/srun.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,7 +27,7 @@ std::optional<int32_t> PositiveInt(const std::string& s) {
 
 constexpr char kSupported[] =
     "srun on Tessera's own nodes takes -n/--ntasks, -N/--nodes, --ntasks-per-node, "
-    "-c/--cpus-per-task, -K/--kill-on-bad-exit, -u/--unbuffered, -J/--job-name, "
+    "-c/--cpus-per-task, -K/--kill-on-bad-exit, -l/--label, -u/--unbuffered, -J/--job-name, "
     "--export=ALL and --mpi=none";
 
 }  // namespace
@@ -93,6 +95,8 @@ StatusOr<SrunStep> PlanSrunStep(const std::vector<std::string>& args,
       st = count(ignored);
     } else if (name == "-K" || name == "--kill-on-bad-exit") {
       step.kill_on_bad_exit = !attached || value != "0";
+    } else if ((name == "-l" || name == "--label") && !attached) {
+      step.label = true;
     } else if ((name == "-u" || name == "--unbuffered") && !attached) {
       // the tasks write to srun's own stdout and stderr, unbuffered by srun
     } else if (name == "-J" || name == "--job-name") {
@@ -133,9 +137,81 @@ StatusOr<SrunStep> PlanSrunStep(const std::vector<std::string>& args,
   return step;
 }
 
+namespace {
+
+// This process's environment with `overrides` in place of their keys: built before fork, so
+// that the child only execs.
+std::vector<std::string> EnvironWith(const std::map<std::string, std::string>& overrides) {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr || !overrides.count(std::string(static_cast<const char*>(*e), eq)))
+      out.emplace_back(*e);
+  }
+  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
+  return out;
+}
+
+void WriteAll(int fd, const std::string& s) {
+  for (size_t at = 0; at < s.size();) {
+    const ssize_t n = ::write(fd, s.data() + at, s.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    at += static_cast<size_t>(n);
+  }
+}
+
+// -l/--label: one task's stdout or stderr, written on srun's own with "RANK: " before each line.
+struct LabelledStream {
+  int fd = -1;  // read end; -1 once closed
+  int to = 1;
+  std::string prefix, pending;
+  void Emit(bool all) {
+    for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+      WriteAll(to, prefix + pending.substr(0, nl + 1));
+      pending.erase(0, nl + 1);
+    }
+    if (all && !pending.empty()) WriteAll(to, prefix + pending + "\n");  // its own line
+    if (all) pending.clear();
+  }
+};
+
+// Reads what is there, waiting up to timeout_ms for something; how many streams had
+// something (data, or their end): 0 when none is open or none was ready.
+int PumpLabelled(std::vector<LabelledStream>& streams, int timeout_ms) {
+  std::vector<pollfd> fds;
+  std::vector<LabelledStream*> of;
+  for (LabelledStream& s : streams)
+    if (s.fd >= 0) {
+      fds.push_back({s.fd, POLLIN, 0});
+      of.push_back(&s);
+    }
+  if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return 0;
+  int ready = 0;
+  char buf[65536];
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!fds[i].revents) continue;
+    ++ready;
+    const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n > 0) {
+      of[i]->pending.append(buf, static_cast<size_t>(n));
+      of[i]->Emit(false);
+    } else {
+      of[i]->Emit(true);
+      ::close(of[i]->fd);
+      of[i]->fd = -1;
+    }
+  }
+  return ready;
+}
+
+}  // namespace
+
 int RunSrunStep(const SrunStep& step) {
   const char* host = std::getenv("TESSERA_NODE");
   std::vector<pid_t> pids;
+  std::vector<LabelledStream> streams;
   std::vector<char*> argv;
   for (const std::string& a : step.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -143,34 +219,68 @@ int RunSrunStep(const SrunStep& step) {
     const std::string rank = std::to_string(step.first_rank + local);
     const std::string lid = std::to_string(local);
     const std::string ntasks = std::to_string(step.ntasks);
-    const std::string nnodes = std::to_string(step.nodes);
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      std::fprintf(stderr, "srun: error: fork: %s\n", std::strerror(errno));
+    const std::vector<std::string> env =
+        EnvironWith({{"SLURM_PROCID", rank},
+                     {"RANK", rank},
+                     {"SLURM_LOCALID", lid},
+                     {"LOCAL_RANK", lid},
+                     {"SLURM_NTASKS", ntasks},
+                     {"SLURM_NPROCS", ntasks},
+                     {"SLURM_STEP_NUM_TASKS", ntasks},
+                     {"WORLD_SIZE", ntasks},
+                     {"SLURM_STEP_NUM_NODES", std::to_string(step.nodes)}});
+    std::vector<char*> envp;
+    for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (step.label && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)) {
+      std::fprintf(stderr, "srun: error: pipe: %s\n", std::strerror(errno));
+      for (int fd : {out[0], out[1], err[0], err[1]})
+        if (fd >= 0) ::close(fd);
       for (pid_t p : pids) ::kill(p, SIGKILL);
       break;
     }
-    if (pid == 0) {
+    const std::string exec_error = std::string("srun: error: ") + (host ? host : "?") + ": task " +
+                                   rank + ": execve(): " + argv[0] + ": ";
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      std::fprintf(stderr, "srun: error: fork: %s\n", std::strerror(errno));
+      for (int fd : {out[0], out[1], err[0], err[1]})
+        if (fd >= 0) ::close(fd);
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      break;
+    }
+    if (pid == 0) {                // only async-signal-safe calls from here on
       ::signal(SIGTERM, SIG_DFL);  // srun's own are ignored (SrunMain)
       ::signal(SIGINT, SIG_DFL);
-      for (const char* k : {"SLURM_PROCID", "RANK"}) ::setenv(k, rank.c_str(), 1);
-      for (const char* k : {"SLURM_LOCALID", "LOCAL_RANK"}) ::setenv(k, lid.c_str(), 1);
-      for (const char* k : {"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS", "WORLD_SIZE"})
-        ::setenv(k, ntasks.c_str(), 1);
-      ::setenv("SLURM_STEP_NUM_NODES", nnodes.c_str(), 1);
-      ::execvp(argv[0], argv.data());
-      std::fprintf(stderr, "srun: error: %s: task %s: execve(): %s: %s\n", host ? host : "?",
-                   rank.c_str(), argv[0], std::strerror(errno));
+      if (step.label) {
+        ::dup2(out[1], 1);
+        ::dup2(err[1], 2);
+      }
+      ::execvpe(argv[0], argv.data(), envp.data());
+      const int e = errno;
+      (void)!::write(2, exec_error.data(), exec_error.size());
+      const char* why = e == ENOENT ? "No such file or directory\n" : "cannot execute\n";
+      (void)!::write(2, why, std::strlen(why));
       ::_exit(127);
     }
     pids.push_back(pid);
+    if (step.label) {
+      ::close(out[1]);
+      ::close(err[1]);
+      streams.push_back({out[0], 1, rank + ": ", ""});
+      streams.push_back({err[0], 2, rank + ": ", ""});
+    }
   }
   int worst = pids.size() == static_cast<size_t>(step.local_tasks) ? 0 : 1;
   size_t left = pids.size();
   bool killed_rest = false;
   while (left > 0) {
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
+    // With labels, output is pumped between looks at the tasks (a full pipe would stall them).
+    if (!streams.empty()) PumpLabelled(streams, 100);
+    const pid_t pid = ::waitpid(-1, &status, streams.empty() ? 0 : WNOHANG);
+    if (pid == 0) continue;
     if (pid < 0) {
       if (errno == EINTR) continue;
       break;
@@ -200,6 +310,14 @@ int RunSrunStep(const SrunStep& step) {
       for (pid_t p : pids)
         if (p > 0) ::kill(p, SIGKILL);
     }
+  }
+  // The tasks are gone: what they wrote is read; a process they left behind holding a pipe
+  // does not keep srun waiting.
+  while (PumpLabelled(streams, 0) > 0) {
+  }
+  for (LabelledStream& s : streams) {
+    s.Emit(true);
+    if (s.fd >= 0) ::close(s.fd);
   }
   return worst;
 }

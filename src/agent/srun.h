@@ -25,6 +25,7 @@ struct SrunStep {
   int32_t first_rank = 0;   // this node's first SLURM_PROCID
   int32_t local_tasks = 0;  // started on this node (0: it takes no part in the step)
   bool kill_on_bad_exit = false;
+  bool label = false;  // -l: "RANK: " before each line of the tasks' output
   std::vector<std::string> command;
 };
 

@@ -1,8 +1,12 @@
 #include "agent/srun.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
 
 namespace tessera::agent {
 namespace {
@@ -76,7 +80,7 @@ TEST(Srun, RefusesWhatItCannotDoNamingIt) {
       {{"-N", "3", "true"}, "-N 3: only 2 node(s) in the job's allocation"},
       {{"-n", "0", "true"}, "-n: a whole number of at least 1, got \"0\""},
       {{"-n"}, "-n: needs a value"},
-      {{"--label", "hostname"}, "--label: not supported (srun on Tessera's own nodes takes"},
+      {{"--pty", "bash"}, "--pty: not supported (srun on Tessera's own nodes takes"},
       {{"--mpi=pmix", "a.out"}, "--mpi=pmix: not supported (no PMI"},
       {{"--export=NONE", "true"}, "--export=NONE: not supported"},
   };
@@ -88,6 +92,34 @@ TEST(Srun, RefusesWhatItCannotDoNamingIt) {
   auto outside = PlanSrunStep({"true"}, {});
   ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.status().message().find("not inside an sbatch job"), std::string::npos);
+}
+
+// -l: each line of a task's output, stdout and stderr alike, begins with its rank.
+TEST(Srun, LabelPutsTheRankBeforeEachLine) {
+  SrunStep step;
+  step.ntasks = 4;
+  step.nodes = 2;
+  step.first_rank = 2;
+  step.local_tasks = 2;
+  step.label = true;
+  step.command = {"/bin/sh", "-c", "echo a$SLURM_PROCID; echo b$SLURM_PROCID; printf c"};
+  const std::string file = ::testing::TempDir() + "srun-label-" + std::to_string(::getpid());
+  const int saved = ::dup(1);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  ::dup2(fd, 1);
+  const int rc = RunSrunStep(step);
+  ::dup2(saved, 1);
+  ::close(saved);
+  ::close(fd);
+  EXPECT_EQ(rc, 0);
+  std::ifstream in(file);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());  // the two tasks' lines interleave as they come
+  EXPECT_EQ(lines, (std::vector<std::string>{"2: a2", "2: b2", "2: c", "3: a3", "3: b3", "3: c"}));
+  ::unlink(file.c_str());
+  EXPECT_TRUE(PlanSrunStep({"-l", "hostname"}, Batch(1, 0, 1))->label);
 }
 
 TEST(Srun, ExitsWithTheHighestStatusAndKillsTheRestOnBadExit) {
