@@ -1016,9 +1016,14 @@ void AddClientCommands(CLI::App& app) {
           std::printf("  task %s: %s\n", S(j["spec"]["job"]["tasks"][g], "name").c_str(),
                       policy(groups[g]).c_str());
       std::printf("Created:        %s ago\n", Age(j.value("createdAt", int64_t{0})).c_str());
-      if (j.contains("pendingReason"))
-        std::printf("Pending reason: %s: %s\n", S(j["pendingReason"], "code").c_str(),
-                    S(j["pendingReason"], "message").c_str());
+      if (j.contains("pendingReason")) {
+        // As `get jobs`: one that can never fit says so first, then what it lacks.
+        const Json& r = j["pendingReason"];
+        const std::string code = r.value("infeasible", false)
+                                     ? "Infeasible (" + S(r, "code") + ")"
+                                     : S(r, "code");
+        std::printf("Pending reason: %s: %s\n", code.c_str(), S(r, "message").c_str());
+      }
       if (j.contains("message")) std::printf("Message:        %s\n", S(j, "message").c_str());
       std::printf("Allocations:\n");
       if (j["allocations"].empty()) std::printf("  <none>\n");

@@ -4,6 +4,7 @@ export interface PendingReason {
   code: string;
   message: string;
   resource?: string;
+  infeasible?: boolean; // it can never fit the cluster as it is (shown as Infeasible)
 }
 export interface JobView {
   name: string;

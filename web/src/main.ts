@@ -4,7 +4,11 @@ import "./style.css";
 import { Api, ApiError, milli } from "./api";
 import type { AllocationView, JobView, NodeView, QueueView } from "./api";
 
-const REFRESH_MS = Number(new URLSearchParams(location.search).get("refresh") ?? 3000);
+// ?refresh=MS (at least 500; anything else, e.g. "5s", is the default: never a tight loop).
+const REFRESH_MS = (() => {
+  const v = Number(new URLSearchParams(location.search).get("refresh") ?? 3000);
+  return Number.isFinite(v) && v >= 500 ? v : 3000;
+})();
 const TOKEN_KEY = "tessera.token";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -66,7 +70,8 @@ function renderQueues(queues: QueueView[], clusterGpuMilli: number) {
   const pct = (m: number) => `${((m / scale) * 100).toFixed(1)}%`;
   const rows = queues.map((q) => {
     const g = milli(q.guarantee?.["nvidia.com/gpu"]);
-    const l = q.limit ? milli(q.limit["nvidia.com/gpu"]) : -1;
+    // A limit of 0 GPUs caps nothing (a limit on CPUs alone), as `get queues` says <none>.
+    const l = q.limit && milli(q.limit["nvidia.com/gpu"]) > 0 ? milli(q.limit["nvidia.com/gpu"]) : -1;
     const use = q.gpuMilliInUse;
     const over = l >= 0 && use > l;
     const bar =
@@ -85,15 +90,45 @@ function renderQueues(queues: QueueView[], clusterGpuMilli: number) {
     <tbody>${rows.join("") || `<tr><td colspan="8" class="muted">no queues</td></tr>`}</tbody></table>`;
 }
 
+// Waits the user chose: listed after the jobs the scheduler keeps waiting (a held array of
+// thousands must not push running and stuck jobs out of the table).
+const CHOSEN_WAITS = new Set(["Held", "Dependency", "DependencyNeverSatisfied", "JobArrayTaskLimit"]);
+const MAX_ROWS = 500;
+
+function reasonCode(j: JobView): string {
+  const r = j.pendingReason;
+  return r ? (r.infeasible ? "Infeasible" : r.code) : "";
+}
+
+// Running first (newest first), then stuck pending jobs (longest waiting first), then waits
+// the user chose, then finished jobs.
+function jobRank(j: JobView): number {
+  if (j.state === "Running" || j.state === "Scheduled") return 0;
+  if (j.state === "Terminating") return 1;
+  if (j.state === "Pending") return CHOSEN_WAITS.has(j.pendingReason?.code ?? "") ? 3 : 2;
+  return 4;
+}
+
 function renderJobs(jobs: JobView[], now: number) {
-  const order: Record<string, number> = { Pending: 0, Scheduled: 1, Running: 1, Terminating: 2 };
-  const sorted = [...jobs].sort(
-    (a, b) => (order[a.state] ?? 3) - (order[b.state] ?? 3) || b.createdAt - a.createdAt || a.name.localeCompare(b.name),
-  );
-  const rows = sorted.slice(0, 500).map((j) => {
+  const filter = ($<HTMLInputElement>("job-filter")?.value ?? "").trim().toLowerCase();
+  const matching = filter
+    ? jobs.filter((j) =>
+        [j.name, j.queue, j.state, reasonCode(j), j.priorityClass].some((f) => f.toLowerCase().includes(filter)),
+      )
+    : jobs;
+  const sorted = [...matching].sort((a, b) => {
+    const ra = jobRank(a), rb = jobRank(b);
+    if (ra !== rb) return ra - rb;
+    const when = ra === 2 || ra === 3 ? a.createdAt - b.createdAt : b.createdAt - a.createdAt;
+    return when || a.name.localeCompare(b.name);
+  });
+  const rows = sorted.slice(0, MAX_ROWS).map((j) => {
     const r = j.pendingReason;
+    // The job's own message says what happened to it (e.g. who reclaimed it), beside why it
+    // waits now.
+    const note = r && j.message ? `<div class="reason-note muted">${esc(j.message)}</div>` : "";
     const reason = r
-      ? `<span class="reason-code">${esc(r.code)}</span> <span class="reason-msg">${esc(r.message)}</span>`
+      ? `<span class="reason-code">${esc(reasonCode(j))}</span> <span class="reason-msg">${esc(r.message)}</span>${note}`
       : esc(j.message ?? "");
     return `<tr data-job="${esc(j.name)}"><td>${esc(j.name)}</td><td>${esc(j.queue)}</td>
       <td><span class="state ${esc(j.state.toLowerCase())}">${esc(j.state)}</span></td>
@@ -103,7 +138,9 @@ function renderJobs(jobs: JobView[], now: number) {
   $("job-table").innerHTML = `<table><thead><tr><th>job</th><th>queue</th><th>state</th><th>priority</th>
     <th>tasks</th><th>GPUs</th><th>nodes</th><th>age</th><th>reason</th></tr></thead>
     <tbody>${rows.join("") || `<tr><td colspan="9" class="muted">no jobs</td></tr>`}</tbody></table>` +
-    (sorted.length > 500 ? `<p class="muted">showing 500 of ${sorted.length}</p>` : "");
+    (sorted.length > MAX_ROWS
+      ? `<p class="muted">showing ${MAX_ROWS} of ${sorted.length}${filter ? " matching" : ""}: type in the filter to narrow</p>`
+      : "");
 }
 
 function renderNodes(nodes: NodeView[]) {
@@ -130,13 +167,17 @@ function renderNodes(nodes: NodeView[]) {
             const mig = (d.mig ?? [])
               .map((m, i) => {
                 const holder = e?.mig.get(i);
-                return `<span class="mig ${holder ? "taken" : ""}" title="${esc(m.profile)}${holder ? ` — ${esc(holder)}` : " — free"}">${esc(m.profile)}</span>`;
+                const what = `${esc(m.profile)}${holder ? ` — ${esc(holder)}` : " — free"}`;
+                return `<span class="mig ${holder ? "taken" : ""}" tabindex="0" role="img" aria-label="MIG ${what}" title="${what}">${esc(m.profile)}</span>`;
               })
               .join("");
             const cls = [used >= 1000 ? "full" : used > 0 ? "partial" : "free", d.healthy === false ? "unhealthy" : "", d.virtual ? "virtual" : ""].join(" ");
-            return `<div class="gpu ${cls}" data-gpu="${d.index}" title="${esc(d.model)} ${esc(d.uuid ?? "")}${jobs ? `\n${esc(jobs)}` : ""}">
+            // A node that does not report has no current utilisation to show.
+            const util = n.ready ? `${d.utilPercent ?? 0}% util` : "not reporting";
+            const said = `GPU ${d.index}, ${esc(d.model)}, ${gpus(used)} allocated${jobs ? ` to ${esc(jobs)}` : ", free"}, ${util}`;
+            return `<div class="gpu ${cls}" data-gpu="${d.index}" tabindex="0" role="img" aria-label="${said}" title="${esc(d.model)} ${esc(d.uuid ?? "")}${jobs ? `\n${esc(jobs)}` : ""}">
               <div class="fill" style="height:${used / 10}%"></div>
-              <div class="label">GPU ${d.index}<br><small>${esc(d.model)}</small><br><small>${d.utilPercent ?? 0}% util${d.virtual ? " · virtual" : ""}</small></div>
+              <div class="label">GPU ${d.index}<br><small>${esc(d.model)}</small><br><small>${util}${d.virtual ? " · virtual" : ""}</small></div>
               ${mig ? `<div class="migs">${mig}</div>` : ""}</div>`;
           })
           .join("");
@@ -157,6 +198,7 @@ async function refresh(api: Api) {
     const now = Math.floor(Date.now() / 1000);
     renderCards(jobs, queues, nodes);
     renderQueues(queues, nodes.reduce((s, n) => s + n.gpus * 1000, 0));
+    lastJobs = jobs;
     renderJobs(jobs, now);
     renderNodes(nodes);
     $("status").textContent = `updated ${new Date().toLocaleTimeString()}`;
@@ -173,10 +215,13 @@ async function refresh(api: Api) {
   if ($<HTMLInputElement>("live").checked) timer = window.setTimeout(() => refresh(api), REFRESH_MS);
 }
 
+let lastJobs: JobView[] = [];
+
 function start(token: string) {
   $("login").hidden = true;
   $("app").hidden = false;
   const api = new Api(token);
+  $<HTMLInputElement>("job-filter").oninput = () => renderJobs(lastJobs, Math.floor(Date.now() / 1000));
   $<HTMLInputElement>("live").onchange = (ev) => {
     window.clearTimeout(timer);
     if ((ev.target as HTMLInputElement).checked) refresh(api);

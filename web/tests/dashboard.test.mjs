@@ -170,13 +170,23 @@ try {
   await row.waitFor({ timeout: 15000 });
   const rowText = await row.innerText();
   check(rowText.includes("Pending"), `too-big shows state Pending: "${rowText.replace(/\s+/g, " ")}"`);
-  check(reason && rowText.includes(reason.code), `too-big shows its reason code ${reason?.code}`);
+  // A job that can never fit says so, as `get jobs` and the metrics do.
+  const code = reason?.infeasible ? "Infeasible" : reason?.code;
+  check(reason && rowText.includes(code), `too-big shows its reason code ${code}`);
   check(reason && rowText.includes(reason.message.slice(0, 20)), "too-big shows its reason message");
   const train = await page.locator('tr[data-job="train-small"]').innerText();
   check(/Running|Scheduled/.test(train), `train-small is shown running: "${train.replace(/\s+/g, " ")}"`);
   check((await page.locator('tr[data-queue="training"]').count()) === 1, "the training queue is listed");
   check((await page.locator('[data-node="gpu-node-1"] .gpu').count()) === 8, "gpu-node-1 shows 8 GPUs");
   check((await page.locator('[data-node="gpu-node-2"] .mig').count()) === 3, "gpu-node-2 shows its 3 MIG instances");
+  // Who holds a device is there for keyboards and screen readers too, not only on hover.
+  const label = await page.locator('[data-node="gpu-node-1"] .gpu').first().getAttribute("aria-label");
+  check(/^GPU 0, .*allocated/.test(label ?? ""), `a GPU says what holds it: "${label}"`);
+  // The filter narrows the table.
+  await page.locator("#job-filter").fill("too-big");
+  const shown = await page.locator("#job-table tbody tr").count();
+  check(shown === 1, `the filter "too-big" leaves one row (${shown})`);
+  await page.locator("#job-filter").fill("");
   const cards = await page.locator("#cards").innerText();
   check(/10/.test(cards) && cards.includes("Nodes ready"), `the overview shows the cluster: "${cards.replace(/\s+/g, " ")}"`);
   const status = await page.locator("#status").innerText();

@@ -157,7 +157,7 @@ for e in exprs(dash["panels"]):
     if r["status"] != "success": errors.append(f"{e}: {r}")
     elif not r["data"]["result"]: empty.append(e)
 assert not errors, errors
-for must in ["DCGM_FI_DEV_GPU_UTIL", "tessera_queue_allocated_gpus", "tessera_jobs{"]:
+for must in ["DCGM_FI_DEV_GPU_UTIL", "tessera_queue_subtree_allocated_gpus", "tessera_jobs{"]:
     hits = [e for e in exprs(dash["panels"]) if must in e and e not in empty]
     assert hits, f"no panel using {must} returned data"
 print(f"ok: {n} Grafana queries are valid PromQL ({len(empty)} empty so far, e.g. rates)")
