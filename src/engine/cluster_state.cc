@@ -162,7 +162,7 @@ void ClusterState::Impl::Reclassify(int32_t i) {
   // class is created.
   // Grown, never shrunk: a resize up zero-fills, which cost more than building the key.
   std::vector<uint8_t>& buf = key_scratch;
-  const size_t most = 9 * (4 + 4 * n.devices.size() + 2 * n.gpu_task_shapes.size()) + 8;
+  const size_t most = 9 * (5 + 4 * n.devices.size() + 2 * n.gpu_task_shapes.size()) + 8;
   if (buf.size() < most) buf.resize(most);
   uint8_t* k = buf.data();
   k = PutValue(k, node_signature[i]);
@@ -171,6 +171,7 @@ void ClusterState::Impl::Reclassify(int32_t i) {
   // Whether an exclusive job holds the node rides in the task count's low bit: filters
   // depend on it (no other job goes there), and it costs no byte of the key.
   k = PutValue(k, 2 * int64_t{n.tasks} + (n.exclusive_tasks > 0));
+  if (n.node->max_tasks > 0) k = PutValue(k, n.holding_tasks);  // what max_tasks counts
   for (const auto& d : n.devices) {
     k = PutValue(k, d.free_milli);
     k = PutValue(k, d.free_memory_bytes);

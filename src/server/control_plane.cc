@@ -2285,8 +2285,11 @@ void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, in
                   " of its pods succeeded (CompleteJob policy)");
     return;
   }
+  // Every task succeeded; or none is running or waiting to restart and every task ran in
+  // this attempt (a task never placed yet, of a job only partly placed, is still to run).
+  const bool all_ran = static_cast<int32_t>(latest.size()) == j.spec.job.TaskCount();
   if (static_cast<int32_t>(succeeded.size()) == j.spec.job.TaskCount() ||
-      (!live && !succeeded.empty())) {
+      (!live && !succeeded.empty() && all_ran)) {
     EndAttempt(j);
     j.state = JobState::kSucceeded;
     j.finished_at = Now();

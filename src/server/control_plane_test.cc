@@ -1296,6 +1296,30 @@ TEST_F(ControlPlaneTest, AnAlwaysPodRestartsAfterExitingZero) {
   EXPECT_EQ(again["allocations"][0]["job"], "pod-always");
 }
 
+// A job placed only in part (gang minimum 1) whose placed tasks all succeed is not done:
+// its other tasks never ran (as a Kubernetes Job of parallelism 3 completes at 3 successes).
+TEST_F(ControlPlaneTest, APartlyPlacedJobIsNotDoneWhenItsPlacedTasksSucceed) {
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  const int64_t epoch = Epoch("node-a");  // 8 GPUs: 2 of the 10 tasks wait
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: batch/v1\nkind: Job\nmetadata: {name: par}\nspec:\n"
+                          "  parallelism: 10\n  template: {spec: {restartPolicy: Never, "
+                          "containers: [{name: c, command: [x], resources: {limits: "
+                          "{nvidia.com/gpu: 1}}}]}}\n")
+                  .ok());
+  Json running = StartAll("node-a", epoch, 8);
+  Json done = Json::array();
+  for (const auto& t : running) done.push_back(Task(t["allocation"], "succeeded"));
+  Beat("node-a", epoch, done);
+  EXPECT_NE(State("par"), "Succeeded") << "2 of its tasks never ran";
+  Json rest = StartAll("node-a", epoch, 2);
+  done = Json::array();
+  for (const auto& t : rest) done.push_back(Task(t["allocation"], "succeeded"));
+  Beat("node-a", epoch, done);
+  EXPECT_EQ(State("par"), "Succeeded");
+  EXPECT_EQ(Job("par")["message"], "10 task(s) succeeded");
+}
+
 // batch/v1 completionMode: Indexed: each pod has its index, as Kubernetes gives it.
 TEST_F(ControlPlaneTest, AnIndexedJobsPodsHaveTheirCompletionIndex) {
   int64_t epoch = Epoch("node-a");
