@@ -410,6 +410,12 @@ Status Agent::Register() {
   if (ans.contains("heartbeatSeconds") && ans["heartbeatSeconds"].is_number_integer() &&
       ans["heartbeatSeconds"].get<int64_t>() > 0)
     heartbeat_ms_ = ans["heartbeatSeconds"].get<int64_t>() * 1000;
+  if (ans.value("hold", false)) {
+    // A read-only server (its store failed) cannot register us now; it is there, so the
+    // lease holds and tasks stay as they are. Registered for real once it is restarted.
+    if (!holding_.exchange(true)) Log("server says hold: " + ans.value("message", ""));
+    return Status::Ok();
+  }
   registered_ = true;
   ++registrations_;
   Log("registered with " + opt_.server_url + " (epoch " + std::to_string(epoch_.load()) + ", " +

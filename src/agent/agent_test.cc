@@ -62,6 +62,16 @@ class FakeServer {
       const std::string node = body["node"]["name"];
       registers_.push_back(body);
       Node& n = nodes_[node];
+      if (hold_) {  // read-only: registers nothing, says hold
+        res.set_content(Json({{"node", node},
+                              {"epoch", n.epoch},
+                              {"heartbeatSeconds", 1},
+                              {"hold", true},
+                              {"message", "disk full"}})
+                            .dump(),
+                        "application/json");
+        return;
+      }
       if (n.boot_id != body["bootId"].get<std::string>()) {
         n.boot_id = body["bootId"];
         ++n.epoch;
@@ -508,6 +518,32 @@ TEST_F(AgentTest, AHoldAnswerKeepsTasksRunningAndTheLease) {
   EXPECT_EQ(server.LastStateOf("a-long").value("message", "").rfind("stopped: allocation no", 0),
             0u)
       << server.LastStateOf("a-long").dump();
+  agent->Stop(true);
+}
+
+// An agent restarted while the server is read-only adopts its task, is told to hold when it
+// registers, and keeps the task and its lease (past the lease, 4 s here) until the server is
+// back.
+TEST_F(AgentTest, AnAgentRestartedDuringAHoldKeepsItsTasks) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
+  AgentOptions o = Options(server.url(), "boot-1");
+  o.lease_seconds = 4;
+  auto agent = StartAgent(o);
+  ASSERT_TRUE(
+      WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
+  const pid_t pid = TaskPid("a-long");
+  server.Hold(true);
+  server.Unwant("gpu-node-1", "a-long");
+  agent->Stop(false);  // the agent restarts; its task does not
+  agent.reset();
+  o.boot_id = "boot-2";
+  agent = StartAgent(o);
+  const size_t beats = server.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() >= beats + 6; }));  // 6 s: past the lease
+  EXPECT_TRUE(Running(pid));
+  server.Hold(false);
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-long") == "killed"; }));
   agent->Stop(true);
 }
 

@@ -169,7 +169,8 @@ Status ApiServer::Start() {
     const bool writes = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
     // Read-only after a failed store write (ControlPlane::frozen): only agents' heartbeats,
     // which are told to hold, and reads go on.
-    if ((writes || req.method == "DELETE") && cp_.frozen() && !req.path.ends_with("/heartbeat")) {
+    if ((writes || req.method == "DELETE") && cp_.frozen() && !req.path.ends_with("/heartbeat") &&
+        req.path != "/v1/agents/register") {
       Reply(res, 503,
             ErrorJson(Unavailable("the server is read-only since a store write failed (" +
                                   cp_.store_health().error +
@@ -240,7 +241,7 @@ void ApiServer::Routes() {
   // alert should see it.
   s.Get("/readyz", [&cp](const httplib::Request&, httplib::Response& res) {
     ControlPlane::StoreHealth h = cp.store_health();
-    if (h.error.empty()) return res.set_content("ok\n", "text/plain");
+    if (h.error.empty() && !h.read_only) return res.set_content("ok\n", "text/plain");
     Reply(res, 503,
           ErrorJson(Unavailable(
               "the store refused the last write, " + std::to_string(h.seconds_ago) +

@@ -1314,6 +1314,8 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       events.push_back(std::move(e));
       records.push_back(std::move(r));
     }
+    // (Read-only may have begun while the documents were read: checked again under the lock.)
+    if (frozen_) return Unavailable("the server is read-only since a store write failed");
     // Audited once every document passed (a refused one refuses them all).
     for (const auto& r : records)
       audited.push_back(AddAudit(ops, p, "submit", "job/" + r.id(), "ok"));
@@ -1365,7 +1367,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
 
 void ControlPlane::NoteStoreResult(const Status& s) {
   if (s.ok()) {
-    store_health_.error.clear();
+    if (!store_health_.read_only) store_health_.error.clear();  // read-only until restarted
     return;
   }
   store_health_.error = s.message();
@@ -2339,6 +2341,20 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   // kubelet does: a selector on it pins a job to the node.
   node->labels[kHostnameLabel] = node->name;
   std::lock_guard<std::mutex> l(mu_);
+  // Read-only (a store write failed): nothing is registered, but a known node's agent is told
+  // to hold, so that one restarted meanwhile keeps its tasks (and its lease) as they are.
+  if (frozen_) {
+    auto known = nodes_.find(node->name);
+    if (known == nodes_.end())
+      return Unavailable("the server is read-only since a store write failed (" +
+                         store_health_.error + "); node " + node->name + " cannot register now");
+    return Json{{"node", node->name},
+                {"epoch", known->second.epoch},
+                {"heartbeatSeconds", options_.heartbeat_seconds},
+                {"hold", true},
+                {"message", "the server is read-only since a store write failed (" +
+                                store_health_.error + "): keep tasks as they are"}};
+  }
   // An agent's node in a pool that another system runs would get that system's dispatches
   // (a Slurm pool's sbatch) for a machine it does not know (`tessera agent --pool`).
   if (p.role == Role::kAgent) {

@@ -2541,6 +2541,14 @@ TEST_F(ControlPlaneStore, ARefusedWriteMakesTheServerReadOnlyNotDead) {
   ASSERT_TRUE(beat.ok()) << beat.status().ToString();
   EXPECT_EQ((*beat)["hold"], true);
   EXPECT_FALSE(beat->contains("allocations"));
+  // An agent restarted meanwhile registers: told to hold, nothing registered; an unknown
+  // node is refused.
+  auto again_reg = cp_->RegisterAgent(kAdmin, NodeDoc("node-a", 8));
+  ASSERT_TRUE(again_reg.ok()) << again_reg.status().ToString();
+  EXPECT_EQ((*again_reg)["hold"], true);
+  EXPECT_EQ((*again_reg)["epoch"], epoch);
+  EXPECT_EQ(cp_->RegisterAgent(kAdmin, NodeDoc("node-new", 8)).status().code(),
+            StatusCode::kUnavailable);
   cp_.reset();
   // A restart reloads what is durable: the job, never held.
   auto again = store::OpenSqliteStore(dir_);
