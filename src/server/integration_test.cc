@@ -35,8 +35,8 @@ std::string ReadFile(const std::string& p) {
 
 class ServerProcess {
  public:
-  ServerProcess(std::string binary, std::string dir)
-      : binary_(std::move(binary)), dir_(std::move(dir)) {}
+  ServerProcess(std::string binary, std::string dir, std::vector<std::string> extra = {})
+      : binary_(std::move(binary)), dir_(std::move(dir)), extra_(std::move(extra)) {}
   ~ServerProcess() { Kill(SIGKILL); }
 
   // Starts the server and waits until it answers; returns false on timeout.
@@ -46,6 +46,7 @@ class ServerProcess {
     std::vector<std::string> args = {
         binary_,    "server",      "--data-dir",  dir_,
         "--listen", "127.0.0.1:0", "--bootstrap", src + "/examples/seed"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -82,6 +83,7 @@ class ServerProcess {
 
  private:
   std::string binary_, dir_, url_, token_;
+  std::vector<std::string> extra_;  // more flags
   pid_t pid_ = -1;
 };
 
@@ -175,6 +177,15 @@ TEST(ServerIntegration, AuthConfigNamingAnUnknownQueueIsRefusedAtStart) {
   EXPECT_NE(out.find("token \"alice\": queues: unknown queue \"nosuchq\" (known: "),
             std::string::npos)
       << out;
+  // A file that names an admin: the server starts and mints no admin token of its own.
+  const std::string good = (base / "good.yaml").string();
+  std::ofstream(good) << "tokens:\n  - {name: ops, role: admin, token: ops-secret-token-1234}\n"
+                         "  - {name: alice, role: member, queues: [debug], "
+                         "token: alice-secret-token-1234}\n";
+  ServerProcess server(binary, (base / "good-data").string(), {"--auth-config", good});
+  ASSERT_TRUE(server.Start()) << "did not start with a valid --auth-config";
+  EXPECT_FALSE(std::filesystem::exists(base / "good-data" / "admin.token"));
+  server.Kill(SIGKILL);
   std::filesystem::remove_all(base);
 }
 

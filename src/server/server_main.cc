@@ -129,6 +129,15 @@ Status RunServer(const ServerFlags& flags) {
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
           .count();
 
+  std::vector<TokenEntry> config_tokens;
+  if (!flags.auth_config.empty()) {
+    auto doc = LoadYamlFile(flags.auth_config);
+    if (!doc.ok()) return doc.status().WithContext("--auth-config");
+    auto entries = TokenRegistry::ParseConfig(*doc);
+    if (!entries.ok()) return entries.status().WithContext(flags.auth_config);
+    config_tokens = std::move(*entries);
+    for (const TokenEntry& e : config_tokens) (*cp)->tokens().Add(e);
+  }
   std::string admin_token, agent_token;
   TESSERA_RETURN_IF_ERROR(
       EnsureToken(**cp, flags.data_dir, Role::kAdmin, "admin", "admin.token", admin_token));
@@ -163,25 +172,21 @@ Status RunServer(const ServerFlags& flags) {
         "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: default}\n");
     if (!r.ok()) return r.status();
   }
-  // After the bootstrap: its tokens' queues must exist, as POST /v1/tokens checks them.
-  if (!flags.auth_config.empty()) {
-    auto doc = LoadYamlFile(flags.auth_config);
-    if (!doc.ok()) return doc.status().WithContext("--auth-config");
-    auto entries = TokenRegistry::ParseConfig(*doc);
-    if (!entries.ok()) return entries.status().WithContext(flags.auth_config);
+  // After the bootstrap: --auth-config's tokens' queues must exist, as POST /v1/tokens
+  // checks them. (The tokens themselves are in before the admin token is ensured: an admin
+  // there means none is minted.)
+  if (!config_tokens.empty()) {
     std::set<std::string> queues;
     const Json listed = (*cp)->ListQueues(system);  // (a temporary's items would dangle)
     std::string known;
     for (const Json& q : listed["items"]) queues.insert(q.value("name", ""));
     for (const std::string& q : queues) known += (known.empty() ? "" : ", ") + q;
-    for (auto& e : *entries) {
+    for (const TokenEntry& e : config_tokens)
       for (const std::string& q : e.principal.queues)
         if (q != "*" && !queues.count(q))
           return InvalidArgument("--auth-config " + flags.auth_config + ": token \"" +
                                  e.principal.name + "\": queues: unknown queue \"" + q +
                                  "\" (known: " + known + ")");
-      (*cp)->tokens().Add(e);
-    }
   }
 
   ApiServer server(**cp, api);
