@@ -1156,6 +1156,8 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       const std::string name = s.job.id.empty() ? "job-" + Pad(seq, 6) : s.job.id;
       // One array per name while any of its jobs is kept: `tessera cancel NAME`, a throttle
       // and a dependency on NAME each mean one array.
+      if (TakenUnseen(p, name))
+        return AlreadyExists(ctx + s.origin.name + TakenUnseenMessage(name));
       if (array_names_.count(name))
         return AlreadyExists(ctx + s.origin.name + ": job array \"" + name +
                              "\" already exists; its name is free once its jobs are deleted "
@@ -1215,20 +1217,12 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);
       // Names are one namespace for all queues; of a job the submitter may not see, only that
       // its name is taken (not its state, nor that it is an array).
-      const auto taken_unseen = [&] {
-        return AlreadyExists(ctx + s.origin.name + ": the name \"" + s.job.id +
-                             "\" is taken by a job in a queue you cannot see; choose another");
-      };
-      if (auto a = array_names_.find(s.job.id);
-          a != array_names_.end() && !a->second.empty() &&
-          !Visible(p, jobs_.at(arrays_.at(*a->second.begin()).front())))
-        return taken_unseen();
+      if (TakenUnseen(p, s.job.id))
+        return AlreadyExists(ctx + s.origin.name + TakenUnseenMessage(s.job.id));
       if (array_names_.count(s.job.id) || arrays_named.count(s.job.id))
         return AlreadyExists(ctx + s.origin.name + ": job array \"" + s.job.id +
                              "\" exists (its jobs are " + s.job.id +
                              "_<index>); a job may not have an array's name");
-      if (auto old = jobs_.find(s.job.id); old != jobs_.end() && !Visible(p, old->second))
-        return taken_unseen();
       if (auto old = jobs_.find(s.job.id); old != jobs_.end())
         return AlreadyExists(
             ctx + s.origin.name + ": job \"" + s.job.id + "\" already exists (" +
@@ -1390,6 +1384,17 @@ const JobRecord* ControlPlane::JobBySeq(int64_t seq) const {
   for (const auto& [name, j] : jobs_)
     if (j.seq == seq) return &j;
   return nullptr;
+}
+
+bool ControlPlane::TakenUnseen(const Principal& p, const std::string& name) const {
+  if (auto j = jobs_.find(name); j != jobs_.end()) return !Visible(p, j->second);
+  auto a = array_names_.find(name);
+  return a != array_names_.end() && !a->second.empty() &&
+         !Visible(p, jobs_.at(arrays_.at(*a->second.begin()).front()));
+}
+
+std::string ControlPlane::TakenUnseenMessage(const std::string& name) {
+  return ": the name \"" + name + "\" is taken by a job in a queue you cannot see; choose another";
 }
 
 std::string ControlPlane::ByJobId(const std::string& id, bool whole_array) const {

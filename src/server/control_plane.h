@@ -496,6 +496,10 @@ class ControlPlane {
   // The priority classes jobs of `queue` may use (its own list, else its nearest
   // ancestor's); nullptr: any.
   const std::vector<std::string>* AllowedPriorityClasses(const std::string& queue) const;
+  // Job names are one namespace for all queues: of a job or array named `name` that `p` may
+  // not see, a clash says only that the name is taken (not its state, nor that it is an array).
+  bool TakenUnseen(const Principal& p, const std::string& name) const;
+  static std::string TakenUnseenMessage(const std::string& name);
 
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Engine> engine_;

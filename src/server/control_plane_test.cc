@@ -848,12 +848,18 @@ TEST_F(ControlPlaneTest, OtherQueuesJobsLeakNeitherNamesNorStates) {
     EXPECT_EQ(status.message(), "job \"" + number + "\" not found");
   }
   for (const char* name : {"secret-gang", "secret-arr"}) {
-    Status clash = cp_->Submit(bob, JobDoc(name, 1, 1, "", "training")).status();
-    EXPECT_EQ(clash.code(), StatusCode::kAlreadyExists);
-    EXPECT_NE(clash.message().find(std::string("the name \"") + name +
-                                   "\" is taken by a job in a queue you cannot see"),
-              std::string::npos)
-        << clash.message();
+    // As a job and as an array of that name alike.
+    for (const std::string& doc :
+         {JobDoc(name, 1, 1, "", "training"), "#!/bin/bash\n#SBATCH -J " + std::string(name) +
+                                                  "\n#SBATCH -p training\n#SBATCH "
+                                                  "--array=1-2\ntrue\n"}) {
+      Status clash = cp_->Submit(bob, doc).status();
+      EXPECT_EQ(clash.code(), StatusCode::kAlreadyExists);
+      EXPECT_NE(clash.message().find(std::string("the name \"") + name +
+                                     "\" is taken by a job in a queue you cannot see"),
+                std::string::npos)
+          << clash.message();
+    }
   }
 }
 
