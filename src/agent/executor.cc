@@ -430,6 +430,7 @@ Status Executor::Start(const TaskSpec& spec) {
   const std::string stopped_path = dir + "/stopped";
   const char* stopped_c = stopped_path.c_str();
   const int64_t grace = std::max<int64_t>(0, spec.grace_period_seconds);
+  const pid_t agent_group = ::getpgrp();  // where the monitor steps to before its last kill
 
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -526,8 +527,14 @@ Status Executor::Start(const TaskSpec& spec) {
     }
     // Nothing of the task outlives it (as Slurm's and the kubelet's ends of a job): what it
     // left in its group (a `cmd &`, a child that ignored SIGTERM) would keep its GPUs
-    // busy under the next job. The exit status is recorded; this monitor goes too.
-    ::kill(0, SIGKILL);
+    // busy under the next job. The monitor steps out of the group first, so that its exit
+    // status still says the task's when the exit file could not be written (a full disk);
+    // where it cannot (its agent's group is gone), it goes with the group.
+    const pid_t group = ::getpgrp();
+    if (::setpgid(0, agent_group) == 0)
+      ::kill(-group, SIGKILL);
+    else
+      ::kill(0, SIGKILL);
     ::_exit(kind[0] == 's' ? static_cast<int>(128 + code) : static_cast<int>(code));
   }
   ::close(gate[0]);
@@ -625,8 +632,8 @@ void Executor::Finish(Proc& p, int wait_status, bool have_status) {
     p.st.exit_code = code;
     p.st.message = how;
   }
-  TaskCgroups::Kill(p.cgroup);  // what left the process group (setsid) goes too
-  TaskCgroups::Remove(p.cgroup);
+  TaskCgroups::Kill(p.cgroup);    // what left the process group (setsid) goes too
+  TaskCgroups::Remove(p.cgroup);  // (busy while the killed exit: Forget tries again)
 }
 
 void Executor::Poll() {
@@ -697,6 +704,7 @@ void Executor::Forget(const std::string& allocation) {
   // Reported and no longer wanted: a later Recover() must not report it again.
   const std::string dir = TaskDir(allocation);
   ::rename((dir + "/task.json").c_str(), (dir + "/task.done.json").c_str());
+  TaskCgroups::Remove(it->second->cgroup);  // if it was still busy when the task ended
   delete it->second;
   procs_.erase(it);
 }
