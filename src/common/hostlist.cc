@@ -1,12 +1,13 @@
 #include "common/hostlist.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 
 namespace tessera {
 namespace {
 
-constexpr size_t kMaxNames = 100000;
+constexpr size_t kMaxNameLength = 253;  // a DNS name's
 
 bool ParseCount(const std::string& s, int64_t& out) {
   if (s.empty()) return false;
@@ -16,7 +17,8 @@ bool ParseCount(const std::string& s, int64_t& out) {
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& expr) {
+StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& expr, size_t max_names) {
+  const size_t kMaxNames = max_names;
   std::vector<std::string> out;
   // Split on commas outside brackets.
   std::vector<std::string> items;
@@ -39,6 +41,9 @@ StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& expr) {
     if (item.empty()) continue;
     size_t lb = item.find('[');
     if (lb == std::string::npos) {
+      if (item.size() > kMaxNameLength)
+        return InvalidArgument("hostlist \"" + expr + "\": a name longer than " +
+                               std::to_string(kMaxNameLength) + " characters");
       out.push_back(item);
       continue;
     }
@@ -56,10 +61,13 @@ StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& expr) {
       std::string lo_s = range.substr(0, dash);
       std::string hi_s = dash == std::string::npos ? lo_s : range.substr(dash + 1);
       int64_t lo = 0, hi = 0;
-      if (!ParseCount(lo_s, lo) || !ParseCount(hi_s, hi) || lo < 0 || hi < lo ||
-          hi - lo >= static_cast<int64_t>(kMaxNames))
+      if (!ParseCount(lo_s, lo) || !ParseCount(hi_s, hi) || lo < 0 || hi < lo)
         return InvalidArgument("hostlist \"" + expr + "\": bad range \"" + range + "\"");
-      if (out.size() + static_cast<size_t>(hi - lo) >= kMaxNames)
+      if (prefix.size() + std::max(lo_s.size(), hi_s.size()) + suffix.size() > kMaxNameLength)
+        return InvalidArgument("hostlist \"" + expr + "\": a name longer than " +
+                               std::to_string(kMaxNameLength) + " characters");
+      if (static_cast<uint64_t>(hi - lo) >= kMaxNames ||
+          out.size() + static_cast<size_t>(hi - lo) >= kMaxNames)
         return InvalidArgument("hostlist \"" + expr + "\": more than " + std::to_string(kMaxNames) +
                                " names");
       for (int64_t v = lo; v <= hi; ++v) {

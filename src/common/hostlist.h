@@ -14,8 +14,9 @@ namespace tessera {
 // Zero padding is kept ("n[01-03]" -> n01 n02 n03); text after the brackets too
 // ("a[1-2]-ib" -> a1-ib a2-ib). Empty items are skipped. Refused, quoting the expression:
 // unbalanced brackets, more than one bracket per name, a range that is not lo-hi with
-// lo <= hi, and more than 100000 names in all.
-StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& expr);
+// lo <= hi, a name longer than 253 characters, and more than `max_names` names in all.
+StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& expr,
+                                                  size_t max_names = 100000);
 // The inverse, as a plain comma-separated list (Slurm accepts it).
 std::string JoinHostlist(const std::vector<std::string>& hosts);
 

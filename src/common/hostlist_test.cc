@@ -38,7 +38,8 @@ TEST(Hostlist, RefusesWhatItCannotRead) {
       {"node[1,]", "bad range \"\""},
       {"r[1-2]n[1-2]", "more than one range per name"},
       {"n[0-99999],m[0-1]", "more than 100000 names"},
-      {"n[0-100000]", "bad range"},
+      {"n[0-100000]", "more than 100000 names"},
+      {std::string(251, 'x') + "[1-100]", "a name longer than 253 characters"},
   };
   for (const Case& c : cases) {
     auto got = ExpandHostlist(c.expr);

@@ -1291,12 +1291,16 @@ struct GivenNodes {
   bool given() const { return !at.empty(); }
 };
 
+constexpr size_t kMaxSbatchNodeNames = 4096;
+
 // A Slurm hostlist ("gpu-node-[1-3],login1") as node names, each once.
 StatusOr<std::vector<std::string>> SbatchNodeNames(const std::string& val, const std::string& at) {
   if (val.find('/') != std::string::npos)
     return InvalidArgument(at + ": a file of node names is not supported: name the nodes (e.g. " +
                            "gpu-node-[1-3],gpu-node-7)");
-  auto names = ExpandHostlist(val);
+  // Bounded: the names are kept in the job and matched in every cycle (a 50-byte line must
+  // not become 100,000 of them).
+  auto names = ExpandHostlist(val, kMaxSbatchNodeNames);
   if (!names.ok()) return InvalidArgument(at + ": " + names.status().message());
   if (names->empty()) return InvalidArgument(at + ": names no node");
   std::set<std::string> seen;

@@ -380,6 +380,8 @@ TEST(Spec, SbatchNodelistAndExclude) {
       {"-w a,n[1-2],a", "line 2: -w a,n[1-2],a: node a is named twice"},
       {"-w n[1-", "line 2: -w n[1-: hostlist \"n[1-\": unbalanced '['"},
       {"-x n[2-1]", "line 2: -x n[2-1]: hostlist \"n[2-1]\": bad range \"2-1\""},
+      // Bounded: a short line must not become 100,000 names kept in the job.
+      {"-x n[0-99999]", "line 2: -x n[0-99999]: hostlist \"n[0-99999]\": more than 4096 names"},
       {"--nodelist=/etc/nodes",
        "line 2: --nodelist=/etc/nodes: a file of node names is not "
        "supported"},
