@@ -1,6 +1,7 @@
 // Backend: how a plan's allocations reach a real system, one per pool kind.
 //
-// The control plane persists an allocation first, then tells the backend of its pool. Own
+// The control plane persists an allocation first, then tells the backend of its pool (a
+// change the store refuses never reaches a backend: ControlPlane::Commit). Own
 // agents are pull-based (docs/agent-protocol.md): the heartbeat answer IS the dispatch, so
 // AgentBackend only wakes nothing and records nothing. Slurm, Kubernetes and cloud backends
 // implement Launch/Stop by calling their systems and report task states back through

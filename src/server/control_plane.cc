@@ -590,10 +590,21 @@ void ControlPlane::AuditDenied(const Principal& p, const std::string& action,
 }
 
 Status ControlPlane::Commit(std::vector<store::Op> ops) {
-  if (ops.empty()) return Status::Ok();
+  // What the change tells backends (sbatch, scancel) goes out once it is stored, never for
+  // a change the store refused.
+  std::vector<std::function<void()>> effects;
+  effects.swap(after_commit_);
+  auto run = [&effects] {
+    for (auto& f : effects) f();
+  };
+  if (ops.empty()) {
+    run();
+    return Status::Ok();
+  }
   if (frozen_) return Unavailable("the server is read-only since a store write failed");
   auto r = store_->Write(std::move(ops));
   NoteStoreResult(r.status());
+  if (r.ok()) run();
   if (!r.ok()) {
     // Memory already holds the change; the store does not. Nothing of it was acknowledged or
     // dispatched, and nothing more will be (frozen()): a restart reloads the durable truth.
@@ -2080,7 +2091,8 @@ void ControlPlane::StopAllocation(std::vector<store::Op>& ops, Allocation& a) {
   ops.push_back(AllocOp(a));
   auto b =
       backends_.find(nodes_.count(a.placement.node) ? nodes_.at(a.placement.node).node.pool : "");
-  (b == backends_.end() ? default_backend_ : b->second)->Stop(a.id, a.grace_period_seconds);
+  Backend* be = (b == backends_.end() ? default_backend_ : b->second).get();
+  after_commit_.push_back([be, id = a.id, grace = a.grace_period_seconds] { be->Stop(id, grace); });
 }
 
 void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState next,
@@ -3113,8 +3125,10 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       j.allocations.push_back(a.id);
       auto pool = nodes_.at(a.placement.node).node.pool;
       auto be = backends_.find(pool);
-      (be == backends_.end() ? default_backend_ : be->second)
-          ->Launch(Dispatch{a.id, a.job, a.task, a.attempt, a.placement});
+      Backend* backend = (be == backends_.end() ? default_backend_ : be->second).get();
+      after_commit_.push_back([backend, d = Dispatch{a.id, a.job, a.task, a.attempt, a.placement}] {
+        backend->Launch(d);
+      });
       allocations_[a.id] = std::move(a);
     }
     j.pending = {};  // (a running job's: its missing task is placed)

@@ -385,6 +385,9 @@ class ControlPlane {
   void StopAllocation(std::vector<store::Op>& ops, Allocation& a);
   StoreHealth store_health_;
   std::atomic<bool> frozen_{false};
+  // Backend calls (Launch, Stop) of the change being built: made by the next Commit once the
+  // change is stored, dropped if the store refuses it.
+  std::vector<std::function<void()>> after_commit_;
   // Deleting finished jobs: the store deletes (job, allocations, events), the counters that
   // keep their numbers from coming back, and, once committed, forgetting them in memory.
   void DeleteJobOps(const JobRecord& j, std::vector<store::Op>& ops) const;

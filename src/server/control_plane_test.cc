@@ -2525,6 +2525,31 @@ TEST_F(ControlPlaneStore, ARefusedWriteIsReportedUntilOneSucceeds) {
   EXPECT_EQ(cp_->store_health().failures, 1);
 }
 
+// A change the store refuses never reaches a backend: a cycle whose bindings were not
+// stored launches nothing (no sbatch for a job the restarted server will not know).
+TEST_F(ControlPlaneStore, ABackendHearsOnlyOfStoredChanges) {
+  struct Recording : Backend {
+    std::string Kind() const override { return "test"; }
+    void Launch(const Dispatch& d) override { launched.push_back(d.allocation); }
+    void Stop(const std::string& a, int64_t) override { stopped.push_back(a); }
+    std::vector<std::string> launched, stopped;
+  };
+  auto backend = std::make_shared<Recording>();
+  cp_->RegisterBackend("hpc", backend);
+  Json node = NodeDoc("node-h", 8);
+  node["node"]["pool"] = "hpc";
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, node).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("first", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  ASSERT_EQ(backend->launched.size(), 1u);  // stored, then launched
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("second", 1, 1)).ok());
+  disk_->full = true;
+  (void)cp_->RunCycle();
+  EXPECT_TRUE(cp_->frozen());
+  EXPECT_EQ(backend->launched.size(), 1u) << "a launch of an unstored binding went out";
+  EXPECT_TRUE(backend->stopped.empty());
+}
+
 // A write other than a submission's that the store refuses (memory already holds the change)
 // makes the server read-only rather than end it: the caller gets 503, nothing more is
 // written or decided, agents are told to hold, and a restart finds only what was stored.
