@@ -171,7 +171,7 @@ void ClusterState::Impl::Reclassify(int32_t i) {
   // Whether an exclusive job holds the node rides in the task count's low bit: filters
   // depend on it (no other job goes there), and it costs no byte of the key.
   k = PutValue(k, 2 * int64_t{n.tasks} + (n.exclusive_tasks > 0));
-  if (n.node->max_tasks > 0) k = PutValue(k, n.holding_tasks);  // what max_tasks counts
+  if (n.node->max_tasks > 0) k = PutValue(k, n.live_tasks);  // what max_tasks counts
   for (const auto& d : n.devices) {
     k = PutValue(k, d.free_milli);
     k = PutValue(k, d.free_memory_bytes);

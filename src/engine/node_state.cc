@@ -105,8 +105,7 @@ Shortfall GpuShortfall(const TaskRequest& r, const NodeState& node, Shortfall ot
 }
 
 Shortfall FitShortfall(const TaskRequest& r, const NodeState& node) {
-  if (node.node->max_tasks > 0 && node.holding_tasks >= node.node->max_tasks)
-    return Shortfall::kTasks;
+  if (node.node->max_tasks > 0 && node.live_tasks >= node.node->max_tasks) return Shortfall::kTasks;
   const int32_t nd = static_cast<int32_t>(node.devices.size());
   switch (r.gpu.kind) {
     case GpuRequestKind::kNone:
@@ -347,23 +346,17 @@ void AdjustFree(NodeState& node, const TaskAllocation& a, int sign) {
   }
 }
 
-namespace {
-bool HoldsSomething(const TaskAllocation& a) {
-  return a.cpu_milli > 0 || a.memory_bytes > 0 || !a.devices.empty();
-}
-}  // namespace
-
 void TakeAllocation(NodeState& node, const TaskAllocation& a) {
   AdjustFree(node, a, +1);
   node.tasks += 1;
-  node.holding_tasks += HoldsSomething(a);
+  node.live_tasks += !a.idle;
   AdjustShape(node, a, +1);
 }
 
 void GiveBackAllocation(NodeState& node, const TaskAllocation& a) {
   AdjustFree(node, a, -1);
   node.tasks -= 1;
-  node.holding_tasks -= HoldsSomething(a);
+  node.live_tasks -= !a.idle;
   AdjustShape(node, a, -1);
 }
 

@@ -36,10 +36,9 @@ struct NodeState {
   int64_t free_memory_bytes = 0;
   std::vector<DeviceState> devices;  // one per node->devices[i]
   int32_t tasks = 0;                 // tasks bound to the node
-  // Of those, the ones holding something (CPU, memory or a device): what Node::max_tasks
-  // counts. (A host models a task that finished for good as placed on its node holding
-  // nothing, for its job's gang; it runs nothing there.)
-  int32_t holding_tasks = 0;
+  // Of those, the ones that run there (not a finished task's idle place: TaskAllocation::
+  // idle): what Node::max_tasks counts.
+  int32_t live_tasks = 0;
   // Of those, tasks of an exclusive job (Job::exclusive): while any, the node is that job's
   // alone (then exclusive_tasks == tasks) and takes no other job's task.
   int32_t exclusive_tasks = 0;

@@ -640,6 +640,7 @@ StatusOr<TaskAllocation> AllocationFromJson(const Json& v, const std::string& pa
   TESSERA_RETURN_IF_ERROR(r.String("node", a.node, true));
   TESSERA_RETURN_IF_ERROR(r.Milli("cpu", a.cpu_milli));
   TESSERA_RETURN_IF_ERROR(r.Bytes("memory", a.memory_bytes));
+  TESSERA_RETURN_IF_ERROR(r.Bool("idle", a.idle));
   TESSERA_RETURN_IF_ERROR(ReadList(r.Get("devices"), r.Path("devices"), a.devices,
       [](const Json& d, const std::string& p) -> StatusOr<DeviceAssignment> {
         DeviceAssignment da;
@@ -667,6 +668,7 @@ Json AllocationToJson(const TaskAllocation& a) {
     d.push_back(x);
   }
   j["devices"] = d;
+  if (a.idle) j["idle"] = true;
   return j;
 }
 
@@ -757,8 +759,8 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
       if (task < 0 || task >= j.TaskCount())
         return InvalidArgument(Idx(r.Path("running"), i) + ".task: no task " + std::to_string(task));
       const TaskRequest& req = j.GroupOfTask(task).request;
-      if (a->cpu_milli == 0) a->cpu_milli = req.cpu_milli;
-      if (a->memory_bytes == 0) a->memory_bytes = req.memory_bytes;
+      if (a->cpu_milli == 0 && !a->idle) a->cpu_milli = req.cpu_milli;
+      if (a->memory_bytes == 0 && !a->idle) a->memory_bytes = req.memory_bytes;
       if (j.one_task_per_node)
         for (int32_t other = 0; other < j.TaskCount(); ++other)
           if (j.allocations[other] && j.allocations[other]->node == a->node)

@@ -67,6 +67,9 @@ struct TaskAllocation {
   int64_t cpu_milli = 0;
   int64_t memory_bytes = 0;
   std::vector<DeviceAssignment> devices;
+  // A finished task's place: the host keeps it placed on its node, holding nothing, for its
+  // job's gang; it runs nothing there (a node's maxTasks does not count it).
+  bool idle = false;
   int64_t GpuMilli() const {  // GPU compute taken on all its devices
     int64_t m = 0;
     for (const DeviceAssignment& d : devices) m += d.milli;

@@ -2091,7 +2091,7 @@ void ControlPlane::StopAllocation(std::vector<store::Op>& ops, Allocation& a) {
   ops.push_back(AllocOp(a));
   auto b =
       backends_.find(nodes_.count(a.placement.node) ? nodes_.at(a.placement.node).node.pool : "");
-  Backend* be = (b == backends_.end() ? default_backend_ : b->second).get();
+  std::shared_ptr<Backend> be = b == backends_.end() ? default_backend_ : b->second;
   after_commit_.push_back([be, id = a.id, grace = a.grace_period_seconds] { be->Stop(id, grace); });
 }
 
@@ -2844,6 +2844,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
         break;
       }
       TaskAllocation idle;
+      idle.idle = true;
       idle.node = nodes_.count(a.placement.node) ? a.placement.node : s.nodes.front().name;
       job.allocations[a.task] = idle;
     }
@@ -3125,7 +3126,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       j.allocations.push_back(a.id);
       auto pool = nodes_.at(a.placement.node).node.pool;
       auto be = backends_.find(pool);
-      Backend* backend = (be == backends_.end() ? default_backend_ : be->second).get();
+      std::shared_ptr<Backend> backend = be == backends_.end() ? default_backend_ : be->second;
       after_commit_.push_back([backend, d = Dispatch{a.id, a.job, a.task, a.attempt, a.placement}] {
         backend->Launch(d);
       });
