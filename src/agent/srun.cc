@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -277,9 +278,12 @@ int RunSrunStep(const SrunStep& step) {
   bool killed_rest = false;
   while (left > 0) {
     int status = 0;
-    // With labels, output is pumped between looks at the tasks (a full pipe would stall them).
-    if (!streams.empty()) PumpLabelled(streams, 100);
-    const pid_t pid = ::waitpid(-1, &status, streams.empty() ? 0 : WNOHANG);
+    // With labels, output is pumped between looks at the tasks (a full pipe would stall
+    // them); once every stream is closed, srun just waits.
+    const bool open = std::any_of(streams.begin(), streams.end(),
+                                  [](const LabelledStream& s) { return s.fd >= 0; });
+    if (open) PumpLabelled(streams, 100);
+    const pid_t pid = ::waitpid(-1, &status, open ? WNOHANG : 0);
     if (pid == 0) continue;
     if (pid < 0) {
       if (errno == EINTR) continue;
@@ -311,9 +315,10 @@ int RunSrunStep(const SrunStep& step) {
         if (p > 0) ::kill(p, SIGKILL);
     }
   }
-  // The tasks are gone: what they wrote is read; a process they left behind holding a pipe
-  // does not keep srun waiting.
-  while (PumpLabelled(streams, 0) > 0) {
+  // The tasks are gone: what they wrote is read (for at most a second); a process they left
+  // behind holding a pipe, writing or not, does not keep srun waiting.
+  const auto drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < drain_until && PumpLabelled(streams, 0) > 0) {
   }
   for (LabelledStream& s : streams) {
     s.Emit(true);
