@@ -174,6 +174,10 @@ class FakeServer {
     std::lock_guard<std::mutex> lock(mu_);
     return heartbeats_.size();
   }
+  std::vector<Json> Registers() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return registers_;
+  }
   Json FirstRegister() {
     std::lock_guard<std::mutex> lock(mu_);
     return registers_.empty() ? Json() : registers_.front();
@@ -504,13 +508,17 @@ TEST_F(AgentTest, LeaseExpiryStopsTasksWhenTheServerIsGone) {
 // wanted, which a normal answer would stop at once).
 TEST_F(AgentTest, AHoldAnswerKeepsTasksRunningAndTheLease) {
   FakeServer server;
-  auto agent = StartLeasedTask(server);  // lease 1 s
+  server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
+  AgentOptions o = Options(server.url());
+  o.lease_seconds = 3;  // (1 s, one heartbeat, would lapse with any jitter on a busy machine)
+  auto agent = StartAgent(o);
+  ASSERT_TRUE(
+      WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
   const pid_t pid = TaskPid("a-long");
-  ASSERT_GT(pid, 0);
   server.Hold(true);
   server.Unwant("gpu-node-1", "a-long");
   const size_t beats = server.Heartbeats();
-  ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() >= beats + 3; }));  // 3 s: past the lease
+  ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() >= beats + 5; }));  // 5 s: past the lease
   EXPECT_TRUE(Running(pid));
   EXPECT_EQ(agent->executor().Statuses()[0].state, TaskState::kRunning);
   server.Hold(false);  // the restarted server's answer: not wanted, so stopped
@@ -542,7 +550,12 @@ TEST_F(AgentTest, AnAgentRestartedDuringAHoldKeepsItsTasks) {
   const size_t beats = server.Heartbeats();
   ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() >= beats + 6; }));  // 6 s: past the lease
   EXPECT_TRUE(Running(pid));
+  const size_t registers = server.Registers().size();
   server.Hold(false);
+  // Registered for real once the server is back, as the agent it now is (its new boot, what
+  // it adopted), then told what it should run.
+  ASSERT_TRUE(WaitFor([&] { return server.Registers().size() > registers; }));
+  EXPECT_EQ(server.Registers().back()["bootId"], "boot-2");
   ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-long") == "killed"; }));
   agent->Stop(true);
 }
