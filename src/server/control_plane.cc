@@ -2463,11 +2463,54 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
       {"node", n.node.name}, {"epoch", n.epoch}, {"heartbeatSeconds", options_.heartbeat_seconds}};
 }
 
+namespace {
+
+// A heartbeat's fields of the wrong type, refused before anything changes (read half-way,
+// one would throw after memory had changed). Unknown fields are the agent's business.
+Status CheckHeartbeatTypes(const Json& body) {
+  enum Kind { kNumber, kString, kBool };
+  auto check = [](const Json& o, const std::string& path,
+                  std::initializer_list<std::pair<const char*, Kind>> fields) -> Status {
+    if (!o.is_object()) return InvalidArgument(path + ": expected an object");
+    for (const auto& [name, kind] : fields) {
+      auto it = o.find(name);
+      if (it == o.end()) continue;
+      const bool ok = kind == kNumber   ? it->is_number()
+                      : kind == kString ? it->is_string()
+                                        : it->is_boolean();
+      if (!ok)
+        return InvalidArgument(path + "." + name + ": expected " +
+                               (kind == kNumber   ? "a number"
+                                : kind == kString ? "a string"
+                                                  : "true or false") +
+                               ", got " + it->dump());
+    }
+    return Status::Ok();
+  };
+  TESSERA_RETURN_IF_ERROR(check(body, "body", {{"epoch", kNumber}}));
+  if (body.contains("devices") && body["devices"].is_array())
+    for (size_t i = 0; i < body["devices"].size(); ++i)
+      TESSERA_RETURN_IF_ERROR(check(body["devices"][i], "devices[" + std::to_string(i) + "]",
+                                    {{"index", kNumber},
+                                     {"utilPercent", kNumber},
+                                     {"powerMilliwatts", kNumber},
+                                     {"healthy", kBool}}));
+  if (body.contains("tasks") && body["tasks"].is_array())
+    for (size_t i = 0; i < body["tasks"].size(); ++i)
+      TESSERA_RETURN_IF_ERROR(check(
+          body["tasks"][i], "tasks[" + std::to_string(i) + "]",
+          {{"state", kString}, {"exitCode", kNumber}, {"message", kString}, {"reason", kString}}));
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& node_name,
                                        const Json& body) {
   if (p.role != Role::kAgent && !p.IsAdmin())
     return PermissionDenied("only agent or admin tokens may heartbeat");
   if (!body.is_object()) return InvalidArgument("body: expected an object");
+  TESSERA_RETURN_IF_ERROR(CheckHeartbeatTypes(body));
   std::lock_guard<std::mutex> l(mu_);
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) return NotFound("node \"" + node_name + "\" is not registered");

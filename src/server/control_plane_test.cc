@@ -814,6 +814,23 @@ TEST_F(ControlPlaneTest, AQueueAllowsOnlyItsPriorityClasses) {
       << del.message();
 }
 
+// A heartbeat with a field of the wrong type is refused whole, naming it, before anything
+// changes (read half-way, it would have thrown after memory had changed).
+TEST_F(ControlPlaneTest, AHeartbeatWithAWronglyTypedFieldChangesNothing) {
+  const int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("j", 1, 1)).ok());
+  Json running = StartAll("node-a", epoch, 1);
+  const std::string id = running[0]["allocation"];
+  auto bad = cp_->Heartbeat(
+      kAdmin, "node-a",
+      Json{{"epoch", epoch},
+           {"tasks",
+            Json::array({Task(id, "failed", 1), Json{{"allocation", "a-x"}, {"exitCode", "x"}}})}});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "tasks[1].exitCode: expected a number, got \"x\"");
+  EXPECT_EQ(State("j"), "Running") << "the failure in the same body was not taken either";
+}
+
 // A node its agent registers runs at most 110 tasks unless it says otherwise (kubelet's
 // maxPods): a job of 100,000 10m-CPU tasks must not swamp one agent. (Nodes registered
 // otherwise, e.g. a Slurm pool's, have no such limit.)
