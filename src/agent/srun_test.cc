@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -120,6 +121,26 @@ TEST(Srun, LabelPutsTheRankBeforeEachLine) {
   EXPECT_EQ(lines, (std::vector<std::string>{"2: a2", "2: b2", "2: c", "3: a3", "3: b3", "3: c"}));
   ::unlink(file.c_str());
   EXPECT_TRUE(PlanSrunStep({"-l", "hostname"}, Batch(1, 0, 1))->label);
+}
+
+// With labels, once the tasks have closed their output srun waits on them: it does not
+// poll nothing in a loop (a busy core for a whole training run). The task sleeps 1.5 s;
+// srun's own CPU time over it stays far below that (a spin used it all).
+TEST(Srun, LabelledTasksThatCloseTheirOutputAreWaitedForNotPolled) {
+  SrunStep step;
+  step.ntasks = 1;
+  step.nodes = 1;
+  step.local_tasks = 1;
+  step.label = true;
+  step.command = {"/bin/sh", "-c", "exec >/dev/null 2>&1; sleep 1.5"};
+  rusage before{}, after{};
+  ::getrusage(RUSAGE_SELF, &before);
+  EXPECT_EQ(RunSrunStep(step), 0);
+  ::getrusage(RUSAGE_SELF, &after);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  const double cpu = seconds(after.ru_utime) - seconds(before.ru_utime) + seconds(after.ru_stime) -
+                     seconds(before.ru_stime);
+  EXPECT_LT(cpu, 0.5) << "srun busy-looped while its task ran";
 }
 
 TEST(Srun, ExitsWithTheHighestStatusAndKillsTheRestOnBadExit) {
