@@ -231,16 +231,9 @@ StatusOr<NodeAdditions> ParseNodeAdditions(const NodeAdditionFlags& flags) {
     const size_t eq = kv.find('=');
     t.key = kv.substr(0, eq);
     if (eq != std::string::npos) t.value = kv.substr(eq + 1);
-    if (effect == "NoSchedule") {
-      t.effect = TaintEffect::kNoSchedule;
-    } else if (effect == "PreferNoSchedule") {
-      t.effect = TaintEffect::kPreferNoSchedule;
-    } else if (effect == "NoExecute") {
-      t.effect = TaintEffect::kNoExecute;
-    } else {
-      return InvalidArgument(taints_flag + ": \"" + item + "\": unknown effect \"" + effect +
-                             "\" (NoSchedule, PreferNoSchedule or NoExecute)");
-    }
+    auto parsed = ParseTaintEffect(effect, taints_flag + ": \"" + item + "\"");
+    if (!parsed.ok()) return parsed.status();
+    t.effect = *parsed;
     TESSERA_RETURN_IF_ERROR(CheckKeyValue(taints_flag, item, t.key, t.value));
     PutTaint(out.taints, t);  // a repeated key and effect: the last
   }

@@ -370,15 +370,15 @@ Json ResourceVectorToJson(const ResourceVector& r) {
 
 // ---- nodes ----
 
-namespace {
-
-StatusOr<TaintEffect> ParseEffect(const std::string& s, const std::string& path) {
+StatusOr<TaintEffect> ParseTaintEffect(const std::string& s, const std::string& path) {
   if (s == "NoSchedule") return TaintEffect::kNoSchedule;
   if (s == "PreferNoSchedule") return TaintEffect::kPreferNoSchedule;
   if (s == "NoExecute") return TaintEffect::kNoExecute;
-  return InvalidArgument(path + ": unknown taint effect \"" + s +
-                         "\" (NoSchedule, PreferNoSchedule, NoExecute)");
+  return InvalidArgument(path + ": unknown effect \"" + s +
+                         "\" (NoSchedule, PreferNoSchedule or NoExecute)");
 }
+
+namespace {
 
 const char* EffectName(TaintEffect e) {
   switch (e) {
@@ -488,7 +488,7 @@ StatusOr<Node> NodeFromJson(const Json& v, const std::string& path) {
                                      TESSERA_RETURN_IF_ERROR(tr.String("value", taint.value));
                                      TESSERA_RETURN_IF_ERROR(tr.String("effect", effect));
                                      TESSERA_RETURN_IF_ERROR(tr.Finish());
-                                     auto e = ParseEffect(effect, p + ".effect");
+                                     auto e = ParseTaintEffect(effect, p + ".effect");
                                      if (!e.ok()) return e.status();
                                      taint.effect = *e;
                                      return taint;
@@ -712,7 +712,7 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
         if (op == "Exists") tol.op = Toleration::Op::kExists;
         else if (op != "Equal") return InvalidArgument(p + ".operator: unknown \"" + op + "\" (Equal, Exists)");
         if (!effect.empty()) {
-          auto e = ParseEffect(effect, p + ".effect");
+          auto e = ParseTaintEffect(effect, p + ".effect");
           if (!e.ok()) return e.status();
           tol.effect = *e;
         }

@@ -27,7 +27,7 @@ class ObjectReader {
  public:
   ObjectReader(const Json& obj, std::string path);
   const std::string& path() const { return path_; }
-  bool Has(const char* key);  // marks key as known
+  bool Has(const char* key);         // marks key as known
   const Json* Get(const char* key);  // nullptr when absent; marks key as known
   std::string Path(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
   Status String(const char* key, std::string& out, bool required = false);
@@ -68,6 +68,8 @@ StatusOr<Node> NodeFromJson(const Json& v, const std::string& path);
 StatusOr<Job> JobFromJson(const Json& v, const std::string& path);
 StatusOr<Queue> QueueFromJson(const Json& v, const std::string& path);
 StatusOr<PriorityClass> PriorityClassFromJson(const Json& v, const std::string& path);
+// "NoSchedule", "PreferNoSchedule", "NoExecute"; else an error after `path`.
+StatusOr<TaintEffect> ParseTaintEffect(const std::string& s, const std::string& path);
 Json NodeToJson(const Node& n);
 Json JobToJson(const Job& j);
 Json QueueToJson(const Queue& q);
