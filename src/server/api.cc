@@ -172,7 +172,7 @@ Status ApiServer::Start() {
     if ((writes || req.method == "DELETE") && cp_.frozen() && !req.path.ends_with("/heartbeat") &&
         req.path != "/v1/agents/register") {
       Reply(res, 503,
-            ErrorJson(Unavailable("the server is read-only since a store write failed (" +
+            ErrorJson(Unavailable(std::string(ControlPlane::kReadOnly) + " (" +
                                   cp_.store_health().error +
                                   "); make its data dir writable and restart it")));
       return httplib::Server::HandlerResponse::Handled;

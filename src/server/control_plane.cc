@@ -601,7 +601,7 @@ Status ControlPlane::Commit(std::vector<store::Op> ops) {
     run();
     return Status::Ok();
   }
-  if (frozen_) return Unavailable("the server is read-only since a store write failed");
+  if (frozen_) return Unavailable(kReadOnly);
   auto r = store_->Write(std::move(ops));
   NoteStoreResult(r.status());
   if (r.ok()) run();
@@ -1084,7 +1084,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
                                                  const std::string& idempotency_key,
                                                  bool* replayed) {
   if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not submit jobs");
-  if (frozen_) return Unavailable("the server is read-only since a store write failed");
+  if (frozen_) return Unavailable(kReadOnly);
   if (replayed) *replayed = false;
   const std::string& key = idempotency_key;
   if (key.size() > 255 || std::any_of(key.begin(), key.end(), [](char c) {
@@ -1320,7 +1320,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       records.push_back(std::move(r));
     }
     // (Read-only may have begun while the documents were read: checked again under the lock.)
-    if (frozen_) return Unavailable("the server is read-only since a store write failed");
+    if (frozen_) return Unavailable(kReadOnly);
     // Audited once every document passed (a refused one refuses them all).
     for (const auto& r : records)
       audited.push_back(AddAudit(ops, p, "submit", "job/" + r.id(), "ok"));
@@ -1382,6 +1382,14 @@ void ControlPlane::NoteStoreResult(const Status& s) {
 
 void ControlPlane::NoteEvictions(const std::string& reason, int64_t tasks) {
   if (tasks > 0 && options_.on_evictions) options_.on_evictions(reason, tasks);
+}
+
+std::string ControlPlane::ReadOnlyWhy() const {
+  return std::string(kReadOnly) + " (" + store_health_.error + ")";
+}
+
+Json ControlPlane::HoldAnswer() const {
+  return Json{{"hold", true}, {"message", ReadOnlyWhy() + ": keep tasks as they are"}};
 }
 
 ControlPlane::StoreHealth ControlPlane::store_health() const {
@@ -2363,14 +2371,12 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   if (frozen_) {
     auto known = nodes_.find(node->name);
     if (known == nodes_.end())
-      return Unavailable("the server is read-only since a store write failed (" +
-                         store_health_.error + "); node " + node->name + " cannot register now");
-    return Json{{"node", node->name},
-                {"epoch", known->second.epoch},
-                {"heartbeatSeconds", options_.heartbeat_seconds},
-                {"hold", true},
-                {"message", "the server is read-only since a store write failed (" +
-                                store_health_.error + "): keep tasks as they are"}};
+      return Unavailable(ReadOnlyWhy() + "; node " + node->name + " cannot register now");
+    Json hold = HoldAnswer();
+    hold["node"] = node->name;
+    hold["epoch"] = known->second.epoch;
+    hold["heartbeatSeconds"] = options_.heartbeat_seconds;
+    return hold;
   }
   // An agent's node in a pool that another system runs would get that system's dispatches
   // (a Slurm pool's sbatch) for a machine it does not know (`tessera agent --pool`).
@@ -2516,10 +2522,7 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
   if (it == nodes_.end()) return NotFound("node \"" + node_name + "\" is not registered");
   // Its reports are not taken (they could not be stored); the agent keeps them and its tasks
   // and sends them again to the restarted server.
-  if (frozen_)
-    return Json{{"hold", true},
-                {"message", "the server is read-only since a store write failed (" +
-                                store_health_.error + "): keep tasks as they are"}};
+  if (frozen_) return HoldAnswer();
   NodeRecord& n = it->second;
   int64_t epoch = body.value("epoch", int64_t{-1});
   if (epoch != n.epoch)

@@ -289,6 +289,7 @@ class ControlPlane {
   // (503), and no cycle runs. (A full disk must not end the cluster's work: a dead server's
   // agents would stop every task when their lease lapses.)
   bool frozen() const { return frozen_.load(); }
+  static constexpr char kReadOnly[] = "the server is read-only since a store write failed";
   // Events after seq `after`, oldest first: of one job (`job`), or of one object
   // ("node/gpu-node-1", "job/x": kubectl events --for), or all; of one type (Normal, Warning)
   // when `type` is given.
@@ -379,7 +380,10 @@ class ControlPlane {
   // Drops a job's oldest events beyond max_events_per_job.
   void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j);
   store::Op EventSeqOp() const;
-  void NoteStoreResult(const Status& s);                         // for store_health(); mu_ held
+  void NoteStoreResult(const Status& s);  // for store_health(); mu_ held
+  // While frozen (mu_ held): why, naming the store's error; and what agents are answered.
+  std::string ReadOnlyWhy() const;
+  Json HoldAnswer() const;
   void NoteEvictions(const std::string& reason, int64_t tasks);  // options_.on_evictions
   // Stopping: the allocation is told to stop (its pool's backend; grace period) and stored.
   void StopAllocation(std::vector<store::Op>& ops, Allocation& a);
