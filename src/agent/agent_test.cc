@@ -235,7 +235,8 @@ class AgentTest : public ::testing::Test {
     o.log = [](const std::string&) {};
     return o;
   }
-  std::unique_ptr<Agent> StartLeasedTask(FakeServer& server);
+  // An agent with this lease (seconds), running one long task, "a-long".
+  std::unique_ptr<Agent> StartLeasedTask(FakeServer& server, int64_t lease = 1);
   bool WaitForTaskEnd(Agent& agent);
   std::unique_ptr<Agent> StartAgent(AgentOptions o) {
     auto a = Agent::Create(std::move(o));
@@ -470,10 +471,10 @@ TEST_F(AgentTest, KilledConnectionsAreRetriedAndTheAgentReconnects) {
 }
 
 // An agent with a lease of 1 s, running task a-long.
-std::unique_ptr<Agent> AgentTest::StartLeasedTask(FakeServer& server) {
+std::unique_ptr<Agent> AgentTest::StartLeasedTask(FakeServer& server, int64_t lease) {
   server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
   AgentOptions o = Options(server.url());
-  o.lease_seconds = 1;
+  o.lease_seconds = lease;
   auto agent = StartAgent(o);
   EXPECT_TRUE(
       WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
@@ -508,12 +509,8 @@ TEST_F(AgentTest, LeaseExpiryStopsTasksWhenTheServerIsGone) {
 // wanted, which a normal answer would stop at once).
 TEST_F(AgentTest, AHoldAnswerKeepsTasksRunningAndTheLease) {
   FakeServer server;
-  server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
-  AgentOptions o = Options(server.url());
-  o.lease_seconds = 3;  // (1 s, one heartbeat, would lapse with any jitter on a busy machine)
-  auto agent = StartAgent(o);
-  ASSERT_TRUE(
-      WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
+  // (A 1 s lease, one heartbeat, would lapse with any jitter on a busy machine.)
+  auto agent = StartLeasedTask(server, 3);
   const pid_t pid = TaskPid("a-long");
   server.Hold(true);
   server.Unwant("gpu-node-1", "a-long");
@@ -534,18 +531,14 @@ TEST_F(AgentTest, AHoldAnswerKeepsTasksRunningAndTheLease) {
 // back.
 TEST_F(AgentTest, AnAgentRestartedDuringAHoldKeepsItsTasks) {
   FakeServer server;
-  server.Want("gpu-node-1", Alloc("a-long", "echo $$ > pid; exec sleep 60"));
-  AgentOptions o = Options(server.url(), "boot-1");
-  o.lease_seconds = 4;
-  auto agent = StartAgent(o);
-  ASSERT_TRUE(
-      WaitFor([&] { return server.StateOf("a-long") == "running" && TaskPid("a-long") > 0; }));
+  auto agent = StartLeasedTask(server, 4);
   const pid_t pid = TaskPid("a-long");
   server.Hold(true);
   server.Unwant("gpu-node-1", "a-long");
   agent->Stop(false);  // the agent restarts; its task does not
   agent.reset();
-  o.boot_id = "boot-2";
+  AgentOptions o = Options(server.url(), "boot-2");
+  o.lease_seconds = 4;
   agent = StartAgent(o);
   const size_t beats = server.Heartbeats();
   ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() >= beats + 6; }));  // 6 s: past the lease
