@@ -21,9 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/read_file.h"
+#include "common/process.h"
 #include "common/write_file.h"
-
-extern char** environ;
 
 namespace tessera::agent {
 
@@ -333,12 +332,7 @@ Status Executor::Start(const TaskSpec& spec) {
   }
 
   // Environment: the agent's, then the allocation's, then what the agent alone knows.
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv = *e;
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  std::map<std::string, std::string> env = EnvironMap();
   for (const auto& [k, v] : spec.env) env[k] = v;
   for (const auto& [k, v] : *denv) env[k] = v;
   env["TESSERA_ALLOCATION"] = spec.allocation;
@@ -349,13 +343,12 @@ Status Executor::Start(const TaskSpec& spec) {
   if (!opt_.srun_program.empty() && spec.env.count("SLURM_JOB_ID")) {
     // An sbatch script's `srun` starts this node's share of its tasks (agent/srun.h).
     const std::string bin = std::filesystem::absolute(dir + "/bin").string();
-    std::string quoted = "'";
-    for (char c : opt_.srun_program) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    quoted += "'";
     std::error_code ec;
     std::filesystem::create_directories(bin, ec);
-    if (Status st = WriteFileWhole(bin + "/srun", "#!/bin/sh\nexec " + quoted + " srun \"$@\"\n",
-                                   0755, Durability::kProcessCrash);
+    if (Status st = WriteFileWhole(
+            bin + "/srun",
+            "#!/bin/sh\nexec " + QuoteArgv({opt_.srun_program, "srun"}) + " \"$@\"\n", 0755,
+            Durability::kProcessCrash);
         !st.ok())
       return fail(st.message());
     env["PATH"] = bin + (env.count("PATH") ? ":" + env["PATH"] : "");

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <optional>
 
-extern char** environ;
+#include "common/process.h"
 
 namespace tessera::agent {
 namespace {
@@ -139,19 +139,6 @@ StatusOr<SrunStep> PlanSrunStep(const std::vector<std::string>& args,
 }
 
 namespace {
-
-// This process's environment with `overrides` in place of their keys: built before fork, so
-// that the child only execs.
-std::vector<std::string> EnvironWith(const std::map<std::string, std::string>& overrides) {
-  std::vector<std::string> out;
-  for (char** e = environ; e && *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq == nullptr || !overrides.count(std::string(static_cast<const char*>(*e), eq)))
-      out.emplace_back(*e);
-  }
-  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
-  return out;
-}
 
 void WriteAll(int fd, const std::string& s) {
   for (size_t at = 0; at < s.size();) {
@@ -328,13 +315,7 @@ int RunSrunStep(const SrunStep& step) {
 }
 
 int SrunMain(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq != nullptr)
-      env.emplace(std::string(static_cast<const char*>(*e), eq), std::string(eq + 1));
-  }
-  auto step = PlanSrunStep(args, env);
+  auto step = PlanSrunStep(args, EnvironMap());
   if (!step.ok()) {
     std::fprintf(stderr, "srun: error: %s\n", step.status().message().c_str());
     return 1;

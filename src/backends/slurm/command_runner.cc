@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-extern char** environ;
+#include "common/process.h"
 
 namespace tessera::slurm {
 namespace {
@@ -20,37 +20,7 @@ void CloseFd(int& fd) {
   fd = -1;
 }
 
-// The child's environment: the parent's, with env_ entries added or replaced.
-std::vector<std::string> BuildEnv(const std::map<std::string, std::string>& overrides) {
-  std::vector<std::string> out;
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv(*e);
-    std::string key = kv.substr(0, kv.find('='));
-    if (!overrides.contains(key)) out.push_back(std::move(kv));
-  }
-  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
-  return out;
-}
-
 }  // namespace
-
-std::string QuoteArgv(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const std::string& a : argv) {
-    if (!s.empty()) s += ' ';
-    bool plain = !a.empty() && a.find_first_not_of(
-                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"
-                                   "TUVWXYZ0123456789-_=:,./%+@") == std::string::npos;
-    if (plain) {
-      s += a;
-      continue;
-    }
-    s += '\'';
-    for (char c : a) s += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-    s += '\'';
-  }
-  return s;
-}
 
 StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& argv,
                                               const std::string& input) {
@@ -61,7 +31,7 @@ StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& ar
     return Unavailable(std::string("pipe: ") + std::strerror(errno));
   }
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
-  std::vector<std::string> env = BuildEnv(env_);
+  std::vector<std::string> env = EnvironWith(env_);
   std::vector<char*> cargv, cenv;
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/process.h"  // QuoteArgv, for messages and logs
 #include "common/status.h"
 
 namespace tessera::slurm {
@@ -44,8 +45,5 @@ class SubprocessRunner : public CommandRunner {
   std::map<std::string, std::string> env_;
   std::chrono::milliseconds timeout_;
 };
-
-// "sbatch --parsable -J 'a b'": argv as a shell would need it, for messages and logs.
-std::string QuoteArgv(const std::vector<std::string>& argv);
 
 }  // namespace tessera::slurm

@@ -47,10 +47,5 @@ TEST(SubprocessRunner, TimeoutAndMissingProgramAreUnavailable) {
   EXPECT_EQ(fast.Run({}, "").status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(QuoteArgv, ShellSafe) {
-  EXPECT_EQ(QuoteArgv({"sbatch", "--comment", "tessera:j:a-1", "a b", "it's", ""}),
-            "sbatch --comment tessera:j:a-1 'a b' 'it'\\''s' ''");
-}
-
 }  // namespace
 }  // namespace tessera::slurm

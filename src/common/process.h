@@ -1,0 +1,22 @@
+// What a child process is started with: this process's environment, with overrides; argv
+// as a shell would read it. Stateless functions; they read `environ` (not while another
+// thread changes it).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+// This process's environment as a map (a variable given twice: its last value).
+std::map<std::string, std::string> EnvironMap();
+
+// This process's environment as "KEY=value" strings, with `overrides` in place of (or beside)
+// their keys: for an exec, built before fork.
+std::vector<std::string> EnvironWith(const std::map<std::string, std::string>& overrides);
+
+// "sbatch --parsable -J 'a b'": argv as a shell would need it, single-quoted where needed.
+std::string QuoteArgv(const std::vector<std::string>& argv);
+
+}  // namespace tessera
