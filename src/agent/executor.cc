@@ -101,16 +101,6 @@ size_t FormatInt(char* buf, long n) {
   return o;
 }
 
-void WriteAll(int fd, const char* s, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, s, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    s += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
 void WriteStr(int fd, const char* s) { WriteAll(fd, s, std::strlen(s)); }
 
 // Why the agent (or the task's monitor) stopped the task in `task_dir`: the first line of

@@ -140,26 +140,18 @@ StatusOr<SrunStep> PlanSrunStep(const std::vector<std::string>& args,
 
 namespace {
 
-void WriteAll(int fd, const std::string& s) {
-  for (size_t at = 0; at < s.size();) {
-    const ssize_t n = ::write(fd, s.data() + at, s.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    at += static_cast<size_t>(n);
-  }
-}
-
 // -l/--label: one task's stdout or stderr, written on srun's own with "RANK: " before each line.
 struct LabelledStream {
   int fd = -1;  // read end; -1 once closed
   int to = 1;
   std::string prefix, pending;
   void Emit(bool all) {
+    auto put = [this](const std::string& line) { WriteAll(to, line.data(), line.size()); };
     for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
-      WriteAll(to, prefix + pending.substr(0, nl + 1));
+      put(prefix + pending.substr(0, nl + 1));
       pending.erase(0, nl + 1);
     }
-    if (all && !pending.empty()) WriteAll(to, prefix + pending + "\n");  // its own line
+    if (all && !pending.empty()) put(prefix + pending + "\n");  // its own line
     if (all) pending.clear();
   }
 };

@@ -1,5 +1,8 @@
 #include "common/process.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 
 extern char** environ;
@@ -23,6 +26,16 @@ std::vector<std::string> EnvironWith(const std::map<std::string, std::string>& o
   }
   for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
   return out;
+}
+
+void WriteAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
 }
 
 std::string QuoteArgv(const std::vector<std::string>& argv) {

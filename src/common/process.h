@@ -3,6 +3,7 @@
 // thread changes it).
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +16,10 @@ std::map<std::string, std::string> EnvironMap();
 // This process's environment as "KEY=value" strings, with `overrides` in place of (or beside)
 // their keys: for an exec, built before fork.
 std::vector<std::string> EnvironWith(const std::map<std::string, std::string>& overrides);
+
+// Writes all `n` bytes to `fd`, again after EINTR; stops at another error. Async-signal-safe
+// (a forked child's last words).
+void WriteAll(int fd, const char* data, size_t n);
 
 // "sbatch --parsable -J 'a b'": argv as a shell would need it, single-quoted where needed.
 std::string QuoteArgv(const std::vector<std::string>& argv);
