@@ -10,8 +10,10 @@ namespace tessera {
 namespace {
 
 void RunCycle(benchmark::State& st, const char* score) {
+  // Only these two plugins (the tiers form: no job order, no queue policies).
   Json conf = {{"actions", "enqueue, allocate"},
-               {"scores", Json::array({Json{{"name", "predicates"}}, Json{{"name", score}}})}};
+               {"tiers", Json::array({Json{{"plugins", Json::array({Json{{"name", "predicates"}},
+                                                                    Json{{"name", score}}})}}})}};
   auto engine = Engine::Create(*ParseEngineConfig(conf));
   SyntheticSpec spec;
   spec.nodes = static_cast<int32_t>(st.range(0));

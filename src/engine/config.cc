@@ -1,6 +1,8 @@
 // Scheduler configuration: Tessera's own YAML and Volcano's scheduler.conf shape.
 #include <algorithm>
+#include <map>
 #include <sstream>
+#include <string_view>
 
 #include "engine/engine.h"
 #include "engine/plugins/registry.h"
@@ -98,6 +100,38 @@ Status ReadPluginList(const Json& v, const std::string& path,
   return Status::Ok();
 }
 
+// Tessera's own form lists plugins by role. Each role given replaces the default's plugins
+// of that role and keeps the others, so `scores:` alone changes placement only.
+constexpr const char* kRoles[] = {"order", "policies", "filters", "scores"};
+
+bool HasRole(const PluginInstance& p, std::string_view role) {
+  if (role == "order") return p.order != nullptr || p.gang;
+  if (role == "policies") return p.queue_drf || p.queue_proportion || p.name == "conformance";
+  if (role == "filters") return p.filter != nullptr;
+  return p.score != nullptr;
+}
+
+std::string RolesOf(const PluginInstance& p) {
+  std::string out;
+  for (const char* role : kRoles)
+    if (HasRole(p, role)) out += (out.empty() ? "" : ", ") + std::string(role);
+  return out.empty() ? "none" : out;
+}
+
+Status ReadRoleList(const Json& v, const std::string& role,
+                    std::vector<EngineConfig::PluginConfig>& out) {
+  TESSERA_RETURN_IF_ERROR(ReadPluginList(v, role, out));
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::string path = role + "[" + std::to_string(i) + "]";
+    auto p = MakePlugin(out[i].name, out[i].arguments, path);
+    if (!p.ok()) return p.status();
+    if (!HasRole(*p, role))
+      return InvalidArgument(path + ": \"" + out[i].name + "\" is not one of the " + role +
+                             " (it belongs under: " + RolesOf(*p) + ")");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 EngineConfig DefaultEngineConfig() {
@@ -128,7 +162,8 @@ StatusOr<EngineConfig> ParseEngineConfig(const Json& doc) {
   if (!doc.is_object()) return InvalidArgument("scheduler configuration: expected a map");
   EngineConfig c = DefaultEngineConfig();
   bool tiers_given = false;
-  std::vector<EngineConfig::PluginConfig> native;  // Tessera's order/filters/scores lists
+  // Tessera's own order/policies/filters/scores lists, by role.
+  std::map<std::string, std::vector<EngineConfig::PluginConfig>> native;
   for (const auto& [k, v] : doc.items()) {
     if (k == "actions") {
       TESSERA_RETURN_IF_ERROR(ReadActions(v, c.actions));
@@ -147,7 +182,7 @@ StatusOr<EngineConfig> ParseEngineConfig(const Json& doc) {
         c.tiers.push_back(std::move(tier));
       }
     } else if (k == "order" || k == "filters" || k == "scores" || k == "policies") {
-      TESSERA_RETURN_IF_ERROR(ReadPluginList(v, k, native));
+      TESSERA_RETURN_IF_ERROR(ReadRoleList(v, k, native[k]));
     } else if (k == "typicalRequests") {
       if (!v.is_array())
         return InvalidArgument("typicalRequests: expected a list of {resources, weight}");
@@ -175,8 +210,20 @@ StatusOr<EngineConfig> ParseEngineConfig(const Json& doc) {
   }
   if (!native.empty()) {
     if (tiers_given)
-      return InvalidArgument("tiers: use either tiers or order/filters/scores, not both");
-    c.tiers = {native};
+      return InvalidArgument("tiers: use either tiers or order/policies/filters/scores, not both");
+    std::vector<EngineConfig::PluginConfig> defaults, tier;
+    for (auto& t : c.tiers) defaults.insert(defaults.end(), t.begin(), t.end());
+    for (const char* role : kRoles) {
+      if (auto it = native.find(role); it != native.end()) {
+        tier.insert(tier.end(), it->second.begin(), it->second.end());
+        continue;
+      }
+      for (const auto& pc : defaults) {  // (each default plugin has one role)
+        auto p = MakePlugin(pc.name, pc.arguments, "default");
+        if (p.ok() && HasRole(*p, role)) tier.push_back(pc);
+      }
+    }
+    c.tiers = {std::move(tier)};
   }
   return c;
 }

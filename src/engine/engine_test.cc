@@ -78,6 +78,11 @@ typicalRequests:
   - {resources: {nvidia.com/gpu: 1}, weight: 5}
 )",
                    nullptr},
+        ConfigCase{"scores_only", "scores: [binpack]", nullptr},
+        ConfigCase{"wrong_role", "scores: [priority]",
+                   "scores[0]: \"priority\" is not one of the scores (it belongs under: order)"},
+        ConfigCase{"native_and_tiers", "scores: [binpack]\ntiers: [{plugins: [{name: gang}]}]",
+                   "tiers: use either tiers or order/policies/filters/scores, not both"},
         ConfigCase{"unknown_action", "actions: \"enqueue, allocat\"",
                    "actions[1]: unknown action \"allocat\""},
         ConfigCase{"unknown_plugin", "tiers: [{plugins: [{name: priority}, {name: nope}]}]",
@@ -97,6 +102,29 @@ typicalRequests:
                    "tiers: [{plugins: [{name: nodeorder, arguments: {orderPolicyName: best}}]}]",
                    "orderPolicyName: unknown \"best\""}),
     [](const ::testing::TestParamInfo<ConfigCase>& i) { return std::string(i.param.name); });
+
+// Each role given in Tessera's own form replaces the default's plugins of that role only:
+// `scores:` alone keeps the default job order, queue policies and filters.
+TEST(EngineConfig, ARoleGivenReplacesOnlyThatRoleOfTheDefault) {
+  auto names = [](const EngineConfig& c) {
+    std::vector<std::string> out;
+    for (const auto& tier : c.tiers)
+      for (const auto& p : tier) out.push_back(p.name);
+    return out;
+  };
+  auto scores = ParseEngineConfig(*ParseYaml("scores: [{name: binpack, weight: 2}]"));
+  ASSERT_TRUE(scores.ok()) << scores.status().ToString();
+  EXPECT_EQ(names(*scores), (std::vector<std::string>{"priority", "gang", "las", "drf",
+                                                      "proportion", "predicates", "binpack"}));
+  auto order = ParseEngineConfig(*ParseYaml("order: [priority, fifo]\npolicies: []"));
+  ASSERT_TRUE(order.ok()) << order.status().ToString();
+  EXPECT_EQ(names(*order), (std::vector<std::string>{"priority", "fifo", "predicates",
+                                                     "fragmentation", "topology", "nodeaffinity"}));
+  // The example that spells the default out is the default.
+  auto spelled = LoadEngineConfig(std::string(SourceDir()) + "/examples/scheduler/tessera.yaml");
+  ASSERT_TRUE(spelled.ok()) << spelled.status().ToString();
+  EXPECT_EQ(names(*spelled), names(DefaultEngineConfig()));
+}
 
 TEST(Examples, SchedulerConfigsParse) {
   namespace fs = std::filesystem;
