@@ -200,7 +200,7 @@ void AddBenchCommands(CLI::App& app) {
   cycle->add_option("--policy", opts->policy, "binpack | fgd | spread | default");
   cycle->add_option("--queues", opts->queues, "queues with equal guarantees (1: none)")
       ->check(CLI::Range(1, 1000));
-  cycle->add_option("--seed", opts->seed, "workload seed");
+  cycle->add_option("--seed", opts->seed, "workload seed")->check(kSeed);
   cycle->add_flag("--json", opts->json, "print one JSON object");
   cycle->callback([opts] { SetExitCode(RunCycleBench(*opts)); });
 }

@@ -18,4 +18,13 @@ void AddDemoCommands(CLI::App& app);    // the seed walkthrough on the embedded 
 void SetExitCode(int code);
 int ExitCode();
 
+// For a seed option (uint64_t): CLI11 would take "-1" as 2^64-1.
+inline const CLI::Validator kSeed(
+    [](std::string& v) {
+      return v.find_first_not_of("0123456789") == std::string::npos && !v.empty()
+                 ? std::string()
+                 : "expected a seed, an integer >= 0, got \"" + v + "\"";
+    },
+    "SEED");
+
 }  // namespace tessera::cli

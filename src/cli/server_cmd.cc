@@ -27,6 +27,7 @@ void AddServerCommands(CLI::App& app) {
   cmd->add_flag("--local-agent", flags->local_agent,
                 "start in-process node agents (the seed's inventory)");
   cmd->add_option("--seed", flags->seed, "seed of the scheduling randomness")
+      ->check(kSeed)
       ->capture_default_str();
   cmd->add_flag("!--no-fsync", flags->synchronous_full,
                 "SQLite synchronous=NORMAL: survives kill -9 but not power loss (default FULL)");

@@ -391,19 +391,21 @@ int RunReplayCommand(const ReplayArgs& a) {
     ReplayRun run{label, std::move(*result), {}};
     run.summary = Summarise(run.result);
     if (run.summary.infeasible > 0) {
-      // Name a few: a job that can never fit is usually a cluster file too small for the trace.
+      // Name a few, each with the engine's reason (the cluster's size, a GPU model it lacks,
+      // a queue limit); the jobs CSV has every one's.
       std::string some;
       int64_t named = 0;
       for (const JobRecord& j : run.result.jobs)
         if ((j.outcome == "infeasible" || j.outcome == "error") && named++ < 5)
-          some += (some.empty() ? "" : ", ") + j.id + " (" + GpuCount(j.gpu_milli) + " GPUs)";
+          some += "\n  " + j.id + " (" + GpuCount(j.gpu_milli) +
+                  " GPUs): " + (j.why.empty() ? j.outcome : j.why);
       std::fprintf(stderr,
-                   "tessera sim: warning: %s: %lld %s can never fit %s (infeasible) and %s "
-                   "dropped: %s%s\n",
+                   "tessera sim: warning: %s: %lld %s can never run on %s (infeasible) and %s "
+                   "dropped:%s%s\n",
                    label.c_str(), static_cast<long long>(run.summary.infeasible),
                    run.summary.infeasible == 1 ? "job" : "jobs", cluster_name.c_str(),
                    run.summary.infeasible == 1 ? "was" : "were", some.c_str(),
-                   named > 5 ? ", ..." : "");
+                   named > 5 ? "\n  ... (every one in the jobs CSV's why column)" : "");
     }
     if (!a.quiet)
       std::fprintf(stderr,
@@ -494,7 +496,9 @@ void AddSimCommands(CLI::App& app) {
   rp->add_option("--cycle-interval", ra->options.cycle_interval,
                  "seconds between cycles while work waits")
       ->capture_default_str();
-  rp->add_option("--seed", ra->options.seed, "the engine's random seed")->capture_default_str();
+  rp->add_option("--seed", ra->options.seed, "the engine's random seed")
+      ->check(kSeed)
+      ->capture_default_str();
   rp->add_flag("--oracle-runtimes", ra->options.oracle_runtimes,
                "give every job its true runtime as estimate");
   rp->add_flag("--single-queue", ra->options.single_queue, "put every job in queue 'default'");

@@ -289,8 +289,11 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
       TESSERA_RETURN_IF_ERROR(state.RemoveJob(d.job));
       L.in_state = false;
       --pending;
-      res.jobs[record_of[it->second]].outcome =
-          d.outcome == Outcome::kInfeasible ? "infeasible" : "error";
+      // Dropped: no demand of its queue (its share figures are over the jobs that can run).
+      res.queues[L.queue].demand_gpu_milli_seconds -= L.total_milli * trace[it->second].duration;
+      JobRecord& r = res.jobs[record_of[it->second]];
+      r.outcome = d.outcome == Outcome::kInfeasible ? "infeasible" : "error";
+      if (d.reason) r.why = d.reason->message;
     }
     evicted_any = !evicted.empty();
     return Status::Ok();
@@ -362,6 +365,7 @@ StatusOr<ReplayResult> RunReplay(const Snapshot& cluster, const std::vector<Trac
   }
   for (size_t k = 0; k < res.jobs.size(); ++k) {
     const JobRecord& r = res.jobs[k];
+    if (r.outcome == "infeasible" || r.outcome == "error") continue;  // as in Summarise
     QueueRecord& q = res.queues[queue_ids[r.queue]];
     int64_t wait = r.start >= 0 ? r.start - r.submit
                                 : (res.last_finish > r.submit ? res.last_finish - r.submit : 0);

@@ -55,6 +55,7 @@ struct JobRecord {
   // time it held GPUs); -1 unfinished. Starvation shows here, not in the first wait.
   int64_t pending = -1;
   std::string outcome;  // "finished", "infeasible", "unfinished"
+  std::string why;      // infeasible or error: the engine's reason, in its words
 };
 
 struct QueueRecord {

@@ -174,6 +174,15 @@ TEST(Replay, InfeasibleJobsAreDroppedAndCounted) {
   EXPECT_EQ(r->jobs[2].outcome, "infeasible");
   EXPECT_EQ(Summarise(*r).infeasible, 2);
   EXPECT_EQ(Summarise(*r).unfinished, 0);
+  // Each says why, in the engine's words.
+  EXPECT_NE(r->jobs[0].why.find("can never fit on this cluster as it is"), std::string::npos)
+      << r->jobs[0].why;
+  EXPECT_TRUE(r->jobs[1].why.empty());
+  // The queue's figures are over the job that could run: not starved by the dropped ones
+  // (they would wait until the end), no demand of theirs.
+  ASSERT_EQ(r->queues.size(), 1u);
+  EXPECT_EQ(r->queues[0].max_wait, r->jobs[1].start - r->jobs[1].submit);
+  EXPECT_EQ(r->queues[0].demand_gpu_milli_seconds, 1000 * 10);
 }
 
 TEST(Replay, CapacityIsNeverExceededAndEverythingFinishes) {

@@ -498,12 +498,18 @@ std::string GpuCount(int64_t milli) {
 
 std::string ReplayJobsCsv(const ReplayRun& run) {
   std::ostringstream s;
-  s << "job,queue,gpus,submit,start,finish,duration,wait,jct,preemptions,outcome,pending\n";
+  s << "job,queue,gpus,submit,start,finish,duration,wait,jct,preemptions,outcome,pending,why\n";
   for (const JobRecord& j : run.result.jobs) {
     s << j.id << "," << j.queue << "," << GpuCount(j.gpu_milli) << "," << j.submit << "," << j.start
       << "," << j.finish << "," << j.duration << "," << (j.start >= 0 ? j.start - j.submit : -1)
       << "," << (j.finish >= 0 ? j.finish - j.submit : -1) << "," << j.preemptions << ","
-      << j.outcome << "," << j.pending << "\n";
+      << j.outcome << "," << j.pending << ",";
+    if (!j.why.empty()) {  // RFC 4180: quoted, inner quotes doubled (reasons hold commas)
+      s << '"';
+      for (char c : j.why) s << (c == '"' ? "\"\"" : std::string(1, c));
+      s << '"';
+    }
+    s << "\n";
   }
   return s.str();
 }

@@ -228,8 +228,8 @@ TEST(ReplayCli, SurprisesInTheInputAreSaid) {
   } cases[] = {
       {"empty.csv", 0, "warning: empty.csv: the trace has no jobs, nothing to replay"},
       {"big.csv", 0,
-       "warning: fifo: 1 job can never fit small-8gpu.yaml (infeasible) and was dropped: "
-       "tiresias-1 (64 GPUs)"},
+       "warning: fifo: 1 job can never run on small-8gpu.yaml (infeasible) and was dropped:\n"
+       "  tiresias-1 (64 GPUs): can never fit on this cluster as it is: "},
       {"dup.csv", 1, "dup.csv:3: job id \"tiresias-1\" is given twice (first at line 2)"},
       {"odd.csv", 1, "odd.csv: cannot tell the trace format from the file name or the first line"},
       // Queue 7 is not in small-8gpu.yaml; -1 (unknown) goes to its queue "default".
@@ -247,6 +247,13 @@ TEST(ReplayCli, SurprisesInTheInputAreSaid) {
       EXPECT_EQ(out.find("queue default"), std::string::npos) << out;
     }
   }
+  // A negative seed is refused, not taken as 2^64-1.
+  const auto [rc, out] =
+      CaptureCommand(std::string(bin) + " sim replay --seed -1 --trace " + d +
+                     "/big.csv --cluster " + src + "/examples/clusters/small-8gpu.yaml 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--seed: expected a seed, an integer >= 0, got \"-1\""), std::string::npos)
+      << out;
   std::filesystem::remove_all(dir);
 }
 

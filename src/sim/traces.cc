@@ -61,6 +61,11 @@ std::string BaseName(const std::string& path) {
   return std::filesystem::path(path).filename().string();
 }
 
+// A UTF-8 byte-order mark, which spreadsheet exports put before the header, is no part of it.
+void StripByteOrderMark(std::string& text) {
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+}
+
 // A CSV with a header row; cells are looked up by column name. No quoting (none of the traces
 // quote), '\r' tolerated.
 class Csv {
@@ -71,6 +76,7 @@ class Csv {
     Csv csv;
     csv.name_ = BaseName(path);
     csv.text_ = std::move(*text);
+    StripByteOrderMark(csv.text_);
     std::string_view all(csv.text_);
     size_t pos = 0;
     int line_no = 0;
@@ -451,9 +457,12 @@ StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOption
                                (count ? "an integer" : "a number") + ", got \"" + tok + "\"");
       f.push_back(v);
     }
-    if (f.size() < 18)
+    if (f.size() != 18)
       return InvalidArgument(name + ":" + std::to_string(line_no) + ": expected 18 fields, got " +
                              std::to_string(f.size()));
+    if (f[1] < 0)  // seconds since the log's start: no "unknown" here, unlike other fields
+      return InvalidArgument(name + ":" + std::to_string(line_no) +
+                             ": field 2: submit time must be >= 0, got " + std::to_string(f[1]));
     // 1 job, 2 submit, 4 run time, 5 allocated procs, 8 requested procs, 15 queue.
     int64_t procs = f[4] > 0 ? f[4] : f[7];
     if (f[3] <= 0 || procs <= 0) {
@@ -509,8 +518,13 @@ std::vector<TraceJob> OpenbPodsAsJobs(const std::vector<OpenbPod>& pods, TraceSk
 void FitTasksToNodes(std::vector<TraceJob>& jobs, int32_t max_gpus_per_node) {
   if (max_gpus_per_node < 1) return;
   for (TraceJob& j : jobs)
-    if (j.gpus_per_task > max_gpus_per_node)
+    if (j.gpus_per_task > max_gpus_per_node) {
+      // CPU and memory are per task: the job's totals are shared out over the new tasks.
+      const int64_t cpu = int64_t{j.tasks} * j.cpu_milli, mem = int64_t{j.tasks} * j.memory_mib;
       SplitGang(int64_t{j.tasks} * j.gpus_per_task, j, max_gpus_per_node);
+      j.cpu_milli = (cpu + j.tasks - 1) / j.tasks;
+      j.memory_mib = (mem + j.tasks - 1) / j.tasks;
+    }
 }
 
 namespace {
@@ -529,6 +543,7 @@ StatusOr<std::string> DetectFormat(const std::string& path) {
   if (base.find("openb_pod_list") != std::string::npos) return std::string("openb");
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
+  StripByteOrderMark(*text);
   std::istringstream in(*text);
   std::string line;
   while (std::getline(in, line)) {

@@ -105,6 +105,47 @@ TEST(Traces, PhillySortedBySubmitWithQueuesAndGangs) {
   EXPECT_EQ((*jobs)[2].gpus_per_task, 1);
 }
 
+// SWF has 18 fields, and a submit time is seconds since the log's start: a line with more
+// fields, or a negative submit, is refused naming the line (not cut short, or rebased).
+TEST(Traces, SwfRefusesExtraFieldsAndNegativeSubmitTimes) {
+  auto extra =
+      LoadSwf(WriteTemp("extra.swf", "1 0 -1 100 1 -1 -1 1 -1 -1 1 1 1 -1 3 -1 -1 -1 7 8\n"));
+  ASSERT_FALSE(extra.ok());
+  EXPECT_EQ(extra.status().message(), "extra.swf:1: expected 18 fields, got 20");
+  auto neg = LoadSwf(WriteTemp("neg.swf", "1 -50 -1 100 1 -1 -1 1 -1 -1 1 1 1 -1 3 -1 -1 -1\n"));
+  ASSERT_FALSE(neg.ok());
+  EXPECT_EQ(neg.status().message(), "neg.swf:1: field 2: submit time must be >= 0, got -50");
+}
+
+// A spreadsheet's export starts with a UTF-8 byte-order mark: the header's first column is
+// still found, and the format still told.
+TEST(Traces, AByteOrderMarkBeforeTheHeaderIsSkipped) {
+  auto t = LoadTrace(WriteTemp("bom.csv",
+                               "\xEF\xBB\xBFjob_id,num_gpu,submit_time,iterations,model_name,"
+                               "duration,interval\n0,1,0,606,vgg19,164,30\n"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->jobs.size(), 1u);
+  EXPECT_EQ(t->jobs[0].duration, 164);
+}
+
+// An openb pod's CPU and memory are the pod's: split over smaller nodes, each task gets its
+// share, not the whole pod's again (a 2-GPU pod of 6 CPUs fits two 1-GPU nodes of 4 CPUs).
+TEST(Traces, APodSplitOverSmallerNodesSharesItsCpuAndMemory) {
+  auto pods =
+      LoadOpenbPods(WriteTemp("openb_pod_list_split.csv",
+                              "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+                              "creation_time,deletion_time,scheduled_time\n"
+                              "p2,6000,20001,2,1000,,LS,Running,0,100,0\n"));
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
+  auto jobs = OpenbPodsAsJobs(*pods);
+  ASSERT_EQ(jobs.size(), 1u);
+  FitTasksToNodes(jobs, 1);
+  EXPECT_EQ(jobs[0].tasks, 2);
+  EXPECT_EQ(jobs[0].gpus_per_task, 1);
+  EXPECT_EQ(jobs[0].cpu_milli, 3000);
+  EXPECT_EQ(jobs[0].memory_mib, 10001);  // rounded up: nothing of the pod's request is lost
+}
+
 TEST(Traces, TiresiasAndSwf) {
   auto t =
       LoadTiresias(WriteTemp("60_job.csv",
