@@ -23,6 +23,7 @@ struct Toleration {
   Op op = Op::kEqual;
   std::string value;
   std::optional<TaintEffect> effect;  // nullopt: every effect
+  friend bool operator==(const Toleration&, const Toleration&) = default;
 };
 
 struct NodeSelectorRequirement {
@@ -30,21 +31,25 @@ struct NodeSelectorRequirement {
   std::string key;
   Op op = Op::kIn;
   std::vector<std::string> values;
+  friend bool operator==(const NodeSelectorRequirement&, const NodeSelectorRequirement&) = default;
 };
 
 // All requirements of a term must hold (AND).
 struct NodeSelectorTerm {
   std::vector<NodeSelectorRequirement> match_expressions;
+  friend bool operator==(const NodeSelectorTerm&, const NodeSelectorTerm&) = default;
 };
 
 struct PreferredTerm {
   int32_t weight = 1;  // 1..100, as in Kubernetes
   NodeSelectorTerm term;
+  friend bool operator==(const PreferredTerm&, const PreferredTerm&) = default;
 };
 
 struct NodeAffinity {
   std::vector<NodeSelectorTerm> required;  // any one term must hold (OR); empty = no constraint
   std::vector<PreferredTerm> preferred;
+  friend bool operator==(const NodeAffinity&, const NodeAffinity&) = default;
 };
 
 struct TaskGroup {

@@ -358,8 +358,9 @@ Status ReadPodTemplate(const Json* t, const std::string& path, Template& out) {
   return r.Finish();
 }
 
-// Applies the placement fields that a pod template carries to the whole job. Volcano allows
-// per-task affinity; Tessera v1 keeps one set per job, so differing sets are rejected.
+// Applies the placement and stopping fields that a pod template carries to the whole job.
+// Volcano allows them per task; Tessera keeps one set per job, so a task whose set differs
+// from the first task's is refused (taking the first's would place it where it said not to).
 Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, JobSpec& spec) {
   Job& j = spec.job;
   Json tol_doc = {
@@ -373,9 +374,17 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
     if (pod.grace_period) j.grace_period_seconds = *pod.grace_period;
     if (pod.active_deadline)
       j.runtime_estimate_seconds = spec.time_limit_seconds = pod.active_deadline;
-  } else if (j.node_selector != pod.node_selector) {
-    return InvalidArgument(path +
-                           ".nodeSelector: every task of a job must use the same nodeSelector");
+  } else {
+    auto differs = [&](const std::string& field) {
+      return InvalidArgument(path + "." + field + ": every task of a job must use the same " +
+                             field + " (one set per job here; give each task the first's)");
+    };
+    if (j.node_selector != pod.node_selector) return differs("nodeSelector");
+    if (!(j.affinity == pod.affinity)) return differs("affinity");
+    if (j.tolerations != parsed->tolerations) return differs("tolerations");
+    if (pod.grace_period.value_or(Job{}.grace_period_seconds) != j.grace_period_seconds)
+      return differs("terminationGracePeriodSeconds");
+    if (pod.active_deadline != spec.time_limit_seconds) return differs("activeDeadlineSeconds");
   }
   if (!pod.priority_class.empty()) {
     if (!j.priority_class.empty() && j.priority_class != pod.priority_class)
@@ -439,12 +448,17 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
       }
       auto a = VolcanoAction(action, pp + ".action");
       if (!a.ok()) return a.status();
+      // An eviction takes the whole job here (preemption evicts jobs; a drained or lost node
+      // its jobs): RestartTask on one is stored as what happens, RestartJob, so that describe
+      // says so (docs/lifecycle.md).
+      const FailureAction on_eviction =
+          *a == FailureAction::kRestartTask ? FailureAction::kRestartJob : *a;
       if (e == "PodEvicted" || e == "Unknown" || e == "OutOfSync")
-        rp.on_eviction = *a;
+        rp.on_eviction = on_eviction;
       else if (e == "PodFailed" || e == "TaskFailed")
         rp.on_failure = *a;
       else if (e == "*")
-        rp.on_failure = rp.on_eviction = *a;
+        rp.on_failure = *a, rp.on_eviction = on_eviction;
       else if (e == "JobUnknown" || e == "PodPending" || e == "CommandIssued")
         continue;  // nothing to do
       else
@@ -501,6 +515,23 @@ Status VolcanoTaskMinimums(const std::vector<int32_t>& mins, bool any, Job& job)
           " replicas: only the last task may start with part of its replicas (a gang starts "
           "with its first tasks in task order); put this task last");
   return Status::Ok();
+}
+
+// Whether Volcano policies (a job's or a task's) say what a failed pod does: an event
+// PodFailed, TaskFailed or "*", or an exit code.
+bool NamesFailure(const Json* policies) {
+  if (policies == nullptr || !policies->is_array()) return false;
+  for (const Json& p : *policies) {
+    if (!p.is_object()) continue;
+    if (p.contains("exitCode")) return true;
+    std::vector<Json> events;
+    if (auto e = p.find("event"); e != p.end()) events.push_back(*e);
+    if (auto e = p.find("events"); e != p.end() && e->is_array())
+      events.insert(events.end(), e->begin(), e->end());
+    for (const Json& e : events)
+      if (e == "PodFailed" || e == "TaskFailed" || e == "*") return true;
+  }
+  return false;
 }
 
 StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& meta) {
@@ -570,6 +601,14 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
         Template tmpl;
         TESSERA_RETURN_IF_ERROR(ReadPodTemplate(tr.Get("template"), tr.Path("template"), tmpl));
         TESSERA_RETURN_IF_ERROR(tr.Finish());
+        // restartPolicy: OnFailure has the kubelet restart a failed container in place: the
+        // task alone restarts (counted against maxRetry here), unless a policy says what a
+        // failed pod does.
+        if (tmpl.pod.restart_policy == "OnFailure" && !NamesFailure(r.Get("policies")) &&
+            !NamesFailure(tr.Get("policies"))) {
+          if (!s.group_restart.back()) s.group_restart.back() = s.restart;
+          s.group_restart.back()->on_failure = FailureAction::kRestartTask;
+        }
         g.request = tmpl.pod.request;
         TESSERA_RETURN_IF_ERROR(MergePodIntoJob(tmpl.pod, tr.Path("template") + ".spec", first, s));
         first = false;
@@ -698,6 +737,14 @@ StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
     if (const Json* cap = r.Get("capability")) {
       q.limit.emplace();
       TESSERA_RETURN_IF_ERROR(ReadResourceVector(*cap, "spec.capability", *q.limit));
+      // Volcano reads a CPU or memory capability of 0 as uncapped, as Tessera does, but a GPU
+      // capability of 0 as "no GPUs", which a Tessera limit cannot say (0 is uncapped): refused
+      // rather than read as its opposite.
+      if (cap->is_object() && cap->contains("nvidia.com/gpu") && q.limit->gpu_milli == 0)
+        return InvalidArgument(
+            "spec.capability.nvidia.com/gpu: 0 (no GPUs, in Volcano) is not supported: a limit "
+            "component of 0 means uncapped here; leave it out, or give the most GPUs the queue "
+            "may use");
     }
     if (const Json* g = r.Get("guarantee")) {
       ObjectReader gr(*g, "spec.guarantee");
@@ -706,11 +753,14 @@ StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
       TESSERA_RETURN_IF_ERROR(gr.Finish());
     }
     if (const Json* d = r.Get("deserved")) {
-      // Volcano's capacity plugin: deserved is what the queue should get; Tessera's closest
-      // notion is the guarantee when none is given.
+      // Volcano's capacity plugin: deserved is the share the queue reclaims back to, its
+      // guarantee a floor below it (kept from others). Tessera's guarantee is what reclaim
+      // restores, lent while unused: deserved, component by component the larger of the two.
       ResourceVector deserved;
       TESSERA_RETURN_IF_ERROR(ReadResourceVector(*d, "spec.deserved", deserved));
-      if (q.guarantee.IsZero()) q.guarantee = deserved;
+      q.guarantee.cpu_milli = std::max(q.guarantee.cpu_milli, deserved.cpu_milli);
+      q.guarantee.memory_bytes = std::max(q.guarantee.memory_bytes, deserved.memory_bytes);
+      q.guarantee.gpu_milli = std::max(q.guarantee.gpu_milli, deserved.gpu_milli);
     }
     Ignore(r, {"affinity", "type", "extendClusters"});
     TESSERA_RETURN_IF_ERROR(r.Finish());
@@ -775,8 +825,12 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
         *out = FailureAction::kFailJob;
       else if (name == "RestartJob")
         *out = FailureAction::kRestartJob;
-      else if (name == "RestartTask")
+      else if (name == "RestartTask" && out == &s.restart.on_failure)
         *out = FailureAction::kRestartTask;
+      else if (name == "RestartTask")  // (the engine and the node events evict whole jobs)
+        return InvalidArgument(
+            "spec.restartPolicy.onEviction: RestartTask is not supported: an eviction restarts "
+            "the whole job (RestartJob) or fails it (FailJob)");
       else
         return InvalidArgument(std::string("spec.restartPolicy.") + key + ": unknown \"" + name +
                                "\" (FailJob, RestartJob, RestartTask)");

@@ -154,6 +154,29 @@ TEST(Spec, QueuesAndPriorityClasses) {
   EXPECT_TRUE((*pcs)[2].priority_class.global_default);
 }
 
+// Volcano's deserved is the share a queue reclaims back to (Tessera's guarantee), also when a
+// guarantee floor is given beside it; a GPU capability of 0 ("no GPUs" in Volcano) is refused,
+// not read as uncapped; CPU and memory capabilities of 0 are uncapped in both.
+TEST(Spec, VolcanoQueueDeservedAndZeroCapability) {
+  const std::string head =
+      "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\nspec:\n";
+  auto both = ParseDocuments(head +
+                             "  guarantee: {resource: {nvidia.com/gpu: 1, cpu: 8}}\n"
+                             "  deserved: {nvidia.com/gpu: 6, cpu: 4}\n");
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ((*both)[0].queue.guarantee.gpu_milli, 6000);
+  EXPECT_EQ((*both)[0].queue.guarantee.cpu_milli, 8000);
+  auto zero_gpu = ParseDocuments(head + "  capability: {cpu: 64, nvidia.com/gpu: 0}\n");
+  ASSERT_FALSE(zero_gpu.ok());
+  EXPECT_NE(zero_gpu.status().message().find("spec.capability.nvidia.com/gpu: 0 (no GPUs, in "
+                                             "Volcano) is not supported"),
+            std::string::npos)
+      << zero_gpu.status().message();
+  auto zero_cpu = ParseDocuments(head + "  capability: {cpu: 0, nvidia.com/gpu: 4}\n");
+  ASSERT_TRUE(zero_cpu.ok()) << zero_cpu.status().ToString();
+  EXPECT_EQ((*zero_cpu)[0].queue.limit->gpu_milli, 4000);
+}
+
 TEST(Spec, SbatchDirectives) {
   auto s = ParseDocuments(SeedFile("train.sbatch"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -772,6 +795,44 @@ TEST(Spec, VolcanoExitCodesAndTaskPolicies) {
   }
 }
 
+// A Volcano task's restartPolicy: OnFailure (the kubelet restarts the container in place)
+// restarts that task alone, unless a policy says what a failed pod does; it used to be read
+// and dropped, and the job failed on its first non-zero exit.
+TEST(Spec, VolcanoTaskRestartPolicyOnFailure) {
+  const std::string head =
+      "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n";
+  const std::string on_failure =
+      "template: {spec: {restartPolicy: OnFailure, containers: [{name: c, command: [x]}]}}";
+  const std::string never =
+      "template: {spec: {restartPolicy: Never, containers: [{name: c, command: [x]}]}}";
+  auto d = ParseDocuments(head + "  tasks:\n  - {name: a, replicas: 1, " + on_failure +
+                          "}\n  - {name: b, replicas: 1, " + never + "}\n");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const JobSpec& j = (*d)[0].job;
+  EXPECT_EQ(j.RestartFor(0).OnFailure(1), FailureAction::kRestartTask);
+  EXPECT_EQ(j.RestartFor(0).max_retries, 3);  // Volcano's maxRetry default
+  EXPECT_EQ(j.RestartFor(1).OnFailure(1), FailureAction::kFailJob);
+  // A policy naming the failure stands.
+  auto p = ParseDocuments(head + "  policies: [{event: PodFailed, action: AbortJob}]\n" +
+                          "  tasks:\n  - {name: a, replicas: 1, " + on_failure + "}\n");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)[0].job.RestartFor(0).OnFailure(1), FailureAction::kFailJob);
+  // PodEvicted -> RestartTask: an eviction takes the whole job here, so the job stores (and
+  // describe shows) RestartJob; Tessera's own shape refuses it.
+  auto e = ParseDocuments(head + "  policies: [{event: PodEvicted, action: RestartTask}]\n" +
+                          "  tasks:\n  - {name: a, replicas: 1, " + never + "}\n");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ((*e)[0].job.restart.on_eviction, FailureAction::kRestartJob);
+  auto own = ParseDocuments(
+      "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec:\n  restartPolicy: "
+      "{onEviction: RestartTask}\n  tasks: [{replicas: 1, command: [x]}]\n");
+  ASSERT_FALSE(own.ok());
+  EXPECT_NE(
+      own.status().message().find("spec.restartPolicy.onEviction: RestartTask is not supported"),
+      std::string::npos)
+      << own.status().message();
+}
+
 TEST(Spec, RejectsWithFieldPaths) {
   struct Case {
     const char* name;
@@ -810,6 +871,35 @@ TEST(Spec, RejectsWithFieldPaths) {
        "minAvailable: 5\n"
        "  tasks: [{replicas: 1, template: {spec: {containers: [{name: c}]}}}]\n",
        "spec.minAvailable"},
+      // One placement per job: a later task whose template differs is refused, not placed by
+      // the first task's (a worker's required affinity was ignored, a toleration dropped).
+      {"second task's own tolerations",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {replicas: 1, template: {spec: {containers: [{name: c}]}}}\n"
+       "  - {replicas: 1, template: {spec: {tolerations: [{key: g, operator: Exists}], "
+       "containers: [{name: c}]}}}\n",
+       "spec.tasks[1].template.spec.tolerations: every task of a job must use the same "
+       "tolerations"},
+      {"second task's own affinity",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {replicas: 1, template: {spec: {containers: [{name: c}]}}}\n"
+       "  - replicas: 1\n    template:\n      spec:\n        containers: [{name: c}]\n"
+       "        affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
+       "{nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, "
+       "values: [n2]}]}]}}}\n",
+       "spec.tasks[1].template.spec.affinity: every task of a job must use the same affinity"},
+      {"second task's own grace period",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {replicas: 1, template: {spec: {containers: [{name: c}]}}}\n"
+       "  - {replicas: 1, template: {spec: {terminationGracePeriodSeconds: 5, containers: "
+       "[{name: c}]}}}\n",
+       "spec.tasks[1].template.spec.terminationGracePeriodSeconds: every task"},
+      {"second task's own deadline",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {replicas: 1, template: {spec: {activeDeadlineSeconds: 60, containers: [{name: "
+       "c}]}}}\n"
+       "  - {replicas: 1, template: {spec: {containers: [{name: c}]}}}\n",
+       "spec.tasks[1].template.spec.activeDeadlineSeconds: every task"},
       {"unknown kind", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "kind: unsupported"},
       {"missing name", "apiVersion: v1\nkind: Pod\nspec: {containers: [{name: c}]}\n",
        "metadata.name: required"},
