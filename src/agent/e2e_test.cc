@@ -462,11 +462,13 @@ TEST_F(EndToEndTest, AgentThatLostItsWorkDirHasItsTasksRestarted) {
   std::ofstream(journal, std::ios::app) << "end " << first << "\n";
   fs::rename(dir_ / "agent", dir_ / "agent.old");  // ...and to the work dir
   StartAgent();
-  // A new work dir is another agent to the server: it takes the node over once the old one
-  // has been silent for an agent's lease (20 s).
-  ASSERT_TRUE(WaitFor([&] { return HasEvent("NodeRestarted"); }, 60))
+  // A new work dir is another agent to the server, which cannot know the old tasks: it
+  // takes the node over once they have surely stopped (the old agent's lease 20 s, a
+  // heartbeat, the task's 30 s grace); by then the node was written off (NodeLost).
+  ASSERT_TRUE(WaitFor([&] { return HasEvent("NodeRestarted") || HasEvent("NodeLost"); }, 60))
       << Slurp((dir_ / "agent.log").string());
-  ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 2; }));
+  ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 2; }, 90))
+      << Slurp((dir_ / "agent.log").string());
   ASSERT_TRUE(WaitFor([&] { return JobField("e2e-wiped", "state") == "\"Running\""; }));
   EXPECT_EQ(JobField("e2e-wiped", "attempt"), "2");
   EXPECT_FALSE(HasEvent("TasksAdopted"));

@@ -119,11 +119,18 @@ int64_t MonotonicSeconds() {
 
 // Whether the lease file was last touched over `seconds` and half a second ago: after a
 // live agent's own lease ran out (it stops its tasks itself, with its reason), and well
-// before the server's fence, a heartbeat later. A missing file is not a lapse (nobody keeps
-// one). Async-signal-safe, for the monitor.
-bool LeaseLapsed(const char* path, int64_t seconds) {
+// before the server's fence, a heartbeat later. `fd` is the file the monitor opened when the
+// task started: once it is unlinked (the work dir wiped or moved), its keeper is gone even
+// if a new agent keeps a new file at the same path, which knows nothing of this task. Without
+// one (none could be opened), a missing file is not a lapse (nobody keeps one).
+// Async-signal-safe, for the monitor.
+bool LeaseLapsed(int fd, const char* path, int64_t seconds) {
   struct stat st {};
-  if (::stat(path, &st) != 0) return false;
+  if (fd >= 0) {
+    if (::fstat(fd, &st) != 0 || st.st_nlink == 0) return true;
+  } else if (::stat(path, &st) != 0) {
+    return false;
+  }
   struct timespec now {};
   ::clock_gettime(CLOCK_REALTIME, &now);
   const int64_t ms =
@@ -433,6 +440,7 @@ Status Executor::Start(const TaskSpec& spec) {
     while (::read(3, &go, 1) < 0 && errno == EINTR) {
     }
     ::close(3);
+    const int lease_fd = lease > 0 ? ::open(lease_c, O_RDONLY | O_CLOEXEC) : -1;
     // Blocked before the fork: the task's end is pending for sigtimedwait below even when it
     // comes at once. (The task unblocks it.)
     sigset_t chld;
@@ -474,7 +482,7 @@ Status Executor::Start(const TaskSpec& spec) {
           status = 127 << 8;
           break;
         }
-        if (lease > 0 && kill_at < 0 && LeaseLapsed(lease_c, lease)) {
+        if (lease > 0 && kill_at < 0 && LeaseLapsed(lease_fd, lease_c, lease)) {
           int fd = ::open(stopped_c, O_WRONLY | O_CREAT | O_TRUNC, 0644);
           if (fd >= 0) {
             const char kWhy[] = "stopped: agent gone (its lease lapsed)\n";

@@ -443,6 +443,31 @@ TEST_F(ExecutorTest, ATaskStopsOnItsOwnWhenItsAgentsLeaseLapses) {
   EXPECT_TRUE(live.WaitAll(20000));
 }
 
+// A wiped work dir: the lease file the task's monitor knew is gone, and a new agent keeps a
+// new one at the same path, fresh, but knows nothing of the task. The task stops: it used
+// to run on for ever beside the attempt the server then started on the same devices.
+TEST_F(ExecutorTest, ATaskStopsWhenItsAgentsLeaseFileIsReplaced) {
+  const std::string d = dir_.string() + "/tasks/";
+  const std::string lease = dir_.string() + "/lease";
+  std::ofstream(lease) << "";
+  ExecutorOptions o = Options();
+  o.lease_file = lease;
+  o.lease_seconds = [] { return int64_t{3600}; };  // no lapse by age in this test
+  Executor agent(o);
+  TaskSpec t = Shell("a-wiped", "echo $$ > pid; exec sleep 60");
+  t.grace_period_seconds = 1;
+  ASSERT_TRUE(agent.Start(t).ok());
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-wiped/pid"); }));
+  const pid_t task = std::atoi(Slurp(d + "a-wiped/pid").c_str());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_TRUE(Running(task));
+  fs::remove(lease);
+  std::ofstream(lease) << "";                            // the next agent's, at the same path
+  EXPECT_TRUE(WaitFor([&] { return !Running(task); }));  // 250 ms checks + the 1 s grace
+  agent.StopAll("test over");
+  EXPECT_TRUE(agent.WaitAll(20000));
+}
+
 TEST_F(ExecutorTest, CgroupStatusIsExplained) {
   Executor ex(Options());
   // Whatever this machine allows, the executor says what it did and why.

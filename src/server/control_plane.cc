@@ -1223,6 +1223,9 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         return InvalidArgument(ctx + s.origin.priority_class + ": unknown priority class \"" +
                                s.job.priority_class + "\" (known: " + Join(known, ", ") + ")");
       }
+      // As Kubernetes' Priority admission: the global default is resolved once, at submit,
+      // and kept with the job; a later change of default leaves accepted jobs as they were.
+      if (s.job.priority_class.empty()) s.job.priority_class = DefaultPriorityClass();
       JobRecord r;
       r.seq = next_job_seq_++;
       if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);
@@ -2397,14 +2400,32 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   // Refused until the agent has been silent for an agent's default lease (10 heartbeats),
   // after which a live one has stopped its tasks itself: not merely after a stall of a few
   // seconds. (A node that rebooted and lost its work dir waits as long.)
-  if (!fresh && it->second.node.ready && !instance.empty() && !it->second.instance_id.empty() &&
-      instance != it->second.instance_id &&
-      Now() - it->second.last_heartbeat <= options_.heartbeat_seconds * kAgentLeaseHeartbeats)
-    return FailedPrecondition(
-        "node " + node->name + " is served by another live agent (work dir id " +
-        it->second.instance_id + ", last heartbeat " +
-        std::to_string(Now() - it->second.last_heartbeat) + " s ago; this agent's is " + instance +
-        "): two agents with one node name? Give this one its own --node");
+  // An agent with another work dir cannot know the previous agent's tasks either (a wiped
+  // or moved work dir): their monitors stop them once that agent's lease lapses, after their
+  // grace period; until then their devices are not free, so it waits as a lost node's work
+  // does (lease, a heartbeat, the longest grace period of its tasks there).
+  if (!fresh && !instance.empty() && !it->second.instance_id.empty() &&
+      instance != it->second.instance_id) {
+    const NodeRecord& old = it->second;
+    const int64_t hb = options_.heartbeat_seconds;
+    int64_t until = old.last_heartbeat + hb * kAgentLeaseHeartbeats;
+    const int64_t lease = old.lease_seconds >= 0 ? old.lease_seconds : hb * kAgentLeaseHeartbeats;
+    if (lease > 0) {
+      int64_t grace = 0;
+      for (const auto& [id, a] : allocations_)
+        if (a.placement.node == node->name && a.HoldsDevices())
+          grace = std::max(grace, a.grace_period_seconds);
+      until = std::max(until, old.last_heartbeat + lease + hb + grace);
+    }
+    if (Now() <= until)
+      return FailedPrecondition(
+          "node " + node->name + " is served by another live agent (work dir id " +
+          old.instance_id + ", last heartbeat " + std::to_string(Now() - old.last_heartbeat) +
+          " s ago; this agent's is " + instance +
+          "): two agents with one node name? Give this one its own --node. (If this node's "
+          "work dir was replaced, its earlier tasks may still run: it may register in " +
+          std::to_string(until - Now() + 1) + " s, once they have surely stopped.)");
+  }
   NodeRecord& n = nodes_[node->name];
   bool new_boot = fresh || n.boot_id != boot;
   bool was_ready = !fresh && n.node.ready;

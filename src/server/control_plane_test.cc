@@ -441,6 +441,11 @@ TEST_F(ControlPlaneTest, OneGlobalDefaultPriorityClassAndNoWrappedValues) {
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("j", 1, 0)).ok());
   EXPECT_EQ(Job("j")["priorityClass"], "other");
   EXPECT_EQ(Job("j")["priority"], 20);
+  // As Kubernetes' admission: the default is resolved once, at submit; moving it later
+  // leaves the accepted job at its class (it used to follow the new default).
+  ASSERT_TRUE(cp_->Apply(kAdmin, pc("other", "20", false) + "---\n" + pc("low", "10", true)).ok());
+  EXPECT_EQ(Job("j")["priorityClass"], "other");
+  EXPECT_EQ(Job("j")["priority"], 20);
 }
 
 TEST_F(ControlPlaneTest, SubmitIsDurableAndNamedErrorsAreReturned) {
@@ -2025,29 +2030,51 @@ TEST_F(ControlPlaneTest, ARequeuedJobKeepsItsServiceAndStartsAfresh) {
   EXPECT_EQ(Job("victim")["attainedGpuSeconds"], 8000);
 }
 
+// node-a's registration by an agent of that boot and work dir id.
+Json AgentDoc(const std::string& boot, const std::string& instance) {
+  Json d = NodeDoc("node-a", 8);
+  d["bootId"] = boot;
+  d["instanceId"] = instance;
+  return d;
+}
+
 // A second agent under a node name that a live agent serves is refused (it would take the
 // node over back and forth, both running its tasks); the owner of the node's work dir may
 // come back at once with a new boot, and once the first goes quiet the second may take over.
 TEST_F(ControlPlaneTest, ASecondLiveAgentForANodeIsRefused) {
-  auto doc = [](const std::string& boot, const std::string& instance) {
-    Json d = NodeDoc("node-a", 8);
-    d["bootId"] = boot;
-    d["instanceId"] = instance;
-    return d;
-  };
-  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-1", "workdir-1")).ok());
-  auto twin = cp_->RegisterAgent(kAdmin, doc("boot-2", "workdir-2"));
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, AgentDoc("boot-1", "workdir-1")).ok());
+  auto twin = cp_->RegisterAgent(kAdmin, AgentDoc("boot-2", "workdir-2"));
   EXPECT_EQ(twin.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(twin.status().message().find("node node-a is served by another live agent (work dir "
                                          "id workdir-1"),
             std::string::npos)
       << twin.status().message();
-  EXPECT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-3", "workdir-1")).ok()) << "its restart";
+  EXPECT_TRUE(cp_->RegisterAgent(kAdmin, AgentDoc("boot-3", "workdir-1")).ok()) << "its restart";
   clock_.now += 6;  // a stall of a few seconds: still its node
-  EXPECT_EQ(cp_->RegisterAgent(kAdmin, doc("boot-4", "workdir-2")).status().code(),
+  EXPECT_EQ(cp_->RegisterAgent(kAdmin, AgentDoc("boot-4", "workdir-2")).status().code(),
             StatusCode::kFailedPrecondition);
-  clock_.now += 15;  // silent past an agent's lease (its tasks stopped)
-  EXPECT_TRUE(cp_->RegisterAgent(kAdmin, doc("boot-4", "workdir-2")).ok());
+  clock_.now += 17;  // silent past an agent's lease and a heartbeat (its tasks stopped)
+  EXPECT_TRUE(cp_->RegisterAgent(kAdmin, AgentDoc("boot-4", "workdir-2")).ok());
+}
+
+// A node whose work dir was wiped: its new agent cannot know the old tasks, whose monitors
+// stop them only once the old agent's lease has lapsed and their grace period passed. It may
+// register, and the devices be given out again, only then (it used to register at once, and
+// the next attempt ran on the same GPUs beside the old one).
+TEST_F(ControlPlaneTest, AnAgentWithANewWorkDirWaitsUntilTheOldTasksHaveStopped) {
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, AgentDoc("boot-1", "workdir-1")).ok());
+  const int64_t heard = clock_.now;
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("old", 1, 8, "  gracePeriodSeconds: 60\n")).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  ASSERT_NE(State("old"), "Pending");
+  // Lease 20 s + a heartbeat 2 s + the task's 60 s grace after its agent was last heard.
+  clock_.now = heard + 40;
+  auto early = cp_->RegisterAgent(kAdmin, AgentDoc("boot-2", "workdir-2"));
+  EXPECT_EQ(early.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(early.status().message().find("it may register in 43 s"), std::string::npos)
+      << early.status().message();
+  clock_.now = heard + 83;
+  EXPECT_TRUE(cp_->RegisterAgent(kAdmin, AgentDoc("boot-2", "workdir-2")).ok());
 }
 
 // Every node carries kubernetes.io/hostname=<its name>, as kubelet sets it, whatever its
