@@ -563,9 +563,13 @@ void Executor::Stop(const std::string& allocation, const std::string& reason) {
   // Kept beside the task: an agent that exits before the task does (or crashes) leaves its
   // successor to report it, and the successor must know the agent stopped it: killed (not
   // the task's failure), and why.
-  (void)WriteFileWhole(TaskDir(allocation) + "/stopped", reason + "\n", 0644,
+  // Its second line is when the grace period ends (wall clock), so that a successor keeps
+  // the deadline rather than killing the task at once.
+  const int64_t grace = std::max<int64_t>(0, p.grace_seconds);
+  (void)WriteFileWhole(TaskDir(allocation) + "/stopped",
+                       reason + "\nkill-at " + std::to_string(::time(nullptr) + grace) + "\n", 0644,
                        Durability::kProcessCrash);
-  p.kill_at = SteadyClock::now() + std::chrono::seconds(std::max<int64_t>(0, p.grace_seconds));
+  p.kill_at = SteadyClock::now() + std::chrono::seconds(grace);
   ::kill(-static_cast<pid_t>(p.st.pid), p.grace_seconds > 0 ? SIGTERM : SIGKILL);
   if (p.grace_seconds <= 0) {
     TaskCgroups::Kill(p.cgroup);
@@ -738,10 +742,15 @@ Status Executor::Recover() {
     }
     p->adopted = true;
     if (std::string why = StopReason(root + "/" + id); !why.empty()) {
-      // An earlier agent was stopping it: finish the stop (SIGKILL when still alive).
+      // An earlier agent was stopping it: finish the stop, SIGKILL when its grace period
+      // (the file's "kill-at", when there is one) is over and it still runs.
       p->st.stopping = true;
       p->stop_reason = why;
-      p->kill_at = SteadyClock::now();
+      int64_t left = 0;
+      const std::string file = ReadFile(root + "/" + id + "/stopped");
+      if (size_t k = file.find("\nkill-at "); k != std::string::npos)
+        left = std::atoll(file.c_str() + k + 9) - ::time(nullptr);
+      p->kill_at = SteadyClock::now() + std::chrono::seconds(std::clamp<int64_t>(left, 0, 86400));
     }
     procs_[id] = p;
     std::string rec = ReadFile(root + "/" + id + "/exit");

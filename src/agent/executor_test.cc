@@ -468,6 +468,36 @@ TEST_F(ExecutorTest, ATaskStopsWhenItsAgentsLeaseFileIsReplaced) {
   EXPECT_TRUE(agent.WaitAll(20000));
 }
 
+// An agent restarted while a task of it is stopping keeps the task's grace period: the task
+// (checkpointing on SIGTERM) is killed when the period ends, not as soon as the next agent
+// adopts it.
+TEST_F(ExecutorTest, AnAdoptedStoppingTaskKeepsItsGracePeriod) {
+  const std::string d = dir_.string() + "/tasks/";
+  pid_t task = 0;
+  {
+    Executor agent(Options());
+    TaskSpec t = Shell("a-grace", "trap '' TERM; echo $$ > pid; sleep 60");
+    t.grace_period_seconds = 4;
+    ASSERT_TRUE(agent.Start(t).ok());
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-grace/pid"); }));
+    task = std::atoi(Slurp(d + "a-grace/pid").c_str());
+    agent.Stop("a-grace", "cancelled");
+  }  // the agent is gone while its task is stopping
+  Executor next(Options());
+  ASSERT_TRUE(next.Recover().ok());
+  const auto adopted = std::chrono::steady_clock::now();
+  for (int i = 0; i < 15; ++i) {  // 1.5 s of the 4 s grace
+    next.Poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(Running(task)) << "killed at once by the adopting agent";
+  EXPECT_TRUE(WaitFor([&] {
+    next.Poll();
+    return !Running(task);
+  }));
+  EXPECT_GE(std::chrono::steady_clock::now() - adopted, std::chrono::seconds(2));
+}
+
 TEST_F(ExecutorTest, CgroupStatusIsExplained) {
   Executor ex(Options());
   // Whatever this machine allows, the executor says what it did and why.
