@@ -206,6 +206,14 @@ Status RunServer(const ServerFlags& flags) {
     std::fprintf(stderr,
                  "tessera server: admin token in %s/admin.token (the CLI reads it from there)\n",
                  flags.data_dir.c_str());
+  else if (flags.auth_config.empty())
+    // The store keeps only tokens' hashes: a lost file is not written again (it would need a
+    // new admin token nobody asked for), but say so rather than start locked out in silence.
+    std::fprintf(stderr,
+                 "tessera server: warning: %s/admin.token is missing; the admin tokens are "
+                 "those stored before (only their holders have them). Without one, restart "
+                 "with --auth-config giving an admin token (docs/api.md, Auth)\n",
+                 flags.data_dir.c_str());
   std::vector<StopFn> stop_pools;  // pools other systems run (hooks.h), stopped in reverse
   auto stop_all_pools = [&] {
     for (auto it = stop_pools.rbegin(); it != stop_pools.rend(); ++it) (*it)();

@@ -127,6 +127,14 @@ class SqliteStore final : public Store {
       // Only the message of a later refusal loses the pid; the lock itself holds.
     }
     std::string path = dir + "/tessera.db";
+    // A write-ahead log without its database is a state whose main file was lost (deleted,
+    // not restored from a backup): SQLite would drop the log and start empty, and an empty
+    // server has every agent stop every task. Refused, naming both files.
+    if (!std::filesystem::exists(path) && std::filesystem::exists(path + "-wal"))
+      return FailedPrecondition(
+          path + " is missing but " + path +
+          "-wal is there: the database file was lost (restore it, with the -wal beside it); "
+          "refusing to start an empty cluster over it (move the -wal away to start afresh)");
     if (sqlite3_open_v2(path.c_str(), &wdb_,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         nullptr) != SQLITE_OK)

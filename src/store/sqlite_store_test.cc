@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "store/store.h"
@@ -67,6 +68,23 @@ TEST(SqliteStore, ASecondOpenOfTheDataDirIsRefused) {
       << second.status().message();
   first->reset();
   EXPECT_TRUE(OpenSqliteStore(dir).ok());
+  std::filesystem::remove_all(dir);
+}
+
+// A data dir whose tessera.db was lost but whose -wal is there (all the state of a server
+// killed before a checkpoint) is refused: SQLite would delete the log and start empty.
+TEST(SqliteStore, AWalWithoutItsDatabaseIsRefused) {
+  std::string dir = TempDir("walonly");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/tessera.db-wal") << "log";
+  auto s = OpenSqliteStore(dir);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(
+      s.status().message().find("tessera.db is missing but " + dir + "/tessera.db-wal is there"),
+      std::string::npos)
+      << s.status().message();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/tessera.db-wal"));  // nothing was dropped
   std::filesystem::remove_all(dir);
 }
 
