@@ -858,6 +858,10 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
       TaskTemplate tt;
       if (t.is_object()) {
         std::string p = Idx("spec.tasks", i);
+        if (t.contains("restartPolicy"))
+          return InvalidArgument(p +
+                                 ".restartPolicy: one per job here: give it as "
+                                 "spec.restartPolicy");
         Json proc = Json::object();
         for (const char* k : {"command", "env", "workingDir"})
           if (t.contains(k)) {

@@ -900,6 +900,10 @@ TEST(Spec, RejectsWithFieldPaths) {
        "c}]}}}\n"
        "  - {replicas: 1, template: {spec: {containers: [{name: c}]}}}\n",
        "spec.tasks[1].template.spec.activeDeadlineSeconds: every task"},
+      {"task restartPolicy",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec:\n  tasks: [{replicas: 1, "
+       "command: [x], restartPolicy: {onFailure: RestartJob}}]\n",
+       "spec.tasks[0].restartPolicy: one per job here: give it as spec.restartPolicy"},
       {"unknown kind", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "kind: unsupported"},
       {"missing name", "apiVersion: v1\nkind: Pod\nspec: {containers: [{name: c}]}\n",
        "metadata.name: required"},
