@@ -229,24 +229,33 @@ void ClusterMetrics::Update(const ClusterView& view) {
   std::map<std::string, int64_t> queue_cost_rate;  // micro-currency per hour
   std::map<std::string, const Node*> node_by_name;
   for (const Node& n : s.nodes) node_by_name[n.name] = &n;
+  // An exclusive job is charged each of its nodes whole, once (the engine's charge, what
+  // `get queues` shows): its placeholders "<job>#<allocation>" are one job.
+  std::set<std::pair<std::string_view, std::string_view>> whole;
   for (const Job& j : s.jobs) {
+    const std::string_view job = std::string_view(j.id).substr(0, j.id.find('#'));
     for (const auto& a : j.allocations) {
-      if (!a) continue;
-      int64_t gpu_milli = 0;
+      if (!a || a->idle) continue;  // a finished task's place holds nothing, as `get queues`
       for (const DeviceAssignment& d : a->devices) {
-        gpu_milli += d.milli;
         device_milli[{a->node, d.device}] += d.milli;
         if (d.mig_instance >= 0) mig_taken[{a->node, d.device}].insert(d.mig_instance);
       }
-      for (Usage* u : {&node_use[a->node], &queue_use[j.queue]}) {
-        u->cpu_milli += a->cpu_milli;
-        u->memory_bytes += a->memory_bytes;
-        u->gpu_milli += gpu_milli;
-      }
-      node_queue_gpu[{a->node, j.queue}] += gpu_milli;
       auto node = node_by_name.find(a->node);
+      Usage charge{a->cpu_milli, a->memory_bytes, a->GpuMilli()};
+      if (j.exclusive && node != node_by_name.end()) {
+        const bool first = whole.emplace(job, node->first).second;
+        charge.cpu_milli = first ? node->second->cpu_milli : 0;
+        charge.gpu_milli = first ? HealthyGpuMilli(*node->second) : 0;
+      }
+      for (Usage* u : {&node_use[a->node], &queue_use[j.queue]}) {
+        u->cpu_milli += charge.cpu_milli;
+        u->memory_bytes += charge.memory_bytes;
+        u->gpu_milli += charge.gpu_milli;
+      }
+      node_queue_gpu[{a->node, j.queue}] += charge.gpu_milli;
       if (node != node_by_name.end()) {
-        queue_cost_rate[j.queue] += gpu_milli * node->second->cost_micros_per_gpu_hour / 1000;
+        queue_cost_rate[j.queue] +=
+            charge.gpu_milli * node->second->cost_micros_per_gpu_hour / 1000;
       }
     }
   }

@@ -262,6 +262,44 @@ TEST_F(ClusterMetricsTest, PlaceholdersOfOneJobCountOnce) {
   EXPECT_EQ(Value(text, "tessera_node_allocated_cpu_cores{node=\"gpu-a\",pool=\"own\"}"), "9");
 }
 
+// An exclusive job holds its nodes whole: the engine charges it every healthy GPU and every
+// core of each (what `get queues` shows), and so do the queue, node and cost figures; the
+// device gauges show the devices its tasks were bound.
+TEST_F(ClusterMetricsTest, AnExclusiveJobIsChargedItsNodesWhole) {
+  auto train = std::find_if(snapshot_.jobs.begin(), snapshot_.jobs.end(),
+                            [](const Job& j) { return j.id == "train"; });
+  ASSERT_NE(train, snapshot_.jobs.end());
+  train->exclusive = true;
+  train->id = "train#a-1";  // in transition: one placeholder per allocation, one job
+  train->allocations[0]->devices = {{.device = 0}};
+  Job second = *train;
+  second.id = "train#a-2";  // a second task on the same node, without a GPU
+  second.allocations[0]->devices = {};
+  second.allocations[0]->cpu_milli = 1000;
+  snapshot_.jobs.push_back(second);
+  m_.Update(view_);
+  view_.now += 1800;
+  m_.Update(view_);
+  const std::string text = "\n" + m_.RenderText();
+  const std::pair<std::string, std::string> cases[] = {
+      // gpu-a (2 GPUs, 64 cores, 2/GPU-h) once, whatever its tasks were bound.
+      {"tessera_queue_allocated_gpus{queue=\"ml\"}", "2"},
+      {"tessera_queue_subtree_allocated_gpus{queue=\"ml\"}", "2"},
+      {"tessera_queue_subtree_allocated_gpus{queue=\"org\"}", "2"},
+      {"tessera_queue_allocated_cpu_cores{queue=\"ml\"}", "64"},
+      {"tessera_node_allocated_gpus{node=\"gpu-a\",pool=\"own\"}", "2"},
+      {"tessera_node_allocated_cpu_cores{node=\"gpu-a\",pool=\"own\"}", "64"},
+      {"tessera_allocated_gpus{node=\"gpu-a\",queue=\"ml\"}", "2"},
+      {"tessera_queue_cost_per_hour{queue=\"ml\"}", "4"},
+      {"tessera_queue_gpu_seconds_total{queue=\"ml\"}", "3600"},  // 2 GPUs x 1800 s
+      {"tessera_queue_cost_total{queue=\"ml\"}", "2"},
+      // The device no task was bound: not in use, though nobody else may have it.
+      {"tessera_gpu_allocated_ratio{node=\"gpu-a\",gpu=\"0\",UUID=\"GPU-a0\"}", "1"},
+      {"tessera_gpu_allocated_ratio{node=\"gpu-a\",gpu=\"1\",UUID=\"GPU-a1\"}", "0"},
+  };
+  for (const auto& [series, want] : cases) EXPECT_EQ(Value(text, series), want) << series;
+}
+
 TEST_F(ClusterMetricsTest, APendingJobWithLingeringAllocationsIsPendingOnce) {
   // Requeued "train": pending again while its old allocation still holds GPUs.
   auto train = std::find_if(snapshot_.jobs.begin(), snapshot_.jobs.end(),

@@ -1667,7 +1667,7 @@ int64_t ControlPlane::ChargedGpuMilli(const Job& job,
     if (n == nodes_.end()) {
       milli += a->placement.GpuMilli();
     } else if (whole.insert(n->first).second) {
-      for (const Device& d : n->second.node.devices) milli += d.healthy ? 1000 : 0;
+      milli += HealthyGpuMilli(n->second.node);
     }
   }
   return milli;
@@ -1750,11 +1750,18 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
     // Not the restart's stand-in: nobody has heard from the node since then.
     if (n.heard_since_start) o["lastHeartbeat"] = n.last_heartbeat;
     o["agentVersion"] = n.agent_version;
+    // In use as queues are charged: a node an exclusive job holds is taken whole.
     int64_t used = 0;
     Json allocs = Json::array();
+    std::map<std::string, std::vector<const Allocation*>> by_job;
     for (const Allocation* a : by_node[name]) {
-      used += a->placement.GpuMilli();
+      by_job[a->job].push_back(a);
       if (with_allocations) allocs.push_back(view(*a));
+    }
+    static const tessera::Job kShared;
+    for (const auto& [job, held] : by_job) {
+      auto j = jobs_.find(job);
+      used += ChargedGpuMilli(j != jobs_.end() ? j->second.spec.job : kShared, held);
     }
     o["gpus"] = static_cast<int64_t>(n.node.devices.size());
     o["gpuMilliInUse"] = used;

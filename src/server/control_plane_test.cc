@@ -281,7 +281,8 @@ TEST_F(ControlPlaneTest, AParentQueueShowsItsChildrensUse) {
   EXPECT_EQ(by_name["research"]["jobs"], 2);
 }
 
-// An exclusive job keeps its node to itself and is charged it whole (8 GPUs for its 1): a
+// An exclusive job keeps its node to itself and is charged it whole (8 GPUs for its 1, in
+// `get queues` and `get nodes`): a
 // job submitted after it goes to the other node, though the first has 7 GPUs free. Both
 // survive a restart of the server, as the stored spec keeps `exclusive`.
 TEST_F(ControlPlaneTest, AnExclusiveJobHoldsItsNodeWholeAcrossARestart) {
@@ -308,8 +309,12 @@ TEST_F(ControlPlaneTest, AnExclusiveJobHoldsItsNodeWholeAcrossARestart) {
       if (q["name"] == "default") return q["gpuMilliInUse"].get<int64_t>();
     return int64_t{-1};
   };
-  EXPECT_EQ(in_use(), 8000 + 1000);  // node-a whole, and plain's one GPU
-  Reopen();                          // the real engine again
+  EXPECT_EQ(in_use(), 8000 + 1000);            // node-a whole, and plain's one GPU
+  std::map<std::string, int64_t> node_in_use;  // `get nodes` says the same
+  const Json nodes = cp_->ListNodes(kAdmin, false);
+  for (const auto& n : nodes["items"]) node_in_use[n["name"]] = n["gpuMilliInUse"];
+  EXPECT_EQ(node_in_use, (std::map<std::string, int64_t>{{"node-a", 8000}, {"node-b", 1000}}));
+  Reopen();  // the real engine again
   EXPECT_EQ((*cp_->GetJob(kAdmin, "whole", false))["exclusive"], true);
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("later", 1, 1)).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
