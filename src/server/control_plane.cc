@@ -2157,21 +2157,37 @@ bool ControlPlane::WrittenOff(const Allocation& a) const {
   return j == jobs_.end() || !FenceHolds(j->second);
 }
 
-// The attempt's GPU time (its devices' milli x how long it held them) joins the service of
-// the earlier ones: a requeued job keeps its place in least-attained-service order.
+// The attempt's GPU time joins the service of the earlier ones: a requeued job keeps its
+// place in least-attained-service order. Each allocation of the attempt (RestartTask adds
+// one per restart) counts its devices' milli for as long as it held them, from its binding
+// to the end of its termination (now for one still holding them, e.g. lost with its node);
+// an exclusive job counts each node whole while any of its tasks held it.
 void ControlPlane::EndAttempt(JobRecord& j) {
   if (j.run_started_at < 0) return;
-  // Per task, its latest allocation of the attempt (RestartTask adds one per restart).
-  std::map<int32_t, const Allocation*> latest;
+  const int64_t now = Now();
+  int64_t milli_seconds = 0;
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> exclusive;  // node: spans
   for (const auto& id : j.allocations) {
     const Allocation& a = allocations_.at(id);
     if (a.attempt != j.attempt) continue;
-    latest[a.task] = &a;
+    const int64_t from = std::max(a.created_at, j.run_started_at);
+    const int64_t to = a.HoldsDevices() || a.finished_at <= 0 ? now : std::min(a.finished_at, now);
+    if (to <= from) continue;
+    if (j.spec.job.exclusive && nodes_.count(a.placement.node))
+      exclusive[a.placement.node].push_back({from, to});
+    else
+      milli_seconds += (to - from) * a.placement.GpuMilli();
   }
-  std::vector<const Allocation*> held;
-  for (const auto& [task, a] : latest) held.push_back(a);
-  const int64_t milli = ChargedGpuMilli(j.spec.job, held);
-  j.attained_gpu_milli_seconds += std::max<int64_t>(0, Now() - j.run_started_at) * milli;
+  for (auto& [node, spans] : exclusive) {
+    std::sort(spans.begin(), spans.end());
+    int64_t held = 0, covered = spans.front().first;  // the spans' union
+    for (const auto& [from, to] : spans) {
+      held += std::max<int64_t>(0, to - std::max(from, covered));
+      covered = std::max(covered, to);
+    }
+    milli_seconds += held * HealthyGpuMilli(nodes_.at(node).node);
+  }
+  j.attained_gpu_milli_seconds += milli_seconds;
   j.run_started_at = -1;
   j.attempt_started_at = -1;
 }

@@ -1030,6 +1030,34 @@ TEST_F(ControlPlaneTest, TimeLimitsStopTheJobAndFailIt) {
   EXPECT_EQ(State("deadline"), "Failed");
 }
 
+// A job's GPU service is each allocation's own: from its binding to the end of its
+// termination, not the whole attempt for every task; an exclusive job's node counts whole
+// while any of its tasks holds it. Both are stored with the job.
+TEST_F(ControlPlaneTest, EachTaskCountsTheGpuTimeItHeld) {
+  const int64_t epoch = Epoch("node-a");
+  // Two tasks of 1 GPU on node-a: one ends after 10 s, the other after 40 s.
+  auto run = [&](const std::string& name, const std::string& extra) {
+    ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc(name, 2, 1, extra)).ok());
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    const Json desired = Beat("node-a", epoch);
+    ASSERT_EQ(desired["allocations"].size(), 2u);
+    const std::string first = desired["allocations"][0]["allocation"];
+    const std::string second = desired["allocations"][1]["allocation"];
+    clock_.now += 10;
+    Beat("node-a", epoch, {Task(first, "succeeded"), Task(second, "running")});
+    clock_.now += 30;
+    Beat("node-a", epoch, {Task(second, "succeeded")});
+    ASSERT_EQ(State(name), "Succeeded");
+  };
+  ASSERT_NO_FATAL_FAILURE(run("pair", ""));
+  EXPECT_EQ(Job("pair")["attainedGpuSeconds"], 50);  // 1 GPU x 10 s + 1 GPU x 40 s, not 2 x 40
+  ASSERT_NO_FATAL_FAILURE(run("whole", "  exclusive: true\n"));
+  EXPECT_EQ(Job("whole")["attainedGpuSeconds"], 320);  // node-a's 8 GPUs x 40 s, once
+  Reopen();
+  EXPECT_EQ(Job("pair")["attainedGpuSeconds"], 50);
+  EXPECT_EQ(Job("whole")["attainedGpuSeconds"], 320);
+}
+
 TEST_F(ControlPlaneTest, AQuickJobHasStartedAndItsGpuTimeIsCounted) {
   int64_t epoch = Epoch("node-a");
   for (const char* name : {"quick", "cancelled"})
