@@ -196,6 +196,40 @@ TEST_F(ClusterMetricsTest, CostAndGpuSecondsAccrueExactlyInIntegers) {
   EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "256");
 }
 
+// Restored counters go on from what was stored. The first update counts the time since then
+// for the allocations it shows (still held at a restart), each job from its start where that
+// is later; with a persister, the counters show only what it took.
+TEST_F(ClusterMetricsTest, RestoredCountersFillTheGapAndShowWhatIsStored) {
+  for (Job& j : snapshot_.jobs)
+    if (j.id == "small") j.start_time = 800;  // bound while the server was down
+  m_.RestoreAccrual(
+      {.to = 500, .queues = {{"ml", {.cost_micros = 7'000'000, .gpu_seconds = 100}}}});
+  std::vector<Accrual> stored;
+  m_.PersistAccrualWith(
+      [&stored](const Accrual& a) {
+        stored.push_back(a);
+        return true;
+      },
+      10);
+  m_.Update(view_);  // now 1000
+  std::string text = "\n" + m_.RenderText();
+  // train: 2 GPUs x 500 s = 1000 GPU-s at 2/GPU-h = 0.555555; small: 0.142 GPU x 200 s.
+  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "1100");
+  EXPECT_EQ(Value(text, "tessera_queue_cost_total{queue=\"ml\"}"), "7.555555");
+  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "28");
+  ASSERT_EQ(stored.size(), 1u);  // the gap filled is stored at once
+  EXPECT_EQ(stored[0].to, 1000);
+  EXPECT_EQ(stored[0].queues["ml"].gpu_seconds, 1100);
+  EXPECT_EQ(stored[0].queues["ml"].cost_carry, 2000);  // 4/h x 500 s = 555555 + 2000/3600
+  view_.now += 5;
+  m_.Update(view_);  // 10 GPU-s more, not stored yet (every 10 s): not shown
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "1100");
+  ASSERT_TRUE(m_.FlushAccrual());
+  EXPECT_EQ(stored.back().to, 1005);
+  EXPECT_EQ(stored.back().queues["ml"].gpu_seconds, 1110);
+}
+
 TEST_F(ClusterMetricsTest, EachJobStartIsObservedOnceWithItsWait) {
   m_.Update(view_);
   m_.ObserveJobStart("ml", 200, 2500);  // "waiting" bound 2300 s after its submission

@@ -125,6 +125,7 @@ ControlPlane::~ControlPlane() {
   }
   loop_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
+  if (options_.on_stop) options_.on_stop();
 }
 
 StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Open(std::unique_ptr<store::Store> store,
