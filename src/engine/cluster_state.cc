@@ -15,10 +15,7 @@ ResourceVector AllocationVector(const TaskAllocation& a) {
 }
 
 ResourceVector WholeNodeVector(const Node& n) {
-  ResourceVector v{n.cpu_milli, 0, 0};
-  for (const Device& d : n.devices)
-    if (d.healthy) v.gpu_milli += 1000;
-  return v;
+  return ResourceVector{n.cpu_milli, 0, HealthyGpuMilli(n)};
 }
 
 ResourceVector ChargeOf(const JobRec& j, const TaskAllocation& a, const Node& n, bool alone) {

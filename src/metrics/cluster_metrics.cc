@@ -34,6 +34,17 @@ std::vector<double> CycleBounds() {
 double Gpus(int64_t milli) { return static_cast<double>(milli) / 1000.0; }
 double Cores(int64_t milli) { return static_cast<double>(milli) / 1000.0; }
 
+// Adds `cost` (micro-currency x seconds / hour) and `gpu` (milli-GPU-seconds) with the
+// remainders carried from before.
+void Accrue(QueueAccrual& q, __int128 cost, __int128 gpu) {
+  cost += q.cost_carry;
+  q.cost_micros += static_cast<int64_t>(cost / 3600);
+  q.cost_carry = static_cast<int64_t>(cost % 3600);
+  gpu += q.gpu_carry;
+  q.gpu_seconds += static_cast<int64_t>(gpu / 1000);
+  q.gpu_carry = static_cast<int64_t>(gpu % 1000);
+}
+
 struct Usage {
   int64_t cpu_milli = 0;
   int64_t memory_bytes = 0;
@@ -209,6 +220,38 @@ void ClusterMetrics::ObserveEvictions(const std::string& reason, int64_t tasks) 
   evictions_total_->Add({reason}, static_cast<double>(tasks));
 }
 
+void ClusterMetrics::RestoreAccrual(const Accrual& a) {
+  std::lock_guard lock(mu_);
+  started_ = true;
+  last_now_ = a.to;
+  accrued_ = a.queues;
+  persisted_ = a;
+  cost_rate_micros_per_hour_.clear();
+  gpu_milli_.clear();
+  backfill_ = true;
+}
+
+void ClusterMetrics::PersistAccrualWith(std::function<bool(const Accrual&)> persist,
+                                        int64_t every_seconds) {
+  std::lock_guard lock(mu_);
+  persist_ = std::move(persist);
+  persist_every_ = every_seconds;
+}
+
+bool ClusterMetrics::FlushAccrual() {
+  std::lock_guard lock(mu_);
+  return Persist(last_now_);
+}
+
+bool ClusterMetrics::Persist(int64_t to) {
+  if (!persist_) return false;
+  persist_tried_ = to;
+  Accrual a{to, accrued_};
+  if (!persist_(a)) return false;
+  persisted_ = std::move(a);
+  return true;
+}
+
 void ClusterMetrics::Update(const ClusterView& view) {
   std::lock_guard lock(mu_);
   if (!started_) {
@@ -229,27 +272,50 @@ void ClusterMetrics::Update(const ClusterView& view) {
   std::map<std::string, int64_t> queue_cost_rate;  // micro-currency per hour
   std::map<std::string, const Node*> node_by_name;
   for (const Node& n : s.nodes) node_by_name[n.name] = &n;
+  // An exclusive job is charged each of its nodes whole, once (the engine's charge, what
+  // `get queues` shows): its placeholders "<job>#<allocation>" are one job.
+  std::set<std::pair<std::string_view, std::string_view>> whole;
+  std::map<std::string, std::pair<__int128, __int128>> gap;  // restored: cost, GPU since then
   for (const Job& j : s.jobs) {
+    const std::string_view job = std::string_view(j.id).substr(0, j.id.find('#'));
     for (const auto& a : j.allocations) {
-      if (!a) continue;
-      int64_t gpu_milli = 0;
+      if (!a || a->idle) continue;  // a finished task's place holds nothing, as `get queues`
       for (const DeviceAssignment& d : a->devices) {
-        gpu_milli += d.milli;
         device_milli[{a->node, d.device}] += d.milli;
         if (d.mig_instance >= 0) mig_taken[{a->node, d.device}].insert(d.mig_instance);
       }
-      for (Usage* u : {&node_use[a->node], &queue_use[j.queue]}) {
-        u->cpu_milli += a->cpu_milli;
-        u->memory_bytes += a->memory_bytes;
-        u->gpu_milli += gpu_milli;
-      }
-      node_queue_gpu[{a->node, j.queue}] += gpu_milli;
       auto node = node_by_name.find(a->node);
-      if (node != node_by_name.end()) {
-        queue_cost_rate[j.queue] += gpu_milli * node->second->cost_micros_per_gpu_hour / 1000;
+      Usage charge{a->cpu_milli, a->memory_bytes, a->GpuMilli()};
+      if (j.exclusive && node != node_by_name.end()) {
+        const bool first = whole.emplace(job, node->first).second;
+        charge.cpu_milli = first ? node->second->cpu_milli : 0;
+        charge.gpu_milli = first ? HealthyGpuMilli(*node->second) : 0;
+      }
+      for (Usage* u : {&node_use[a->node], &queue_use[j.queue]}) {
+        u->cpu_milli += charge.cpu_milli;
+        u->memory_bytes += charge.memory_bytes;
+        u->gpu_milli += charge.gpu_milli;
+      }
+      node_queue_gpu[{a->node, j.queue}] += charge.gpu_milli;
+      const int64_t rate = node != node_by_name.end()
+                               ? charge.gpu_milli * node->second->cost_micros_per_gpu_hour / 1000
+                               : 0;
+      queue_cost_rate[j.queue] += rate;
+      if (const int64_t dt = view.now - std::max(last_now_, j.start_time); backfill_ && dt > 0) {
+        gap[j.queue].first += static_cast<__int128>(rate) * dt;
+        gap[j.queue].second += static_cast<__int128>(charge.gpu_milli) * dt;
       }
     }
   }
+
+  for (const auto& [queue, g] : gap) Accrue(accrued_[queue], g.first, g.second);
+  // Durable counters show what is stored; after a restart's gap, store it at once. Nothing
+  // new accrued means nothing was held since: an idle cluster writes nothing.
+  if (persist_ && accrued_ != persisted_.queues &&
+      (backfill_ || !persist_tried_ || view.now - *persist_tried_ >= persist_every_))
+    Persist(view.now);
+  backfill_ = false;
+  const std::map<std::string, QueueAccrual>& shown = persist_ ? persisted_.queues : accrued_;
 
   // Devices and nodes.
   std::map<LabelValues<7>, double> util, used, free_mib, power;
@@ -326,8 +392,10 @@ void ClusterMetrics::Update(const ClusterView& view) {
     cost_rate[{name}] = static_cast<double>(queue_cost_rate[name]) / 1e6;
     gpu_milli_[name] = u.gpu_milli;
     cost_rate_micros_per_hour_[name] = queue_cost_rate[name];
-    queue_cost_total_->Reach({name}, static_cast<double>(cost_micros_total_[name]) / 1e6);
-    queue_gpu_seconds_total_->Reach({name}, static_cast<double>(gpu_seconds_total_[name]));
+    auto total = shown.find(name);
+    const QueueAccrual q = total != shown.end() ? total->second : QueueAccrual{};
+    queue_cost_total_->Reach({name}, static_cast<double>(q.cost_micros) / 1e6);
+    queue_gpu_seconds_total_->Reach({name}, static_cast<double>(q.gpu_seconds));
   }
   for (const Queue& q : s.queues) {
     qg_gpu[{q.name}] = Gpus(q.guarantee.gpu_milli);
@@ -462,14 +530,9 @@ void ClusterMetrics::AccrueCost(const ClusterView& view) {
   // Integer accounting: micro-currency and milli-GPU-seconds, remainders carried forward so
   // that many short updates sum to the same total as one long one.
   for (const auto& [queue, rate] : cost_rate_micros_per_hour_) {
-    __int128 numerator = static_cast<__int128>(rate) * dt + cost_carry_[queue];
-    cost_micros_total_[queue] += static_cast<int64_t>(numerator / 3600);
-    cost_carry_[queue] = static_cast<int64_t>(numerator % 3600);
-  }
-  for (const auto& [queue, milli] : gpu_milli_) {
-    __int128 numerator = static_cast<__int128>(milli) * dt + gpu_carry_[queue];
-    gpu_seconds_total_[queue] += static_cast<int64_t>(numerator / 1000);
-    gpu_carry_[queue] = static_cast<int64_t>(numerator % 1000);
+    auto milli = gpu_milli_.find(queue);
+    Accrue(accrued_[queue], static_cast<__int128>(rate) * dt,
+           static_cast<__int128>(milli != gpu_milli_.end() ? milli->second : 0) * dt);
   }
 }
 

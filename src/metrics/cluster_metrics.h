@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -51,6 +53,24 @@ struct ClusterView {
   std::vector<std::string> job_states;
 };
 
+// What the cost counters have accrued in one queue: whole units, and the remainders that
+// make many short steps add up to one long one.
+struct QueueAccrual {
+  int64_t cost_micros = 0;  // micro-currency
+  int64_t cost_carry = 0;   // and micro-currency-seconds per hour below one (< 3600)
+  int64_t gpu_seconds = 0;
+  int64_t gpu_carry = 0;  // and milli-GPU-seconds below one GPU-second (< 1000)
+  friend bool operator==(const QueueAccrual&, const QueueAccrual&) = default;
+};
+
+// The cost counters of every queue, accrued up to `to` (seconds, the views' clock): what a
+// server keeps durable, so that a restart neither zeroes them nor loses the time it was down.
+struct Accrual {
+  int64_t to = 0;
+  std::map<std::string, QueueAccrual> queues;
+  friend bool operator==(const Accrual&, const Accrual&) = default;
+};
+
 class ClusterMetrics {
  public:
   ClusterMetrics();
@@ -71,6 +91,20 @@ class ClusterMetrics {
   void ObserveHttpRequest(const std::string& route, const std::string& method, int code,
                           double seconds);
 
+  // Continues the cost counters from `a` (call it before the first Update). The first Update
+  // also accrues the time since a.to for the allocations its snapshot shows, those still held
+  // when the server restarted, each from its job's start where that is later.
+  void RestoreAccrual(const Accrual& a);
+  // Makes the cost counters durable: Update hands `persist` what has accrued when a restored
+  // gap was filled and otherwise at most every `every_seconds` of view time, FlushAccrual at
+  // once. The counters then export only what `persist` took (returned true): a restart that
+  // restores it never shows them going back, which Prometheus would read as a reset. Null:
+  // export what has accrued, at once.
+  void PersistAccrualWith(std::function<bool(const Accrual&)> persist, int64_t every_seconds);
+  // Hands `persist` what has accrued up to the last Update now; false without one or when it
+  // refused.
+  bool FlushAccrual();
+
   // The registry, for the server to add its own instruments (e.g. HTTP request counters).
   Registry& registry() { return registry_; }
   std::string RenderText() const { return registry_.RenderText(); }
@@ -80,6 +114,7 @@ class ClusterMetrics {
 
  private:
   void AccrueCost(const ClusterView& view);
+  bool Persist(int64_t to);  // mu_ held
 
   Registry registry_;
   std::mutex mu_;  // serialises Update/ObserveCycle; instruments lock themselves for scrapes
@@ -87,10 +122,12 @@ class ClusterMetrics {
   int64_t last_now_ = 0;
   std::map<std::string, int64_t> cost_rate_micros_per_hour_;  // per queue, at last update
   std::map<std::string, int64_t> gpu_milli_;                  // per queue, at last update
-  std::map<std::string, int64_t> cost_micros_total_;          // accrued, per queue
-  std::map<std::string, int64_t> cost_carry_;                 // sub-micro remainders
-  std::map<std::string, int64_t> gpu_seconds_total_;          // accrued, per queue
-  std::map<std::string, int64_t> gpu_carry_;                  // sub-milli-second remainders
+  std::map<std::string, QueueAccrual> accrued_;
+  bool backfill_ = false;  // restored: the next Update fills the gap since last_now_
+  std::function<bool(const Accrual&)> persist_;
+  int64_t persist_every_ = 0;
+  std::optional<int64_t> persist_tried_;  // when persist_ was last called (for accrual to then)
+  Accrual persisted_;                     // what the counters export while persist_ is set
 
   // Devices (DCGM-exporter names and units).
   GaugeVec<7>* gpu_util_;

@@ -196,6 +196,40 @@ TEST_F(ClusterMetricsTest, CostAndGpuSecondsAccrueExactlyInIntegers) {
   EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "256");
 }
 
+// Restored counters go on from what was stored. The first update counts the time since then
+// for the allocations it shows (still held at a restart), each job from its start where that
+// is later; with a persister, the counters show only what it took.
+TEST_F(ClusterMetricsTest, RestoredCountersFillTheGapAndShowWhatIsStored) {
+  for (Job& j : snapshot_.jobs)
+    if (j.id == "small") j.start_time = 800;  // bound while the server was down
+  m_.RestoreAccrual(
+      {.to = 500, .queues = {{"ml", {.cost_micros = 7'000'000, .gpu_seconds = 100}}}});
+  std::vector<Accrual> stored;
+  m_.PersistAccrualWith(
+      [&stored](const Accrual& a) {
+        stored.push_back(a);
+        return true;
+      },
+      10);
+  m_.Update(view_);  // now 1000
+  std::string text = "\n" + m_.RenderText();
+  // train: 2 GPUs x 500 s = 1000 GPU-s at 2/GPU-h = 0.555555; small: 0.142 GPU x 200 s.
+  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "1100");
+  EXPECT_EQ(Value(text, "tessera_queue_cost_total{queue=\"ml\"}"), "7.555555");
+  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "28");
+  ASSERT_EQ(stored.size(), 1u);  // the gap filled is stored at once
+  EXPECT_EQ(stored[0].to, 1000);
+  EXPECT_EQ(stored[0].queues["ml"].gpu_seconds, 1100);
+  EXPECT_EQ(stored[0].queues["ml"].cost_carry, 2000);  // 4/h x 500 s = 555555 + 2000/3600
+  view_.now += 5;
+  m_.Update(view_);  // 10 GPU-s more, not stored yet (every 10 s): not shown
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "1100");
+  ASSERT_TRUE(m_.FlushAccrual());
+  EXPECT_EQ(stored.back().to, 1005);
+  EXPECT_EQ(stored.back().queues["ml"].gpu_seconds, 1110);
+}
+
 TEST_F(ClusterMetricsTest, EachJobStartIsObservedOnceWithItsWait) {
   m_.Update(view_);
   m_.ObserveJobStart("ml", 200, 2500);  // "waiting" bound 2300 s after its submission
@@ -260,6 +294,44 @@ TEST_F(ClusterMetricsTest, PlaceholdersOfOneJobCountOnce) {
   const std::string text = "\n" + m_.RenderText();
   EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"running\"}"), "1");
   EXPECT_EQ(Value(text, "tessera_node_allocated_cpu_cores{node=\"gpu-a\",pool=\"own\"}"), "9");
+}
+
+// An exclusive job holds its nodes whole: the engine charges it every healthy GPU and every
+// core of each (what `get queues` shows), and so do the queue, node and cost figures; the
+// device gauges show the devices its tasks were bound.
+TEST_F(ClusterMetricsTest, AnExclusiveJobIsChargedItsNodesWhole) {
+  auto train = std::find_if(snapshot_.jobs.begin(), snapshot_.jobs.end(),
+                            [](const Job& j) { return j.id == "train"; });
+  ASSERT_NE(train, snapshot_.jobs.end());
+  train->exclusive = true;
+  train->id = "train#a-1";  // in transition: one placeholder per allocation, one job
+  train->allocations[0]->devices = {{.device = 0}};
+  Job second = *train;
+  second.id = "train#a-2";  // a second task on the same node, without a GPU
+  second.allocations[0]->devices = {};
+  second.allocations[0]->cpu_milli = 1000;
+  snapshot_.jobs.push_back(second);
+  m_.Update(view_);
+  view_.now += 1800;
+  m_.Update(view_);
+  const std::string text = "\n" + m_.RenderText();
+  const std::pair<std::string, std::string> cases[] = {
+      // gpu-a (2 GPUs, 64 cores, 2/GPU-h) once, whatever its tasks were bound.
+      {"tessera_queue_allocated_gpus{queue=\"ml\"}", "2"},
+      {"tessera_queue_subtree_allocated_gpus{queue=\"ml\"}", "2"},
+      {"tessera_queue_subtree_allocated_gpus{queue=\"org\"}", "2"},
+      {"tessera_queue_allocated_cpu_cores{queue=\"ml\"}", "64"},
+      {"tessera_node_allocated_gpus{node=\"gpu-a\",pool=\"own\"}", "2"},
+      {"tessera_node_allocated_cpu_cores{node=\"gpu-a\",pool=\"own\"}", "64"},
+      {"tessera_allocated_gpus{node=\"gpu-a\",queue=\"ml\"}", "2"},
+      {"tessera_queue_cost_per_hour{queue=\"ml\"}", "4"},
+      {"tessera_queue_gpu_seconds_total{queue=\"ml\"}", "3600"},  // 2 GPUs x 1800 s
+      {"tessera_queue_cost_total{queue=\"ml\"}", "2"},
+      // The device no task was bound: not in use, though nobody else may have it.
+      {"tessera_gpu_allocated_ratio{node=\"gpu-a\",gpu=\"0\",UUID=\"GPU-a0\"}", "1"},
+      {"tessera_gpu_allocated_ratio{node=\"gpu-a\",gpu=\"1\",UUID=\"GPU-a1\"}", "0"},
+  };
+  for (const auto& [series, want] : cases) EXPECT_EQ(Value(text, series), want) << series;
 }
 
 TEST_F(ClusterMetricsTest, APendingJobWithLingeringAllocationsIsPendingOnce) {

@@ -40,4 +40,12 @@ struct Node {
   int32_t max_tasks = 0;       // tasks it runs at most (kubelet's maxPods); 0: no limit
 };
 
+// GPU compute of the node's healthy devices: what an exclusive job holding it is charged,
+// whichever devices its tasks were bound.
+inline int64_t HealthyGpuMilli(const Node& n) {
+  int64_t milli = 0;
+  for (const Device& d : n.devices) milli += d.healthy ? 1000 : 0;
+  return milli;
+}
+
 }  // namespace tessera

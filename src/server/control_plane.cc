@@ -125,6 +125,7 @@ ControlPlane::~ControlPlane() {
   }
   loop_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
+  if (options_.on_stop) options_.on_stop();
 }
 
 StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Open(std::unique_ptr<store::Store> store,
@@ -1670,7 +1671,7 @@ int64_t ControlPlane::ChargedGpuMilli(const Job& job,
     if (n == nodes_.end()) {
       milli += a->placement.GpuMilli();
     } else if (whole.insert(n->first).second) {
-      for (const Device& d : n->second.node.devices) milli += d.healthy ? 1000 : 0;
+      milli += HealthyGpuMilli(n->second.node);
     }
   }
   return milli;
@@ -1753,11 +1754,18 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
     // Not the restart's stand-in: nobody has heard from the node since then.
     if (n.heard_since_start) o["lastHeartbeat"] = n.last_heartbeat;
     o["agentVersion"] = n.agent_version;
+    // In use as queues are charged: a node an exclusive job holds is taken whole.
     int64_t used = 0;
     Json allocs = Json::array();
+    std::map<std::string, std::vector<const Allocation*>> by_job;
     for (const Allocation* a : by_node[name]) {
-      used += a->placement.GpuMilli();
+      by_job[a->job].push_back(a);
       if (with_allocations) allocs.push_back(view(*a));
+    }
+    static const tessera::Job kShared;
+    for (const auto& [job, held] : by_job) {
+      auto j = jobs_.find(job);
+      used += ChargedGpuMilli(j != jobs_.end() ? j->second.spec.job : kShared, held);
     }
     o["gpus"] = static_cast<int64_t>(n.node.devices.size());
     o["gpuMilliInUse"] = used;
@@ -2153,21 +2161,37 @@ bool ControlPlane::WrittenOff(const Allocation& a) const {
   return j == jobs_.end() || !FenceHolds(j->second);
 }
 
-// The attempt's GPU time (its devices' milli x how long it held them) joins the service of
-// the earlier ones: a requeued job keeps its place in least-attained-service order.
+// The attempt's GPU time joins the service of the earlier ones: a requeued job keeps its
+// place in least-attained-service order. Each allocation of the attempt (RestartTask adds
+// one per restart) counts its devices' milli for as long as it held them, from its binding
+// to the end of its termination (now for one still holding them, e.g. lost with its node);
+// an exclusive job counts each node whole while any of its tasks held it.
 void ControlPlane::EndAttempt(JobRecord& j) {
   if (j.run_started_at < 0) return;
-  // Per task, its latest allocation of the attempt (RestartTask adds one per restart).
-  std::map<int32_t, const Allocation*> latest;
+  const int64_t now = Now();
+  int64_t milli_seconds = 0;
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> exclusive;  // node: spans
   for (const auto& id : j.allocations) {
     const Allocation& a = allocations_.at(id);
     if (a.attempt != j.attempt) continue;
-    latest[a.task] = &a;
+    const int64_t from = std::max(a.created_at, j.run_started_at);
+    const int64_t to = a.HoldsDevices() || a.finished_at <= 0 ? now : std::min(a.finished_at, now);
+    if (to <= from) continue;
+    if (j.spec.job.exclusive && nodes_.count(a.placement.node))
+      exclusive[a.placement.node].push_back({from, to});
+    else
+      milli_seconds += (to - from) * a.placement.GpuMilli();
   }
-  std::vector<const Allocation*> held;
-  for (const auto& [task, a] : latest) held.push_back(a);
-  const int64_t milli = ChargedGpuMilli(j.spec.job, held);
-  j.attained_gpu_milli_seconds += std::max<int64_t>(0, Now() - j.run_started_at) * milli;
+  for (auto& [node, spans] : exclusive) {
+    std::sort(spans.begin(), spans.end());
+    int64_t held = 0, covered = spans.front().first;  // the spans' union
+    for (const auto& [from, to] : spans) {
+      held += std::max<int64_t>(0, to - std::max(from, covered));
+      covered = std::max(covered, to);
+    }
+    milli_seconds += held * HealthyGpuMilli(nodes_.at(node).node);
+  }
+  j.attained_gpu_milli_seconds += milli_seconds;
   j.run_started_at = -1;
   j.attempt_started_at = -1;
 }

@@ -230,6 +230,9 @@ struct ControlPlaneOptions {
   // Tasks evicted by the server itself (the engine's evictions are in on_cycle's plan):
   // Drained, NodeLost, NodeRestarted, Evicted (stopped by their agent).
   std::function<void(const std::string& reason, int64_t tasks)> on_evictions;
+  // Called once as the control plane closes, after its last cycle and before its store
+  // closes: the last writes of what on_cycle keeps (the cost counters).
+  std::function<void()> on_stop;
 };
 
 struct ListOptions {

@@ -281,7 +281,8 @@ TEST_F(ControlPlaneTest, AParentQueueShowsItsChildrensUse) {
   EXPECT_EQ(by_name["research"]["jobs"], 2);
 }
 
-// An exclusive job keeps its node to itself and is charged it whole (8 GPUs for its 1): a
+// An exclusive job keeps its node to itself and is charged it whole (8 GPUs for its 1, in
+// `get queues` and `get nodes`): a
 // job submitted after it goes to the other node, though the first has 7 GPUs free. Both
 // survive a restart of the server, as the stored spec keeps `exclusive`.
 TEST_F(ControlPlaneTest, AnExclusiveJobHoldsItsNodeWholeAcrossARestart) {
@@ -308,8 +309,12 @@ TEST_F(ControlPlaneTest, AnExclusiveJobHoldsItsNodeWholeAcrossARestart) {
       if (q["name"] == "default") return q["gpuMilliInUse"].get<int64_t>();
     return int64_t{-1};
   };
-  EXPECT_EQ(in_use(), 8000 + 1000);  // node-a whole, and plain's one GPU
-  Reopen();                          // the real engine again
+  EXPECT_EQ(in_use(), 8000 + 1000);            // node-a whole, and plain's one GPU
+  std::map<std::string, int64_t> node_in_use;  // `get nodes` says the same
+  const Json nodes = cp_->ListNodes(kAdmin, false);
+  for (const auto& n : nodes["items"]) node_in_use[n["name"]] = n["gpuMilliInUse"];
+  EXPECT_EQ(node_in_use, (std::map<std::string, int64_t>{{"node-a", 8000}, {"node-b", 1000}}));
+  Reopen();  // the real engine again
   EXPECT_EQ((*cp_->GetJob(kAdmin, "whole", false))["exclusive"], true);
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("later", 1, 1)).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
@@ -1028,6 +1033,34 @@ TEST_F(ControlPlaneTest, TimeLimitsStopTheJobAndFailIt) {
   Reopen();  // and so it stays
   EXPECT_EQ(State("limited"), "Failed");
   EXPECT_EQ(State("deadline"), "Failed");
+}
+
+// A job's GPU service is each allocation's own: from its binding to the end of its
+// termination, not the whole attempt for every task; an exclusive job's node counts whole
+// while any of its tasks holds it. Both are stored with the job.
+TEST_F(ControlPlaneTest, EachTaskCountsTheGpuTimeItHeld) {
+  const int64_t epoch = Epoch("node-a");
+  // Two tasks of 1 GPU on node-a: one ends after 10 s, the other after 40 s.
+  auto run = [&](const std::string& name, const std::string& extra) {
+    ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc(name, 2, 1, extra)).ok());
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    const Json desired = Beat("node-a", epoch);
+    ASSERT_EQ(desired["allocations"].size(), 2u);
+    const std::string first = desired["allocations"][0]["allocation"];
+    const std::string second = desired["allocations"][1]["allocation"];
+    clock_.now += 10;
+    Beat("node-a", epoch, {Task(first, "succeeded"), Task(second, "running")});
+    clock_.now += 30;
+    Beat("node-a", epoch, {Task(second, "succeeded")});
+    ASSERT_EQ(State(name), "Succeeded");
+  };
+  ASSERT_NO_FATAL_FAILURE(run("pair", ""));
+  EXPECT_EQ(Job("pair")["attainedGpuSeconds"], 50);  // 1 GPU x 10 s + 1 GPU x 40 s, not 2 x 40
+  ASSERT_NO_FATAL_FAILURE(run("whole", "  exclusive: true\n"));
+  EXPECT_EQ(Job("whole")["attainedGpuSeconds"], 320);  // node-a's 8 GPUs x 40 s, once
+  Reopen();
+  EXPECT_EQ(Job("pair")["attainedGpuSeconds"], 50);
+  EXPECT_EQ(Job("whole")["attainedGpuSeconds"], 320);
 }
 
 TEST_F(ControlPlaneTest, AQuickJobHasStartedAndItsGpuTimeIsCounted) {

@@ -1,6 +1,7 @@
 #include "server/observability_routes.h"
 
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 
 #include <httplib.h>
@@ -23,6 +24,30 @@ void ObserveStoreErrorForMetrics(const Status&, bool read_only) {
 
 namespace {
 
+Json AccrualToJson(const metrics::Accrual& a) {
+  Json queues = Json::object();
+  for (const auto& [name, q] : a.queues)
+    queues[name] = {{"costMicros", q.cost_micros},
+                    {"costCarry", q.cost_carry},
+                    {"gpuSeconds", q.gpu_seconds},
+                    {"gpuCarry", q.gpu_carry}};
+  return {{"to", a.to}, {"queues", queues}};
+}
+
+StatusOr<metrics::Accrual> AccrualFromJson(const std::string& text) {
+  try {
+    const Json j = Json::parse(text);
+    metrics::Accrual a;
+    a.to = j.at("to").get<int64_t>();
+    for (const auto& [name, q] : j.at("queues").items())
+      a.queues[name] = {q.at("costMicros").get<int64_t>(), q.at("costCarry").get<int64_t>(),
+                        q.at("gpuSeconds").get<int64_t>(), q.at("gpuCarry").get<int64_t>()};
+    return a;
+  } catch (const std::exception& e) {
+    return Internal(std::string("store key ") + kCostAccrualKey + ": corrupt: " + e.what());
+  }
+}
+
 // Every JobState's label, indexed by the state (kCancelled is the last); Prometheus label
 // values are lower case: "pending".
 const std::vector<std::string>& StateLabels() {
@@ -43,7 +68,12 @@ const std::vector<std::string>& StateLabels() {
 void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
                             const std::vector<JobSummary>& jobs, const std::vector<JobBound>& bound,
                             int64_t now, double seconds) {
-  metrics::ClusterMetrics& m = ProcessMetrics();
+  ObserveCycleInto(ProcessMetrics(), snapshot, plan, jobs, bound, now, seconds);
+}
+
+void ObserveCycleInto(metrics::ClusterMetrics& m, const Snapshot& snapshot, const Plan& plan,
+                      const std::vector<JobSummary>& jobs, const std::vector<JobBound>& bound,
+                      int64_t now, double seconds) {
   m.ObserveCycle(plan, seconds);
   // A requeued job's attempt waited from its requeue.
   for (const JobBound& b : bound) m.ObserveJobStart(b.queue, b.queued_at, b.bound_at);
@@ -65,6 +95,34 @@ void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
     view.jobs.push_back(std::move(s));
   }
   m.Update(view);
+}
+
+Status MakeCostAccrualDurable(metrics::ClusterMetrics& m, store::Store& store,
+                              int64_t every_seconds) {
+  auto stored = store.Get(kCostAccrualKey);
+  if (!stored.ok()) return stored.status();
+  if (*stored) {
+    auto a = AccrualFromJson((*stored)->value);
+    if (!a.ok()) return a.status();
+    m.RestoreAccrual(*a);
+  }
+  // One small write every `every_seconds` at most: not worth failing a cycle for; the
+  // counters wait for the next write that works (TesseraStoreFailing says why).
+  m.PersistAccrualWith(
+      [&store](const metrics::Accrual& a) {
+        auto w = store.Write({store::Op::Put(kCostAccrualKey, AccrualToJson(a).dump())});
+        if (!w.ok())
+          std::fprintf(stderr, "tessera server: cost counters not stored: %s\n",
+                       w.status().ToString().c_str());
+        return w.ok();
+      },
+      every_seconds);
+  return Status::Ok();
+}
+
+void FlushCostAccrual(metrics::ClusterMetrics& m) {
+  (void)m.FlushAccrual();
+  m.PersistAccrualWith(nullptr, 0);
 }
 
 std::string DashboardDir() {

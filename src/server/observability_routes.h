@@ -20,12 +20,26 @@ class Server;
 namespace tessera::server {
 
 metrics::ClusterMetrics& ProcessMetrics();
+// The cost counters' durable record (docs/observability.md): what each queue has accrued,
+// and up to when, as JSON under this key of the store.
+inline constexpr char kCostAccrualKey[] = "usage/cost";
+// Continues `m`'s cost counters from what `store` holds (nothing: from zero), the time since
+// then included, and keeps them there: written at most every `every_seconds` of the server's
+// clock, and by FlushCostAccrual, which must come before `store` closes.
+Status MakeCostAccrualDurable(metrics::ClusterMetrics& m, store::Store& store,
+                              int64_t every_seconds);
+// Writes `m`'s cost counters now and stops writing them (the store is about to close).
+void FlushCostAccrual(metrics::ClusterMetrics& m);
 // `jobs`: every job the server keeps, so tessera_jobs counts finished states too (and every
 // state of JobState, at 0 when no job is in it); `bound`: the attempts the cycle bound, each
 // one queue-wait observation.
 void ObserveCycleForMetrics(const Snapshot& snapshot, const Plan& plan,
                             const std::vector<JobSummary>& jobs, const std::vector<JobBound>& bound,
                             int64_t now, double seconds);
+// The same, into `m` (a test's own).
+void ObserveCycleInto(metrics::ClusterMetrics& m, const Snapshot& snapshot, const Plan& plan,
+                      const std::vector<JobSummary>& jobs, const std::vector<JobBound>& bound,
+                      int64_t now, double seconds);
 // Counts a store commit that failed (ControlPlaneOptions::on_store_error):
 // tessera_store_commit_failures_total.
 void ObserveStoreErrorForMetrics(const Status& error, bool read_only);

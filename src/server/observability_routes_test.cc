@@ -78,6 +78,77 @@ class ObservabilityRoutes : public ::testing::Test {
   std::unique_ptr<ControlPlane> cp_;
 };
 
+// The cost counters survive a restart of the server: stored every 10 s at most and as it
+// stops, restored as it starts, and the time it was down is counted for the allocations it
+// finds still held. They never show more than is stored (a restart would read as a reset).
+TEST(DurableCostCounters, SurviveARestartWithTheTimeTheServerWasDown) {
+  const std::string dir = testing::TempDir("obs_durable_cost");
+  testing::FakeClock clock;
+  std::unique_ptr<metrics::ClusterMetrics> m;
+  std::unique_ptr<ControlPlane> cp;
+  auto open = [&] {
+    m = std::make_unique<metrics::ClusterMetrics>();
+    auto st = store::OpenSqliteStore(dir);
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(MakeCostAccrualDurable(*m, **st, 10).ok());
+    ControlPlaneOptions o;
+    o.clock = clock.fn();
+    o.run_scheduler = false;
+    o.on_cycle = [&m](const Snapshot& s, const Plan& p, const std::vector<JobSummary>& jobs,
+                      const std::vector<JobBound>& bound, int64_t now,
+                      double seconds) { ObserveCycleInto(*m, s, p, jobs, bound, now, seconds); };
+    o.on_stop = [&m] { FlushCostAccrual(*m); };
+    auto c = ControlPlane::Open(std::move(*st), std::make_unique<testing::ScriptedEngine>(), o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cp = std::move(*c);
+  };
+  auto value = [&](const std::string& series) {
+    const std::string text = "\n" + m->RenderText();
+    const size_t at = text.find("\n" + series + " ");
+    return at == std::string::npos ? std::string("absent")
+                                   : text.substr(at + series.size() + 2,
+                                                 text.find('\n', at + 1) - at - series.size() - 2);
+  };
+  ASSERT_NO_FATAL_FAILURE(open());
+  const Json node = {{"node",
+                      {{"name", "n1"},
+                       {"cpu", 8},
+                       {"memory", "64Gi"},
+                       {"costPerGpuHour", "3.6"},  // 0.001 a GPU-second
+                       {"gpus", {{"model", "A100-80GB"}, {"count", 1}, {"virtual", true}}}}},
+                     {"agentVersion", "test"},
+                     {"bootId", "b"}};
+  ASSERT_TRUE(cp->RegisterAgent(kAdmin, node).ok());
+  ASSERT_TRUE(
+      cp->Apply(
+            kAdmin,
+            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: default}\n")
+          .ok());
+  ASSERT_TRUE(cp->Submit(kAdmin, Job("long", 1)).ok());
+  ASSERT_TRUE(cp->RunCycle().ok());  // bound
+  clock.now += 1;
+  ASSERT_TRUE(cp->RunCycle().ok());  // seen holding 1 GPU
+  clock.now += 100;
+  ASSERT_TRUE(cp->RunCycle().ok());
+  EXPECT_EQ(value("tessera_queue_gpu_seconds_total{queue=\"default\"}"), "100");
+  clock.now += 5;
+  ASSERT_TRUE(cp->RunCycle().ok());  // accrued 105, stored 100: 100 shown
+  EXPECT_EQ(value("tessera_queue_gpu_seconds_total{queue=\"default\"}"), "100");
+  cp.reset();  // a clean stop stores 105
+
+  clock.now += 300;  // down for 5 minutes while the task runs on
+  ASSERT_NO_FATAL_FAILURE(open());
+  EXPECT_EQ(value("tessera_queue_gpu_seconds_total{queue=\"default\"}"), "absent");
+  ASSERT_TRUE(cp->RunCycle().ok());
+  EXPECT_EQ(value("tessera_queue_gpu_seconds_total{queue=\"default\"}"), "405");
+  EXPECT_EQ(value("tessera_queue_cost_total{queue=\"default\"}"), "0.405");
+  auto stored = cp->store().Get(kCostAccrualKey);  // the gap filled is stored at once
+  ASSERT_TRUE(stored.ok() && *stored);
+  EXPECT_EQ(Json::parse((*stored)->value)["queues"]["default"]["gpuSeconds"], 405);
+  cp.reset();
+  std::filesystem::remove_all(dir);
+}
+
 // tessera_jobs counts every lifecycle state the server keeps, not only the live ones the
 // engine sees: a cancelled job is still a job of its queue.
 TEST_F(ObservabilityRoutes, TesseraJobsCountsFinishedJobsByState) {

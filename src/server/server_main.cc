@@ -107,9 +107,13 @@ Status RunServer(const ServerFlags& flags) {
   }
   auto engine = Engine::Create(ec);
   if (!engine.ok()) return engine.status();
+  // The cost counters go on from where they were stored, the time the server was down
+  // included; stored every 10 s and as the control plane closes, before its store.
+  TESSERA_RETURN_IF_ERROR(MakeCostAccrualDurable(ProcessMetrics(), **st, 10));
   ControlPlaneOptions cpo;
   cpo.seed = flags.seed;
   cpo.on_cycle = ObserveCycleForMetrics;  // /metrics (observability_routes.h)
+  cpo.on_stop = [] { FlushCostAccrual(ProcessMetrics()); };
   cpo.on_store_error = ObserveStoreErrorForMetrics;
   cpo.on_evictions = [](const std::string& reason, int64_t tasks) {
     ProcessMetrics().ObserveEvictions(reason, tasks);
