@@ -45,9 +45,15 @@ std::vector<std::string> QueueGuaranteeViolations(const std::vector<Queue>& queu
       const Queue& a = *up->second;
       for (const Dim& d : kDims) {
         const int64_t g = q.guarantee.*d.field, l = a.limit ? (*a.limit).*d.field : 0;
-        if (l == 0 || g <= l) continue;
-        out.push_back("queue " + q.name + ": guaranteed " + Amount(d, g) + " " + d.name +
-                      ", more than queue " + a.name + " may use (limit " + Amount(d, l) + ")");
+        if (l != 0 && g > l)
+          out.push_back("queue " + q.name + ": guaranteed " + Amount(d, g) + " " + d.name +
+                        ", more than queue " + a.name + " may use (limit " + Amount(d, l) + ")");
+        // As Volcano's hierarchy check: a child may not be allowed more than an ancestor
+        // (the ancestor's limit caps it anyway: `get queues` would show a limit never reached).
+        const int64_t own = q.limit ? (*q.limit).*d.field : 0;
+        if (l != 0 && own > l)
+          out.push_back("queue " + q.name + ": limit " + Amount(d, own) + " " + d.name +
+                        ", more than queue " + a.name + " may use (limit " + Amount(d, l) + ")");
       }
       up = by_name.find(a.parent);
     }

@@ -347,6 +347,13 @@ TEST_F(ControlPlaneTest, QueueGuaranteesMustFitTheTree) {
                                          "open may use (limit 6)"),
             std::string::npos)
       << over.status().message();
+  // Nor may a child be allowed more than its ancestor (a limit never reached), as Volcano.
+  auto wide = cp_->Apply(kAdmin, open + queue("y", "{parent: open, limit: {nvidia.com/gpu: 20}}"));
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.status().message().find("queue y: limit 20 nvidia.com/gpu, more than queue open "
+                                         "may use (limit 6)"),
+            std::string::npos)
+      << wide.status().message();
   EXPECT_TRUE(
       cp_->Apply(kAdmin, parent + queue("a", "{parent: org, guarantee: {nvidia.com/gpu: 2}}"))
           .ok());
