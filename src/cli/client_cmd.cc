@@ -1006,6 +1006,7 @@ void AddClientCommands(CLI::App& app) {
         const Json codes = p.value("onExitCode", Json::object());
         for (const auto& [code, action] : codes.items())
           text += " exitCode " + code + "=" + S(codes, code.c_str());
+        if (p.value("completeOnTaskCompleted", false)) text += " TaskCompleted=CompleteJob";
         return text;
       };
       std::printf("Restart policy: %s maxRetries=%s\n", policy(j["restartPolicy"]).c_str(),
@@ -1019,9 +1020,8 @@ void AddClientCommands(CLI::App& app) {
       if (j.contains("pendingReason")) {
         // As `get jobs`: one that can never fit says so first, then what it lacks.
         const Json& r = j["pendingReason"];
-        const std::string code = r.value("infeasible", false)
-                                     ? "Infeasible (" + S(r, "code") + ")"
-                                     : S(r, "code");
+        const std::string code =
+            r.value("infeasible", false) ? "Infeasible (" + S(r, "code") + ")" : S(r, "code");
         std::printf("Pending reason: %s: %s\n", code.c_str(), S(r, "message").c_str());
       }
       if (j.contains("message")) std::printf("Message:        %s\n", S(j, "message").c_str());

@@ -1069,7 +1069,8 @@ TEST_F(ApiTest, CliDescribePrintsEveryPart) {
   ASSERT_TRUE(cp_->Submit(kAdmin,
                           "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: "
                           "coded}\nspec:\n  queue: training\n  policies: [{exitCode: 137, "
-                          "action: RestartJob}]\n  tasks:\n  - {name: w, replicas: 1, policies: "
+                          "action: RestartJob}, {event: TaskCompleted, action: CompleteJob}]\n"
+                          "  tasks:\n  - {name: w, replicas: 1, policies: "
                           "[{event: PodFailed, action: RestartTask}], template: {spec: "
                           "{containers: [{name: c, command: [x], resources: {limits: "
                           "{nvidia.com/gpu: 1}}}]}}}\n")
@@ -1085,7 +1086,8 @@ TEST_F(ApiTest, CliDescribePrintsEveryPart) {
     for (const char* part : {"Name:", "Restart policy:", "Allocations:", "Events:"})
       EXPECT_NE(out.find(part), std::string::npos) << name << ": no " << part << "\n" << out;
     if (name == "coded") {
-      EXPECT_NE(out.find("exitCode 137=RestartJob"), std::string::npos) << out;
+      EXPECT_NE(out.find("exitCode 137=RestartJob TaskCompleted=CompleteJob"), std::string::npos)
+          << out;
       EXPECT_NE(out.find("  task w: onFailure=RestartTask"), std::string::npos) << out;
     }
     if (name == "batch") {  // what %j in its file names stands for, and its -t
