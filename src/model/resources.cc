@@ -14,10 +14,11 @@ struct Suffix {
 
 // Kubernetes quantity suffixes (binary and decimal), plus "m" (milli).
 constexpr Suffix kSuffixes[] = {
-    {"Ki", 1LL << 10, 1}, {"Mi", 1LL << 20, 1}, {"Gi", 1LL << 30, 1}, {"Ti", 1LL << 40, 1},
-    {"Pi", 1LL << 50, 1}, {"k", 1000LL, 1},     {"K", 1000LL, 1},     {"M", 1000000LL, 1},
-    {"G", 1000000000LL, 1}, {"T", 1000000000000LL, 1}, {"P", 1000000000000000LL, 1},
-    {"m", 1, 1000},       {"", 1, 1},
+    {"Ki", 1LL << 10, 1},      {"Mi", 1LL << 20, 1},         {"Gi", 1LL << 30, 1},
+    {"Ti", 1LL << 40, 1},      {"Pi", 1LL << 50, 1},         {"k", 1000LL, 1},
+    {"K", 1000LL, 1},          {"M", 1000000LL, 1},          {"G", 1000000000LL, 1},
+    {"T", 1000000000000LL, 1}, {"P", 1000000000000000LL, 1}, {"m", 1, 1000},
+    {"u", 1, 1000000},         {"n", 1, 1000000000},         {"", 1, 1},
 };
 
 // Parses "<digits>[.<digits>]<suffix>" into value * scale exactly, or fails.
@@ -47,11 +48,26 @@ StatusOr<int64_t> ParseScaled(const std::string& text, int64_t scale, const char
     }
   }
   if (!digits) return bad("expected a number");
-  std::string suffix = text.substr(i);
-  for (const Suffix& s : kSuffixes) {
-    if (suffix != s.text) continue;
-    __int128 num = mantissa * s.num * scale;
-    __int128 den = static_cast<__int128>(frac_den) * s.den;
+  const std::string suffix = text.substr(i);
+  const Suffix* unit_of = nullptr;
+  for (const Suffix& s : kSuffixes)
+    if (suffix == s.text) unit_of = &s;
+  Suffix exponent{"", 1, 1};  // Kubernetes' decimal exponent form: "1e9", "129e6", "5E-3"
+  if (unit_of == nullptr && suffix.size() > 1 && (suffix[0] == 'e' || suffix[0] == 'E')) {
+    size_t k = 1;
+    const bool negative = suffix[k] == '-';
+    if (suffix[k] == '-' || suffix[k] == '+') ++k;
+    int e = 0;
+    bool any = false;
+    for (; k < suffix.size() && std::isdigit(static_cast<unsigned char>(suffix[k])) && e <= 18; ++k)
+      e = e * 10 + (suffix[k] - '0'), any = true;
+    if (!any || k != suffix.size() || e > 18) return bad("bad exponent \"" + suffix + "\"");
+    for (int n = 0; n < e; ++n) (negative ? exponent.den : exponent.num) *= 10;
+    unit_of = &exponent;
+  }
+  if (unit_of != nullptr) {
+    __int128 num = mantissa * unit_of->num * scale;
+    __int128 den = static_cast<__int128>(frac_den) * unit_of->den;
     if (num % den != 0) return bad(std::string("not a whole number of ") + unit);
     __int128 v = num / den;
     if (v > std::numeric_limits<int64_t>::max()) return bad("too large");

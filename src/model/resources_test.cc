@@ -24,10 +24,15 @@ TEST(QuantityTest, BytesTable) {
   EXPECT_EQ(*ParseByteQuantity("1.5Gi"), 3LL << 29);
   EXPECT_EQ(*ParseByteQuantity("10G"), 10000000000LL);
   EXPECT_EQ(*ParseByteQuantity("1024"), 1024);
+  // Kubernetes' decimal exponent form, as tools write it.
+  EXPECT_EQ(*ParseByteQuantity("1e9"), 1000000000);
+  EXPECT_EQ(*ParseByteQuantity("129E6"), 129000000);
+  EXPECT_EQ(*ParseMilliQuantity("5e-3"), 5);
+  EXPECT_EQ(*ParseMilliQuantity("2000u"), 2);
 }
 
 TEST(QuantityTest, RejectsBadInputWithTheInputQuoted) {
-  for (const char* bad : {"-1", "", "abc", "4x", "0.5m", "1e3"}) {
+  for (const char* bad : {"-1", "", "abc", "4x", "0.5m", "1e-3", "1e", "1e3x", "1e99"}) {
     auto v = bad == std::string("0.5m") ? ParseMilliQuantity(bad) : ParseByteQuantity(bad);
     EXPECT_FALSE(v.ok()) << bad;
     if (!v.ok()) {
