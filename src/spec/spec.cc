@@ -271,20 +271,38 @@ Status ReadAffinity(const Json& a, const std::string& path, NodeAffinity& out) {
   if (const Json* na = r.Get("nodeAffinity")) {
     ObjectReader nr(*na, r.Path("nodeAffinity"));
     Json model = Json::object();
+    const std::string required = nr.Path("requiredDuringSchedulingIgnoredDuringExecution");
+    const std::string preferred = nr.Path("preferredDuringSchedulingIgnoredDuringExecution");
     if (const Json* req = nr.Get("requiredDuringSchedulingIgnoredDuringExecution")) {
-      ObjectReader qr(*req, nr.Path("requiredDuringSchedulingIgnoredDuringExecution"));
+      ObjectReader qr(*req, required);
       const Json* terms = qr.Get("nodeSelectorTerms");
       if (terms == nullptr) return InvalidArgument(qr.Path("nodeSelectorTerms") + ": required");
       TESSERA_RETURN_IF_ERROR(qr.Finish());
+      if (terms->is_array())
+        for (size_t i = 0; i < terms->size(); ++i)
+          if ((*terms)[i].is_object() && (*terms)[i].contains("matchFields"))
+            return InvalidArgument(Idx(qr.Path("nodeSelectorTerms"), i) +
+                                   ".matchFields: not supported (use matchExpressions on "
+                                   "kubernetes.io/hostname, which every node carries)");
       model["required"] = *terms;
     }
     if (const Json* pref = nr.Get("preferredDuringSchedulingIgnoredDuringExecution"))
       model["preferred"] = *pref;
     TESSERA_RETURN_IF_ERROR(nr.Finish());
-    // Parse through the model codec; rewrite its paths onto the Kubernetes ones.
+    // Parse through the model codec, then put its paths back onto the Kubernetes ones.
     Json job = {{"id", "x"}, {"affinity", model}, {"tasks", Json::array({Json::object()})}};
-    auto j = JobFromJson(job, nr.Path("nodeAffinity"));
-    if (!j.ok()) return j.status();
+    auto j = JobFromJson(job, "\x01");
+    if (!j.ok()) {
+      std::string m = j.status().message();
+      for (const auto& [from, to] : {std::pair<std::string, std::string>{
+                                         "\x01.affinity.required", required + ".nodeSelectorTerms"},
+                                     {"\x01.affinity.preferred", preferred},
+                                     {"\x01.affinity", r.Path("nodeAffinity")},
+                                     {"\x01", r.Path("nodeAffinity")}})
+        for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at))
+          m.replace(at, from.size(), to), at += to.size();
+      return InvalidArgument(m);
+    }
     out = j->affinity;
   }
   return r.Finish();

@@ -904,6 +904,27 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec:\n  tasks: [{replicas: 1, "
        "command: [x], restartPolicy: {onFailure: RestartJob}}]\n",
        "spec.tasks[0].restartPolicy: one per job here: give it as spec.restartPolicy"},
+      // Kubernetes' paths, not the model's: matchFields is named as unsupported, a term's
+      // missing matchExpressions and a preferred term's weight where they are in the pod.
+      {"matchFields",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c}]\n"
+       "  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
+       "{nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: "
+       "[n]}]}]}}}\n",
+       "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+       "nodeSelectorTerms[0].matchFields: not supported"},
+      {"term without expressions",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c}]\n"
+       "  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
+       "{nodeSelectorTerms: [{}]}}}\n",
+       "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+       "nodeSelectorTerms[0].matchExpressions: required"},
+      {"preferred without weight",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c}]\n"
+       "  affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: "
+       "[{preference: {matchExpressions: [{key: a, operator: Exists}]}}]}}\n",
+       "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: "
+       "required"},
       {"unknown kind", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "kind: unsupported"},
       {"missing name", "apiVersion: v1\nkind: Pod\nspec: {containers: [{name: c}]}\n",
        "metadata.name: required"},
