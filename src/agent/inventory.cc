@@ -247,14 +247,12 @@ StatusOr<NodeAdditions> ParseNodeAdditions(const NodeAdditionFlags& flags) {
   }
 
   if (!flags.cost_per_gpu_hour.empty()) {
-    auto milli = ParseMilliQuantity(flags.cost_per_gpu_hour);
-    if (!milli.ok())
+    auto micros = ParseMicroQuantity(flags.cost_per_gpu_hour);  // as costPerGpuHour
+    if (!micros.ok())
       return InvalidArgument("--cost-per-gpu-hour: \"" + flags.cost_per_gpu_hour +
                              "\": not a price (e.g. 2.5, in the currency's units per GPU-hour): " +
-                             milli.status().message());
-    if (*milli > std::numeric_limits<int64_t>::max() / 1000)
-      return InvalidArgument("--cost-per-gpu-hour: \"" + flags.cost_per_gpu_hour + "\": too large");
-    out.cost_micros_per_gpu_hour = *milli * 1000;  // as the inventory's costPerGpuHour
+                             micros.status().message());
+    out.cost_micros_per_gpu_hour = *micros;
   }
   if (flags.max_tasks < 0 || flags.max_tasks > 1000000)
     return InvalidArgument("--max-tasks: " + std::to_string(flags.max_tasks) +

@@ -132,7 +132,20 @@ TEST(InventoryTest, OperatorAdditionsGoOnDiscoveredAndInventoryNodes) {
   EXPECT_FALSE(real->devices.empty());
   EXPECT_FALSE(real->devices[0].is_virtual);
   // Registered as the JSON the server reads: the price as an inventory writes it.
-  EXPECT_EQ(NodeToJson(*real)["costPerGpuHour"], "2500m");
+  EXPECT_EQ(NodeToJson(*real)["costPerGpuHour"], "2.5");
+  // Prices to the millionth (32.7726 a node-hour over 8 GPUs), as their accumulator keeps them;
+  // they used to be refused past the third decimal.
+  NodeAdditionFlags priced;
+  priced.cost_per_gpu_hour = "4.096575";
+  auto fine = ParseNodeAdditions(priced);
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  Node p = *real;
+  ApplyNodeAdditions(*fine, p);
+  EXPECT_EQ(p.cost_micros_per_gpu_hour, 4096575);
+  EXPECT_EQ(NodeToJson(p)["costPerGpuHour"], "4.096575");
+  auto back = NodeFromJson(NodeToJson(p), "node");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->cost_micros_per_gpu_hour, 4096575);
 
   // An inventory node: the flags go over the file's labels and taints, key by key.
   auto doc = ParseYaml(

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -211,26 +212,34 @@ Status ObjectReader::Finish() const {
   return Status::Ok();
 }
 
-StatusOr<int64_t> JsonMilli(const Json& v, const std::string& path) {
+namespace {
+// A quantity given as a YAML/JSON number or a Kubernetes string, in units of 1/per.
+StatusOr<int64_t> JsonScaled(const Json& v, const std::string& path, int64_t per,
+                             StatusOr<int64_t> (*parse)(const std::string&)) {
   if (v.is_number_integer()) {
     int64_t x = v.get<int64_t>();
     if (x < 0) return InvalidArgument(path + ": must not be negative, got " + std::to_string(x));
-    if (x > INT64_MAX / 1000) return InvalidArgument(path + ": too large");
-    return x * 1000;
+    if (x > INT64_MAX / per) return InvalidArgument(path + ": too large");
+    return x * per;
   }
   std::string text;
   if (v.is_number_float()) {
-    std::ostringstream ss;
-    ss << v.get<double>();
+    std::ostringstream ss;  // 15 digits: 4.096575 stays 4.096575 (the default 6 made 4.09658)
+    ss << std::setprecision(15) << v.get<double>();
     text = ss.str();
   } else if (v.is_string()) {
     text = v.get<std::string>();
   } else {
     return TypeError(path, "a quantity such as 4 or \"500m\"", v);
   }
-  auto r = ParseMilliQuantity(text);
+  auto r = parse(text);
   if (!r.ok()) return r.status().WithContext(path);
   return r;
+}
+}  // namespace
+
+StatusOr<int64_t> JsonMilli(const Json& v, const std::string& path) {
+  return JsonScaled(v, path, 1000, ParseMilliQuantity);
 }
 
 StatusOr<int64_t> JsonBytes(const Json& v, const std::string& path) {
@@ -495,9 +504,11 @@ StatusOr<Node> NodeFromJson(const Json& v, const std::string& path) {
                                    }));
   TESSERA_RETURN_IF_ERROR(r.Milli("cpu", n.cpu_milli, true));
   TESSERA_RETURN_IF_ERROR(r.Bytes("memory", n.memory_bytes, true));
-  int64_t cost_milli = 0;  // "2.5" per GPU-hour -> 2500 milli -> 2500000 micros
-  TESSERA_RETURN_IF_ERROR(r.Milli("costPerGpuHour", cost_milli));
-  n.cost_micros_per_gpu_hour = cost_milli * 1000;
+  if (const Json* c = r.Get("costPerGpuHour")) {  // "2.5" per GPU-hour -> 2500000 micros
+    auto micros = JsonScaled(*c, r.Path("costPerGpuHour"), 1000000, ParseMicroQuantity);
+    if (!micros.ok()) return micros.status();
+    n.cost_micros_per_gpu_hour = *micros;
+  }
   TESSERA_RETURN_IF_ERROR(r.Bool("spot", n.spot));
   TESSERA_RETURN_IF_ERROR(r.Bool("ready", n.ready));
   TESSERA_RETURN_IF_ERROR(r.Bool("unschedulable", n.unschedulable));
@@ -560,7 +571,7 @@ Json NodeToJson(const Node& n) {
   }
   j["cpu"] = FormatMilli(n.cpu_milli);
   j["memory"] = FormatBytes(n.memory_bytes);
-  if (n.cost_micros_per_gpu_hour) j["costPerGpuHour"] = FormatMilli(n.cost_micros_per_gpu_hour / 1000);
+  if (n.cost_micros_per_gpu_hour) j["costPerGpuHour"] = FormatMicro(n.cost_micros_per_gpu_hour);
   if (n.spot) j["spot"] = true;
   if (!n.ready) j["ready"] = false;
   if (n.unschedulable) j["unschedulable"] = true;

@@ -82,6 +82,10 @@ StatusOr<int64_t> ParseMilliQuantity(const std::string& text) {
   return ParseScaled(text, 1000, "milli-units");
 }
 
+StatusOr<int64_t> ParseMicroQuantity(const std::string& text) {
+  return ParseScaled(text, 1000000, "millionths");
+}
+
 StatusOr<int64_t> ParseByteQuantity(const std::string& text) {
   return ParseScaled(text, 1, "bytes");
 }
@@ -95,6 +99,12 @@ std::string FormatBytes(int64_t bytes) {
     unit = u;
   }
   return std::to_string(bytes) + unit;
+}
+
+std::string FormatMicro(int64_t micros) {
+  std::string frac = std::to_string(1000000 + micros % 1000000).substr(1);
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  return std::to_string(micros / 1000000) + (frac.empty() ? "" : "." + frac);
 }
 
 std::string FormatMilli(int64_t milli) {

@@ -52,10 +52,10 @@ enum class GpuRequestKind {
 
 struct GpuRequest {
   GpuRequestKind kind = GpuRequestKind::kNone;
-  int32_t count = 0;             // kWhole: devices; kMig: instances; kFraction: always 1
-  int32_t milli = 0;             // kFraction: 1..999 thousandths of one device's compute
-  int64_t memory_bytes = 0;      // kFraction: device memory wanted; kWhole: min memory per device
-  std::string mig_profile;       // kMig: "1g.10gb", "3g.40gb", ...
+  int32_t count = 0;         // kWhole: devices; kMig: instances; kFraction: always 1
+  int32_t milli = 0;         // kFraction: 1..999 thousandths of one device's compute
+  int64_t memory_bytes = 0;  // kFraction: device memory wanted; kWhole: min memory per device
+  std::string mig_profile;   // kMig: "1g.10gb", "3g.40gb", ...
   std::vector<std::string> models;  // allowed GPU models ("A100-80GB", ...); empty = any
 
   friend bool operator==(const GpuRequest&, const GpuRequest&) = default;
@@ -74,8 +74,11 @@ struct TaskRequest {
 // given unit scale: ParseMilli("1.5") = 1500; ParseBytes("64Gi") = 68719476736. Rejects
 // negative values, fractions of a byte and garbage with a message that quotes the input.
 StatusOr<int64_t> ParseMilliQuantity(const std::string& text);
+// "4.096575" -> 4096575: millionths (prices per GPU-hour, kept in micro-currency).
+StatusOr<int64_t> ParseMicroQuantity(const std::string& text);
 StatusOr<int64_t> ParseByteQuantity(const std::string& text);
-std::string FormatBytes(int64_t bytes);      // "64Gi", "512Mi", "1000"
-std::string FormatMilli(int64_t milli);      // "4", "500m"
+std::string FormatBytes(int64_t bytes);   // "64Gi", "512Mi", "1000"
+std::string FormatMilli(int64_t milli);   // "4", "500m"
+std::string FormatMicro(int64_t micros);  // "2.5", "4.096575" (a decimal, for prices)
 
 }  // namespace tessera

@@ -2177,7 +2177,7 @@ TEST_F(ControlPlaneTest, AReRegistrationReplacesTheNodesLabelsTaintsPoolAndPrice
   EXPECT_EQ(node()["labels"], Json({{"kubernetes.io/hostname", "node-a"}, {"rack", "r1"}}));
   EXPECT_EQ(node()["taints"].size(), 1u);
   EXPECT_EQ(node()["pool"], "lab");
-  EXPECT_EQ(node()["costPerGpuHour"], "2500m");
+  EXPECT_EQ(node()["costPerGpuHour"], "2.5");
   // The taint keeps an untolerating job off the node.
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("plain", 1, 1)).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
