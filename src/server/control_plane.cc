@@ -3066,6 +3066,28 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
   env["TESSERA_JOB"] = j.id();
   env["TESSERA_TASK"] = std::to_string(task);
   env["TESSERA_ATTEMPT"] = std::to_string(j.attempt);
+  if (j.spec.source.rfind("batch.volcano.sh", 0) == 0) {
+    // Volcano's env and svc plugins: the task's index within its task group, and each
+    // group's hosts (here the nodes its tasks run on, in task order: tasks on one node share
+    // it, so give them distinct ports) and replicas, e.g. VC_PS_HOSTS for a TF_CONFIG.
+    std::map<int32_t, std::string> node_of = {{task, a.node}};
+    for (const auto& [key, other] : others) node_of[std::stoi(key)] = other.node;
+    int32_t first = 0;
+    for (size_t i = 0; i < j.spec.job.groups.size(); ++i) {
+      const TaskGroup& group = j.spec.job.groups[i];
+      if (static_cast<int32_t>(i) == g) {
+        env["VK_TASK_INDEX"] = env["VC_TASK_INDEX"] = std::to_string(task - first);
+      }
+      std::string name = group.name.empty() ? "task" + std::to_string(i) : group.name;
+      for (char& c : name) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
+      std::vector<std::string> hosts;
+      for (int32_t t = first; t < first + group.replicas; ++t)
+        if (auto it = node_of.find(t); it != node_of.end()) hosts.push_back(it->second);
+      env["VC_" + name + "_HOSTS"] = Join(hosts, ",");
+      env["VC_" + name + "_NUM"] = std::to_string(group.replicas);
+      first += group.replicas;
+    }
+  }
   if (j.spec.source == "sbatch") {
     // What a batch script reads from Slurm. One Tessera task per Slurm node: the script runs
     // once on each, as node `task` of the allocation.

@@ -523,6 +523,34 @@ TEST_F(ControlPlaneTest, JobsSubmittedInOneSecondRunInSubmissionOrder) {
   EXPECT_EQ(State("aa-third"), "Pending");
 }
 
+// A Volcano job's tasks get what its env and svc plugins give in Kubernetes: the index within
+// the task group, and each group's hosts and replicas (a TF parameter-server job builds its
+// TF_CONFIG from them).
+TEST_F(ControlPlaneTest, VolcanoTasksGetTheEnvAndSvcPluginsVariables) {
+  Epoch("node-a");
+  Epoch("node-b");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: "
+                          "tf}\nspec:\n  queue: default\n  plugins: {env: [], svc: []}\n  tasks:\n"
+                          "  - {name: ps, replicas: 1, template: {spec: {containers: [{name: c, "
+                          "command: [x], resources: {limits: {nvidia.com/gpu: 8}}}]}}}\n"
+                          "  - {name: worker-gpu, replicas: 2, template: {spec: {containers: "
+                          "[{name: c, command: [x], resources: {limits: {nvidia.com/gpu: "
+                          "4}}}]}}}\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const Json j = Job("tf");
+  ASSERT_EQ(j["allocations"].size(), 3u);
+  const Json w1 = j["allocations"][2]["env"];  // the second worker: task 2
+  EXPECT_EQ(w1["VC_TASK_INDEX"], "1");
+  EXPECT_EQ(w1["VK_TASK_INDEX"], "1");
+  EXPECT_EQ(w1["VC_PS_HOSTS"], "node-a");
+  EXPECT_EQ(w1["VC_PS_NUM"], "1");
+  EXPECT_EQ(w1["VC_WORKER_GPU_HOSTS"], "node-b,node-b");
+  EXPECT_EQ(w1["VC_WORKER_GPU_NUM"], "2");
+  EXPECT_EQ(j["allocations"][0]["env"]["VC_TASK_INDEX"], "0");
+}
+
 TEST_F(ControlPlaneTest, LifecycleScheduledRunningSucceededWithTorchrunEnv) {
   int64_t epoch = Epoch("node-a");
   Epoch("node-b");
