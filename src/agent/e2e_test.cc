@@ -338,7 +338,7 @@ TEST_F(EndToEndTest, AgentFlagsLabelTaintPriceAndPoolTheNodeAndARestartChangesTh
   EXPECT_EQ(n["taints"],
             Json::parse(R"([{"key":"dedicated","value":"infer","effect":"NoSchedule"}])"));
   EXPECT_EQ(n["pool"], "lab");
-  EXPECT_EQ(n["costPerGpuHour"], "2500m");
+  EXPECT_EQ(n["costPerGpuHour"], "2.5");
 
   Stop(agent_, SIGTERM);
   StartAgent({"--node-labels", "rack=r8", "--cost-per-gpu-hour", "3"});
