@@ -281,6 +281,8 @@ Status ControlPlane::Load() {
     a.working_dir = j.value("workingDir", "");
     a.stdout_file = j.value("stdoutFile", "");
     a.stderr_file = j.value("stderrFile", "");
+    a.cpu_limit_milli = j.value("cpuLimitMilli", int64_t{0});
+    a.memory_limit_bytes = j.value("memoryLimitBytes", int64_t{0});
     auto it = jobs_.find(a.job);
     if (it != jobs_.end()) it->second.allocations.push_back(a.id);
     int64_t n = std::strtoll(a.id.c_str() + 2, nullptr, 10);
@@ -395,6 +397,8 @@ Json ControlPlane::AllocView(const Allocation& a) const {
   if (!a.working_dir.empty()) o["workingDir"] = a.working_dir;
   if (!a.stdout_file.empty()) o["stdoutFile"] = a.stdout_file;
   if (!a.stderr_file.empty()) o["stderrFile"] = a.stderr_file;
+  if (a.cpu_limit_milli > 0) o["cpuLimitMilli"] = a.cpu_limit_milli;
+  if (a.memory_limit_bytes > 0) o["memoryLimitBytes"] = a.memory_limit_bytes;
   return o;
 }
 
@@ -2747,11 +2751,13 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
     if (!a.working_dir.empty()) allocs.back()["workingDir"] = a.working_dir;
     if (!a.stdout_file.empty()) allocs.back()["stdoutFile"] = a.stdout_file;
     if (!a.stderr_file.empty()) allocs.back()["stderrFile"] = a.stderr_file;
-    // The agent's cgroup limits (cpu.max, memory.max), where the node allows them.
-    if (a.placement.cpu_milli > 0)
-      allocs.back()["cpu"] = std::to_string(a.placement.cpu_milli) + "m";
-    if (a.placement.memory_bytes > 0)
-      allocs.back()["memory"] = std::to_string(a.placement.memory_bytes);
+    // The agent's cgroup limits (cpu.max, memory.max), where the node allows them: a
+    // Kubernetes limit where one was given, else what the task was scheduled by.
+    const int64_t cpu = a.cpu_limit_milli > 0 ? a.cpu_limit_milli : a.placement.cpu_milli;
+    const int64_t memory =
+        a.memory_limit_bytes > 0 ? a.memory_limit_bytes : a.placement.memory_bytes;
+    if (cpu > 0) allocs.back()["cpu"] = std::to_string(cpu) + "m";
+    if (memory > 0) allocs.back()["memory"] = std::to_string(memory);
   }
   return Json{{"allocations", allocs}, {"heartbeatSeconds", options_.heartbeat_seconds}};
 }
@@ -3222,6 +3228,8 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
         a.command = tt.command;
         a.script = tt.script;
         a.working_dir = tt.working_dir;
+        a.cpu_limit_milli = tt.cpu_limit_milli;
+        a.memory_limit_bytes = tt.memory_limit_bytes;
         const spec::SlurmFilenameFields f{j.seq,
                                           j.spec.array ? j.spec.array->name : j.id(),
                                           a.placement.node,

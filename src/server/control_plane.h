@@ -67,6 +67,8 @@ struct Allocation {
   std::map<std::string, std::string> env;
   std::string working_dir;
   std::string stdout_file, stderr_file;  // sbatch -o / -e, expanded (empty: none)
+  // The cgroup caps the agent sets: the template's limits where given, else the request.
+  int64_t cpu_limit_milli = 0, memory_limit_bytes = 0;
 
   // Still occupies its devices (until an agent confirms the process is gone).
   bool HoldsDevices() const {

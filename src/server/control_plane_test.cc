@@ -551,6 +551,28 @@ TEST_F(ControlPlaneTest, VolcanoTasksGetTheEnvAndSvcPluginsVariables) {
   EXPECT_EQ(j["allocations"][0]["env"]["VC_TASK_INDEX"], "0");
 }
 
+// The agent caps a Kubernetes task at its limits, as the kubelet does (a pod bursting above
+// its memory request was OOM-killed at the request); a Tessera task stays at its request.
+TEST_F(ControlPlaneTest, TheAgentCapsATaskAtItsKubernetesLimits) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: v1\nkind: Pod\nmetadata: {name: burst}\nspec:\n  "
+                          "restartPolicy: Never\n  containers:\n  - {name: c, command: [x], "
+                          "resources: {requests: {cpu: 2, memory: 4Gi}, limits: {cpu: 4, memory: "
+                          "8Gi}}}\n")
+                  .ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("plain", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::map<std::string, Json> by_job;
+  const Json desired = Beat("node-a", epoch);
+  for (const auto& a : desired["allocations"]) by_job[a["job"]] = a;
+  ASSERT_EQ(by_job.size(), 2u);
+  EXPECT_EQ(by_job["burst"]["memory"], std::to_string(8LL << 30));
+  EXPECT_EQ(by_job["burst"]["cpu"], "4000m");
+  Reopen();  // kept with the allocation
+  EXPECT_EQ(Beat("node-a", epoch)["allocations"][0]["memory"], std::to_string(8LL << 30));
+}
+
 TEST_F(ControlPlaneTest, LifecycleScheduledRunningSucceededWithTorchrunEnv) {
   int64_t epoch = Epoch("node-a");
   Epoch("node-b");

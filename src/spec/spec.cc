@@ -152,6 +152,9 @@ Status ReadDependencyAnnotation(const Meta& m, JobSpec& s) {
 struct PodInfo {
   TaskRequest request;
   TaskTemplate tmpl;
+  // The containers' CPU and memory limits summed; a container without one leaves the pod
+  // uncapped for that resource, as a pod's cgroup is in Kubernetes (-1).
+  int64_t cpu_limit_milli = 0, memory_limit_bytes = 0;
   std::map<std::string, std::string> node_selector;
   NodeAffinity affinity;
   std::vector<Json> tolerations;  // passed through the model codec
@@ -196,7 +199,9 @@ Status CheckRequestsWithinLimits(const Json& requests, const Json& limits,
   return Status::Ok();
 }
 
-Status ReadContainer(const Json& c, const std::string& path, TaskRequest& req, TaskTemplate* tmpl) {
+Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskTemplate* tmpl) {
+  TaskRequest& req = pod.request;
+  int64_t cpu_limit = -1, memory_limit = -1;  // -1: this container gives none
   ObjectReader r(c, path);
   std::string name;
   TESSERA_RETURN_IF_ERROR(r.String("name", name));
@@ -240,6 +245,8 @@ Status ReadContainer(const Json& c, const std::string& path, TaskRequest& req, T
     if (const Json* l = rr.Get("limits")) {
       TaskRequest tmp;
       TESSERA_RETURN_IF_ERROR(ReadTaskResources(*l, rr.Path("limits"), tmp));
+      if (l->contains("cpu")) cpu_limit = tmp.cpu_milli;
+      if (l->contains("memory")) memory_limit = tmp.memory_bytes;
       if (const Json* q = rr.Get("requests"))
         TESSERA_RETURN_IF_ERROR(CheckRequestsWithinLimits(*q, *l, rr.Path("requests")));
     }
@@ -247,6 +254,11 @@ Status ReadContainer(const Json& c, const std::string& path, TaskRequest& req, T
     TESSERA_RETURN_IF_ERROR(ReadTaskResources(merged, r.Path("resources"), c));
     TESSERA_RETURN_IF_ERROR(AddRequests(req, c, path));
   }
+  auto add_limit = [](int64_t& pod_total, int64_t mine) {
+    pod_total = pod_total < 0 || mine < 0 ? -1 : pod_total + mine;
+  };
+  add_limit(pod.cpu_limit_milli, cpu_limit);
+  add_limit(pod.memory_limit_bytes, memory_limit);
   Ignore(r, {"ports", "volumeMounts", "imagePullPolicy", "securityContext", "livenessProbe",
              "readinessProbe", "startupProbe", "terminationMessagePath", "terminationMessagePolicy",
              "stdin", "tty"});
@@ -315,8 +327,10 @@ Status ReadPodSpec(const Json& spec, const std::string& path, PodInfo& out) {
   if (!containers->is_array() || containers->empty())
     return InvalidArgument(r.Path("containers") + ": expected a non-empty list");
   for (size_t i = 0; i < containers->size(); ++i)
-    TESSERA_RETURN_IF_ERROR(ReadContainer((*containers)[i], Idx(r.Path("containers"), i),
-                                          out.request, i == 0 ? &out.tmpl : nullptr));
+    TESSERA_RETURN_IF_ERROR(ReadContainer((*containers)[i], Idx(r.Path("containers"), i), out,
+                                          i == 0 ? &out.tmpl : nullptr));
+  out.tmpl.cpu_limit_milli = std::max<int64_t>(0, out.cpu_limit_milli);
+  out.tmpl.memory_limit_bytes = std::max<int64_t>(0, out.memory_limit_bytes);
   if (r.Has("initContainers"))
     return Unsupported(r, "initContainers", "run setup in the task's command");
   TESSERA_RETURN_IF_ERROR(r.StringMap("nodeSelector", out.node_selector));
@@ -1961,6 +1975,8 @@ Json JobSpecToJson(const JobSpec& s) {
     if (!tt.image.empty()) x["image"] = tt.image;
     if (!tt.stdout_file.empty()) x["stdoutFile"] = tt.stdout_file;
     if (!tt.stderr_file.empty()) x["stderrFile"] = tt.stderr_file;
+    if (tt.cpu_limit_milli > 0) x["cpuLimit"] = FormatMilli(tt.cpu_limit_milli);
+    if (tt.memory_limit_bytes > 0) x["memoryLimit"] = std::to_string(tt.memory_limit_bytes);
     t.push_back(x);
   }
   j["templates"] = t;
@@ -2011,6 +2027,8 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
         TESSERA_RETURN_IF_ERROR(tr.String("image", tt.image));
         TESSERA_RETURN_IF_ERROR(tr.String("stdoutFile", tt.stdout_file));
         TESSERA_RETURN_IF_ERROR(tr.String("stderrFile", tt.stderr_file));
+        TESSERA_RETURN_IF_ERROR(tr.Milli("cpuLimit", tt.cpu_limit_milli));
+        TESSERA_RETURN_IF_ERROR(tr.Bytes("memoryLimit", tt.memory_limit_bytes));
         s.templates.push_back(std::move(tt));
         return tr.Finish();
       }));

@@ -59,6 +59,9 @@ struct TaskTemplate {
   // sbatch -o / -e: files (relative to working_dir) the task's stdout and stderr go to, as
   // filename patterns (ExpandSlurmFilename); empty: the agent's own log files only.
   std::string stdout_file, stderr_file;
+  // Kubernetes resources.limits for CPU and memory (0: none given): the agent's cgroup caps
+  // the task there instead of at the request it was scheduled by, as the kubelet does.
+  int64_t cpu_limit_milli = 0, memory_limit_bytes = 0;
   friend bool operator==(const TaskTemplate&, const TaskTemplate&) = default;
 };
 

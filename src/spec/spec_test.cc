@@ -72,6 +72,22 @@ TEST(Spec, KubernetesWorkloads) {
   EXPECT_EQ(d.job.min_available, 1);
   EXPECT_EQ(d.job.groups[0].request.cpu_milli, 4000);  // requests win over limits for cpu
   EXPECT_EQ(d.restart.max_retries, -1);
+  // Limits are kept for the agent's cgroup (the kubelet caps there, not at the request),
+  // summed over containers; one container without a limit leaves that resource to the request.
+  auto lim = ParseDocuments(
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+      "  - {name: a, command: [x], resources: {requests: {cpu: 2, memory: 4Gi}, limits: {cpu: 4, "
+      "memory: 8Gi}}}\n"
+      "  - {name: b, command: [y], resources: {requests: {cpu: 1, memory: 1Gi}, limits: {memory: "
+      "2Gi}}}\n");
+  ASSERT_TRUE(lim.ok()) << lim.status().ToString();
+  const JobSpec& l = (*lim)[0].job;
+  EXPECT_EQ(l.job.groups[0].request.memory_bytes, 5LL << 30);
+  EXPECT_EQ(l.templates[0].memory_limit_bytes, 10LL << 30);
+  EXPECT_EQ(l.templates[0].cpu_limit_milli, 0);  // b has no CPU limit
+  auto kept = JobSpecFromJson(JobSpecToJson(l), "");
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->templates[0], l.templates[0]);
 
   // Newer profile names carry suffixes (+me, -me, +gfx, +me.all): accepted.
   for (const char* profile : {"1g.10gb+me", "1g.24gb+gfx", "4g.96gb-me", "7g.141gb+me.all"}) {
