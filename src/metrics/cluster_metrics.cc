@@ -220,8 +220,9 @@ void ClusterMetrics::ObserveEvictions(const std::string& reason, int64_t tasks) 
   evictions_total_->Add({reason}, static_cast<double>(tasks));
 }
 
-void ClusterMetrics::RestoreAccrual(const Accrual& a) {
+void ClusterMetrics::RestoreAccrual(const Accrual& a, int64_t most_gap_seconds) {
   std::lock_guard lock(mu_);
+  most_gap_ = most_gap_seconds;
   started_ = true;
   last_now_ = a.to;
   accrued_ = a.queues;
@@ -301,7 +302,8 @@ void ClusterMetrics::Update(const ClusterView& view) {
                                ? charge.gpu_milli * node->second->cost_micros_per_gpu_hour / 1000
                                : 0;
       queue_cost_rate[j.queue] += rate;
-      if (const int64_t dt = view.now - std::max(last_now_, j.start_time); backfill_ && dt > 0) {
+      if (const int64_t dt = std::min(view.now - std::max(last_now_, j.start_time), most_gap_);
+          backfill_ && dt > 0) {
         gap[j.queue].first += static_cast<__int128>(rate) * dt;
         gap[j.queue].second += static_cast<__int128>(charge.gpu_milli) * dt;
       }

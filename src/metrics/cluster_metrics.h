@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -93,8 +94,11 @@ class ClusterMetrics {
 
   // Continues the cost counters from `a` (call it before the first Update). The first Update
   // also accrues the time since a.to for the allocations its snapshot shows, those still held
-  // when the server restarted, each from its job's start where that is later.
-  void RestoreAccrual(const Accrual& a);
+  // when the server restarted, each from its job's start where that is later, and for at
+  // most `most_gap_seconds`: without a server, agents stop their tasks once their lease has
+  // run out (and the tasks' grace period), so a long outage held the GPUs only that long.
+  void RestoreAccrual(const Accrual& a,
+                      int64_t most_gap_seconds = std::numeric_limits<int64_t>::max());
   // Makes the cost counters durable: Update hands `persist` what has accrued when a restored
   // gap was filled and otherwise at most every `every_seconds` of view time, FlushAccrual at
   // once. The counters then export only what `persist` took (returned true): a restart that
@@ -124,6 +128,7 @@ class ClusterMetrics {
   std::map<std::string, int64_t> gpu_milli_;                  // per queue, at last update
   std::map<std::string, QueueAccrual> accrued_;
   bool backfill_ = false;  // restored: the next Update fills the gap since last_now_
+  int64_t most_gap_ = 0;   // ...for at most this long per allocation
   std::function<bool(const Accrual&)> persist_;
   int64_t persist_every_ = 0;
   std::optional<int64_t> persist_tried_;  // when persist_ was last called (for accrual to then)

@@ -98,13 +98,18 @@ void ObserveCycleInto(metrics::ClusterMetrics& m, const Snapshot& snapshot, cons
 }
 
 Status MakeCostAccrualDurable(metrics::ClusterMetrics& m, store::Store& store,
-                              int64_t every_seconds) {
+                              int64_t every_seconds, int64_t most_gap_seconds) {
   auto stored = store.Get(kCostAccrualKey);
   if (!stored.ok()) return stored.status();
   if (*stored) {
+    // Only metrics: an unreadable value starts the counters afresh rather than the server
+    // not at all (Prometheus reads it as a reset).
     auto a = AccrualFromJson((*stored)->value);
-    if (!a.ok()) return a.status();
-    m.RestoreAccrual(*a);
+    if (a.ok())
+      m.RestoreAccrual(*a, most_gap_seconds);
+    else
+      std::fprintf(stderr, "tessera server: warning: %s; the cost counters start from zero\n",
+                   a.status().message().c_str());
   }
   // One small write every `every_seconds` at most: not worth failing a cycle for; the
   // counters wait for the next write that works (TesseraStoreFailing says why).

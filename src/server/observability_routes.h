@@ -26,8 +26,10 @@ inline constexpr char kCostAccrualKey[] = "usage/cost";
 // Continues `m`'s cost counters from what `store` holds (nothing: from zero), the time since
 // then included, and keeps them there: written at most every `every_seconds` of the server's
 // clock, and by FlushCostAccrual, which must come before `store` closes.
+// The gap is counted for at most `most_gap_seconds` per allocation (agents stop their tasks
+// once their lease has run out without a server).
 Status MakeCostAccrualDurable(metrics::ClusterMetrics& m, store::Store& store,
-                              int64_t every_seconds);
+                              int64_t every_seconds, int64_t most_gap_seconds);
 // Writes `m`'s cost counters now and stops writing them (the store is about to close).
 void FlushCostAccrual(metrics::ClusterMetrics& m);
 // `jobs`: every job the server keeps, so tessera_jobs counts finished states too (and every

@@ -90,7 +90,7 @@ TEST(DurableCostCounters, SurviveARestartWithTheTimeTheServerWasDown) {
     m = std::make_unique<metrics::ClusterMetrics>();
     auto st = store::OpenSqliteStore(dir);
     ASSERT_TRUE(st.ok());
-    ASSERT_TRUE(MakeCostAccrualDurable(*m, **st, 10).ok());
+    ASSERT_TRUE(MakeCostAccrualDurable(*m, **st, 10, 60).ok());
     ControlPlaneOptions o;
     o.clock = clock.fn();
     o.run_scheduler = false;
@@ -136,15 +136,16 @@ TEST(DurableCostCounters, SurviveARestartWithTheTimeTheServerWasDown) {
   EXPECT_EQ(value("tessera_queue_gpu_seconds_total{queue=\"default\"}"), "100");
   cp.reset();  // a clean stop stores 105
 
-  clock.now += 300;  // down for 5 minutes while the task runs on
+  clock.now += 300;  // down for 5 minutes; the task ran on for at most 60 s (its agent's
+                     // lease and grace in this test), then its agent stopped it
   ASSERT_NO_FATAL_FAILURE(open());
   EXPECT_EQ(value("tessera_queue_gpu_seconds_total{queue=\"default\"}"), "absent");
   ASSERT_TRUE(cp->RunCycle().ok());
-  EXPECT_EQ(value("tessera_queue_gpu_seconds_total{queue=\"default\"}"), "405");
-  EXPECT_EQ(value("tessera_queue_cost_total{queue=\"default\"}"), "0.405");
+  EXPECT_EQ(value("tessera_queue_gpu_seconds_total{queue=\"default\"}"), "165");
+  EXPECT_EQ(value("tessera_queue_cost_total{queue=\"default\"}"), "0.165");
   auto stored = cp->store().Get(kCostAccrualKey);  // the gap filled is stored at once
   ASSERT_TRUE(stored.ok() && *stored);
-  EXPECT_EQ(Json::parse((*stored)->value)["queues"]["default"]["gpuSeconds"], 405);
+  EXPECT_EQ(Json::parse((*stored)->value)["queues"]["default"]["gpuSeconds"], 165);
   cp.reset();
   std::filesystem::remove_all(dir);
 }
