@@ -66,7 +66,12 @@ StatusOr<int64_t> ParseScaled(const std::string& text, int64_t scale, const char
     unit_of = &exponent;
   }
   if (unit_of != nullptr) {
-    __int128 num = mantissa * unit_of->num * scale;
+    // mantissa < 2^100, unit x scale <= 10^24: the product is checked before it is made. A
+    // mantissa past the bound is a value past int64 anyway (at most 10^12 of it is fraction).
+    const __int128 per = static_cast<__int128>(unit_of->num) * scale;
+    constexpr __int128 kMost = ~(static_cast<unsigned __int128>(1) << 127);
+    if (mantissa > kMost / per) return bad("too large");
+    __int128 num = mantissa * per;
     __int128 den = static_cast<__int128>(frac_den) * unit_of->den;
     if (num % den != 0) return bad(std::string("not a whole number of ") + unit);
     __int128 v = num / den;

@@ -41,6 +41,10 @@ TEST(QuantityTest, RejectsBadInputWithTheInputQuoted) {
   }
   EXPECT_FALSE(ParseByteQuantity("0.5").ok());  // half a byte
   EXPECT_FALSE(ParseByteQuantity("99999999999Pi").ok());
+  // Huge mantissas with big exponents are too large, not wrapped (found under UBSan).
+  EXPECT_FALSE(ParseMilliQuantity("200000000000000000e18").ok());
+  EXPECT_FALSE(ParseMicroQuantity("200000000000000000e18").ok());
+  EXPECT_FALSE(ParseByteQuantity("99999999999999999999999999999E18").ok());
 }
 
 TEST(QuantityTest, FormatRoundTrips) {

@@ -2452,7 +2452,9 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
           " s ago; this agent's is " + instance +
           "): two agents with one node name? Give this one its own --node. (If this node's "
           "work dir was replaced, its earlier tasks may still run: it may register in " +
-          std::to_string(until - Now() + 1) + " s, once they have surely stopped.)");
+          std::to_string(until - Now() + 1) + " s" +
+          (lease > 0 ? ", once they have surely stopped.)"
+                     : "; its agent kept no lease, so stop them yourself.)"));
   }
   NodeRecord& n = nodes_[node->name];
   bool new_boot = fresh || n.boot_id != boot;
@@ -3087,8 +3089,12 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
       std::string name = group.name.empty() ? "task" + std::to_string(i) : group.name;
       for (char& c : name) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
       std::vector<std::string> hosts;
-      for (int32_t t = first; t < first + group.replicas; ++t)
-        if (auto it = node_of.find(t); it != node_of.end()) hosts.push_back(it->second);
+      // One entry per replica, so that entry VC_TASK_INDEX is the task's own; one not placed
+      // (a gang started with part of the group, a task restarted alone) is empty.
+      for (int32_t t = first; t < first + group.replicas; ++t) {
+        auto it = node_of.find(t);
+        hosts.push_back(it != node_of.end() ? it->second : "");
+      }
       env["VC_" + name + "_HOSTS"] = Join(hosts, ",");
       env["VC_" + name + "_NUM"] = std::to_string(group.replicas);
       first += group.replicas;

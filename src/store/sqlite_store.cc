@@ -130,7 +130,9 @@ class SqliteStore final : public Store {
     // A write-ahead log without its database is a state whose main file was lost (deleted,
     // not restored from a backup): SQLite would drop the log and start empty, and an empty
     // server has every agent stop every task. Refused, naming both files.
-    if (!std::filesystem::exists(path) && std::filesystem::exists(path + "-wal"))
+    std::error_code no_db, wal;
+    if (!std::filesystem::exists(path, no_db) && !no_db &&
+        std::filesystem::exists(path + "-wal", wal))
       return FailedPrecondition(
           path + " is missing but " + path +
           "-wal is there: the database file was lost (restore it, with the -wal beside it); "
