@@ -456,6 +456,11 @@ Status Agent::Heartbeat() {
   Json ans = Json::parse(res->body, nullptr, false);
   if (ans.is_discarded() || !ans.is_object())
     return Unavailable("heartbeat: answer is not a JSON object");
+  // The server answered: the lease is renewed before any task of this answer starts. (An
+  // agent that had waited past its lease to register started tasks on a stale lease file,
+  // and their monitors, or the fence thread, stopped them at once.)
+  last_ok_ms_ = SteadyMillis();
+  TouchLease();
   if (ans.value("hold", false)) {
     // The server cannot store anything now (its store failed): it is there, so the lease is
     // kept; tasks stay as they are and their reports are sent again later.
