@@ -65,6 +65,20 @@ class ExecutorTest : public ::testing::Test {
     o.wall_clock = [] { return int64_t{1733150000}; };
     return o;
   }
+  // Options whose tasks' monitors keep `<dir>/lease` (created here) for `seconds`.
+  ExecutorOptions Leased(int64_t seconds) {
+    ExecutorOptions o = Options();
+    o.lease_file = dir_.string() + "/lease";
+    std::ofstream(o.lease_file) << "";
+    o.lease_seconds = [seconds] { return seconds; };
+    return o;
+  }
+  // Starts `t`, whose script writes its pid to ./pid, and waits for that pid (0: none came).
+  pid_t StartWritingPid(Executor& ex, const TaskSpec& t) {
+    const std::string file = dir_.string() + "/tasks/" + t.allocation + "/pid";
+    if (!ex.Start(t).ok() || !WaitFor([&] { return fs::exists(file); })) return 0;
+    return std::atoi(Slurp(file).c_str());
+  }
   static TaskSpec Shell(const std::string& id, const std::string& script) {
     TaskSpec s;
     s.allocation = id;
@@ -404,20 +418,14 @@ TEST_F(ExecutorTest, AStopOutlivesTheAgentThatStartedIt) {
 // not been touched for the lease (and the task's grace period), so the server may run it
 // elsewhere; the next agent reports it killed, with the reason. Touched, it runs on.
 TEST_F(ExecutorTest, ATaskStopsOnItsOwnWhenItsAgentsLeaseLapses) {
-  const std::string d = dir_.string() + "/tasks/";
-  const std::string lease = dir_.string() + "/lease";
-  std::ofstream(lease) << "";
-  ExecutorOptions o = Options();
-  o.lease_file = lease;
-  o.lease_seconds = [] { return int64_t{1}; };
+  const ExecutorOptions o = Leased(1);
   pid_t orphan = 0;
   {
     Executor agent(o);
     TaskSpec t = Shell("a-orphan", "echo $$ > pid; exec sleep 60");
     t.grace_period_seconds = 1;
-    ASSERT_TRUE(agent.Start(t).ok());
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-orphan/pid"); }));
-    orphan = std::atoi(Slurp(d + "a-orphan/pid").c_str());
+    orphan = StartWritingPid(agent, t);
+    ASSERT_GT(orphan, 0);
   }  // the agent is gone; its task runs on, for now
   ASSERT_TRUE(Running(orphan));
   ASSERT_TRUE(WaitFor([&] { return !Running(orphan); }));  // within the lease + 0.5 s + grace
@@ -427,15 +435,14 @@ TEST_F(ExecutorTest, ATaskStopsOnItsOwnWhenItsAgentsLeaseLapses) {
   EXPECT_EQ(st.state, TaskState::kKilled);
   EXPECT_EQ(st.message.rfind("stopped: agent gone (its lease lapsed)", 0), 0u) << st.message;
   // While the lease is kept (a live agent, or the next one), tasks run on.
-  std::ofstream(lease) << "";  // the next agent touches it before it starts tasks
+  std::ofstream(o.lease_file) << "";  // the next agent touches it before it starts tasks
   Executor live(o);
   TaskSpec t = Shell("a-live", "echo $$ > pid; exec sleep 60");
   t.grace_period_seconds = 1;
-  ASSERT_TRUE(live.Start(t).ok());
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-live/pid"); }));
-  const pid_t alive = std::atoi(Slurp(d + "a-live/pid").c_str());
+  const pid_t alive = StartWritingPid(live, t);
+  ASSERT_GT(alive, 0);
   for (int i = 0; i < 30; ++i) {  // 3 s, three leases
-    std::ofstream(lease) << "";
+    std::ofstream(o.lease_file) << "";
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(Running(alive));
@@ -447,22 +454,16 @@ TEST_F(ExecutorTest, ATaskStopsOnItsOwnWhenItsAgentsLeaseLapses) {
 // new one at the same path, fresh, but knows nothing of the task. The task stops: it used
 // to run on for ever beside the attempt the server then started on the same devices.
 TEST_F(ExecutorTest, ATaskStopsWhenItsAgentsLeaseFileIsReplaced) {
-  const std::string d = dir_.string() + "/tasks/";
-  const std::string lease = dir_.string() + "/lease";
-  std::ofstream(lease) << "";
-  ExecutorOptions o = Options();
-  o.lease_file = lease;
-  o.lease_seconds = [] { return int64_t{3600}; };  // no lapse by age in this test
+  const ExecutorOptions o = Leased(3600);  // no lapse by age in this test
   Executor agent(o);
   TaskSpec t = Shell("a-wiped", "echo $$ > pid; exec sleep 60");
   t.grace_period_seconds = 1;
-  ASSERT_TRUE(agent.Start(t).ok());
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-wiped/pid"); }));
-  const pid_t task = std::atoi(Slurp(d + "a-wiped/pid").c_str());
+  const pid_t task = StartWritingPid(agent, t);
+  ASSERT_GT(task, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ASSERT_TRUE(Running(task));
-  fs::remove(lease);
-  std::ofstream(lease) << "";                            // the next agent's, at the same path
+  fs::remove(o.lease_file);
+  std::ofstream(o.lease_file) << "";                     // the next agent's, at the same path
   EXPECT_TRUE(WaitFor([&] { return !Running(task); }));  // 250 ms checks + the 1 s grace
   agent.StopAll("test over");
   EXPECT_TRUE(agent.WaitAll(20000));
@@ -472,15 +473,13 @@ TEST_F(ExecutorTest, ATaskStopsWhenItsAgentsLeaseFileIsReplaced) {
 // (checkpointing on SIGTERM) is killed when the period ends, not as soon as the next agent
 // adopts it.
 TEST_F(ExecutorTest, AnAdoptedStoppingTaskKeepsItsGracePeriod) {
-  const std::string d = dir_.string() + "/tasks/";
   pid_t task = 0;
   {
     Executor agent(Options());
     TaskSpec t = Shell("a-grace", "trap '' TERM; echo $$ > pid; sleep 60");
     t.grace_period_seconds = 4;
-    ASSERT_TRUE(agent.Start(t).ok());
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(d + "a-grace/pid"); }));
-    task = std::atoi(Slurp(d + "a-grace/pid").c_str());
+    task = StartWritingPid(agent, t);
+    ASSERT_GT(task, 0);
     agent.Stop("a-grace", "cancelled");
   }  // the agent is gone while its task is stopping
   Executor next(Options());
