@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "metrics/test_util.h"
 #include "model/codec.h"
 
 namespace tessera::metrics {
@@ -72,13 +73,7 @@ Snapshot LoadCluster() {
 }
 
 // The value printed for one exact series, or "absent".
-std::string Value(const std::string& text, const std::string& series) {
-  const std::string key = "\n" + series + " ";
-  size_t at = text.find(key);
-  if (at == std::string::npos) return "absent";
-  at += key.size();
-  return text.substr(at, text.find('\n', at) - at);
-}
+using testing::SeriesValue;
 
 class ClusterMetricsTest : public ::testing::Test {
  protected:
@@ -173,7 +168,7 @@ TEST_F(ClusterMetricsTest, ExportsDevicesNodesQueuesAndJobs) {
       {"tessera_job_queue_wait_seconds_count{queue=\"ml\"}", "absent"},
       {"tessera_build_info{version=\"0.1.0\"}", "1"},
   };
-  for (const Case& c : cases) EXPECT_EQ(Value(text, c.series), c.want) << c.series;
+  for (const Case& c : cases) EXPECT_EQ(SeriesValue(text, c.series), c.want) << c.series;
   EXPECT_TRUE(Validate(m_.registry().Collect()).ok())
       << Validate(m_.registry().Collect()).ToString();
 }
@@ -183,17 +178,17 @@ TEST_F(ClusterMetricsTest, CostAndGpuSecondsAccrueExactlyInIntegers) {
   view_.now += 1800;  // half an hour at 4/h and 0.142/h
   m_.Update(view_);
   std::string text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_queue_cost_total{queue=\"ml\"}"), "2");
-  EXPECT_EQ(Value(text, "tessera_queue_cost_total{queue=\"infer\"}"), "0.071");
-  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "3600");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_cost_total{queue=\"ml\"}"), "2");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_cost_total{queue=\"infer\"}"), "0.071");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "3600");
   // 142 milli-GPU x 1800 s = 255.6 GPU-seconds: 255 now, 0.6 carried.
-  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "255");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "255");
   for (int i = 0; i < 3; ++i) {  // 0.6 + 3 x 0.142 = 1.026: one more whole second
     view_.now += 1;
     m_.Update(view_);
   }
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "256");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "256");
 }
 
 // Restored counters go on from what was stored. The first update counts the time since then
@@ -214,9 +209,9 @@ TEST_F(ClusterMetricsTest, RestoredCountersFillTheGapAndShowWhatIsStored) {
   m_.Update(view_);  // now 1000
   std::string text = "\n" + m_.RenderText();
   // train: 2 GPUs x 500 s = 1000 GPU-s at 2/GPU-h = 0.555555; small: 0.142 GPU x 200 s.
-  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "1100");
-  EXPECT_EQ(Value(text, "tessera_queue_cost_total{queue=\"ml\"}"), "7.555555");
-  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "28");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "1100");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_cost_total{queue=\"ml\"}"), "7.555555");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_gpu_seconds_total{queue=\"infer\"}"), "28");
   ASSERT_EQ(stored.size(), 1u);  // the gap filled is stored at once
   EXPECT_EQ(stored[0].to, 1000);
   EXPECT_EQ(stored[0].queues["ml"].gpu_seconds, 1100);
@@ -224,7 +219,7 @@ TEST_F(ClusterMetricsTest, RestoredCountersFillTheGapAndShowWhatIsStored) {
   view_.now += 5;
   m_.Update(view_);  // 10 GPU-s more, not stored yet (every 10 s): not shown
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "1100");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_gpu_seconds_total{queue=\"ml\"}"), "1100");
   ASSERT_TRUE(m_.FlushAccrual());
   EXPECT_EQ(stored.back().to, 1005);
   EXPECT_EQ(stored.back().queues["ml"].gpu_seconds, 1110);
@@ -239,11 +234,13 @@ TEST_F(ClusterMetricsTest, EachJobStartIsObservedOnceWithItsWait) {
   view_.now = 2700;
   m_.Update(view_);  // a view is no start: still running, not observed again
   std::string text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_count{queue=\"ml\"}"), "1");
-  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2300");
-  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_bucket{queue=\"ml\",le=\"1800\"}"), "0");
-  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_bucket{queue=\"ml\",le=\"3600\"}"), "1");
-  EXPECT_EQ(Value(text, "tessera_queue_oldest_pending_job_age_seconds{queue=\"ml\"}"), "0");
+  EXPECT_EQ(SeriesValue(text, "tessera_job_queue_wait_seconds_count{queue=\"ml\"}"), "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2300");
+  EXPECT_EQ(SeriesValue(text, "tessera_job_queue_wait_seconds_bucket{queue=\"ml\",le=\"1800\"}"),
+            "0");
+  EXPECT_EQ(SeriesValue(text, "tessera_job_queue_wait_seconds_bucket{queue=\"ml\",le=\"3600\"}"),
+            "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_oldest_pending_job_age_seconds{queue=\"ml\"}"), "0");
   // Requeued after preemption and bound again: a new start, waited from the requeue. Two
   // attempts that start and end between updates count too (no view ever shows them running).
   m_.ObserveJobStart("ml", 2800, 2830);
@@ -252,8 +249,8 @@ TEST_F(ClusterMetricsTest, EachJobStartIsObservedOnceWithItsWait) {
   view_.now = 2900;
   m_.Update(view_);
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_count{queue=\"ml\"}"), "4");
-  EXPECT_EQ(Value(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2340");
+  EXPECT_EQ(SeriesValue(text, "tessera_job_queue_wait_seconds_count{queue=\"ml\"}"), "4");
+  EXPECT_EQ(SeriesValue(text, "tessera_job_queue_wait_seconds_sum{queue=\"ml\"}"), "2340");
 }
 
 // Prometheus reads a vanished series as "no data": every state given stays exported in every
@@ -263,9 +260,9 @@ TEST_F(ClusterMetricsTest, EveryJobStateIsExportedInEveryQueue) {
                       "succeeded", "failed",    "cancelled"};
   m_.Update(view_);
   std::string text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"succeeded\"}"), "1");
-  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"failed\"}"), "0");
-  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"infer\",state=\"succeeded\"}"), "0");
+  EXPECT_EQ(SeriesValue(text, "tessera_jobs{queue=\"ml\",state=\"succeeded\"}"), "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_jobs{queue=\"ml\",state=\"failed\"}"), "0");
+  EXPECT_EQ(SeriesValue(text, "tessera_jobs{queue=\"infer\",state=\"succeeded\"}"), "0");
   view_.jobs.pop_back();  // "done" is deleted: its state drops to 0, it does not vanish
   m_.Update(view_);
   text = "\n" + m_.RenderText();
@@ -273,10 +270,10 @@ TEST_F(ClusterMetricsTest, EveryJobStateIsExportedInEveryQueue) {
     for (const char* queue : {"ml", "infer"}) {
       const std::string series =
           "tessera_jobs{queue=\"" + std::string(queue) + "\",state=\"" + state + "\"}";
-      EXPECT_NE(Value(text, series), "absent") << series;
+      EXPECT_NE(SeriesValue(text, series), "absent") << series;
     }
   }
-  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"succeeded\"}"), "0");
+  EXPECT_EQ(SeriesValue(text, "tessera_jobs{queue=\"ml\",state=\"succeeded\"}"), "0");
 }
 
 TEST_F(ClusterMetricsTest, PlaceholdersOfOneJobCountOnce) {
@@ -292,8 +289,9 @@ TEST_F(ClusterMetricsTest, PlaceholdersOfOneJobCountOnce) {
   snapshot_.jobs.push_back(ph);
   m_.Update(view_);
   const std::string text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"running\"}"), "1");
-  EXPECT_EQ(Value(text, "tessera_node_allocated_cpu_cores{node=\"gpu-a\",pool=\"own\"}"), "9");
+  EXPECT_EQ(SeriesValue(text, "tessera_jobs{queue=\"ml\",state=\"running\"}"), "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_node_allocated_cpu_cores{node=\"gpu-a\",pool=\"own\"}"),
+            "9");
 }
 
 // An exclusive job holds its nodes whole: the engine charges it every healthy GPU and every
@@ -331,7 +329,7 @@ TEST_F(ClusterMetricsTest, AnExclusiveJobIsChargedItsNodesWhole) {
       {"tessera_gpu_allocated_ratio{node=\"gpu-a\",gpu=\"0\",UUID=\"GPU-a0\"}", "1"},
       {"tessera_gpu_allocated_ratio{node=\"gpu-a\",gpu=\"1\",UUID=\"GPU-a1\"}", "0"},
   };
-  for (const auto& [series, want] : cases) EXPECT_EQ(Value(text, series), want) << series;
+  for (const auto& [series, want] : cases) EXPECT_EQ(SeriesValue(text, series), want) << series;
 }
 
 TEST_F(ClusterMetricsTest, APendingJobWithLingeringAllocationsIsPendingOnce) {
@@ -345,9 +343,10 @@ TEST_F(ClusterMetricsTest, APendingJobWithLingeringAllocationsIsPendingOnce) {
   snapshot_.jobs.push_back(ph);
   m_.Update(view_);
   const std::string text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"running\"}"), "0");
-  EXPECT_EQ(Value(text, "tessera_jobs{queue=\"ml\",state=\"pending\"}"), "3");  // + waiting, held
-  EXPECT_EQ(Value(text, "tessera_queue_allocated_gpus{queue=\"ml\"}"), "2");    // still held
+  EXPECT_EQ(SeriesValue(text, "tessera_jobs{queue=\"ml\",state=\"running\"}"), "0");
+  EXPECT_EQ(SeriesValue(text, "tessera_jobs{queue=\"ml\",state=\"pending\"}"),
+            "3");  // + waiting, held
+  EXPECT_EQ(SeriesValue(text, "tessera_queue_allocated_gpus{queue=\"ml\"}"), "2");  // still held
 }
 
 TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
@@ -361,14 +360,15 @@ TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
   view_.plan = &plan;
   m_.Update(view_);
   std::string text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"QueueOverLimit\"}"), "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_pending_jobs{queue=\"ml\",reason=\"QueueOverLimit\"}"), "1");
   view_.plan = nullptr;
   m_.Update(view_);
   text = "\n" + m_.RenderText();
   // A reason no job waits for any more reads 0 rather than vanishing (an alert over the
   // series would read "no data").
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"QueueOverLimit\"}"), "0");
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"NotYetScheduled\"}"), "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_pending_jobs{queue=\"ml\",reason=\"QueueOverLimit\"}"), "0");
+  EXPECT_EQ(SeriesValue(text, "tessera_pending_jobs{queue=\"ml\",reason=\"NotYetScheduled\"}"),
+            "1");
   // One that can never fit is counted apart, whatever resource it lacks.
   plan.decisions[0].outcome = Outcome::kInfeasible;
   plan.decisions[0].reason =
@@ -376,26 +376,29 @@ TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
   view_.plan = &plan;
   m_.Update(view_);
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Infeasible\"}"), "1");
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Insufficient\"}"), "absent");
+  EXPECT_EQ(SeriesValue(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Infeasible\"}"), "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Insufficient\"}"),
+            "absent");
 }
 
 TEST_F(ClusterMetricsTest, PendingReasonsReadZeroUntilTheirQueueGoes) {
   view_.jobs.push_back({"serve", "scratch", "pending", "Insufficient", 900, -1});
   m_.Update(view_);
   std::string text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"scratch\",reason=\"Insufficient\"}"), "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_pending_jobs{queue=\"scratch\",reason=\"Insufficient\"}"),
+            "1");
   view_.jobs.back().state = "running";
   view_.jobs.back().pending_reason = "";
   m_.Update(view_);
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"scratch\",reason=\"Insufficient\"}"), "0");
+  EXPECT_EQ(SeriesValue(text, "tessera_pending_jobs{queue=\"scratch\",reason=\"Insufficient\"}"),
+            "0");
   view_.jobs.pop_back();  // its job and queue are gone: no series left behind for ever
   m_.Update(view_);
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"scratch\",reason=\"Insufficient\"}"),
+  EXPECT_EQ(SeriesValue(text, "tessera_pending_jobs{queue=\"scratch\",reason=\"Insufficient\"}"),
             "absent");
-  EXPECT_EQ(Value(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Held\"}"), "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_pending_jobs{queue=\"ml\",reason=\"Held\"}"), "1");
 }
 
 TEST_F(ClusterMetricsTest, ObserveCycleCountsBindingsEvictionsAndLatency) {
@@ -407,11 +410,13 @@ TEST_F(ClusterMetricsTest, ObserveCycleCountsBindingsEvictionsAndLatency) {
   m_.ObserveCycle(plan, 0.003);
   m_.ObserveCycle(Plan{}, 0.0002);
   const std::string text = "\n" + m_.RenderText();
-  EXPECT_EQ(Value(text, "tessera_scheduling_bindings_total"), "3");
-  EXPECT_EQ(Value(text, "tessera_scheduling_evictions_total{reason=\"Preempted\"}"), "2");
-  EXPECT_EQ(Value(text, "tessera_scheduling_cycle_duration_seconds_count"), "2");
-  EXPECT_EQ(Value(text, "tessera_scheduling_cycle_duration_seconds_bucket{le=\"0.00025\"}"), "1");
-  EXPECT_EQ(Value(text, "tessera_scheduling_cycle_duration_seconds_bucket{le=\"0.005\"}"), "2");
+  EXPECT_EQ(SeriesValue(text, "tessera_scheduling_bindings_total"), "3");
+  EXPECT_EQ(SeriesValue(text, "tessera_scheduling_evictions_total{reason=\"Preempted\"}"), "2");
+  EXPECT_EQ(SeriesValue(text, "tessera_scheduling_cycle_duration_seconds_count"), "2");
+  EXPECT_EQ(SeriesValue(text, "tessera_scheduling_cycle_duration_seconds_bucket{le=\"0.00025\"}"),
+            "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_scheduling_cycle_duration_seconds_bucket{le=\"0.005\"}"),
+            "2");
 }
 
 TEST_F(ClusterMetricsTest, EqualViewsRenderEqualBytes) {

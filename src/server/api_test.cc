@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/capture_command.h"
+#include "metrics/test_util.h"
 #include "server/observability_routes.h"
 #include "server/test_util.h"
 
@@ -253,9 +254,8 @@ TEST(RouteTemplate, NamesTheRouteNotTheObject) {
 TEST_F(ApiTest, RequestsAreCountedAndTimedByRoute) {
   const std::string root = "root-token-0123456789";
   auto count = [](const std::string& series) {
-    const std::string text = "\n" + ProcessMetrics().RenderText();
-    const size_t at = text.find("\n" + series + " ");
-    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + series.size() + 2));
+    const std::string v = metrics::testing::SeriesValue(ProcessMetrics().RenderText(), series);
+    return v == "absent" ? 0.0 : std::stod(v);
   };
   const std::string missing =
       "tessera_http_requests_total{route=\"/v1/jobs/{name}\",method=\"GET\",code=\"404\"}";

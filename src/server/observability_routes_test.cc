@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "metrics/test_util.h"
 #include "server/test_util.h"
 
 namespace tessera::server {
@@ -103,11 +104,7 @@ TEST(DurableCostCounters, SurviveARestartWithTheTimeTheServerWasDown) {
     cp = std::move(*c);
   };
   auto value = [&](const std::string& series) {
-    const std::string text = "\n" + m->RenderText();
-    const size_t at = text.find("\n" + series + " ");
-    return at == std::string::npos ? std::string("absent")
-                                   : text.substr(at + series.size() + 2,
-                                                 text.find('\n', at + 1) - at - series.size() - 2);
+    return metrics::testing::SeriesValue(m->RenderText(), series);
   };
   ASSERT_NO_FATAL_FAILURE(open());
   const Json node = {{"node",
