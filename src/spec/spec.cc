@@ -442,7 +442,10 @@ StatusOr<FailureAction> VolcanoAction(const std::string& action, const std::stri
       "\" (RestartJob, RestartTask, RestartPod, AbortJob, TerminateJob, CompleteJob)");
 }
 
-Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy& rp) {
+// `names_failure`, when given, is set once a policy says what a failed pod does (an exit
+// code, or PodFailed, TaskFailed or "*").
+Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy& rp,
+                           bool* names_failure = nullptr) {
   return ForEach(v, path, [&](const Json& p, const std::string& pp) -> Status {
     ObjectReader r(p, pp);
     std::string event, action;
@@ -465,6 +468,7 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
       auto a = VolcanoAction(action, pp + ".action");
       if (!a.ok()) return a.status();
       rp.on_exit_code[code] = *a;
+      if (names_failure) *names_failure = true;
       return Status::Ok();
     }
     TESSERA_RETURN_IF_ERROR(r.Finish());
@@ -485,17 +489,18 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
       // says so (docs/lifecycle.md).
       const FailureAction on_eviction =
           *a == FailureAction::kRestartTask ? FailureAction::kRestartJob : *a;
-      if (e == "PodEvicted" || e == "Unknown" || e == "OutOfSync")
+      if (e == "PodEvicted" || e == "Unknown" || e == "OutOfSync") {
         rp.on_eviction = on_eviction;
-      else if (e == "PodFailed" || e == "TaskFailed")
+      } else if (e == "PodFailed" || e == "TaskFailed" || e == "*") {
         rp.on_failure = *a;
-      else if (e == "*")
-        rp.on_failure = *a, rp.on_eviction = on_eviction;
-      else if (e == "JobUnknown" || e == "PodPending" || e == "CommandIssued")
+        if (e == "*") rp.on_eviction = on_eviction;
+        if (names_failure) *names_failure = true;
+      } else if (e == "JobUnknown" || e == "PodPending" || e == "CommandIssued") {
         continue;  // nothing to do
-      else
+      } else {
         return InvalidArgument(pp + ".event: unknown \"" + e +
                                "\" (PodEvicted, PodFailed, TaskCompleted, TaskFailed, Unknown, *)");
+      }
     }
     return Status::Ok();
   });
@@ -549,23 +554,6 @@ Status VolcanoTaskMinimums(const std::vector<int32_t>& mins, bool any, Job& job)
   return Status::Ok();
 }
 
-// Whether Volcano policies (a job's or a task's) say what a failed pod does: an event
-// PodFailed, TaskFailed or "*", or an exit code.
-bool NamesFailure(const Json* policies) {
-  if (policies == nullptr || !policies->is_array()) return false;
-  for (const Json& p : *policies) {
-    if (!p.is_object()) continue;
-    if (p.contains("exitCode")) return true;
-    std::vector<Json> events;
-    if (auto e = p.find("event"); e != p.end()) events.push_back(*e);
-    if (auto e = p.find("events"); e != p.end() && e->is_array())
-      events.insert(events.end(), e->begin(), e->end());
-    for (const Json& e : events)
-      if (e == "PodFailed" || e == "TaskFailed" || e == "*") return true;
-  }
-  return false;
-}
-
 StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& meta) {
   JobSpec s;
   s.source = "batch.volcano.sh/v1alpha1 Job";
@@ -583,7 +571,9 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
   TESSERA_RETURN_IF_ERROR(r.Int32("maxRetry", s.restart.max_retries));
   std::string scheduler;
   TESSERA_RETURN_IF_ERROR(r.String("schedulerName", scheduler));
-  TESSERA_RETURN_IF_ERROR(ReadVolcanoPolicies(r.Get("policies"), r.Path("policies"), s.restart));
+  bool job_names_failure = false;
+  TESSERA_RETURN_IF_ERROR(
+      ReadVolcanoPolicies(r.Get("policies"), r.Path("policies"), s.restart, &job_names_failure));
   if (const Json* plugins = r.Get("plugins")) {
     // ssh/svc/env/pytorch set up pod networking in Kubernetes; the agent passes
     // MASTER_ADDR/RANK/WORLD_SIZE itself, so these are accepted and need nothing more.
@@ -622,10 +612,11 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
                                  ": retries are counted per job here; set spec.maxRetry");
         // The task's own policies start from the job's and override them for its tasks.
         std::optional<RestartPolicy> own;
+        bool names_failure = job_names_failure;
         if (tr.Has("policies")) {
           own = s.restart;
           TESSERA_RETURN_IF_ERROR(
-              ReadVolcanoPolicies(tr.Get("policies"), tr.Path("policies"), *own));
+              ReadVolcanoPolicies(tr.Get("policies"), tr.Path("policies"), *own, &names_failure));
         }
         s.group_restart.push_back(std::move(own));
         if (tr.Has("dependsOn"))
@@ -636,8 +627,7 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
         // restartPolicy: OnFailure has the kubelet restart a failed container in place: the
         // task alone restarts (counted against maxRetry here), unless a policy says what a
         // failed pod does.
-        if (tmpl.pod.restart_policy == "OnFailure" && !NamesFailure(r.Get("policies")) &&
-            !NamesFailure(tr.Get("policies"))) {
+        if (tmpl.pod.restart_policy == "OnFailure" && !names_failure) {
           if (!s.group_restart.back()) s.group_restart.back() = s.restart;
           s.group_restart.back()->on_failure = FailureAction::kRestartTask;
         }
