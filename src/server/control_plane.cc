@@ -3054,18 +3054,14 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
   }
   env["CUDA_VISIBLE_DEVICES"] = Join(visible, ",");
   env["NVIDIA_VISIBLE_DEVICES"] = visible.empty() ? "void" : Join(visible, ",");
+  // Each placed task's node, by task: what the rendezvous, Volcano's and Slurm's variables
+  // are made of.
+  std::map<int32_t, std::string> node_of = {{task, a.node}};
+  for (const auto& [key, other] : others) node_of[std::stoi(key)] = other.node;
   // torchrun-style rendezvous: rank 0 is the lowest-numbered placed task of the gang.
-  std::string master = a.node;
-  int32_t master_task = task, local_rank = 0;
-  for (const auto& [key, other] : others) {
-    int32_t t = std::stoi(key);
-    if (t < master_task) {
-      master_task = t;
-      master = other.node;
-    }
-    if (t < task && other.node == a.node) ++local_rank;
-  }
-  env["MASTER_ADDR"] = master;
+  int32_t local_rank = 0;
+  for (const auto& [t, node] : node_of) local_rank += t < task && node == a.node;
+  env["MASTER_ADDR"] = node_of.begin()->second;
   env["MASTER_PORT"] = std::to_string(29500 + j.seq % 1000);
   env["RANK"] = std::to_string(task);
   if (j.spec.indexed) env["JOB_COMPLETION_INDEX"] = std::to_string(task);
@@ -3078,8 +3074,6 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
     // Volcano's env and svc plugins: the task's index within its task group, and each
     // group's hosts (here the nodes its tasks run on, in task order: tasks on one node share
     // it, so give them distinct ports) and replicas, e.g. VC_PS_HOSTS for a TF_CONFIG.
-    std::map<int32_t, std::string> node_of = {{task, a.node}};
-    for (const auto& [key, other] : others) node_of[std::stoi(key)] = other.node;
     int32_t first = 0;
     for (size_t i = 0; i < j.spec.job.groups.size(); ++i) {
       const TaskGroup& group = j.spec.job.groups[i];
@@ -3103,10 +3097,8 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
   if (j.spec.source == "sbatch") {
     // What a batch script reads from Slurm. One Tessera task per Slurm node: the script runs
     // once on each, as node `task` of the allocation.
-    std::map<int32_t, std::string> by_task = {{task, a.node}};
-    for (const auto& [key, other] : others) by_task[std::stoi(key)] = other.node;
     std::vector<std::string> nodes;
-    for (const auto& [t, node] : by_task)
+    for (const auto& [t, node] : node_of)
       if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
     env["SLURM_JOB_ID"] = std::to_string(j.seq);
     env["SLURM_JOBID"] = env["SLURM_JOB_ID"];
