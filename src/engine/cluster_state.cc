@@ -10,21 +10,6 @@
 
 namespace tessera {
 
-ResourceVector AllocationVector(const TaskAllocation& a) {
-  return ResourceVector{a.cpu_milli, a.memory_bytes, a.GpuMilli()};
-}
-
-ResourceVector WholeNodeVector(const Node& n) {
-  return ResourceVector{n.cpu_milli, 0, HealthyGpuMilli(n)};
-}
-
-ResourceVector ChargeOf(const JobRec& j, const TaskAllocation& a, const Node& n, bool alone) {
-  if (!j.exclusive) return AllocationVector(a);
-  ResourceVector v = alone ? WholeNodeVector(n) : ResourceVector{};
-  v.memory_bytes = a.memory_bytes;
-  return v;
-}
-
 ResourceVector RequestVector(const TaskRequest& r) {
   ResourceVector v{r.cpu_milli, r.memory_bytes, 0};
   switch (r.gpu.kind) {
@@ -393,7 +378,7 @@ Status ClusterState::Impl::BindAt(JobRec& j, int32_t task, TaskAllocation a, int
   TakeAllocation(n, a);
   if (j.exclusive) ++n.exclusive_tasks;
   Reclassify(node);
-  ResourceVector v = ChargeOf(j, a, *n.node, n.exclusive_tasks == 1);
+  ResourceVector v = ChargeOf(a, *n.node, j.exclusive, n.exclusive_tasks == 1);
   j.allocations[task] = std::move(a);
   j.running += 1;
   j.allocated += v;
@@ -413,7 +398,7 @@ Status ClusterState::Impl::ReleaseTask(JobRec& j, int32_t task) {
   if (it != node_index.end()) {
     NodeState& n = nodes[it->second];
     GiveBackAllocation(n, a);
-    if (j.exclusive) v = ChargeOf(j, a, *n.node, --n.exclusive_tasks == 0);
+    if (j.exclusive) v = ChargeOf(a, *n.node, true, --n.exclusive_tasks == 0);
     Reclassify(it->second);
   }
   j.running -= 1;

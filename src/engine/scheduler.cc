@@ -527,7 +527,7 @@ ResourceVector CycleRun::EvictionCharge(const JobRec& j, const std::vector<int32
     }
     const NodeState& n = m_.nodes[at->second];
     auto it = left.try_emplace(at->second, n.exclusive_tasks).first;
-    v += ChargeOf(j, a, *n.node, --it->second == 0);
+    v += ChargeOf(a, *n.node, j.exclusive, --it->second == 0);
   }
   return v;
 }

@@ -219,15 +219,8 @@ struct ClusterState::Impl {
   bool HasJob(const std::string& id) const;
 };
 
-ResourceVector AllocationVector(const TaskAllocation& a);
-// What a node's CPUs and healthy GPUs count for an exclusive job holding it whole.
-ResourceVector WholeNodeVector(const Node& n);
-// What binding (or releasing) allocation `a` of job `j` on node `n` counts against the job
-// and its queues: the allocation itself, except for an exclusive job, which is charged the
-// whole node with its first task there (`alone`: no other task of it on the node), and only
-// the memory of its other tasks there (as Slurm allocates an exclusive job every CPU and
-// GPU of its nodes, and the memory it asks for).
-ResourceVector ChargeOf(const JobRec& j, const TaskAllocation& a, const Node& n, bool alone);
+// (AllocationVector and ChargeOf, what binding or releasing an allocation counts against its
+// job and queues, are in model/job.h: the server and the metrics charge the same.)
 ResourceVector RequestVector(const TaskRequest& r);
 
 }  // namespace tessera

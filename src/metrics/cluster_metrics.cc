@@ -45,12 +45,6 @@ void Accrue(QueueAccrual& q, __int128 cost, __int128 gpu) {
   q.gpu_carry = static_cast<int64_t>(gpu % 1000);
 }
 
-struct Usage {
-  int64_t cpu_milli = 0;
-  int64_t memory_bytes = 0;
-  int64_t gpu_milli = 0;
-};
-
 }  // namespace
 
 ClusterMetrics::ClusterMetrics() {
@@ -266,7 +260,7 @@ void ClusterMetrics::Update(const ClusterView& view) {
   const Snapshot& s = view.snapshot ? *view.snapshot : kEmpty;
 
   // Usage by node, by queue, by (node, queue), by (node, device).
-  std::map<std::string, Usage> node_use, queue_use;
+  std::map<std::string, ResourceVector> node_use, queue_use;
   std::map<LabelValues<2>, int64_t> node_queue_gpu;
   std::map<std::pair<std::string, int32_t>, int64_t> device_milli;
   std::map<std::pair<std::string, int32_t>, std::set<int32_t>> mig_taken;
@@ -286,17 +280,13 @@ void ClusterMetrics::Update(const ClusterView& view) {
         if (d.mig_instance >= 0) mig_taken[{a->node, d.device}].insert(d.mig_instance);
       }
       auto node = node_by_name.find(a->node);
-      Usage charge{a->cpu_milli, a->memory_bytes, a->GpuMilli()};
-      if (j.exclusive && node != node_by_name.end()) {
-        const bool first = whole.emplace(job, node->first).second;
-        charge.cpu_milli = first ? node->second->cpu_milli : 0;
-        charge.gpu_milli = first ? HealthyGpuMilli(*node->second) : 0;
-      }
-      for (Usage* u : {&node_use[a->node], &queue_use[j.queue]}) {
-        u->cpu_milli += charge.cpu_milli;
-        u->memory_bytes += charge.memory_bytes;
-        u->gpu_milli += charge.gpu_milli;
-      }
+      const ResourceVector charge =
+          node != node_by_name.end()
+              ? ChargeOf(*a, *node->second, j.exclusive,
+                         j.exclusive && whole.emplace(job, node->first).second)
+              : AllocationVector(*a);
+      node_use[a->node] += charge;
+      queue_use[j.queue] += charge;
       node_queue_gpu[{a->node, j.queue}] += charge.gpu_milli;
       const int64_t rate = node != node_by_name.end()
                                ? charge.gpu_milli * node->second->cost_micros_per_gpu_hour / 1000
@@ -327,7 +317,7 @@ void ClusterMetrics::Update(const ClusterView& view) {
       cap_mem, alloc_mem;
   for (const Node& n : s.nodes) {
     const LabelValues<2> np = {n.name, n.pool};
-    const Usage& u = node_use[n.name];
+    const ResourceVector& u = node_use[n.name];
     ready[np] = n.ready ? 1 : 0;
     schedulable[np] = n.unschedulable ? 0 : 1;
     cap_gpu[np] = static_cast<double>(n.devices.size());
@@ -387,7 +377,7 @@ void ClusterMetrics::Update(const ClusterView& view) {
   std::map<LabelValues<1>, double> qa_gpu, qa_cpu, qa_mem, qg_gpu, qg_cpu, qg_mem, ql_gpu, ql_cpu,
       ql_mem, weight, cost_rate;
   for (const std::string& name : queue_names) {
-    const Usage& u = queue_use[name];
+    const ResourceVector& u = queue_use[name];
     qa_gpu[{name}] = Gpus(u.gpu_milli);
     qa_cpu[{name}] = Cores(u.cpu_milli);
     qa_mem[{name}] = static_cast<double>(u.memory_bytes);

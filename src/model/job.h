@@ -83,6 +83,20 @@ struct TaskAllocation {
   friend bool operator==(const TaskAllocation&, const TaskAllocation&) = default;
 };
 
+inline ResourceVector AllocationVector(const TaskAllocation& a) {
+  return ResourceVector{a.cpu_milli, a.memory_bytes, a.GpuMilli()};
+}
+
+// What allocation `a` on node `n` counts against its job and queues (the engine's limits
+// and shares, `get queues`, the cost metrics): the allocation itself, except for an
+// exclusive job, which is charged the whole node (its CPUs and healthy GPUs) with one of its
+// tasks there (`first`) and only the memory of the others (as Slurm allocates an exclusive
+// job every CPU and GPU of its nodes, and the memory it asks for).
+inline ResourceVector ChargeOf(const TaskAllocation& a, const Node& n, bool exclusive, bool first) {
+  if (!exclusive) return AllocationVector(a);
+  return ResourceVector{first ? n.cpu_milli : 0, a.memory_bytes, first ? HealthyGpuMilli(n) : 0};
+}
+
 struct Job {
   std::string id;  // unique and stable; the last key of every ordering
   std::string queue = "default";

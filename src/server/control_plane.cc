@@ -1672,11 +1672,10 @@ int64_t ControlPlane::ChargedGpuMilli(const Job& job,
   std::set<std::string> whole;  // nodes charged whole
   for (const Allocation* a : allocs) {
     auto n = job.exclusive ? nodes_.find(a->placement.node) : nodes_.end();
-    if (n == nodes_.end()) {
-      milli += a->placement.GpuMilli();
-    } else if (whole.insert(n->first).second) {
-      milli += HealthyGpuMilli(n->second.node);
-    }
+    milli +=
+        n == nodes_.end()
+            ? a->placement.GpuMilli()
+            : ChargeOf(a->placement, n->second.node, true, whole.insert(n->first).second).gpu_milli;
   }
   return milli;
 }
