@@ -40,6 +40,16 @@ Event EventFromJson(const Json& j) {
 // An agent's default lease (agent.h): without an answer for this many heartbeat intervals
 // it stops its tasks itself.
 constexpr int64_t kAgentLeaseHeartbeats = 10;
+}  // namespace
+
+int64_t RunsOnUnattended(int64_t heartbeat_seconds, int64_t lease_seconds, int64_t grace_seconds) {
+  const int64_t lease =
+      lease_seconds >= 0 ? lease_seconds : heartbeat_seconds * kAgentLeaseHeartbeats;
+  return lease > 0 ? lease + heartbeat_seconds + grace_seconds : 0;
+}
+
+namespace {
+
 // Tasks an agent's node runs at most unless it registers its own maxTasks (kubelet's maxPods).
 constexpr int32_t kDefaultMaxTasksPerNode = 110;
 
@@ -2435,15 +2445,12 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
       instance != it->second.instance_id) {
     const NodeRecord& old = it->second;
     const int64_t hb = options_.heartbeat_seconds;
-    int64_t until = old.last_heartbeat + hb * kAgentLeaseHeartbeats;
-    const int64_t lease = old.lease_seconds >= 0 ? old.lease_seconds : hb * kAgentLeaseHeartbeats;
-    if (lease > 0) {
-      int64_t grace = 0;
-      for (const auto& [id, a] : allocations_)
-        if (a.placement.node == node->name && a.HoldsDevices())
-          grace = std::max(grace, a.grace_period_seconds);
-      until = std::max(until, old.last_heartbeat + lease + hb + grace);
-    }
+    int64_t grace = 0;
+    for (const auto& [id, a] : allocations_)
+      if (a.placement.node == node->name && a.HoldsDevices())
+        grace = std::max(grace, a.grace_period_seconds);
+    const int64_t runs_on = RunsOnUnattended(hb, old.lease_seconds, grace);
+    const int64_t until = old.last_heartbeat + std::max(hb * kAgentLeaseHeartbeats, runs_on);
     if (Now() <= until)
       return FailedPrecondition(
           "node " + node->name + " is served by another live agent (work dir id " +
@@ -2452,8 +2459,8 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
           "): two agents with one node name? Give this one its own --node. (If this node's "
           "work dir was replaced, its earlier tasks may still run: it may register in " +
           std::to_string(until - Now() + 1) + " s" +
-          (lease > 0 ? ", once they have surely stopped.)"
-                     : "; its agent kept no lease, so stop them yourself.)"));
+          (runs_on > 0 ? ", once they have surely stopped.)"
+                       : "; its agent kept no lease, so stop them yourself.)"));
   }
   NodeRecord& n = nodes_[node->name];
   bool new_boot = fresh || n.boot_id != boot;
@@ -2805,8 +2812,6 @@ void ControlPlane::CheckNodes() {
     // from about our last heartbeat; one interval more for the answer's way back) and their
     // grace period has passed: only then may they run elsewhere. An agent without a lease
     // (0) never stops them, and its work is placed again at once.
-    const int64_t lease =
-        n.lease_seconds >= 0 ? n.lease_seconds : options_.heartbeat_seconds * kAgentLeaseHeartbeats;
     std::map<std::string, int64_t> affected;  // job -> when its tasks there have surely stopped
     for (auto& [id, a] : allocations_) {
       if (a.placement.node != name || !a.Live()) continue;
@@ -2815,9 +2820,9 @@ void ControlPlane::CheckNodes() {
       ops.push_back(AllocOp(a));
       NoteEvictions("NodeLost", 1);
       int64_t& stopped = affected[a.job];
-      if (lease > 0)
-        stopped = std::max(stopped, n.last_heartbeat + lease + options_.heartbeat_seconds +
-                                        a.grace_period_seconds);
+      const int64_t runs_on =
+          RunsOnUnattended(options_.heartbeat_seconds, n.lease_seconds, a.grace_period_seconds);
+      if (runs_on > 0) stopped = std::max(stopped, n.last_heartbeat + runs_on);
     }
     for (const auto& [jid, stopped] : affected) {
       auto j = jobs_.find(jid);

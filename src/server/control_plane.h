@@ -243,6 +243,12 @@ struct ListOptions {
   size_t limit = 500;
 };
 
+// How long a task runs on after its agent last heard from the server: the agent's lease
+// (`lease_seconds` < 0: the default, 10 heartbeats), a heartbeat more for the answer's way
+// back, then the task's grace period. 0 for an agent that keeps no lease (lease_seconds 0):
+// its tasks never stop by themselves.
+int64_t RunsOnUnattended(int64_t heartbeat_seconds, int64_t lease_seconds, int64_t grace_seconds);
+
 class ControlPlane {
  public:
   // Loads every record from the store; starts the scheduling loop unless disabled.

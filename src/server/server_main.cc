@@ -109,10 +109,11 @@ Status RunServer(const ServerFlags& flags) {
   if (!engine.ok()) return engine.status();
   // The cost counters go on from where they were stored, the time the server was down
   // included; stored every 10 s and as the control plane closes, before its store.
-  // The gap is counted for at most an agent's default lease (10 heartbeats), a heartbeat and
-  // the default grace period: without a server, agents stop their tasks by then.
-  const int64_t hb = ControlPlaneOptions{}.heartbeat_seconds;
-  TESSERA_RETURN_IF_ERROR(MakeCostAccrualDurable(ProcessMetrics(), **st, 10, 11 * hb + 30));
+  // The gap is counted for at most as long as a task with the default grace period runs on
+  // without a server (an agent's default lease, a heartbeat, the grace): stopped by then.
+  TESSERA_RETURN_IF_ERROR(MakeCostAccrualDurable(
+      ProcessMetrics(), **st, 10,
+      RunsOnUnattended(ControlPlaneOptions{}.heartbeat_seconds, -1, Job{}.grace_period_seconds)));
   ControlPlaneOptions cpo;
   cpo.seed = flags.seed;
   cpo.on_cycle = ObserveCycleForMetrics;  // /metrics (observability_routes.h)
