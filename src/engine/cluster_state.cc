@@ -289,12 +289,17 @@ void ClusterState::Impl::RebuildNodeIndexes() {
 
 bool ClusterState::Impl::NoteLabelKeys(const Job& j) {
   bool added = false;
-  for (const auto& [k, v] : j.node_selector) added |= label_keys.insert(k).second;
   auto note = [&](const NodeSelectorTerm& t) {
     for (const auto& e : t.match_expressions) added |= label_keys.insert(e.key).second;
   };
-  for (const auto& t : j.affinity.required) note(t);
-  for (const auto& p : j.affinity.preferred) note(p.term);
+  auto note_all = [&](const Placement& p) {
+    for (const auto& [k, v] : p.node_selector) added |= label_keys.insert(k).second;
+    for (const auto& t : p.affinity.required) note(t);
+    for (const auto& pt : p.affinity.preferred) note(pt.term);
+  };
+  note_all(j.placement);
+  for (const TaskGroup& g : j.groups)
+    if (g.placement) note_all(*g.placement);
   return added;
 }
 
@@ -620,8 +625,7 @@ Status ClusterState::Impl::AddJob(const Job* spec, std::unique_ptr<Job> owned) {
   j.one_task_per_node = job.one_task_per_node;
   j.exclusive = job.exclusive;
   // (An exclusive job's shape differs from the same request's without: not plain.)
-  j.plain = job.node_selector.empty() && job.affinity.required.empty() &&
-            job.affinity.preferred.empty() && job.tolerations.empty() && !job.exclusive;
+  j.plain = job.Unconstrained() && !job.exclusive;
   for (int32_t t = 0; t < static_cast<int32_t>(job.allocations.size()) && t < job.TaskCount();
        ++t) {
     if (!job.allocations[t]) continue;

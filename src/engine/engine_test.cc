@@ -185,7 +185,7 @@ Snapshot RandomCluster(uint64_t seed) {
   }
   for (Job& j : s.jobs) {
     if (rng.Below(7) == 0)
-      j.tolerations.push_back({"dedicated", Toleration::Op::kExists, "", std::nullopt});
+      j.placement.tolerations.push_back({"dedicated", Toleration::Op::kExists, "", std::nullopt});
     if (rng.Below(10) == 0) {
       j.groups[0].request = TaskRequest{};
       j.groups[0].request.cpu_milli = 1000;
@@ -198,6 +198,16 @@ Snapshot RandomCluster(uint64_t seed) {
   // Some exclusive jobs (drawn apart, so that the rest of each seed's cluster stays as it was).
   Rng excl(seed * 7919 + 1);
   for (Job& j : s.jobs) j.exclusive = excl.Below(5) == 0;
+  // Some task groups with their own placement (tolerating where their job does not, or the
+  // other way round), likewise drawn apart.
+  Rng own(seed * 104729 + 3);
+  for (Job& j : s.jobs) {
+    if (own.Below(6) != 0) continue;
+    Placement p;
+    if (j.placement.tolerations.empty())
+      p.tolerations.push_back({"dedicated", Toleration::Op::kExists, "", std::nullopt});
+    j.groups.back().placement = p;
+  }
   return s;
 }
 
@@ -431,12 +441,12 @@ TEST(ClusterState, LabelsNoJobNamesDoNotSplitClassesButStillFilterWhenNamed) {
   };
   std::vector<Job> named;
   named.push_back(one_gpu_job("zz-preferred"));
-  named.back().affinity.preferred.push_back(
+  named.back().placement.affinity.preferred.push_back(
       {100, {{{"zone", NodeSelectorRequirement::Op::kIn, {"b"}}}}});
   named.push_back(one_gpu_job("zz-selector"));
-  named.back().node_selector["rack"] = "r2";
+  named.back().placement.node_selector["rack"] = "r2";
   named.push_back(one_gpu_job("zz-required"));
-  named.back().affinity.required.push_back(
+  named.back().placement.affinity.required.push_back(
       {{{"kubernetes.io/hostname", NodeSelectorRequirement::Op::kIn, {s.nodes[2].name}}}});
   const std::map<std::string, std::set<std::string>> allowed = {
       {"zz-preferred", {s.nodes[5].name, s.nodes[6].name}},
@@ -509,7 +519,7 @@ TEST(ClusterState, AnExclusiveJobIsChargedItsNodesWhole) {
   Job j;
   j.id = "x";
   j.exclusive = true;
-  j.groups.push_back({"w", 2, {}});
+  j.groups.push_back({"w", 2, {}, {}});
   j.groups[0].request.cpu_milli = 1000;
   j.groups[0].request.memory_bytes = 1LL << 30;
   j.groups[0].request.gpu.kind = GpuRequestKind::kWhole;

@@ -75,6 +75,8 @@ struct TaskContext {
   // A dense id of the task's placement-relevant shape (request + constraints); equal ids
   // mean equal filter and score results on equal node states. Engine-internal cache key.
   int32_t shape_id = -1;
+  // Where the task may go: its group's node selector, affinity and tolerations.
+  const Placement& placement() const { return job->PlacementOfTask(task); }
 };
 
 // A job's progress as the engine's state holds it at cycle time. Read this, not the Job's

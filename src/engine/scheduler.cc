@@ -184,27 +184,29 @@ void AppendTermKey(std::string& s, const NodeSelectorTerm& t) {
   s += '|';
 }
 
-// Writes the placement-relevant shape of (job, request) into `s` (cleared first). Built in
-// a reused buffer: it runs once per pending job and task group.
-void ShapeString(const Job& j, const TaskRequest& r, std::string& s) {
+// Writes the placement-relevant shape of a job's task group (its request and placement)
+// into `s` (cleared first). Built in a reused buffer: it runs once per pending job and task
+// group.
+void ShapeString(const Job& j, const TaskGroup& g, std::string& s) {
+  const Placement& p = j.PlacementOf(g);
   s.clear();
-  AppendRequestKey(r, s);
+  AppendRequestKey(g.request, s);
   s += '#';
-  for (const auto& [k, v] : j.node_selector) {
+  for (const auto& [k, v] : p.node_selector) {
     s += k;
     s += '=';
     s += v;
     s += ';';
   }
   s += '#';
-  for (const auto& t : j.affinity.required) AppendTermKey(s, t);
+  for (const auto& t : p.affinity.required) AppendTermKey(s, t);
   s += '#';
-  for (const auto& p : j.affinity.preferred) {
-    AppendInt(s, p.weight);
-    AppendTermKey(s, p.term);
+  for (const auto& pt : p.affinity.preferred) {
+    AppendInt(s, pt.weight);
+    AppendTermKey(s, pt.term);
   }
   s += '#';
-  for (const auto& t : j.tolerations) {
+  for (const auto& t : p.tolerations) {
     s += t.key;
     s += '=';
     s += t.value;
@@ -258,8 +260,8 @@ class CycleRun {
   std::pair<int64_t, int64_t> QueueKey(int32_t q) const;
 
   // ---- placement ----
-  int32_t ShapeId(const JobRec& j, const TaskRequest& r);
-  int32_t ShapeIdByKey(const Job& j, const TaskRequest& r);
+  int32_t ShapeId(const JobRec& j, int32_t group);
+  int32_t ShapeIdByKey(const Job& j, int32_t group);
   // `own`: n holds only tasks of t's exclusive job, which may add more there (Exclusion).
   bool Passes(const TaskContext& t, const NodeState& n, bool own = false) const;
   FilterVerdict Verdict(const TaskContext& t, const NodeState& n, bool own = false) const;
@@ -382,8 +384,9 @@ class CycleRun {
   struct ShapeIndex {
     bool built = false;
     size_t seen = 0;           // touched_log_ entries already applied
-    const Job* job = nullptr;  // a job with this shape (for filters), and its group
+    const Job* job = nullptr;  // a job with this shape (for filters), its group
     int32_t group = 0;
+    int32_t first_task = 0;  // and that group's first task
     // Min-heap of (-total, first member, class); an element is live while entry[class]
     // still names its first member (stale ones are dropped when they surface: no allocation
     // per update). A class's total is fixed for the cycle (ClassTotal caches it), so the
@@ -462,19 +465,20 @@ std::pair<int64_t, int64_t> CycleRun::QueueKey(int32_t q) const {
   return {below, share * 1000 / std::max(1, r.q.weight)};
 }
 
-int32_t CycleRun::ShapeId(const JobRec& j, const TaskRequest& r) {
+int32_t CycleRun::ShapeId(const JobRec& j, int32_t group) {
+  const TaskRequest& r = j.spec->groups[group].request;
   // Most jobs carry no selector, affinity or tolerations, and workloads have few distinct
   // requests: look those up by request first (no key string to build).
   if (j.plain)
     for (const auto& [req, id] : plain_shapes_)
       if (req == r) return id;
-  const int32_t id = ShapeIdByKey(*j.spec, r);
+  const int32_t id = ShapeIdByKey(*j.spec, group);
   if (j.plain && plain_shapes_.size() < 16) plain_shapes_.push_back({r, id});
   return id;
 }
 
-int32_t CycleRun::ShapeIdByKey(const Job& j, const TaskRequest& r) {
-  ShapeString(j, r, shape_scratch_);
+int32_t CycleRun::ShapeIdByKey(const Job& j, int32_t group) {
+  ShapeString(j, j.groups[group], shape_scratch_);
   auto it = shape_ids_.find(shape_scratch_);
   if (it != shape_ids_.end()) return it->second;
   it = shape_ids_.emplace(shape_scratch_, static_cast<int32_t>(shape_ids_.size())).first;
@@ -484,8 +488,8 @@ int32_t CycleRun::ShapeIdByKey(const Job& j, const TaskRequest& r) {
   choice_cache_.push_back(&memo.choices);
   index_.emplace_back();
   index_.back().job = &j;
-  for (size_t g = 0; g < j.groups.size(); ++g)
-    if (&j.groups[g].request == &r) index_.back().group = static_cast<int32_t>(g);
+  index_.back().group = group;
+  for (int32_t g = 0; g < group; ++g) index_.back().first_task += j.groups[g].replicas;
   return it->second;
 }
 
@@ -653,7 +657,7 @@ void CycleRun::UpdateIndex(int32_t shape, int32_t cls) {
   if (m_.classes[cls].count == 0) return;
   const Job& job = *ix.job;
   std::vector<int32_t> none;
-  TaskContext t{&job, 0, &job.groups[ix.group].request, &ctx_, &none, &m_.nodes, shape};
+  TaskContext t{&job, ix.first_task, &job.groups[ix.group].request, &ctx_, &none, &m_.nodes, shape};
   int64_t total;
   if (!ClassTotal(shape, cls, t, &total)) return;
   e = m_.LowestMember(cls);
@@ -2084,7 +2088,8 @@ Plan CycleRun::Run() {
     pj.one_task_per_node = rec.one_task_per_node;
     pj.exclusive = rec.exclusive;
     pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
-    for (const auto& g : job.groups) group_shapes_.push_back(ShapeId(rec, g.request));
+    for (int32_t g = 0; g < static_cast<int32_t>(job.groups.size()); ++g)
+      group_shapes_.push_back(ShapeId(rec, g));
     tasks += pj.task_count - rec.running;
     AppendSortKeys(rec);
   };

@@ -39,7 +39,7 @@ Snapshot BigCluster(int nodes, int jobs) {
     Job job;
     job.id = "job-" + std::to_string(j);
     job.queue = "queue-" + std::to_string(j % 16);
-    job.groups.push_back(TaskGroup{"main", 1, {}});
+    job.groups.push_back(TaskGroup{"main", 1, {}, {}});
     job.allocations.resize(1);
     if (j % 10 == 0 && j / 10 < nodes * 8) {
       TaskAllocation a;

@@ -683,34 +683,10 @@ Json AllocationToJson(const TaskAllocation& a) {
   return j;
 }
 
-}  // namespace
-
-StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
-  Job j;
-  ObjectReader r(v, path);
-  TESSERA_RETURN_IF_ERROR(r.String("id", j.id, true));
-  TESSERA_RETURN_IF_ERROR(r.String("queue", j.queue));
-  TESSERA_RETURN_IF_ERROR(r.String("priorityClass", j.priority_class));
-  int64_t prio = 0;
-  TESSERA_RETURN_IF_ERROR(r.Int("priority", prio, false, INT32_MIN));
-  j.priority = static_cast<int32_t>(prio);
-  TESSERA_RETURN_IF_ERROR(r.Int("submitTime", j.submit_time));
-  TESSERA_RETURN_IF_ERROR(r.Int("submitSeq", j.submit_seq));
-  TESSERA_RETURN_IF_ERROR(r.Int32("minAvailable", j.min_available));
-  TESSERA_RETURN_IF_ERROR(r.StringMap("nodeSelector", j.node_selector));
-  TESSERA_RETURN_IF_ERROR(r.Bool("preemptible", j.preemptible));
-  TESSERA_RETURN_IF_ERROR(r.Bool("terminating", j.terminating));
-  TESSERA_RETURN_IF_ERROR(r.Int("gracePeriodSeconds", j.grace_period_seconds));
-  TESSERA_RETURN_IF_ERROR(r.Bool("oneTaskPerNode", j.one_task_per_node));
-  TESSERA_RETURN_IF_ERROR(r.Bool("exclusive", j.exclusive));
-  if (r.Has("runtimeEstimateSeconds")) {
-    int64_t est = 0;
-    TESSERA_RETURN_IF_ERROR(r.Int("runtimeEstimateSeconds", est));
-    j.runtime_estimate_seconds = est;
-  }
-  TESSERA_RETURN_IF_ERROR(r.Int("startTime", j.start_time, false, -1));
-  TESSERA_RETURN_IF_ERROR(r.Int("attainedGpuMilliSeconds", j.attained_gpu_milli_seconds));
-  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("tolerations"), r.Path("tolerations"), j.tolerations,
+// A job's or a task group's nodeSelector, tolerations and affinity.
+Status ReadPlacement(ObjectReader& r, Placement& out) {
+  TESSERA_RETURN_IF_ERROR(r.StringMap("nodeSelector", out.node_selector));
+  TESSERA_RETURN_IF_ERROR(ReadList(r.Get("tolerations"), r.Path("tolerations"), out.tolerations,
       [](const Json& t, const std::string& p) -> StatusOr<Toleration> {
         Toleration tol;
         std::string op = "Equal", effect;
@@ -731,8 +707,8 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
       }));
   if (const Json* aff = r.Get("affinity")) {
     ObjectReader ar(*aff, r.Path("affinity"));
-    TESSERA_RETURN_IF_ERROR(ReadList(ar.Get("required"), ar.Path("required"), j.affinity.required, TermFromJson));
-    TESSERA_RETURN_IF_ERROR(ReadList(ar.Get("preferred"), ar.Path("preferred"), j.affinity.preferred,
+    TESSERA_RETURN_IF_ERROR(ReadList(ar.Get("required"), ar.Path("required"), out.affinity.required, TermFromJson));
+    TESSERA_RETURN_IF_ERROR(ReadList(ar.Get("preferred"), ar.Path("preferred"), out.affinity.preferred,
         [](const Json& pt, const std::string& p) -> StatusOr<PreferredTerm> {
           PreferredTerm out;
           ObjectReader pr(pt, p);
@@ -747,6 +723,67 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
         }));
     TESSERA_RETURN_IF_ERROR(ar.Finish());
   }
+  return Status::Ok();
+}
+
+Json PlacementToJson(const Placement& p) {
+  Json o = Json::object();
+  if (!p.node_selector.empty()) o["nodeSelector"] = p.node_selector;
+  if (!p.tolerations.empty()) {
+    Json t = Json::array();
+    for (const auto& tol : p.tolerations) {
+      Json x = Json::object();
+      if (!tol.key.empty()) x["key"] = tol.key;
+      x["operator"] = tol.op == Toleration::Op::kExists ? "Exists" : "Equal";
+      if (!tol.value.empty()) x["value"] = tol.value;
+      if (tol.effect) x["effect"] = EffectName(*tol.effect);
+      t.push_back(x);
+    }
+    o["tolerations"] = t;
+  }
+  if (!p.affinity.required.empty() || !p.affinity.preferred.empty()) {
+    Json a = Json::object();
+    if (!p.affinity.required.empty()) {
+      a["required"] = Json::array();
+      for (const auto& t : p.affinity.required) a["required"].push_back(TermToJson(t));
+    }
+    if (!p.affinity.preferred.empty()) {
+      a["preferred"] = Json::array();
+      for (const auto& pt : p.affinity.preferred)
+        a["preferred"].push_back({{"weight", pt.weight}, {"preference", TermToJson(pt.term)}});
+    }
+    o["affinity"] = a;
+  }
+  return o;
+}
+
+}  // namespace
+
+StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
+  Job j;
+  ObjectReader r(v, path);
+  TESSERA_RETURN_IF_ERROR(r.String("id", j.id, true));
+  TESSERA_RETURN_IF_ERROR(r.String("queue", j.queue));
+  TESSERA_RETURN_IF_ERROR(r.String("priorityClass", j.priority_class));
+  int64_t prio = 0;
+  TESSERA_RETURN_IF_ERROR(r.Int("priority", prio, false, INT32_MIN));
+  j.priority = static_cast<int32_t>(prio);
+  TESSERA_RETURN_IF_ERROR(r.Int("submitTime", j.submit_time));
+  TESSERA_RETURN_IF_ERROR(r.Int("submitSeq", j.submit_seq));
+  TESSERA_RETURN_IF_ERROR(r.Int32("minAvailable", j.min_available));
+  TESSERA_RETURN_IF_ERROR(r.Bool("preemptible", j.preemptible));
+  TESSERA_RETURN_IF_ERROR(r.Bool("terminating", j.terminating));
+  TESSERA_RETURN_IF_ERROR(r.Int("gracePeriodSeconds", j.grace_period_seconds));
+  TESSERA_RETURN_IF_ERROR(r.Bool("oneTaskPerNode", j.one_task_per_node));
+  TESSERA_RETURN_IF_ERROR(r.Bool("exclusive", j.exclusive));
+  if (r.Has("runtimeEstimateSeconds")) {
+    int64_t est = 0;
+    TESSERA_RETURN_IF_ERROR(r.Int("runtimeEstimateSeconds", est));
+    j.runtime_estimate_seconds = est;
+  }
+  TESSERA_RETURN_IF_ERROR(r.Int("startTime", j.start_time, false, -1));
+  TESSERA_RETURN_IF_ERROR(r.Int("attainedGpuMilliSeconds", j.attained_gpu_milli_seconds));
+  TESSERA_RETURN_IF_ERROR(ReadPlacement(r, j.placement));
   TESSERA_RETURN_IF_ERROR(ReadList(r.Get("tasks"), r.Path("tasks"), j.groups,
       [](const Json& g, const std::string& p) -> StatusOr<TaskGroup> {
         TaskGroup group;
@@ -756,6 +793,9 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
         if (const Json* res = gr.Get("resources"))
           TESSERA_RETURN_IF_ERROR(ReadTaskResources(*res, gr.Path("resources"), group.request));
         TESSERA_RETURN_IF_ERROR(gr.StringList("gpuModels", group.request.gpu.models));
+        // Any of the three given: the group's own placement, none of the job's.
+        if (gr.Has("nodeSelector") || gr.Has("tolerations") || gr.Has("affinity"))
+          TESSERA_RETURN_IF_ERROR(ReadPlacement(gr, group.placement.emplace()));
         TESSERA_RETURN_IF_ERROR(gr.Finish());
         return group;
       }));
@@ -798,38 +838,13 @@ Json JobToJson(const Job& j) {
   o["submitTime"] = j.submit_time;
   if (j.submit_seq) o["submitSeq"] = j.submit_seq;
   if (j.min_available) o["minAvailable"] = j.min_available;
-  if (!j.node_selector.empty()) o["nodeSelector"] = j.node_selector;
   if (!j.preemptible) o["preemptible"] = false;
   if (j.terminating) o["terminating"] = true;
   o["gracePeriodSeconds"] = j.grace_period_seconds;
   if (j.one_task_per_node) o["oneTaskPerNode"] = true;
   if (j.exclusive) o["exclusive"] = true;
   if (j.runtime_estimate_seconds) o["runtimeEstimateSeconds"] = *j.runtime_estimate_seconds;
-  if (!j.tolerations.empty()) {
-    Json t = Json::array();
-    for (const auto& tol : j.tolerations) {
-      Json x = Json::object();
-      if (!tol.key.empty()) x["key"] = tol.key;
-      x["operator"] = tol.op == Toleration::Op::kExists ? "Exists" : "Equal";
-      if (!tol.value.empty()) x["value"] = tol.value;
-      if (tol.effect) x["effect"] = EffectName(*tol.effect);
-      t.push_back(x);
-    }
-    o["tolerations"] = t;
-  }
-  if (!j.affinity.required.empty() || !j.affinity.preferred.empty()) {
-    Json a = Json::object();
-    if (!j.affinity.required.empty()) {
-      a["required"] = Json::array();
-      for (const auto& t : j.affinity.required) a["required"].push_back(TermToJson(t));
-    }
-    if (!j.affinity.preferred.empty()) {
-      a["preferred"] = Json::array();
-      for (const auto& p : j.affinity.preferred)
-        a["preferred"].push_back({{"weight", p.weight}, {"preference", TermToJson(p.term)}});
-    }
-    o["affinity"] = a;
-  }
+  o.update(PlacementToJson(j.placement));
   Json tasks = Json::array();
   for (const auto& g : j.groups) {
     Json x = Json::object();
@@ -837,6 +852,11 @@ Json JobToJson(const Job& j) {
     x["replicas"] = g.replicas;
     x["resources"] = TaskResourcesToJson(g.request);
     if (!g.request.gpu.models.empty()) x["gpuModels"] = g.request.gpu.models;
+    if (g.placement) {
+      x.update(PlacementToJson(*g.placement));
+      // An empty one still replaces the job's: said by an empty list.
+      if (g.placement->empty()) x["tolerations"] = Json::array();
+    }
     tasks.push_back(x);
   }
   o["tasks"] = tasks;

@@ -24,6 +24,12 @@ const TaskGroup& Job::GroupOfTask(int32_t task) const {
   return groups.back();
 }
 
+bool Job::Unconstrained() const {
+  return placement.empty() && std::all_of(groups.begin(), groups.end(), [](const TaskGroup& g) {
+           return !g.placement || g.placement->empty();
+         });
+}
+
 int32_t Job::RunningTasks() const {
   return static_cast<int32_t>(
       std::count_if(allocations.begin(), allocations.end(), [](const auto& a) { return a.has_value(); }));

@@ -52,10 +52,25 @@ struct NodeAffinity {
   friend bool operator==(const NodeAffinity&, const NodeAffinity&) = default;
 };
 
+// Where a task may go: Kubernetes' node selector, node affinity and tolerations.
+struct Placement {
+  std::map<std::string, std::string> node_selector;
+  NodeAffinity affinity;
+  std::vector<Toleration> tolerations;
+  bool empty() const {
+    return node_selector.empty() && affinity.required.empty() && affinity.preferred.empty() &&
+           tolerations.empty();
+  }
+  friend bool operator==(const Placement&, const Placement&) = default;
+};
+
 struct TaskGroup {
   std::string name;  // "master", "worker", ...
   int32_t replicas = 1;
   TaskRequest request;
+  // The group's own placement instead of the job's (a Volcano job's CPU launcher and its
+  // tainted GPU workers); nullopt: the job's.
+  std::optional<Placement> placement;
 };
 
 // Where and with what one running task is placed.
@@ -108,9 +123,7 @@ struct Job {
   int64_t submit_seq = 0;
   std::vector<TaskGroup> groups;
   int32_t min_available = 0;  // gang minimum; 0 means all tasks
-  std::map<std::string, std::string> node_selector;
-  NodeAffinity affinity;
-  std::vector<Toleration> tolerations;
+  Placement placement;        // of every task group without its own
   bool preemptible = true;
   // Its tasks are being stopped (their grace period runs): what they hold is as good as free
   // for a preemptor, which waits for it instead of evicting more (as kube-scheduler does
@@ -135,6 +148,12 @@ struct Job {
   int32_t TaskCount() const;
   int32_t GangMinimum() const;  // min_available, or TaskCount() when 0
   const TaskGroup& GroupOfTask(int32_t task) const;
+  const Placement& PlacementOf(const TaskGroup& g) const {
+    return g.placement ? *g.placement : placement;
+  }
+  const Placement& PlacementOfTask(int32_t task) const { return PlacementOf(GroupOfTask(task)); }
+  // No group, nor the job, constrains where tasks go.
+  bool Unconstrained() const;
   int32_t RunningTasks() const;
 };
 

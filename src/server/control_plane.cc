@@ -383,7 +383,7 @@ Json ControlPlane::AllocView(const Allocation& a) const {
   Json placement = JobToJson([&] {
     Job tmp;
     tmp.id = "x";
-    tmp.groups.push_back(TaskGroup{"", a.task + 1, {}});
+    tmp.groups.push_back(TaskGroup{"", a.task + 1, {}, {}});
     tmp.allocations.assign(a.task + 1, std::nullopt);
     tmp.allocations[a.task] = a.placement;
     return tmp;

@@ -298,7 +298,7 @@ StatusOr<bool> EnginePlacer::Place(const FgdPod& pod) {
   // The protocol has no clock: pods arrive one by one and never finish. Every cycle runs at
   // t=0 (orders by attained service see none).
   job.submit_time = 0;
-  job.groups.push_back(TaskGroup{"pod", 1, RequestOf(pod)});
+  job.groups.push_back(TaskGroup{"pod", 1, RequestOf(pod), {}});
   job.allocations.resize(1);
   TESSERA_RETURN_IF_ERROR(state_->AddJob(job));
   Plan plan = engine_->Cycle(*state_, 0, rng_);

@@ -315,7 +315,7 @@ Status ReadAffinity(const Json& a, const std::string& path, NodeAffinity& out) {
           m.replace(at, from.size(), to), at += to.size();
       return InvalidArgument(m);
     }
-    out = j->affinity;
+    out = j->placement.affinity;
   }
   return r.Finish();
 }
@@ -390,30 +390,29 @@ Status ReadPodTemplate(const Json* t, const std::string& path, Template& out) {
   return r.Finish();
 }
 
-// Applies the placement and stopping fields that a pod template carries to the whole job.
-// Volcano allows them per task; Tessera keeps one set per job, so a task whose set differs
-// from the first task's is refused (taking the first's would place it where it said not to).
-Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, JobSpec& spec) {
+// Applies the placement and stopping fields that a pod template carries to its task group
+// `g` and the job. The first task's placement is the job's; a later task's that differs is
+// its group's own (Volcano places each task by its own template). The stopping fields are
+// the job's: a task whose differ from the first task's is refused.
+Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, JobSpec& spec,
+                       TaskGroup& g) {
   Job& j = spec.job;
   Json tol_doc = {
       {"id", "x"}, {"tolerations", pod.tolerations}, {"tasks", Json::array({Json::object()})}};
   auto parsed = JobFromJson(tol_doc, path);
   if (!parsed.ok()) return parsed.status();
+  Placement place{pod.node_selector, pod.affinity, parsed->placement.tolerations};
   if (first) {
-    j.node_selector = pod.node_selector;
-    j.affinity = pod.affinity;
-    j.tolerations = parsed->tolerations;
+    j.placement = std::move(place);
     if (pod.grace_period) j.grace_period_seconds = *pod.grace_period;
     if (pod.active_deadline)
       j.runtime_estimate_seconds = spec.time_limit_seconds = pod.active_deadline;
   } else {
     auto differs = [&](const std::string& field) {
       return InvalidArgument(path + "." + field + ": every task of a job must use the same " +
-                             field + " (one set per job here; give each task the first's)");
+                             field + " (one per job here; give each task the first's)");
     };
-    if (j.node_selector != pod.node_selector) return differs("nodeSelector");
-    if (!(j.affinity == pod.affinity)) return differs("affinity");
-    if (j.tolerations != parsed->tolerations) return differs("tolerations");
+    if (!(place == j.placement)) g.placement = std::move(place);
     if (pod.grace_period.value_or(Job{}.grace_period_seconds) != j.grace_period_seconds)
       return differs("terminationGracePeriodSeconds");
     if (pod.active_deadline != spec.time_limit_seconds) return differs("activeDeadlineSeconds");
@@ -632,7 +631,8 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
           s.group_restart.back()->on_failure = FailureAction::kRestartTask;
         }
         g.request = tmpl.pod.request;
-        TESSERA_RETURN_IF_ERROR(MergePodIntoJob(tmpl.pod, tr.Path("template") + ".spec", first, s));
+        TESSERA_RETURN_IF_ERROR(
+            MergePodIntoJob(tmpl.pod, tr.Path("template") + ".spec", first, s, g));
         first = false;
         s.job.groups.push_back(g);
         s.templates.push_back(tmpl.pod.tmpl);
@@ -741,7 +741,7 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
   }
   g.request = tmpl.pod.request;
   TESSERA_RETURN_IF_ERROR(
-      MergePodIntoJob(tmpl.pod, kind == "Pod" ? "spec" : "spec.template.spec", true, s));
+      MergePodIntoJob(tmpl.pod, kind == "Pod" ? "spec" : "spec.template.spec", true, s, g));
   s.job.groups.push_back(g);
   s.templates.push_back(tmpl.pod.tmpl);
   return s;
@@ -1828,7 +1828,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
     if (excluded.given())
       term.match_expressions.push_back(
           {kHostnameLabel, NodeSelectorRequirement::Op::kNotIn, excluded.names});
-    s.job.affinity.required = {std::move(term)};
+    s.job.placement.affinity.required = {std::move(term)};
   }
   // One Tessera task per Slurm node, holding all of that node's Slurm tasks; the gang is every
   // node.

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/codec.h"
+
 namespace tessera::spec {
 namespace {
 
@@ -51,7 +53,7 @@ TEST(Spec, VolcanoGangMapsToJob) {
   EXPECT_EQ(s.job.groups[0].request.memory_bytes, int64_t{64} << 30);
   EXPECT_EQ(s.job.groups[0].request.gpu.kind, GpuRequestKind::kWhole);
   EXPECT_EQ(s.job.groups[0].request.gpu.count, 2);
-  EXPECT_EQ(s.job.affinity.preferred.size(), 1u);
+  EXPECT_EQ(s.job.placement.affinity.preferred.size(), 1u);
   EXPECT_EQ(s.restart.on_eviction, FailureAction::kRestartJob);
   EXPECT_EQ(s.restart.on_failure, FailureAction::kRestartJob);
   EXPECT_EQ(s.restart.max_retries, 3);
@@ -59,6 +61,98 @@ TEST(Spec, VolcanoGangMapsToJob) {
   EXPECT_EQ(s.templates[0].command.front(), "torchrun");
   EXPECT_EQ(s.templates[0].command.back(), "3");
   EXPECT_EQ(s.templates[0].env.at("NCCL_DEBUG"), "WARN");
+}
+
+// Volcano places each task by its own template: a CPU launcher without the GPU nodes'
+// toleration, workers with it and a selector. The first task's placement is the job's; a
+// later task's that differs is its group's own, and both survive the stored form.
+TEST(Spec, VolcanoTasksKeepTheirOwnPlacement) {
+  const char* doc = R"(
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: mpi}
+spec:
+  tasks:
+  - name: launcher
+    replicas: 1
+    template: {spec: {containers: [{name: c, command: [mpirun]}]}}
+  - name: worker
+    replicas: 2
+    template:
+      spec:
+        nodeSelector: {pool: gpu}
+        tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+        containers: [{name: c, command: [w], resources: {limits: {nvidia.com/gpu: 1}}}]
+  - name: sidecar
+    replicas: 1
+    template: {spec: {containers: [{name: c, command: [x]}]}}
+)";
+  auto d = ParseDocuments(doc);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const Job& j = (*d)[0].job.job;
+  EXPECT_TRUE(j.placement.empty());
+  ASSERT_EQ(j.groups.size(), 3u);
+  EXPECT_FALSE(j.groups[0].placement);
+  ASSERT_TRUE(j.groups[1].placement);
+  EXPECT_EQ(j.groups[1].placement->node_selector.at("pool"), "gpu");
+  ASSERT_EQ(j.groups[1].placement->tolerations.size(), 1u);
+  EXPECT_FALSE(j.groups[2].placement);  // the same as the job's
+  EXPECT_TRUE(j.PlacementOfTask(0).empty());
+  EXPECT_EQ(j.PlacementOfTask(2).tolerations[0].key, "nvidia.com/gpu");
+  EXPECT_TRUE(j.PlacementOfTask(3).empty());
+  EXPECT_FALSE(j.Unconstrained());
+  auto back = JobFromJson(JobToJson(j), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->groups[1].placement, j.groups[1].placement);
+  EXPECT_FALSE(back->groups[0].placement);
+
+  // The other way round: tolerating workers first, then a launcher without any. Its empty
+  // placement still replaces the job's, also once stored.
+  const char* reversed = R"(
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: mpi}
+spec:
+  tasks:
+  - name: worker
+    replicas: 2
+    template:
+      spec:
+        tolerations: [{key: nvidia.com/gpu, operator: Exists}]
+        containers: [{name: c, command: [x]}]
+  - name: launcher
+    replicas: 1
+    template: {spec: {containers: [{name: c, command: [x]}]}}
+)";
+  auto r = ParseDocuments(reversed);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Job& k = (*r)[0].job.job;
+  EXPECT_EQ(k.placement.tolerations.size(), 1u);
+  ASSERT_TRUE(k.groups[1].placement);
+  EXPECT_TRUE(k.groups[1].placement->empty());
+  auto stored = JobFromJson(JobToJson(k), "");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  ASSERT_TRUE(stored->groups[1].placement);
+  EXPECT_TRUE(stored->PlacementOfTask(2).empty());
+  EXPECT_EQ(stored->PlacementOfTask(1).tolerations.size(), 1u);
+
+  // Tessera's own shape says it per task.
+  const char* own = R"(
+apiVersion: tessera.io/v1
+kind: Job
+metadata: {name: t}
+spec:
+  nodeSelector: {zone: a}
+  tasks:
+  - {name: ps, replicas: 1, command: [ps]}
+  - {name: w, replicas: 1, command: [w], nodeSelector: {zone: b}, tolerations: [{key: g, operator: Exists}]}
+)";
+  auto o = ParseDocuments(own);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  const Job& t = (*o)[0].job.job;
+  EXPECT_EQ(t.PlacementOfTask(0).node_selector.at("zone"), "a");
+  EXPECT_EQ(t.PlacementOfTask(1).node_selector.at("zone"), "b");
+  EXPECT_EQ(t.PlacementOfTask(1).tolerations.size(), 1u);
 }
 
 TEST(Spec, KubernetesWorkloads) {
@@ -384,9 +478,9 @@ TEST(Spec, SbatchNodelistAndExclude) {
     EXPECT_EQ(j.job.groups[0].replicas, c.nodes) << c.directives;
     EXPECT_EQ(j.job.groups[0].request.cpu_milli, 1000 * c.per_node) << c.directives;
     EXPECT_TRUE(j.job.one_task_per_node);
-    ASSERT_EQ(j.job.affinity.required.size(), 1u) << c.directives;
+    ASSERT_EQ(j.job.placement.affinity.required.size(), 1u) << c.directives;
     std::vector<std::string> in, not_in;
-    for (const auto& e : j.job.affinity.required[0].match_expressions) {
+    for (const auto& e : j.job.placement.affinity.required[0].match_expressions) {
       EXPECT_EQ(e.key, "kubernetes.io/hostname");
       (e.op == Op::kIn ? in : not_in) = e.values;
       EXPECT_TRUE(e.op == Op::kIn || e.op == Op::kNotIn);
@@ -396,11 +490,11 @@ TEST(Spec, SbatchNodelistAndExclude) {
     // Stored and read back with the spec.
     auto back = JobSpecFromJson(JobSpecToJson(j), "");
     ASSERT_TRUE(back.ok()) << back.status().ToString();
-    EXPECT_EQ(back->job.affinity.required.size(), 1u);
+    EXPECT_EQ(back->job.placement.affinity.required.size(), 1u);
   }
   auto none = ParseDocuments("#!/bin/bash\n#SBATCH -N 2\ntrue\n");
   ASSERT_TRUE(none.ok());
-  EXPECT_TRUE((*none)[0].job.job.affinity.required.empty());
+  EXPECT_TRUE((*none)[0].job.job.placement.affinity.required.empty());
 
   struct Refused {
     const char* directives;
@@ -887,23 +981,7 @@ TEST(Spec, RejectsWithFieldPaths) {
        "minAvailable: 5\n"
        "  tasks: [{replicas: 1, template: {spec: {containers: [{name: c}]}}}]\n",
        "spec.minAvailable"},
-      // One placement per job: a later task whose template differs is refused, not placed by
-      // the first task's (a worker's required affinity was ignored, a toleration dropped).
-      {"second task's own tolerations",
-       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
-       "  - {replicas: 1, template: {spec: {containers: [{name: c}]}}}\n"
-       "  - {replicas: 1, template: {spec: {tolerations: [{key: g, operator: Exists}], "
-       "containers: [{name: c}]}}}\n",
-       "spec.tasks[1].template.spec.tolerations: every task of a job must use the same "
-       "tolerations"},
-      {"second task's own affinity",
-       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
-       "  - {replicas: 1, template: {spec: {containers: [{name: c}]}}}\n"
-       "  - replicas: 1\n    template:\n      spec:\n        containers: [{name: c}]\n"
-       "        affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
-       "{nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, "
-       "values: [n2]}]}]}}}\n",
-       "spec.tasks[1].template.spec.affinity: every task of a job must use the same affinity"},
+      // The stopping fields are one per job: a later task whose template differs is refused.
       {"second task's own grace period",
        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
        "  - {replicas: 1, template: {spec: {containers: [{name: c}]}}}\n"

@@ -46,7 +46,7 @@ std::string NodeChosen(const EngineConfig& config, std::vector<Node> nodes,
   s.queues.push_back(q);
   Job job;
   job.id = "task";
-  job.groups.push_back(TaskGroup{"pod", 1, request});
+  job.groups.push_back(TaskGroup{"pod", 1, request, {}});
   job.allocations.resize(1);
   s.jobs.push_back(job);
   Rng rng(1);
@@ -308,7 +308,7 @@ TEST(Fragmentation, ScoreChoosingAgreesWithScoreAndChooseDevices) {
     ctx.typical_by_gpu = &groups;
     for (const auto& t : typical) ctx.typical_total_weight += t.weight;
     Job job;
-    job.groups.push_back({"pod", 1, RandomRequest(rng)});
+    job.groups.push_back({"pod", 1, RandomRequest(rng), {}});
     const std::vector<int32_t> none;
     TaskContext t{&job, 0, &job.groups[0].request, &ctx, &none, nullptr, 0};
     std::vector<DeviceAssignment> with_score, asked;

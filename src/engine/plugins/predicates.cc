@@ -61,23 +61,23 @@ bool Tolerates(const Toleration& t, const Taint& taint) {
 class Predicates : public FilterPlugin {
  public:
   FilterVerdict Filter(const TaskContext& task, const NodeState& node) const override {
-    const Job& job = *task.job;
+    const Placement& place = task.placement();
     for (const Taint& taint : node.node->taints) {
       if (taint.effect == TaintEffect::kPreferNoSchedule) continue;
-      bool ok = std::any_of(job.tolerations.begin(), job.tolerations.end(),
+      bool ok = std::any_of(place.tolerations.begin(), place.tolerations.end(),
                             [&](const Toleration& t) { return Tolerates(t, taint); });
       if (!ok)
         return FilterVerdict::Fail("node(s) had untolerated taint {" + taint.key + ": " +
                                    taint.value + "}");
     }
     const auto& labels = node.node->labels;
-    for (const auto& [k, v] : job.node_selector) {
+    for (const auto& [k, v] : place.node_selector) {
       auto it = labels.find(k);
       if (it == labels.end() || it->second != v)
         return FilterVerdict::Fail("node(s) didn't match Pod's node affinity/selector");
     }
-    if (!job.affinity.required.empty() &&
-        std::none_of(job.affinity.required.begin(), job.affinity.required.end(),
+    if (!place.affinity.required.empty() &&
+        std::none_of(place.affinity.required.begin(), place.affinity.required.end(),
                      [&](const NodeSelectorTerm& t) { return MatchesTerm(t, labels); }))
       return FilterVerdict::Fail("node(s) didn't match Pod's node affinity/selector");
     return FilterVerdict::Pass();

@@ -67,7 +67,7 @@ class NodeAffinityScore : public ScorePlugin {
  public:
   int64_t Score(const TaskContext& t, const NodeState& n) const override {
     int64_t total = 0, hit = 0;
-    for (const auto& p : t.job->affinity.preferred) {
+    for (const auto& p : t.placement().affinity.preferred) {
       total += p.weight;
       if (MatchesTerm(p.term, n.node->labels)) hit += p.weight;
     }
@@ -84,7 +84,7 @@ class TaintPreferScore : public ScorePlugin {
       if (taint.effect != TaintEffect::kPreferNoSchedule) continue;
       ++soft;
       bool ok = false;
-      for (const auto& tol : t.job->tolerations)
+      for (const auto& tol : t.placement().tolerations)
         ok |= (tol.op == Toleration::Op::kExists && (tol.key.empty() || tol.key == taint.key)) ||
               (tol.key == taint.key && tol.value == taint.value);
       bad += !ok;
