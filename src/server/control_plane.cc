@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "model/labels.h"
+
 namespace tessera::server {
 namespace {
 
@@ -2397,8 +2399,28 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
     }
   }
   TESSERA_RETURN_IF_ERROR(r.Finish());
-  if (node->name.empty() || node->name.find('/') != std::string::npos)
-    return InvalidArgument("node.name: must be non-empty without '/'");
+  // As the agent's flags are checked: a name or label reaches hostlists, MASTER_ADDR,
+  // selectors, tables and metric labels. (A pool run by another system, Slurm, registers
+  // as an admin and labels its nodes with that system's own words: states, reasons.)
+  if (std::string why = NodeNameProblem(node->name); !why.empty())
+    return InvalidArgument("node.name: \"" + node->name + "\": " + why);
+  if (p.role == Role::kAgent) {
+    for (const auto& [k, v] : node->labels) {
+      if (std::string why = LabelKeyProblem(k); !why.empty())
+        return InvalidArgument("node.labels: key \"" + k + "\": " + why);
+      if (std::string why = LabelValueProblem(v); !why.empty())
+        return InvalidArgument("node.labels[" + k + "]: \"" + v + "\": " + why);
+    }
+    for (const Taint& t : node->taints) {
+      if (std::string why = LabelKeyProblem(t.key); !why.empty())
+        return InvalidArgument("node.taints: key \"" + t.key + "\": " + why);
+      if (std::string why = LabelValueProblem(t.value); !why.empty())
+        return InvalidArgument("node.taints[" + t.key + "]: value \"" + t.value + "\": " + why);
+    }
+  }
+  if (std::string why = LabelValueProblem(node->pool); !why.empty() || node->pool.empty())
+    return InvalidArgument("node.pool: \"" + node->pool +
+                           "\": " + (why.empty() ? "must not be empty" : why));
   // An agent runs one monitor and process group per task: as many as a job of 10 m-CPU
   // tasks could ask would swamp it (and its heartbeats). kubelet's default maxPods.
   if (p.role == Role::kAgent && node->max_tasks == 0) node->max_tasks = kDefaultMaxTasksPerNode;
@@ -2520,6 +2542,9 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
                               [](const Device& d) { return d.is_virtual; })
                       ? " (virtual)"
                       : ""));
+  // A node the cluster did not have is capacity jobs will be sent to (and their
+  // environments): who added it is audited.
+  if (fresh) AddAudit(ops, p, "register", "node/" + n.node.name, "ok");
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   Kick();
   return Json{
