@@ -243,8 +243,11 @@ class Demo {
     if (!Prepare("inference-deployment.yaml", inference)) return 1;
     if (!Submit("inference-deployment.yaml", inference)) return 1;
     Json preempted;
+    // The debug job's owners see a preemptor of another queue by its queue.
+    const Json service = Get("/v1/jobs/" + std::string(kInference));
+    const std::string by = "a job of queue " + (service.is_object() ? service.value("queue", "") : "");
     bool ok = WaitUntil(f_.timeout_seconds, [&] {
-      preempted = PreemptionOf(kDebug, kInference);
+      preempted = PreemptionOf(kDebug, by);
       return !preempted.is_null() && RunningTasks(kInference) == 2;
     });
     Run({"get", "jobs", "-o", "wide"});
@@ -346,14 +349,15 @@ class Demo {
     return e.is_object() && e.contains("items") ? e["items"] : Json::array();
   }
 
-  // The event that says `victim` was preempted by `preemptor`; null when there is none.
-  Json PreemptionOf(const std::string& victim, const std::string& preemptor) {
+  // The event that says `victim` was preempted by `by` (a job's name, or "a job of queue
+  // Q" for one of another queue); null when there is none.
+  Json PreemptionOf(const std::string& victim, const std::string& by) {
     for (const auto& e : Events(victim)) {
       // Across queues the engine calls it Reclaimed (Volcano's word): the P0 service's queue
       // is below its guarantee and takes GPUs back from the debug queue.
       const std::string reason = e.value("reason", "");
       if ((reason == "Preempted" || reason == "Reclaimed") &&
-          e.value("message", "").find("by " + preemptor) != std::string::npos)
+          e.value("message", "").find("by " + by + ":") != std::string::npos)
         return e;
     }
     return Json();

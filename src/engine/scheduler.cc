@@ -368,7 +368,13 @@ class CycleRun {
     m_.memo.bytes += v.size() * sizeof(T);
   }
   std::vector<bool> fenced_;  // nodes held by the reservation
-  std::string fence_owner_;
+  const PendingJob* fence_owner_ = nullptr;
+  // How a pending reason names `other` to the owners of a job in queue `viewer`: by name in
+  // the same queue, else by its queue only (a team does not see other queues' jobs).
+  std::string JobSeenFrom(int32_t viewer, const JobRec& other) const {
+    return other.queue == viewer ? "job " + other.spec->id
+                                 : "a job of queue " + m_.queues[other.queue].q.name;
+  }
   std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
   // Per queue, what this cycle's evictions give back once their tasks exit, and what the
   // preemptors waiting for them will then take. Reclaim judges a queue by its use as these
@@ -996,7 +1002,9 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
     if (v.ok()) {
       int32_t fenced = 0;
       for (int32_t i : members) fenced += !fenced_.empty() && fenced_[i];
-      if (fenced > 0) f.rejected["node(s) were reserved for job " + fence_owner_] += fenced;
+      if (fenced > 0)
+        f.rejected["node(s) were reserved for " + JobSeenFrom(pj.queue, *fence_owner_->rec)] +=
+            fenced;
       available += static_cast<int32_t>(members.size()) - fenced;
       return;
     }
@@ -1834,10 +1842,16 @@ void CycleRun::EvictFor(bool reclaim) {
     }
     claimed_[pre.queue] += need;
     int32_t count = 0;
-    std::set<std::string> victim_jobs;
+    // The preemptor's owners see its victims of their own queue by name, of another queue
+    // (reclaim) by how many there are.
+    std::set<std::string> own_victims;
+    std::map<std::string, std::set<const JobRec*>> other_victims;  // by queue name
     for (size_t u : chosen) {
       JobRec& vj = *units[u].job;
-      victim_jobs.insert(vj.spec->id);
+      if (vj.queue == pre.queue)
+        own_victims.insert(vj.spec->id);
+      else
+        other_victims[m_.queues[vj.queue].q.name].insert(&vj);
       for (int32_t t : units[u].tasks) {
         victims_.insert({&vj, t});
         ++count;
@@ -1854,7 +1868,10 @@ void CycleRun::EvictFor(bool reclaim) {
       }
     }
     std::string names;
-    for (const auto& v : victim_jobs) names += (names.empty() ? "" : ", ") + v;
+    for (const auto& v : own_victims) names += (names.empty() ? "" : ", ") + v;
+    for (const auto& [queue, jobs] : other_victims)
+      names += (names.empty() ? "" : ", ") + std::to_string(jobs.size()) +
+               (jobs.size() == 1 ? " job" : " jobs") + " of queue " + queue;
     pj->state = JState::kWaiting;
     pj->over_limit = false;
     pj->awaits_eviction = true;
@@ -2018,7 +2035,7 @@ void CycleRun::Backfill() {
                                    : "; start time unknown.");
       fenced_.assign(m_.nodes.size(), false);
       for (int32_t i : reserved) fenced_[i] = true;
-      fence_owner_ = head->rec->spec->id;
+      fence_owner_ = head;
     } else if (!fence_unknown && !unknown.empty()) {
       reserved_head_ = head;
       reservation_note_ =

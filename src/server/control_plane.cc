@@ -3332,8 +3332,12 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     if (j.state != JobState::kScheduled && j.state != JobState::kRunning) continue;
     const Eviction* e = v.first;
     const std::string reason = e->reason.empty() ? "Preempted" : e->reason;
-    std::string msg =
-        e->reason + " by " + e->preemptor + (e->message.empty() ? "" : ": " + e->message);
+    // The victim's owners see a preemptor of another queue (reclaim) by its queue only.
+    auto pi = jobs_.find(e->preemptor);
+    const std::string by = pi == jobs_.end() || pi->second.spec.job.queue == j.spec.job.queue
+                               ? e->preemptor
+                               : "a job of queue " + pi->second.spec.job.queue;
+    std::string msg = e->reason + " by " + by + (e->message.empty() ? "" : ": " + e->message);
     int32_t live = 0;
     for (const auto& aid : j.allocations) {
       const Allocation& a = allocations_.at(aid);
