@@ -61,17 +61,20 @@ Json YamlNodeToJson(const YAML::Node& n, int depth) {
   return nullptr;
 }
 
-int YamlDepth(const YAML::Node& n, int depth) {
-  if (depth > 64) return depth;
-  int best = depth;
-  if (n.IsSequence() || n.IsMap()) {
+// Walks the document as YamlNodeToJson will, with aliases expanded: false when it nests
+// deeper than 64 levels (`too_deep`) or has more than `budget` nodes. (An alias is a
+// reference: ten lines that each repeat the one before ten times expand a 400-byte text
+// into 10^7 nodes.)
+bool YamlWithinBounds(const YAML::Node& n, int depth, int64_t& budget, bool& too_deep) {
+  if (depth > 64) return !(too_deep = true);
+  if (--budget < 0) return false;
+  if (n.IsSequence() || n.IsMap())
     for (const auto& item : n) {
-      const YAML::Node& child = n.IsMap() ? item.second : item;
-      best = std::max(best, YamlDepth(child, depth + 1));
-      if (best > 64) break;
+      if (n.IsMap() && --budget < 0) return false;  // the key
+      if (!YamlWithinBounds(n.IsMap() ? item.second : item, depth + 1, budget, too_deep))
+        return false;
     }
-  }
-  return best;
+  return true;
 }
 
 }  // namespace
@@ -79,7 +82,16 @@ int YamlDepth(const YAML::Node& n, int depth) {
 StatusOr<Json> ParseYaml(const std::string& text) {
   try {
     YAML::Node root = YAML::Load(text);
-    if (YamlDepth(root, 0) > 64) return InvalidArgument("document nests deeper than 64 levels");
+    // Written out, a node takes two bytes or more: a document without aliases stays far
+    // below this; one whose aliases multiply it is refused before it is built.
+    const int64_t most = 10000 + static_cast<int64_t>(text.size());
+    int64_t budget = most;
+    bool too_deep = false;
+    if (!YamlWithinBounds(root, 0, budget, too_deep)) {
+      if (too_deep) return InvalidArgument("document nests deeper than 64 levels");
+      return InvalidArgument("document expands to more than " + std::to_string(most) +
+                             " values (its aliases repeat what they name)");
+    }
     return YamlNodeToJson(root, 0);
   } catch (const YAML::Exception& e) {
     return InvalidArgument(std::string("malformed YAML: ") + e.what());

@@ -153,5 +153,25 @@ TEST(CodecTest, RejectsDeepNesting) {
   EXPECT_FALSE(ParseYaml(deep).ok());
 }
 
+// "Billion laughs": each anchor repeats the one before ten times. Eight such lines (a few
+// hundred bytes) would expand into 10^8 values; refused before anything is built, while
+// an alias used a few times stays fine.
+TEST(CodecTest, RefusesAliasesThatMultiplyTheDocument) {
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 8; ++i) {
+    std::string prev = "*a" + std::to_string(i - 1);
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) bomb += (k ? ", " : "") + prev;
+    bomb += "]\n";
+  }
+  auto doc = ParseYaml(bomb);
+  ASSERT_FALSE(doc.ok());
+  EXPECT_NE(doc.status().message().find("document expands to more than"), std::string::npos)
+      << doc.status().message();
+  auto fine = ParseYaml("base: &b {cpu: 1, memory: 1Gi}\na: *b\nc: *b\n");
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  EXPECT_EQ((*fine)["c"]["cpu"], 1);
+}
+
 }  // namespace
 }  // namespace tessera
