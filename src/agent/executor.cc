@@ -239,7 +239,9 @@ Executor::Executor(ExecutorOptions options) : opt_(std::move(options)) {
     };
   }
   ::mkdir(opt_.work_dir.c_str(), 0755);
-  ::mkdir((opt_.work_dir + "/tasks").c_str(), 0755);
+  // Tasks' output and environments are their owners' alone: not for other users here.
+  ::mkdir((opt_.work_dir + "/tasks").c_str(), 0700);
+  ::chmod((opt_.work_dir + "/tasks").c_str(), 0700);
   // cgroup v2 limits, where this machine lets us (TaskCgroups says why not).
   cgroups_ = TaskCgroups::Open(opt_.cgroup_mount, opt_.cgroup_parent);
 }
@@ -294,7 +296,7 @@ Status Executor::Start(const TaskSpec& spec) {
   p->st.started_at = opt_.wall_clock();
   p->grace_seconds = spec.grace_period_seconds;
   const std::string dir = TaskDir(spec.allocation);
-  ::mkdir(dir.c_str(), 0755);
+  ::mkdir(dir.c_str(), 0700);
 
   auto fail = [&](const std::string& msg) {
     p->st.state = TaskState::kFailed;
@@ -329,7 +331,7 @@ Status Executor::Start(const TaskSpec& spec) {
   }
 
   // Environment: the agent's, then the allocation's, then what the agent alone knows.
-  std::map<std::string, std::string> env = EnvironMap();
+  std::map<std::string, std::string> env = EnvironForTasks();
   for (const auto& [k, v] : spec.env) env[k] = v;
   for (const auto& [k, v] : *denv) env[k] = v;
   env["TESSERA_ALLOCATION"] = spec.allocation;

@@ -171,6 +171,28 @@ TEST_F(ExecutorTest, CapturesOutputAndReportsExitCode) {
   EXPECT_EQ(ex.Start(Shell("../x", "true")).code(), StatusCode::kInvalidArgument);
 }
 
+// The agent's credentials stay with it: a task could otherwise act as any node. A task's
+// own variables of those names are its to set; its output is not for other users.
+TEST_F(ExecutorTest, TasksInheritNoCredentialsAndKeepTheirOutputPrivate) {
+  for (const char* v :
+       {"TESSERA_AGENT_TOKEN", "TESSERA_LOGS_TOKEN", "TESSERA_TOKEN", "TESSERA_TOKEN_FILE"})
+    ::setenv(v, "leaked", 1);
+  ::setenv("TESSERA_EXECUTOR_KEPT", "kept", 1);
+  Executor ex(Options());
+  TaskSpec s = Shell("a-cred",
+                     "echo \"${TESSERA_AGENT_TOKEN-none}|${TESSERA_LOGS_TOKEN-none}|"
+                     "${TESSERA_TOKEN_FILE-none}|$TESSERA_TOKEN|$TESSERA_EXECUTOR_KEPT\"");
+  s.env = {{"TESSERA_TOKEN", "the job's own"}};
+  ASSERT_TRUE(ex.Start(s).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  for (const char* v : {"TESSERA_AGENT_TOKEN", "TESSERA_LOGS_TOKEN", "TESSERA_TOKEN",
+                        "TESSERA_TOKEN_FILE", "TESSERA_EXECUTOR_KEPT"})
+    ::unsetenv(v);
+  EXPECT_EQ(Slurp(ex.LogPath("a-cred", "stdout")), "none|none|none|the job's own|kept\n");
+  const auto mode = fs::status(fs::path(ex.LogPath("a-cred", "stdout")).parent_path()).permissions();
+  EXPECT_EQ(mode & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
+}
+
 // A batch script runs as a file, so its #! line picks the interpreter (here cat, which
 // prints the script: bash -c would have run it).
 TEST_F(ExecutorTest, RunsABatchScriptWithTheInterpreterItsFirstLineNames) {

@@ -9,6 +9,14 @@ extern char** environ;
 
 namespace tessera {
 
+std::map<std::string, std::string> EnvironForTasks() {
+  std::map<std::string, std::string> env = EnvironMap();
+  for (const char* secret :
+       {"TESSERA_AGENT_TOKEN", "TESSERA_LOGS_TOKEN", "TESSERA_TOKEN", "TESSERA_TOKEN_FILE"})
+    env.erase(secret);
+  return env;
+}
+
 std::map<std::string, std::string> EnvironMap() {
   std::map<std::string, std::string> out;
   for (char** e = environ; e && *e; ++e) {

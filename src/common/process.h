@@ -13,6 +13,11 @@ namespace tessera {
 // This process's environment as a map (a variable given twice: its last value).
 std::map<std::string, std::string> EnvironMap();
 
+// EnvironMap() less the variables that carry Tessera's own credentials ($TESSERA_AGENT_TOKEN,
+// $TESSERA_LOGS_TOKEN, $TESSERA_TOKEN, $TESSERA_TOKEN_FILE): what a task started from this
+// process inherits (an agent's token would let any task act as any node).
+std::map<std::string, std::string> EnvironForTasks();
+
 // This process's environment as "KEY=value" strings, with `overrides` in place of (or beside)
 // their keys: for an exec, built before fork.
 std::vector<std::string> EnvironWith(const std::map<std::string, std::string>& overrides);

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -103,7 +104,9 @@ class SqliteStore final : public Store {
   Status Open(const std::string& dir, const SqliteOptions& options) {
     options_ = options;
     std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
+    // The store holds every job's environment: its own dir and files are for its user alone
+    // (as etcd's). A dir that was there already keeps its mode (it may be shared).
+    if (std::filesystem::create_directories(dir, ec) && !ec) ::chmod(dir.c_str(), 0700);
     if (ec) return Unavailable("cannot create data dir " + dir + ": " + ec.message());
     // One process per data dir: a second server on the same store would overwrite what the
     // first acknowledged (each keeps its state in memory). flock: released when the process
@@ -137,6 +140,8 @@ class SqliteStore final : public Store {
           path + " is missing but " + path +
           "-wal is there: the database file was lost (restore it, with the -wal beside it); "
           "refusing to start an empty cluster over it (move the -wal away to start afresh)");
+    // Created 0600 before SQLite opens it: its -wal and -shm take the database file's mode.
+    if (int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600); fd >= 0) ::close(fd);
     if (sqlite3_open_v2(path.c_str(), &wdb_,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         nullptr) != SQLITE_OK)

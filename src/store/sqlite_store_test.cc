@@ -71,6 +71,25 @@ TEST(SqliteStore, ASecondOpenOfTheDataDirIsRefused) {
   std::filesystem::remove_all(dir);
 }
 
+// The store holds jobs' environments: a new data dir and its files are its user's alone.
+TEST(SqliteStore, ANewDataDirAndItsFilesAreTheUsersAlone) {
+  namespace fs = std::filesystem;
+  std::string dir = TempDir("modes");
+  auto s = OpenSqliteStore(dir);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE((*s)->Write({Op::Put("jobs/a", "secret")}).ok());
+  auto others = [](const std::string& p) {
+    return fs::status(p).permissions() & (fs::perms::group_all | fs::perms::others_all);
+  };
+  EXPECT_EQ(others(dir), fs::perms::none);
+  for (const char* f : {"/tessera.db", "/tessera.db-wal", "/tessera.db-shm"}) {
+    ASSERT_TRUE(fs::exists(dir + f)) << f;
+    EXPECT_EQ(others(dir + f), fs::perms::none) << f;
+  }
+  s->reset();
+  fs::remove_all(dir);
+}
+
 // A data dir whose tessera.db was lost but whose -wal is there (all the state of a server
 // killed before a checkpoint) is refused: SQLite would delete the log and start empty.
 TEST(SqliteStore, AWalWithoutItsDatabaseIsRefused) {
