@@ -184,9 +184,24 @@ Status ApiServer::Start() {
               "a " + req.method + " needs a Content-Length header, 0 for no body (curl: -d '')")));
     return httplib::Server::HandlerResponse::Handled;
   });
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  const size_t max_body = options_.max_body_bytes;
+  http_->set_error_handler([max_body](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    Status s = res.status == 413   ? ResourceExhausted("request body too large")
+    // cpp-httplib caps a form-encoded body (curl -d's default type) at 8 KiB, far below
+    // ours: say so, with the way round it.
+    const std::string most = max_body % (1 << 20) == 0
+                                 ? std::to_string(max_body >> 20) + " MiB"
+                                 : std::to_string(max_body) + " bytes";
+    const bool form =
+        req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
+    Status s = res.status == 413 && form
+                   ? ResourceExhausted(
+                         "request body too large for Content-Type "
+                         "application/x-www-form-urlencoded (curl -d's default; at most 8 KiB "
+                         "as a form): send it as application/yaml or application/json (curl -H "
+                         "'Content-Type: application/yaml' --data-binary @FILE), up to " +
+                         most)
+               : res.status == 413 ? ResourceExhausted("request body too large (at most " + most + ")")
                : res.status == 404 ? NotFound("no such path: " + req.path + " (see /openapi.json)")
                : res.status == 400
                    ? InvalidArgument("malformed HTTP request")

@@ -131,6 +131,13 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
   for (int i = 0; i < 100000; ++i) deep_json += "[";
   std::string deep_yaml;
   for (int i = 0; i < 1000; ++i) deep_yaml += std::string(i, ' ') + "a:\n";
+  // Each line's list repeats the one before ten times: 10^9 values from ~500 bytes.
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 9; ++i) {
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) bomb += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
   struct Case {
     const char* name;
     std::string method, path, token, body;
@@ -193,6 +200,16 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
       {"register negative cpu", "POST", "/v1/agents/register", root,
        "{\"bootId\": \"x\", \"node\": {\"name\": \"n\", \"cpu\": -1, \"memory\": 1}}", 400,
        "node.cpu"},
+      {"register a name with a space", "POST", "/v1/agents/register", root,
+       "{\"bootId\": \"x\", \"node\": {\"name\": \"a b\", \"cpu\": 1, \"memory\": 1}}", 400,
+       "node.name: \"a b\": a node name must be"},
+      // An agent's words are checked; an admin's (a pool of another system) are its own.
+      {"register a label with a newline", "POST", "/v1/agents/register", "agent-token-0123456789",
+       "{\"bootId\": \"x\", \"node\": {\"name\": \"n\", \"cpu\": 1, \"memory\": 1, "
+       "\"labels\": {\"zone\": \"a\\nb\"}}}",
+       400, "node.labels[zone]"},
+      {"aliases that multiply", "POST", "/v1/jobs", root, bomb, 400,
+       "document expands to more than"},
   };
   for (const auto& c : cases) {
     Resp r = Do(c.method, c.path, c.token, c.body);
@@ -203,6 +220,18 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
     EXPECT_NE(msg.find(c.want), std::string::npos) << c.name << ": message \"" << msg << "\"";
     // Sending any of these again cannot help.
     EXPECT_EQ(r.body["error"]["retryable"], false) << c.name;
+  }
+  // curl -d's default type is a form, which cpp-httplib caps at 8 KiB: the 413 says so.
+  {
+    httplib::Client c(api_->url());
+    auto r = c.Post("/v1/jobs", {{"Authorization", "Bearer " + root}},
+                    Job("form", "training") + "# " + std::string(9000, 'x') + "\n",
+                    "application/x-www-form-urlencoded");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413);
+    EXPECT_NE(r->body.find("application/x-www-form-urlencoded (curl -d's default"),
+              std::string::npos)
+        << r->body;
   }
   // A POST without Content-Length (curl -X POST with no -d) is answered at once, 411, saying
   // what to send (httplib's client always sends the header: a raw socket, left open as curl

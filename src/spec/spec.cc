@@ -37,6 +37,8 @@ Status ForEach(const Json* v, const std::string& path, F f) {
 Status CheckName(const std::string& name, const std::string& path) {
   if (name.empty()) return InvalidArgument(path + ": required");
   if (name.size() > 253) return InvalidArgument(path + ": longer than 253 characters");
+  // (As Kubernetes: in a URL or a path they would mean this folder or the one above.)
+  if (name == "." || name == "..") return InvalidArgument(path + ": \"" + name + "\" is not a name");
   for (char c : name) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
               c == '_' || (c >= 'A' && c <= 'Z');

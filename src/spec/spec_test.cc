@@ -949,6 +949,10 @@ TEST(Spec, RejectsWithFieldPaths) {
     std::string text;
     const char* want;
   } cases[] = {
+      {"dot-dot name",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: ..}\nspec:\n  containers: [{name: c, "
+       "command: [x]}]\n",
+       "metadata.name: \"..\" is not a name"},
       {"negative cpu",
        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    "
        "resources:\n"
