@@ -342,7 +342,8 @@ class CycleRun {
   std::vector<int32_t> shape_failed_[2];
   bool binding_pass_ = false;
   void StartBindingPass();
-  bool strict_ = false;  // backfill configured: allocate stops at the blocked head
+  bool strict_ = false;           // backfill configured: allocate stops at the blocked head
+  bool stopped_at_head_ = false;  // it did: jobs behind the head were not visited
   // Placement caches, valid for this cycle: per shape, per class.
   std::unordered_map<std::string, int32_t> shape_ids_;
   std::string shape_scratch_;
@@ -1505,7 +1506,10 @@ void CycleRun::Allocate() {
       if (!eligible(pj)) continue;
       Attempt(*pj);
       visit_.push_back(pj);
-      if (strict_ && pj->state == JState::kFailed) return;
+      if (strict_ && pj->state == JState::kFailed) {
+        stopped_at_head_ = true;
+        return;
+      }
     }
     return;
   }
@@ -1554,7 +1558,10 @@ void CycleRun::Allocate() {
     PendingJob* pj = list[cursor[best]++];
     Attempt(*pj);
     visit_.push_back(pj);
-    if (strict_ && pj->state == JState::kFailed) return;
+    if (strict_ && pj->state == JState::kFailed) {
+      stopped_at_head_ = true;
+      return;
+    }
     for (int32_t p = best; p >= 0; p = m_.queues[p].parent) {
       parent_set(p).erase(entry[p]);
       if (--left[p] > 0) enter(p);
@@ -1585,7 +1592,21 @@ void CycleRun::EvictFor(bool reclaim) {
   // Nothing failed to place: nothing to evict for, and no pass over every job (most cycles
   // of a busy server or a replay).
   // (Jobs that wait on their queue's limit were not visited: all jobs then.)
-  const std::vector<PendingJob*>& tried = visit_.empty() || any_over_limit_ ? order_ : visit_;
+  // With backfill, allocate stopped at the first job it could not place (the EASY head):
+  // the jobs behind it are candidates too, after those it visited, in job order (Backfill's
+  // sequence). Else one unplaceable job would keep every job behind it, in every queue, from
+  // preempting or reclaiming.
+  std::vector<PendingJob*> behind;
+  if (stopped_at_head_ && !any_over_limit_) {
+    behind = visit_;
+    std::vector<char> seen(jobs_.size(), 0);
+    for (const PendingJob* pj : visit_) seen[pj - jobs_.data()] = 1;
+    for (PendingJob* pj : order_)
+      if (!seen[pj - jobs_.data()]) behind.push_back(pj);
+  }
+  const std::vector<PendingJob*>& tried = visit_.empty() || any_over_limit_ ? order_
+                                          : stopped_at_head_                ? behind
+                                                                            : visit_;
   if (evicting_.size() != m_.queues.size()) {
     evicting_.assign(m_.queues.size(), {});
     claimed_.assign(m_.queues.size(), {});
@@ -1597,14 +1618,19 @@ void CycleRun::EvictFor(bool reclaim) {
   // (e.g. org capped at its guarantee, a child within its own guarantee while a sibling
   // borrowed it): work of queues under that ancestor above their guarantees. The job's own
   // queue's limit no other queue's eviction frees.
+  // A job behind the blocked head (not tried yet) may evict too if it does not fit as the
+  // cluster is; that is checked below, after the cheap checks.
+  // `preemptionPolicy: Never` rules out reclaim as well: such a job evicts nobody
+  // (Kubernetes), whichever queue the victim is in.
   auto may_evict = [&](const PendingJob* pj) -> std::optional<ResourceVector> {
-    if (pj->state != JState::kFailed && !(pj->state == JState::kWaiting && pj->over_limit))
+    const bool untried = stopped_at_head_ && pj->state == JState::kAdmitted && !pj->tried;
+    if (pj->state != JState::kFailed && !(pj->state == JState::kWaiting && pj->over_limit) &&
+        !untried)
       return std::nullopt;
     const JobRec& pre = *pj->rec;
     const Job& pjob = *pre.spec;
     auto pc = m_.priority_classes.find(pjob.priority_class);
-    if (!reclaim && pc != m_.priority_classes.end() && !pc->second.preempt_lower)
-      return std::nullopt;
+    if (pc != m_.priority_classes.end() && !pc->second.preempt_lower) return std::nullopt;
     ResourceVector need;
     for (int32_t t = 0; t < pjob.TaskCount(); ++t)
       if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
@@ -1665,6 +1691,22 @@ void CycleRun::EvictFor(bool reclaim) {
     const ResourceVector& need = *may;
     const JobRec& pre = *pj->rec;
     const Job& pjob = *pre.spec;
+    if (pj->state == JState::kAdmitted) {
+      // Behind the blocked head, not tried yet: a job that could not evict anyone by
+      // priority or rank, that can never fit, or that fits as the cluster is (backfill's
+      // to place, around the head's reservation) evicts nobody.
+      if (!reclaim && min_priority >= pjob.priority &&
+          PreemptionRank(pre).value_or(INT64_MAX) >= max_rank)
+        continue;
+      bool never = false;
+      for (int32_t t = 0; !never && t < pj->task_count; ++t)
+        never = !pre.allocations[t] && NeverFits(*pj, t);
+      if (never) continue;
+      const size_t mark = m_.undo.size();
+      const bool fits = TryPlaceJob(*pj, nullptr);
+      m_.Rollback(mark);
+      if (fits) continue;
+    }
     // Would it fit once the tasks being stopped are gone? Then it waits for them: evicting
     // more now would take a victim per cycle for as long as their grace period runs.
     if (!terminating.empty()) {

@@ -2181,9 +2181,8 @@ bool ControlPlane::WrittenOff(const Allocation& a) const {
 // one per restart) counts its devices' milli for as long as it held them, from its binding
 // to the end of its termination (now for one still holding them, e.g. lost with its node);
 // an exclusive job counts each node whole while any of its tasks held it.
-void ControlPlane::EndAttempt(JobRecord& j) {
-  if (j.run_started_at < 0) return;
-  const int64_t now = Now();
+int64_t ControlPlane::AttemptService(const JobRecord& j, int64_t now) const {
+  if (j.run_started_at < 0) return 0;
   int64_t milli_seconds = 0;
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> exclusive;  // node: spans
   for (const auto& id : j.allocations) {
@@ -2206,7 +2205,12 @@ void ControlPlane::EndAttempt(JobRecord& j) {
     }
     milli_seconds += held * HealthyGpuMilli(nodes_.at(node).node);
   }
-  j.attained_gpu_milli_seconds += milli_seconds;
+  return milli_seconds;
+}
+
+void ControlPlane::EndAttempt(JobRecord& j) {
+  if (j.run_started_at < 0) return;
+  j.attained_gpu_milli_seconds += AttemptService(j, Now());
   j.run_started_at = -1;
   j.attempt_started_at = -1;
 }
@@ -2978,6 +2982,26 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
     }
     if (exact) {
       if (job.start_time < 0) job.start_time = j.created_at;
+      // The engine counts a job's service (`las`) as attainedGpuMilliSeconds + (now -
+      // startTime) x the GPU milli its placed tasks hold. A task evicted or restarted alone in
+      // this attempt held its GPUs for another span than that: the figure sent makes up the
+      // difference, so that the engine's sum is the GPU time the job held. Counting only the
+      // earlier attempts, a job that lost one of four replicas fell below a service level it
+      // had reached, and the replica evicted the job that had evicted it, cycle after cycle.
+      // (The figure sent may be negative: a task placed again after the start held nothing
+      // meanwhile.)
+      int64_t held = 0;  // as the engine charges it (ChargeOf)
+      std::set<std::string> whole;
+      for (const auto& a : job.allocations) {
+        if (!a) continue;
+        auto n = job.exclusive ? nodes_.find(a->node) : nodes_.end();
+        held += n == nodes_.end()
+                    ? a->GpuMilli()
+                    : ChargeOf(*a, n->second.node, true, whole.insert(n->first).second).gpu_milli;
+      }
+      const int64_t now = Now();
+      job.attained_gpu_milli_seconds += AttemptService(j, now);
+      if (now > job.start_time) job.attained_gpu_milli_seconds -= (now - job.start_time) * held;
       s.jobs.push_back(std::move(job));
       continue;
     }

@@ -442,6 +442,8 @@ class ControlPlane {
   // or, for an exclusive job, every healthy GPU of each node they are on (the engine charges
   // an exclusive job whole nodes, as Slurm does).
   int64_t ChargedGpuMilli(const Job& job, const std::vector<const Allocation*>& allocs) const;
+  // GPU milli-seconds the job's current attempt has held until `now` (see EndAttempt).
+  int64_t AttemptService(const JobRecord& j, int64_t now) const;
   void EndAttempt(JobRecord& j);
   // Counts a failure that restarts the job or a task, and sets when it may be placed again;
   // returns the wait in seconds (0: at once). `ran_since`: when what failed started (-1: never

@@ -2120,6 +2120,96 @@ TEST_F(ControlPlaneTest, ARequeuedJobKeepsItsServiceAndStartsAfresh) {
   EXPECT_EQ(Job("victim")["attainedGpuSeconds"], 8000);
 }
 
+// The engine's service figure (attained + (now - startTime) x held GPU milli) must not fall
+// when a job loses a task in its attempt: one of four replicas evicted took the job below a
+// service level, its replica evicted the job that had evicted it, cycle after cycle. The
+// figure sent counts the lost task's GPU time, and a task placed again only from its binding.
+TEST_F(ControlPlaneTest, AJobsServiceDoesNotFallWhenItLosesATask) {
+  auto seen = std::make_shared<std::map<std::string, tessera::Job>>();
+  auto evict = std::make_shared<bool>(false);
+  Reopen([seen, evict](const Snapshot& s, int64_t now) {
+    for (const auto& j : s.jobs) (*seen)[j.id] = j;
+    Plan p = ScriptedEngine::FirstFit(s, now);
+    if (*evict) p.evictions.push_back({"elastic", 1, "node-a", "Preempted", "vip", "rank", 5});
+    return p;
+  });
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(
+      cp_->Submit(kAdmin, JobDoc("elastic", 2, 4, "  priorityClass: low\n  minAvailable: 1\n"))
+          .ok());
+  const int64_t bound = clock_.now;
+  const Json running = StartAll("node-a", epoch, 2);
+  // What the engine counts from the snapshot `seen` holds at `now`.
+  auto service = [&](int64_t now) {
+    const tessera::Job& j = seen->at("elastic");
+    int64_t held = 0;
+    for (const auto& a : j.allocations)
+      if (a) held += a->GpuMilli();
+    return j.attained_gpu_milli_seconds + (now - j.start_time) * held;
+  };
+  clock_.now += 1000;
+  *evict = true;
+  ASSERT_TRUE(cp_->RunCycle().ok());  // both tasks, 1,000 s: 8 GPU x 1,000 s
+  *evict = false;
+  EXPECT_EQ(service(clock_.now), 8000 * 1000);
+  std::string stopping;
+  for (const auto& a : Job("elastic")["allocations"])
+    if (a["state"] == "Stopping") stopping = a["id"];
+  ASSERT_FALSE(stopping.empty());
+  clock_.now += 10;  // task 1 exits 10 s later
+  Json after = Json::array();
+  for (const auto& t : running)
+    if (t["allocation"] != stopping) after.push_back(t);
+  after.push_back(Task(stopping, "killed", 143));
+  Beat("node-a", epoch, after);
+  clock_.now += 90;
+  ASSERT_TRUE(cp_->RunCycle().ok());  // task 0 alone runs on; task 1 is placed again
+  ASSERT_EQ(State("elastic"), "Running");
+  EXPECT_EQ(seen->at("elastic").start_time, bound);
+  // Task 0: 1,100 s; task 1: 1,010 s; 4 GPUs each. (Counting only what runs from the start:
+  // 4 GPU x 1,100 s, less than before the eviction.)
+  EXPECT_EQ(service(clock_.now), 4000 * (1100 + 1010));
+  clock_.now += 100;
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  // Task 1 again, from its binding 100 s ago: not from the job's start.
+  EXPECT_EQ(service(clock_.now), 4000 * (1200 + 1010 + 100));
+}
+
+// The same with the real engine (las levels: under 1 GPU-hour, under 10, more): an elastic
+// job of 8 one-GPU replicas that has held 1 GPU-hour loses a replica to a new job of its
+// priority and queue (a lower level). Once the replica has exited the new job takes its GPU,
+// and nobody is evicted again: counting only what runs, the job fell back under 1 GPU-hour,
+// its replica went first and took the GPU back, and the new job evicted it again.
+TEST_F(ControlPlaneTest, AnEqualPriorityPreemptionDoesNotPingPong) {
+  real_engine_ = true;
+  Reopen();
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("prod-a", 8, 1, "  minAvailable: 1\n")).ok());
+  const Json running = StartAll("node-a", epoch, 8);
+  clock_.now += 460;  // 8 GPUs x 460 s: level 1
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("prod-b", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  auto stopping = [&] {
+    std::vector<std::string> ids;
+    for (const auto& a : Job("prod-a")["allocations"])
+      if (a["state"] == "Stopping") ids.push_back(a["id"]);
+    return ids;
+  };
+  const std::vector<std::string> evicted = stopping();
+  ASSERT_EQ(evicted.size(), 1u) << Job("prod-a").dump();
+  Json after = Json::array();
+  for (const auto& t : running)
+    after.push_back(t["allocation"] == evicted[0] ? Task(evicted[0], "killed", 143) : t);
+  clock_.now += 5;
+  Beat("node-a", epoch, after);
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    clock_.now += 2;
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    EXPECT_EQ(State("prod-b"), "Scheduled") << "cycle " << cycle;
+    EXPECT_TRUE(stopping().empty()) << "cycle " << cycle;
+  }
+}
+
 // node-a's registration by an agent of that boot and work dir id.
 Json AgentDoc(const std::string& boot, const std::string& instance) {
   Json d = NodeDoc("node-a", 8);
