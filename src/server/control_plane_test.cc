@@ -2129,7 +2129,7 @@ TEST_F(ControlPlaneTest, AJobsServiceDoesNotFallWhenItLosesATask) {
   auto evict = std::make_shared<bool>(false);
   Reopen([seen, evict](const Snapshot& s, int64_t now) {
     for (const auto& j : s.jobs) (*seen)[j.id] = j;
-    Plan p = ScriptedEngine::FirstFit(s, now);
+    Plan p = ScriptedEngine::FirstFit(s, now, /*top_up=*/true);
     if (*evict) p.evictions.push_back({"elastic", 1, "node-a", "Preempted", "vip", "rank", 5});
     return p;
   });
@@ -2153,7 +2153,8 @@ TEST_F(ControlPlaneTest, AJobsServiceDoesNotFallWhenItLosesATask) {
   *evict = false;
   EXPECT_EQ(service(clock_.now), 8000 * 1000);
   std::string stopping;
-  for (const auto& a : Job("elastic")["allocations"])
+  const Json elastic = Job("elastic");  // (a temporary would die before the loop)
+  for (const auto& a : elastic["allocations"])
     if (a["state"] == "Stopping") stopping = a["id"];
   ASSERT_FALSE(stopping.empty());
   clock_.now += 10;  // task 1 exits 10 s later
@@ -2191,7 +2192,8 @@ TEST_F(ControlPlaneTest, AnEqualPriorityPreemptionDoesNotPingPong) {
   ASSERT_TRUE(cp_->RunCycle().ok());
   auto stopping = [&] {
     std::vector<std::string> ids;
-    for (const auto& a : Job("prod-a")["allocations"])
+    const Json job = Job("prod-a");
+    for (const auto& a : job["allocations"])
       if (a["state"] == "Stopping") ids.push_back(a["id"]);
     return ids;
   };
