@@ -12,6 +12,7 @@
 #include <set>
 #include <span>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 
 #include "common/prefetch.h"
@@ -269,6 +270,9 @@ class CycleRun {
   bool OwnsWhole(const JobRec& j, int32_t i) const;
   // What evicting `tasks` of j gives back to its queue (ChargeOf, task by task).
   ResourceVector EvictionCharge(const JobRec& j, const std::vector<int32_t>& tasks) const;
+  // What decides whether a job none of whose tasks is placed fits, and what it may evict:
+  // its queue, priority, rank, state, gang and task shapes; empty for a job partly placed.
+  std::vector<int64_t> AlikeKey(const PendingJob& pj);
   // The lowest member of `cls` that is not fenced and not in `taken` (sorted), or -1.
   int32_t RepOf(int32_t cls, const std::vector<int32_t>* taken = nullptr) const;
   // Places one task and binds it (undo-logged); -1 and a filled Failure if it fits nowhere.
@@ -377,6 +381,7 @@ class CycleRun {
                                  : "a job of queue " + m_.queues[other.queue].q.name;
   }
   std::set<std::pair<const JobRec*, int32_t>> victims_;  // tasks already being evicted
+  std::unordered_set<const JobRec*> victim_jobs_;        // their jobs
   // Per queue, what this cycle's evictions give back once their tasks exit, and what the
   // preemptors waiting for them will then take. Reclaim judges a queue by its use as these
   // leave it (Settled): two preemptors of one cycle must not together take a queue below its
@@ -524,6 +529,25 @@ bool CycleRun::OwnsWhole(const JobRec& j, int32_t i) const {
   int32_t here = 0;
   for (const auto& a : j.allocations) here += a && a->node == m_.nodes[i].name();
   return here == m_.nodes[i].tasks;
+}
+
+std::vector<int64_t> CycleRun::AlikeKey(const PendingJob& pj) {
+  const JobRec& r = *pj.rec;
+  for (const auto& a : r.allocations)
+    if (a) return {};
+  std::vector<int64_t> key{pj.queue,
+                           r.spec->priority,
+                           PreemptionRank(r).value_or(INT64_MIN),
+                           static_cast<int64_t>(pj.state),
+                           pj.over_limit,
+                           pj.gang_min,
+                           pj.one_task_per_node,
+                           pj.exclusive};
+  for (size_t g = 0; g < r.spec->groups.size(); ++g) {
+    key.push_back(group_shapes_[pj.shapes_at + g]);
+    key.push_back(r.spec->groups[g].replicas);
+  }
+  return key;
 }
 
 ResourceVector CycleRun::EvictionCharge(const JobRec& j, const std::vector<int32_t>& tasks) const {
@@ -1632,7 +1656,7 @@ void CycleRun::EvictFor(bool reclaim) {
     auto pc = m_.priority_classes.find(pjob.priority_class);
     if (pc != m_.priority_classes.end() && !pc->second.preempt_lower) return std::nullopt;
     ResourceVector need;
-    for (int32_t t = 0; t < pjob.TaskCount(); ++t)
+    for (int32_t t = 0; t < pj->task_count; ++t)
       if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
     if (reclaim) {
       // Only a queue within its guarantee (counting this job, and what this cycle's earlier
@@ -1671,6 +1695,23 @@ void CycleRun::EvictFor(bool reclaim) {
       continue;  // exempt: its current run is too young (preemptExemptSeconds)
     running.push_back({&j, reclaim ? std::nullopt : PreemptionRank(j)});
   }
+  // Victims are taken in this order (vjobs keeps it): lowest priority, highest rank (least
+  // urgent), youngest start, job id. Sorted when a search first needs it.
+  bool running_sorted = false;
+  auto sort_running = [&] {
+    if (running_sorted) return;
+    running_sorted = true;
+    std::sort(running.begin(), running.end(), [](const Running& x, const Running& y) {
+      const Job& a = *x.job->spec;
+      const Job& b = *y.job->spec;
+      if (a.priority != b.priority) return a.priority < b.priority;
+      int64_t ra = x.rank.value_or(INT64_MIN), rb = y.rank.value_or(INT64_MIN);
+      if (ra != rb) return ra > rb;
+      const int64_t sa = x.job->start_time, sb = y.job->start_time;
+      if (sa != sb) return sa > sb;
+      return a.id < b.id;
+    });
+  };
   const int64_t free_gpu = std::max<int64_t>(0, m_.capacity.gpu_milli - used_gpu);
   const bool cross_queue_rank = !e_.queue_drf && !e_.queue_proportion;
   // Bounds that rule most preemptors out without a pass over the running jobs: a victim
@@ -1684,6 +1725,12 @@ void CycleRun::EvictFor(bool reclaim) {
   // Bound the work: after this many searches that found no victim set, stop (documented).
   int32_t failed_searches = 0;
   constexpr int32_t kMaxFailedSearches = 64;
+  // And after this many jobs behind the blocked head were tried as the cluster is (a full
+  // placement attempt each; backfill tries them all again): on a long queue the cycle
+  // would spend its time there, and the next cycle goes on from the head.
+  int32_t behind_probes = 0;
+  constexpr int32_t kMaxBehindProbes = 64;
+  std::set<std::vector<int64_t>> evicts_nobody;  // AlikeKey of jobs that evicted nobody
   for (PendingJob* pj : candidates) {
     if (failed_searches >= kMaxFailedSearches) break;
     const std::optional<ResourceVector> may = may_evict(pj);
@@ -1691,6 +1738,14 @@ void CycleRun::EvictFor(bool reclaim) {
     const ResourceVector& need = *may;
     const JobRec& pre = *pj->rec;
     const Job& pjob = *pre.spec;
+    // A job alike one that evicted nobody this call evicts nobody either: this call's
+    // evictions only take victims away and change no placement (a long queue behind the
+    // head is mostly jobs alike: a failed search releases every candidate victim).
+    const std::vector<int64_t> key = AlikeKey(*pj);
+    if (!key.empty() && evicts_nobody.count(key)) continue;
+    auto nobody = [&] {
+      if (!key.empty()) evicts_nobody.insert(key);
+    };
     if (pj->state == JState::kAdmitted) {
       // Behind the blocked head, not tried yet: a job that could not evict anyone by
       // priority or rank, that can never fit, or that fits as the cluster is (backfill's
@@ -1702,10 +1757,14 @@ void CycleRun::EvictFor(bool reclaim) {
       for (int32_t t = 0; !never && t < pj->task_count; ++t)
         never = !pre.allocations[t] && NeverFits(*pj, t);
       if (never) continue;
+      if (++behind_probes > kMaxBehindProbes) break;  // only untried jobs follow
       const size_t mark = m_.undo.size();
       const bool fits = TryPlaceJob(*pj, nullptr);
       m_.Rollback(mark);
-      if (fits) continue;
+      if (fits) {
+        nobody();
+        continue;
+      }
     }
     // Would it fit once the tasks being stopped are gone? Then it waits for them: evicting
     // more now would take a victim per cycle for as long as their grace period runs.
@@ -1713,7 +1772,7 @@ void CycleRun::EvictFor(bool reclaim) {
       size_t mark = m_.undo.size();
       int32_t stopping = 0;
       for (JobRec* j : terminating)
-        for (int32_t t = 0; t < j->spec->TaskCount(); ++t)
+        for (int32_t t = 0; t < static_cast<int32_t>(j->allocations.size()); ++t)
           if (j->allocations[t] && m_.ReleaseTask(*j, t).ok()) ++stopping;
       const bool soon = TryPlaceJob(*pj, nullptr);
       m_.Rollback(mark);
@@ -1735,11 +1794,16 @@ void CycleRun::EvictFor(bool reclaim) {
       JobRec* job;
       std::vector<int32_t> tasks;
       bool whole;
+      ResourceVector charge;  // what its eviction gives back to its queue, as it was added
     };
     // Victims by priority (lower, same queue) or by preemption rank (same priority, strictly
     // higher rank, e.g. more attained service; any queue when no queue policy is on).
     const std::optional<int64_t> pre_rank = reclaim ? std::nullopt : PreemptionRank(pre);
-    if (!reclaim && min_priority >= pjob.priority && !(pre_rank && max_rank > *pre_rank)) continue;
+    if (!reclaim && min_priority >= pjob.priority && !(pre_rank && max_rank > *pre_rank)) {
+      nobody();
+      continue;
+    }
+    sort_running();
     std::vector<const Running*> vjobs;
     int64_t victim_gpu = 0;
     std::map<int32_t, int64_t> reclaim_gpu;  // reclaim: candidates' GPUs per queue
@@ -1759,9 +1823,7 @@ void CycleRun::EvictFor(bool reclaim) {
                        (j.queue == pre.queue || cross_queue_rank);
         if (!by_priority && !by_rank) continue;
       }
-      bool busy = false;
-      for (int32_t t = 0; t < j.spec->TaskCount(); ++t) busy |= victims_.count({&j, t}) > 0;
-      if (busy) continue;
+      if (victim_jobs_.count(&j)) continue;  // being evicted already
       vjobs.push_back(&r);
       victim_gpu += j.allocated.gpu_milli;
     }
@@ -1788,20 +1850,16 @@ void CycleRun::EvictFor(bool reclaim) {
           if (Within(queue, a)) room += gpu;
         short_of_quota = need.gpu_milli > room;
       }
-      if (short_of_quota) continue;
+      if (short_of_quota) {
+        nobody();
+        continue;
+      }
     }
     // Cheap check: not even every candidate's GPUs plus the free ones would hold it.
-    if (need.gpu_milli > free_gpu + victim_gpu) continue;
-    std::sort(vjobs.begin(), vjobs.end(), [](const Running* x, const Running* y) {
-      const Job& a = *x->job->spec;
-      const Job& b = *y->job->spec;
-      if (a.priority != b.priority) return a.priority < b.priority;
-      int64_t ra = x->rank.value_or(INT64_MIN), rb = y->rank.value_or(INT64_MIN);
-      if (ra != rb) return ra > rb;  // highest rank (least urgent) first
-      const int64_t sa = x->job->start_time, sb = y->job->start_time;
-      if (sa != sb) return sa > sb;  // youngest first
-      return a.id < b.id;
-    });
+    if (need.gpu_milli > free_gpu + victim_gpu) {
+      nobody();
+      continue;
+    }
     // Waiting on a limit: victims under the queue that sets it first (in the same order),
     // others after, for capacity they may also need (minimising drops them if not).
     if (blocking >= 0)
@@ -1809,29 +1867,36 @@ void CycleRun::EvictFor(bool reclaim) {
                             [&](const Running* r) { return Within(r->job->queue, blocking); });
     // Checked against the queue as the units chosen so far leave it (which only lowers it: a
     // unit that may not go alone may not go after others either, and is left out at once).
+    // (An exclusive job's charge depends on which of its tasks are still on each node.)
+    auto charge_now = [&](const Unit& unit) {
+      return unit.job->exclusive ? EvictionCharge(*unit.job, unit.tasks) : unit.charge;
+    };
     auto reclaimable = [&](const Unit& unit) {
       const QueueRec& q = m_.queues[unit.job->queue];
-      return MayReclaim(Settled(unit.job->queue), EvictionCharge(*unit.job, unit.tasks),
-                        q.q.guarantee);
+      return MayReclaim(Settled(unit.job->queue), charge_now(unit), q.q.guarantee);
     };
     std::vector<Unit> units;
     auto add_unit = [&](Unit u) {
+      u.charge = EvictionCharge(*u.job, u.tasks);
       if (!reclaim || reclaimable(u)) units.push_back(std::move(u));
     };
     for (const Running* r : vjobs) {
       JobRec* j = r->job;
       std::vector<int32_t> run;
-      for (int32_t t = 0; t < j->spec->TaskCount(); ++t)
+      for (int32_t t = 0; t < static_cast<int32_t>(j->allocations.size()); ++t)
         if (j->allocations[t]) run.push_back(t);
       int32_t extra = static_cast<int32_t>(run.size()) - j->spec->GangMinimum();
       for (int32_t k = 0; k < extra; ++k) {
-        add_unit({j, {run.back()}, false});
+        add_unit({j, {run.back()}, false, {}});
         run.pop_back();
       }
-      if (!run.empty()) add_unit({j, run, true});
+      if (!run.empty()) add_unit({j, run, true, {}});
       if (units.size() > 512) break;  // bound the search; documented
     }
-    if (units.empty()) continue;
+    if (units.empty()) {
+      nobody();
+      continue;
+    }
     // Fits(S): would the preemptor fit with the units in S gone?
     auto fits = [&](const std::vector<size_t>& set) {
       size_t mark = m_.undo.size();
@@ -1841,26 +1906,39 @@ void CycleRun::EvictFor(bool reclaim) {
       m_.Rollback(mark);
       return ok;
     };
+    // Greedy: release units in order until the preemptor fits; `chosen` the units taken.
+    // Tried first with one placement attempt after every unit is gone: where the preemptor
+    // does not fit even then (most searches: a job behind the head needing a whole node), no
+    // set does, and the attempt after each unit (most of a search's cost) is saved.
     std::vector<size_t> chosen;
-    bool found = false;
-    {
-      size_t mark = m_.undo.size();
-      for (size_t u = 0; u < units.size(); ++u) {
+    auto greedy = [&](bool try_each) {
+      chosen.clear();
+      const size_t mark = m_.undo.size();
+      int64_t freed_gpu = 0;
+      auto attempt = [&] {
+        // Too few GPUs free yet, wherever they are: no placement attempt.
+        if (need.gpu_milli > free_gpu + freed_gpu) return false;
+        const size_t inner = m_.undo.size();
+        const bool ok = TryPlaceJob(*pj, nullptr);
+        m_.Rollback(inner);
+        return ok;
+      };
+      bool ok = false;
+      for (size_t u = 0; u < units.size() && !ok; ++u) {
         if (!units[u].job->allocations[units[u].tasks[0]]) continue;
         if (reclaim && !reclaimable(units[u])) continue;
+        freed_gpu += charge_now(units[u]).gpu_milli;
         for (int32_t t : units[u].tasks) (void)m_.ReleaseTask(*units[u].job, t);
         chosen.push_back(u);
-        size_t inner = m_.undo.size();
-        bool ok = TryPlaceJob(*pj, nullptr);
-        m_.Rollback(inner);
-        if (ok) {
-          found = true;
-          break;
-        }
+        if (try_each) ok = attempt();
       }
+      if (!try_each) ok = attempt();
       m_.Rollback(mark);
-    }
+      return ok;
+    };
+    const bool found = greedy(/*try_each=*/false) && greedy(/*try_each=*/true);
     if (!found) {
+      nobody();
       ++failed_searches;
       continue;
     }
@@ -1896,6 +1974,7 @@ void CycleRun::EvictFor(bool reclaim) {
         other_victims[m_.queues[vj.queue].q.name].insert(&vj);
       for (int32_t t : units[u].tasks) {
         victims_.insert({&vj, t});
+        victim_jobs_.insert(&vj);
         ++count;
         std::string msg =
             reclaim ? "queue " + m_.queues[pre.queue].q.name + " is below its guarantee; queue " +
@@ -1985,19 +2064,19 @@ void CycleRun::Backfill() {
     // Cheap check before each trial: the head's GPUs must not exceed the free ones plus
     // those released so far (a trial costs a gang placement).
     int64_t head_gpu = 0, avail_gpu = m_.capacity.gpu_milli;
-    for (int32_t t = 0; t < head->rec->spec->TaskCount(); ++t)
+    for (int32_t t = 0; t < head->task_count; ++t)
       if (!head->rec->allocations[t])
         head_gpu += RequestVector(head->rec->spec->GroupOfTask(t).request).gpu_milli;
     for (const auto& [id, j] : m_.jobs) avail_gpu -= j.allocated.gpu_milli;
     auto release = [&](JobRec* j) {
       avail_gpu += j->allocated.gpu_milli;
-      for (int32_t t = 0; t < j->spec->TaskCount(); ++t)
+      for (int32_t t = 0; t < static_cast<int32_t>(j->allocations.size()); ++t)
         if (j->allocations[t]) (void)m_.ReleaseTask(*j, t);
     };
     bool ok = false;
     if (head->awaits_eviction) {
       for (auto& [id, j] : m_.jobs)
-        for (int32_t t = 0; t < j.spec->TaskCount(); ++t)
+        for (int32_t t = 0; t < static_cast<int32_t>(j.allocations.size()); ++t)
           if (j.allocations[t] && (j.spec->terminating || victims_.count({&j, t}))) {
             const int64_t held = j.allocated.gpu_milli;  // (an exclusive job's node charge)
             (void)m_.ReleaseTask(j, t);
