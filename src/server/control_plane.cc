@@ -299,7 +299,7 @@ Status ControlPlane::Load() {
     if (it != jobs_.end()) it->second.allocations.push_back(a.id);
     int64_t n = std::strtoll(a.id.c_str() + 2, nullptr, 10);
     next_alloc_ = std::max(next_alloc_, n + 1);
-    allocations_[a.id] = std::move(a);
+    KeepAllocation(std::move(a));
     return Status::Ok();
   }));
   TESSERA_RETURN_IF_ERROR(each("events/", [&](const std::string&, const Json& j) -> Status {
@@ -531,10 +531,34 @@ void ControlPlane::FinishDeletes(std::vector<store::Op>& ops) const {
   ops.push_back(store::Op::Put("counters/allocs", std::to_string(next_alloc_)));
 }
 
+void ControlPlane::KeepAllocation(Allocation a) {
+  allocations_by_node_[a.placement.node].insert(a.id);
+  const std::string id = a.id;
+  allocations_[id] = std::move(a);
+}
+
+void ControlPlane::ForgetAllocation(const std::string& id) {
+  auto it = allocations_.find(id);
+  if (it == allocations_.end()) return;
+  auto n = allocations_by_node_.find(it->second.placement.node);
+  if (n != allocations_by_node_.end() && n->second.erase(id) && n->second.empty())
+    allocations_by_node_.erase(n);
+  allocations_.erase(it);
+}
+
+std::vector<Allocation*> ControlPlane::AllocationsOn(const std::string& node) {
+  std::vector<Allocation*> on;
+  auto n = allocations_by_node_.find(node);
+  if (n == allocations_by_node_.end()) return on;
+  on.reserve(n->second.size());
+  for (const std::string& id : n->second) on.push_back(&allocations_.at(id));
+  return on;
+}
+
 void ControlPlane::ForgetJob(const std::string& id) {
   JobRecord& j = jobs_.at(id);
   with_dependencies_.erase(id);
-  for (const auto& a : j.allocations) allocations_.erase(a);
+  for (const auto& a : j.allocations) ForgetAllocation(a);
   for (int64_t seq : j.events) events_.erase(seq);
   // The key answers for the submission's other jobs while any is kept.
   if (auto k = idempotency_.find(j.idempotency_key); k != idempotency_.end()) {
@@ -1822,8 +1846,8 @@ StatusOr<Json> ControlPlane::DrainNode(const Principal& p, const std::string& na
   std::lock_guard<std::mutex> l(mu_);
   std::set<std::string> affected;
   int64_t tasks = 0;
-  for (const auto& [id, a] : allocations_)
-    if (a.placement.node == name && a.Live()) affected.insert(a.job), ++tasks;
+  for (const Allocation* a : AllocationsOn(name))
+    if (a->Live()) affected.insert(a->job), ++tasks;
   std::vector<store::Op> ops;
   Json evicted = Json::array();
   for (const auto& jid : affected) {
@@ -1854,8 +1878,9 @@ StatusOr<Json> ControlPlane::DeleteNode(const Principal& p, const std::string& n
   std::vector<store::Op> ops;
   std::set<std::string> affected;
   int64_t released = 0;
-  for (auto& [id, a] : allocations_) {
-    if (a.placement.node != name || !a.HoldsDevices()) continue;
+  for (Allocation* each : AllocationsOn(name)) {
+    Allocation& a = *each;
+    if (!a.HoldsDevices()) continue;
     a.state = AllocState::kKilled;
     a.finished_at = Now();
     a.message = "node " + name + " deleted by " + p.name;
@@ -2472,9 +2497,8 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
     const NodeRecord& old = it->second;
     const int64_t hb = options_.heartbeat_seconds;
     int64_t grace = 0;
-    for (const auto& [id, a] : allocations_)
-      if (a.placement.node == node->name && a.HoldsDevices())
-        grace = std::max(grace, a.grace_period_seconds);
+    for (const Allocation* a : AllocationsOn(node->name))
+      if (a->HoldsDevices()) grace = std::max(grace, a->grace_period_seconds);
     const int64_t runs_on = RunsOnUnattended(hb, old.lease_seconds, grace);
     const int64_t until = old.last_heartbeat + std::max(hb * kAgentLeaseHeartbeats, runs_on);
     if (Now() <= until)
@@ -2508,9 +2532,10 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
     // ended while no agent watched goes through the job's policy there).
     std::set<std::string> affected;
     int64_t adopted = 0, killed = 0;
-    for (auto& [id, a] : allocations_) {
-      if (a.placement.node != n.node.name || !a.HoldsDevices() || a.state == AllocState::kAssigned)
-        continue;
+    for (Allocation* each : AllocationsOn(n.node.name)) {
+      Allocation& a = *each;
+      const std::string& id = a.id;
+      if (!a.HoldsDevices() || a.state == AllocState::kAssigned) continue;
       if (held.count(id)) {
         // (A task already written off with its NotReady node is not adopted: it is no longer
         // wanted, and the agent stops it.)
@@ -2751,8 +2776,9 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
     }
   }
   // Allocations being stopped that the agent no longer runs are gone.
-  for (auto& [id, a] : allocations_) {
-    if (a.placement.node != node_name || reported.count(id)) continue;
+  for (Allocation* each : AllocationsOn(node_name)) {
+    Allocation& a = *each;
+    if (reported.count(a.id)) continue;
     if (a.state != AllocState::kStopping && a.state != AllocState::kLost) continue;
     a.state = AllocState::kKilled;
     a.finished_at = Now();
@@ -2765,8 +2791,8 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   if (changed) Kick();
   Json allocs = Json::array();
-  for (const auto& [id, a] : allocations_) {
-    if (a.placement.node != node_name) continue;
+  for (const Allocation* each : AllocationsOn(node_name)) {
+    const Allocation& a = *each;
     if (a.state != AllocState::kAssigned && a.state != AllocState::kRunning) continue;
     Json devs = Json::array();
     for (const auto& d : a.placement.devices)
@@ -2842,8 +2868,9 @@ void ControlPlane::CheckNodes() {
     // grace period has passed: only then may they run elsewhere. An agent without a lease
     // (0) never stops them, and its work is placed again at once.
     std::map<std::string, int64_t> affected;  // job -> when its tasks there have surely stopped
-    for (auto& [id, a] : allocations_) {
-      if (a.placement.node != name || !a.Live()) continue;
+    for (Allocation* each : AllocationsOn(name)) {
+      Allocation& a = *each;
+      if (!a.Live()) continue;
       a.state = AllocState::kLost;
       a.message = "node " + name + " not ready";
       ops.push_back(AllocOp(a));
@@ -3302,7 +3329,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       after_commit_.push_back([backend, d = Dispatch{a.id, a.job, a.task, a.attempt, a.placement}] {
         backend->Launch(d);
       });
-      allocations_[a.id] = std::move(a);
+      KeepAllocation(std::move(a));
     }
     j.pending = {};  // (a running job's: its missing task is placed)
     j.infeasible = false;

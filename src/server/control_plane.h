@@ -543,6 +543,13 @@ class ControlPlane {
   std::map<std::string, PriorityClass> priority_classes_;
   std::map<std::string, NodeRecord> nodes_;
   std::map<std::string, Allocation> allocations_;
+  // Allocation ids by node, of every allocation kept: a heartbeat, a registration or a
+  // node's check reads its own node's, not every allocation of the retention period.
+  std::map<std::string, std::set<std::string>> allocations_by_node_;
+  void KeepAllocation(Allocation a);
+  void ForgetAllocation(const std::string& id);
+  // The allocations placed on `node`, in id order.
+  std::vector<Allocation*> AllocationsOn(const std::string& node);
   std::map<int64_t, Event> events_;
   std::map<int64_t, AuditRecord> audit_;
   std::map<std::string, std::shared_ptr<Backend>> backends_;
