@@ -313,9 +313,10 @@ Status ControlPlane::Load() {
         // every pending job writes its verdict again): the dedupe is the job's latest such
         // event, unless a binding or a requeue came after it (as in ApplyPlan and
         // MaybeFinishTermination). Events come in sequence order.
-        if (e.reason == "FailedScheduling")
+        if (e.reason == "FailedScheduling") {
           it->second.last_failed_scheduling = e.message;
-        else if (e.reason == "Scheduled" || e.reason == "Requeued")
+          it->second.last_failed_scheduling_at = e.time;
+        } else if (e.reason == "Scheduled" || e.reason == "Requeued")
           it->second.last_failed_scheduling.clear();
       }
     }
@@ -3205,6 +3206,21 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
   return env;
 }
 
+// Whether a pending job's verdict ("Outcome: Code: words") is worth an event. A new outcome
+// or code is; new words for the same one (other node counts: a completion or a cordon
+// changes every pending job's) only once its latest event is 10 minutes old: else a busy
+// cluster writes an event per pending job per cycle, and retention drops the lifecycle
+// events people look for. The job's pendingReason always has the latest words.
+bool ControlPlane::NewVerdict(const JobRecord& j, const std::string& message) const {
+  if (message == j.last_failed_scheduling) return false;
+  auto head = [](const std::string& m) {
+    const size_t first = m.find(": ");
+    return first == std::string::npos ? m : m.substr(0, m.find(": ", first + 2));
+  };
+  if (head(message) != head(j.last_failed_scheduling)) return true;
+  return Now() - j.last_failed_scheduling_at >= kFailedSchedulingRefreshSeconds;
+}
+
 Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& owner,
                                std::vector<JobBound>* bound) {
   std::vector<store::Op> ops;
@@ -3432,8 +3448,9 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     // The event's message is the dedupe key: a restart finds it in the job's events (Load).
     std::string message = std::string(OutcomeName(d.outcome)) + ": " + why.code +
                           (why.message.empty() ? "" : ": " + why.message);
-    if (message != j.last_failed_scheduling) {
+    if (NewVerdict(j, message)) {
       j.last_failed_scheduling = message;
+      j.last_failed_scheduling_at = Now();
       AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(), message);
     }
   }
@@ -3451,8 +3468,9 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       continue;
     }
     const std::string message = "Waiting: DependencyNeverSatisfied: " + DependencyWords(w);
-    if (message != j.last_failed_scheduling) {
+    if (NewVerdict(j, message)) {
       j.last_failed_scheduling = message;
+      j.last_failed_scheduling_at = Now();
       AddEvent(ops, "Warning", "FailedScheduling", "job/" + id, message);
     }
   }

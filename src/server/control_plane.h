@@ -140,6 +140,7 @@ struct JobRecord {
   // The message of its FailedScheduling event since it was last bound or requeued, which an
   // unchanged verdict does not write again; on load, from its latest such event.
   std::string last_failed_scheduling;
+  int64_t last_failed_scheduling_at = 0;  // when it was written
   std::vector<int64_t> events;
 
   const std::string& id() const { return spec.job.id; }
@@ -445,6 +446,8 @@ class ControlPlane {
   // GPU milli-seconds the job's current attempt has held until `now` (see EndAttempt).
   int64_t AttemptService(const JobRecord& j, int64_t now) const;
   void EndAttempt(JobRecord& j);
+  static constexpr int64_t kFailedSchedulingRefreshSeconds = 600;
+  bool NewVerdict(const JobRecord& j, const std::string& message) const;
   // Counts a failure that restarts the job or a task, and sets when it may be placed again;
   // returns the wait in seconds (0: at once). `ran_since`: when what failed started (-1: never
   // ran); a run of restart_backoff_reset_seconds starts the count over.
