@@ -1300,7 +1300,12 @@ void AddClientCommands(CLI::App& app) {
         offset = next.empty() ? offset + static_cast<int64_t>(r.raw.size())
                               : std::strtoll(next.c_str(), nullptr, 10);
         if (allocation.empty()) allocation = header("X-Tessera-Allocation");
-        if (header("X-Tessera-Task-Ended") != "true") continue;
+        if (header("X-Tessera-Task-Ended") != "true") {
+          // A busy server answers at once rather than wait (its threads are few): ask later.
+          if (r.raw.empty() && !header("Retry-After").empty())
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+          continue;
+        }
         if (allocation.empty()) {  // it ended (cancelled, deleted) before any placement
           std::fprintf(stderr, "error: job %s task %d ended without being placed: no output\n",
                        job->c_str(), *task);

@@ -189,23 +189,22 @@ Status ApiServer::Start() {
     if (!res.body.empty()) return;
     // cpp-httplib caps a form-encoded body (curl -d's default type) at 8 KiB, far below
     // ours: say so, with the way round it.
-    const std::string most = max_body % (1 << 20) == 0
-                                 ? std::to_string(max_body >> 20) + " MiB"
-                                 : std::to_string(max_body) + " bytes";
+    const std::string most = max_body % (1 << 20) == 0 ? std::to_string(max_body >> 20) + " MiB"
+                                                       : std::to_string(max_body) + " bytes";
     const bool form =
         req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
-    Status s = res.status == 413 && form
-                   ? ResourceExhausted(
-                         "request body too large for Content-Type "
-                         "application/x-www-form-urlencoded (curl -d's default; at most 8 KiB "
-                         "as a form): send it as application/yaml or application/json (curl -H "
-                         "'Content-Type: application/yaml' --data-binary @FILE), up to " +
-                         most)
-               : res.status == 413 ? ResourceExhausted("request body too large (at most " + most + ")")
-               : res.status == 404 ? NotFound("no such path: " + req.path + " (see /openapi.json)")
-               : res.status == 400
-                   ? InvalidArgument("malformed HTTP request")
-                   : Status(StatusCode::kInternal, "HTTP " + std::to_string(res.status));
+    Status s =
+        res.status == 413 && form
+            ? ResourceExhausted(
+                  "request body too large for Content-Type "
+                  "application/x-www-form-urlencoded (curl -d's default; at most 8 KiB "
+                  "as a form): send it as application/yaml or application/json (curl -H "
+                  "'Content-Type: application/yaml' --data-binary @FILE), up to " +
+                  most)
+        : res.status == 413 ? ResourceExhausted("request body too large (at most " + most + ")")
+        : res.status == 404 ? NotFound("no such path: " + req.path + " (see /openapi.json)")
+        : res.status == 400 ? InvalidArgument("malformed HTTP request")
+                            : Status(StatusCode::kInternal, "HTTP " + std::to_string(res.status));
     res.set_content(ErrorJson(s).dump(), "application/json");
   });
   Routes();
@@ -338,9 +337,24 @@ void ApiServer::Routes() {
           const bool follow = req.get_param_value("follow") == "true";
           const std::string want = req.get_param_value("allocation");
           const int32_t task_index = static_cast<int32_t>(*task);
+          // A waiting long poll holds one of the server's threads: at most a quarter of them
+          // wait at once, or enough `logs -f` would leave none for heartbeats (nodes lost,
+          // their jobs evicted). Past that a follow answers at once, with Retry-After.
+          struct Slot {
+            std::atomic<int>& n;
+            bool held;
+            ~Slot() {
+              if (held) --n;
+            }
+          } slot{following_, false};
+          if (follow) slot.held = ++following_ <= std::max(1, options_.threads / 4);
+          if (follow && !slot.held) {
+            --following_;
+            res.set_header("Retry-After", "1");
+          }
           const auto deadline =
               std::chrono::steady_clock::now() +
-              std::chrono::milliseconds(follow ? options_.logs_follow_wait_ms : 0);
+              std::chrono::milliseconds(slot.held ? options_.logs_follow_wait_ms : 0);
           for (;;) {
             auto src = cp.LogsSourceOf(p, req.matches[1], task_index, want, stream);
             if (!src.ok()) return Fail(res, src.status());

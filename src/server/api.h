@@ -50,6 +50,8 @@ class ApiServer {
   std::thread thread_;
   int port_ = 0;
   std::atomic<bool> stopping_{false};  // ends long polls early
+  // Long polls waiting now: each holds one of the server's threads (see the logs route).
+  std::atomic<int> following_{0};
 };
 
 // The OpenAPI 3 document served at /openapi.json.

@@ -569,6 +569,52 @@ class FakeAgentLogs {
   std::thread thread_;
 };
 
+// A waiting follow holds a server thread: at most a quarter of them (16 of 64) wait at once;
+// the others answer at once with Retry-After (the CLI then asks again a second later), and
+// heartbeats keep threads to be served on.
+TEST_F(ApiTest, AtMostAQuarterOfTheThreadsWaitInLogsFollow) {
+  const std::string root = "root-token-0123456789";
+  FakeAgentLogs agent;
+  auto r = cp_->RegisterAgent(kAdmin, agent.Registration());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  int64_t epoch = (*r)["epoch"];
+  ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("talk", "debug")).status, 201);
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  auto d = cp_->Heartbeat(kAdmin, "n1", Json{{"epoch", epoch}});
+  ASSERT_TRUE(d.ok());
+  std::string alloc = (*d)["allocations"][0]["allocation"];
+  ASSERT_TRUE(cp_->Heartbeat(kAdmin, "n1",
+                             Json{{"epoch", epoch},
+                                  {"tasks", {{{"allocation", alloc}, {"state", "running"}}}}})
+                  .ok());
+  agent.Append("hello\n");
+  constexpr int kFollowers = 17;
+  std::vector<Resp> got(kFollowers);
+  std::vector<std::thread> followers;
+  for (int i = 0; i < kFollowers; ++i)
+    followers.emplace_back(
+        [&, i] { got[i] = Do("GET", "/v1/jobs/talk/logs?task=0&follow=true&offset=6", root); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  agent.Append("world\n");
+  for (auto& t : followers) t.join();
+  int told_to_retry = 0;
+  for (const Resp& g : got) {
+    ASSERT_EQ(g.status, 200) << g.raw;
+    if (!g.Header("Retry-After").empty()) {
+      ++told_to_retry;
+      EXPECT_EQ(g.raw, "");
+      EXPECT_EQ(g.Header("X-Next-Offset"), "6");
+    } else {
+      EXPECT_EQ(g.raw, "world\n");
+    }
+  }
+  EXPECT_EQ(told_to_retry, kFollowers - 16);
+  // Their slots are free again: a follow waits.
+  Resp again = Do("GET", "/v1/jobs/talk/logs?task=0&follow=true&offset=6", root);
+  EXPECT_EQ(again.raw, "world\n");
+  EXPECT_EQ(again.Header("Retry-After"), "");
+}
+
 TEST_F(ApiTest, LogsFollowWaitsForNewBytesAndEndsWithTheTask) {
   const std::string root = "root-token-0123456789";
   FakeAgentLogs agent;
