@@ -189,7 +189,8 @@ TEST_F(ExecutorTest, TasksInheritNoCredentialsAndKeepTheirOutputPrivate) {
                         "TESSERA_TOKEN_FILE", "TESSERA_EXECUTOR_KEPT"})
     ::unsetenv(v);
   EXPECT_EQ(Slurp(ex.LogPath("a-cred", "stdout")), "none|none|none|the job's own|kept\n");
-  const auto mode = fs::status(fs::path(ex.LogPath("a-cred", "stdout")).parent_path()).permissions();
+  const auto mode =
+      fs::status(fs::path(ex.LogPath("a-cred", "stdout")).parent_path()).permissions();
   EXPECT_EQ(mode & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
 }
 
@@ -451,6 +452,9 @@ TEST_F(ExecutorTest, ATaskStopsOnItsOwnWhenItsAgentsLeaseLapses) {
   }  // the agent is gone; its task runs on, for now
   ASSERT_TRUE(Running(orphan));
   ASSERT_TRUE(WaitFor([&] { return !Running(orphan); }));  // within the lease + 0.5 s + grace
+  // Its monitor records the end once it has reaped it (until then a recovering agent sees a
+  // zombie, still running).
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir_.string() + "/tasks/a-orphan/exit"); }));
   Executor next(o);
   ASSERT_TRUE(next.Recover().ok());
   const TaskStatus st = StatusOf(next, "a-orphan");
