@@ -1757,7 +1757,7 @@ void CycleRun::EvictFor(bool reclaim) {
       for (int32_t t = 0; !never && t < pj->task_count; ++t)
         never = !pre.allocations[t] && NeverFits(*pj, t);
       if (never) continue;
-      if (++behind_probes > kMaxBehindProbes) break;  // only untried jobs follow
+      if (++behind_probes > kMaxBehindProbes) continue;  // (jobs it visited may follow)
       const size_t mark = m_.undo.size();
       const bool fits = TryPlaceJob(*pj, nullptr);
       m_.Rollback(mark);
