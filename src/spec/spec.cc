@@ -38,7 +38,8 @@ Status CheckName(const std::string& name, const std::string& path) {
   if (name.empty()) return InvalidArgument(path + ": required");
   if (name.size() > 253) return InvalidArgument(path + ": longer than 253 characters");
   // (As Kubernetes: in a URL or a path they would mean this folder or the one above.)
-  if (name == "." || name == "..") return InvalidArgument(path + ": \"" + name + "\" is not a name");
+  if (name == "." || name == "..")
+    return InvalidArgument(path + ": \"" + name + "\" is not a name");
   for (char c : name) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
               c == '_' || (c >= 'A' && c <= 'Z');
@@ -1596,7 +1597,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   struct GpuAsk {
     int32_t count = 0;
     std::string type, at;
-  } gres, gpus_per_node;
+  } gres, gpus_per_node, gpus_total;  // gpus_total: -G/--gpus, the job's in all
   std::string stdout_file, stderr_file;
   GivenNodes nodelist, excluded;  // -w, -x
   int64_t mem = 0;
@@ -1702,8 +1703,8 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         auto t = SlurmTime(val, p);
         if (!t.ok()) return t.status();
         if (*t > 0) s.job.runtime_estimate_seconds = s.time_limit_seconds = *t;
-      } else if (opt == "--gres" || opt == "--gpus-per-node") {
-        // --gres=gpu[:type]:N ; --gpus-per-node=[type:]N
+      } else if (opt == "--gres" || opt == "--gpus-per-node" || opt == "-G" || opt == "--gpus") {
+        // --gres=gpu[:type]:N ; --gpus-per-node=[type:]N ; -G/--gpus=[type:]N
         std::vector<std::string> f;
         std::stringstream ss(val);
         std::string x;
@@ -1717,10 +1718,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
           return InvalidArgument(p + ": expected gpu[:type]:N, got \"" + val + "\"");
         auto n = PositiveInt(f.back(), p);
         if (!n.ok()) return n.status();
-        GpuAsk& ask = opt == "--gres" ? gres : gpus_per_node;
+        GpuAsk& ask = opt == "--gres"            ? gres
+                      : opt == "--gpus-per-node" ? gpus_per_node
+                                                 : gpus_total;
         ask.count = *n;
         ask.type = f.size() == 2 ? f[0] : "";
-        ask.at = p + "=" + val;
+        ask.at = p + (long_opt ? "=" : " ") + val;
       } else if (opt == "--requeue" || opt == "--no-requeue") {
         // Slurm requeues a job whose node fails or that is preempted unless --no-requeue.
         s.restart.on_eviction =
@@ -1780,7 +1783,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         return InvalidArgument(
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
-            "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, "
+            "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, -G/--gpus, "
             "--exclusive, -w/--nodelist, -x/--exclude, --requeue, --no-requeue, -H, -d, "
             "--kill-on-invalid-dep, -a/--array, -o, -e, -A, -D)");
       }
@@ -1792,7 +1795,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
       (gres.count != gpus_per_node.count || gres.type != gpus_per_node.type))
     return InvalidArgument(gres.at + " and " + gpus_per_node.at +
                            ": two different GPU requests per node; give one of them");
-  const GpuAsk& gpus = gres.at.empty() ? gpus_per_node : gres;
+  GpuAsk gpus = gres.at.empty() ? gpus_per_node : gres;
   // -w without -N: Slurm's node count is at least the list's (with -n and
   // --ntasks-per-node, those two say how many nodes; checked against the list below).
   const int32_t listed = static_cast<int32_t>(nodelist.names.size());
@@ -1801,6 +1804,22 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   auto layout = ResolveTaskLayout(nodes, ntasks, per_node);
   if (!layout.ok()) return layout.status();
   const int32_t n_nodes = layout->nodes, n_per_node = layout->per_node;
+  // -G/--gpus: the job's GPUs in all. Tessera gives every node of a job the same; Slurm may
+  // spread them unevenly (or over more nodes than -N), which is refused rather than guessed.
+  if (!gpus_total.at.empty()) {
+    if (gpus_total.count % n_nodes != 0)
+      return InvalidArgument(gpus_total.at + ": " + std::to_string(gpus_total.count) +
+                             " GPUs over the job's " + std::to_string(n_nodes) +
+                             " nodes is not the same number on each (Slurm may spread them "
+                             "unevenly): ask per node with --gpus-per-node");
+    GpuAsk per = gpus_total;
+    per.count /= n_nodes;
+    if (!gpus.at.empty() && (gpus.count != per.count || gpus.type != per.type))
+      return InvalidArgument(gpus.at + " and " + gpus_total.at + ": two different GPU requests (" +
+                             std::to_string(gpus.count) + " and " + std::to_string(per.count) +
+                             " per node); give one of them");
+    gpus = per;
+  }
   // -w: the job's nodes include every listed one; -x: none of those. Node affinity on
   // kubernetes.io/hostname holds for every node of the job, so -w can only be all of its
   // nodes: Slurm's "these and others of its choosing" has no affinity to say it.

@@ -543,6 +543,11 @@ TEST(Spec, SbatchGpusPerNode) {
       {"--gres=gpu:2 --gpus-per-node=2", 2, {}},
       {"--gres=gpu:a100:2 --gres=gpu:4", 4, {}},  // the last, type and all
       {"--gpus-per-node=1 --gpus-per-node=h200:8", 8, {"H200-141GB"}},
+      // -G/--gpus: the job's in all, the same on each node.
+      {"--gpus=2", 2, {}},
+      {"-G 4", 4, {}},
+      {"-N 2 --gpus=h100:8", 4, {"H100", "H100-40GB", "H100-80GB"}},
+      {"-N 2 --gpus=4 --gpus-per-node=2", 2, {}},
   };
   for (const auto& c : cases) {
     auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
@@ -550,6 +555,26 @@ TEST(Spec, SbatchGpusPerNode) {
     const GpuRequest& gpu = (*r)[0].job.job.groups[0].request.gpu;
     EXPECT_EQ(gpu.count, c.count) << c.directives;
     EXPECT_EQ(gpu.models, c.models) << c.directives;
+  }
+}
+
+// -G/--gpus that would not be the same on every node, or that says another number than a
+// per-node option, is refused, naming the lines.
+TEST(Spec, SbatchGpusInAllMustSplitEvenly) {
+  struct Case {
+    const char* directives;
+    const char* words;
+  } cases[] = {
+      {"-N 2 --gpus=3",
+       "line 2: --gpus=3: 3 GPUs over the job's 2 nodes is not the same number on each"},
+      {"--gres=gpu:2 -G 4",
+       "line 2: --gres=gpu:2 and line 2: -G 4: two different GPU requests (2 and 4 per node)"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
+    ASSERT_FALSE(r.ok()) << c.directives;
+    EXPECT_NE(r.status().message().find(c.words), std::string::npos)
+        << c.directives << ": " << r.status().message();
   }
 }
 
