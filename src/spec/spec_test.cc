@@ -451,6 +451,11 @@ TEST(Spec, SbatchTaskLayout) {
   }
 }
 
+// A script of one #SBATCH line with `directives`, and `true`.
+StatusOr<std::vector<Document>> SbatchWith(const std::string& directives) {
+  return ParseDocuments("#!/bin/bash\n#SBATCH " + directives + "\ntrue\n");
+}
+
 // -w/--nodelist and -x/--exclude, as Slurm hostlists: node affinity on kubernetes.io/hostname
 // (the label every node carries). -w without -N is as many nodes as it names; the job's nodes
 // must be exactly the listed ones (each task on its own node), so -N must agree.
@@ -472,7 +477,7 @@ TEST(Spec, SbatchNodelistAndExclude) {
       {"-w x -w a,b", 2, 1, {"a", "b"}, {}},  // the last, as sbatch
   };
   for (const auto& c : cases) {
-    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
+    auto r = SbatchWith(c.directives);
     ASSERT_TRUE(r.ok()) << c.directives << ": " << r.status().ToString();
     const JobSpec& j = (*r)[0].job;
     EXPECT_EQ(j.job.groups[0].replicas, c.nodes) << c.directives;
@@ -522,7 +527,7 @@ TEST(Spec, SbatchNodelistAndExclude) {
       {"-w a,b -x c,b", "line 2: -x c,b: node b is also in line 2: -w a,b"},
   };
   for (const auto& c : refused) {
-    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
+    auto r = SbatchWith(c.directives);
     ASSERT_FALSE(r.ok()) << c.directives;
     EXPECT_NE(r.status().message().find(c.words), std::string::npos)
         << c.directives << ": " << r.status().message();
@@ -550,7 +555,7 @@ TEST(Spec, SbatchGpusPerNode) {
       {"-N 2 --gpus=4 --gpus-per-node=2", 2, {}},
   };
   for (const auto& c : cases) {
-    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
+    auto r = SbatchWith(c.directives);
     ASSERT_TRUE(r.ok()) << c.directives << ": " << r.status().ToString();
     const GpuRequest& gpu = (*r)[0].job.job.groups[0].request.gpu;
     EXPECT_EQ(gpu.count, c.count) << c.directives;
@@ -571,7 +576,7 @@ TEST(Spec, SbatchGpusInAllMustSplitEvenly) {
        "line 2: --gres=gpu:2 and line 2: -G 4: two different GPU requests (2 and 4 per node)"},
   };
   for (const auto& c : cases) {
-    auto r = ParseDocuments(std::string("#!/bin/bash\n#SBATCH ") + c.directives + "\ntrue\n");
+    auto r = SbatchWith(c.directives);
     ASSERT_FALSE(r.ok()) << c.directives;
     EXPECT_NE(r.status().message().find(c.words), std::string::npos)
         << c.directives << ": " << r.status().message();
