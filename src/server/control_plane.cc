@@ -3421,7 +3421,9 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
         StopAllocation(ops, a);
         tasks.push_back(std::to_string(a.task));
       }
-      AddEvent(ops, "Warning", reason, "job/" + j.id(),
+      // Normal, as when the whole job is restarted (docs/lifecycle.md): a preemption is the
+      // policy working, not a fault.
+      AddEvent(ops, "Normal", reason, "job/" + j.id(),
                msg + "; task(s) " + Join(tasks, ", ") + " stopped, the job runs on with " +
                    std::to_string(left) + " (gang minimum " +
                    std::to_string(j.spec.job.GangMinimum()) + ")");
