@@ -1746,13 +1746,17 @@ void CycleRun::EvictFor(bool reclaim) {
     auto nobody = [&] {
       if (!key.empty()) evicts_nobody.insert(key);
     };
+    // Victims by priority (lower, same queue) or by preemption rank (same priority, strictly
+    // higher rank, e.g. more attained service; any queue when no queue policy is on): none
+    // runs when no running job has a lower priority or a higher rank.
+    const std::optional<int64_t> pre_rank = reclaim ? std::nullopt : PreemptionRank(pre);
+    const bool outranks_nobody =
+        !reclaim && min_priority >= pjob.priority && !(pre_rank && max_rank > *pre_rank);
     if (pj->state == JState::kAdmitted) {
       // Behind the blocked head, not tried yet: a job that could not evict anyone by
       // priority or rank, that can never fit, or that fits as the cluster is (backfill's
       // to place, around the head's reservation) evicts nobody.
-      if (!reclaim && min_priority >= pjob.priority &&
-          PreemptionRank(pre).value_or(INT64_MAX) >= max_rank)
-        continue;
+      if (outranks_nobody) continue;
       bool never = false;
       for (int32_t t = 0; !never && t < pj->task_count; ++t)
         never = !pre.allocations[t] && NeverFits(*pj, t);
@@ -1796,10 +1800,7 @@ void CycleRun::EvictFor(bool reclaim) {
       bool whole;
       ResourceVector charge;  // what its eviction gives back to its queue, as it was added
     };
-    // Victims by priority (lower, same queue) or by preemption rank (same priority, strictly
-    // higher rank, e.g. more attained service; any queue when no queue policy is on).
-    const std::optional<int64_t> pre_rank = reclaim ? std::nullopt : PreemptionRank(pre);
-    if (!reclaim && min_priority >= pjob.priority && !(pre_rank && max_rank > *pre_rank)) {
+    if (outranks_nobody) {
       nobody();
       continue;
     }
