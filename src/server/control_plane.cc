@@ -1704,15 +1704,14 @@ StatusOr<Json> ControlPlane::ListEvents(const Principal& p, const std::string& j
 }
 
 int64_t ControlPlane::ChargedGpuMilli(const Job& job,
-                                      const std::vector<const Allocation*>& allocs) const {
+                                      const std::vector<const TaskAllocation*>& placed) const {
   int64_t milli = 0;
   std::set<std::string> whole;  // nodes charged whole
-  for (const Allocation* a : allocs) {
-    auto n = job.exclusive ? nodes_.find(a->placement.node) : nodes_.end();
-    milli +=
-        n == nodes_.end()
-            ? a->placement.GpuMilli()
-            : ChargeOf(a->placement, n->second.node, true, whole.insert(n->first).second).gpu_milli;
+  for (const TaskAllocation* a : placed) {
+    auto n = job.exclusive ? nodes_.find(a->node) : nodes_.end();
+    milli += n == nodes_.end()
+                 ? a->GpuMilli()
+                 : ChargeOf(*a, n->second.node, true, whole.insert(n->first).second).gpu_milli;
   }
   return milli;
 }
@@ -1727,9 +1726,9 @@ Json ControlPlane::ListQueues(const Principal& p) {
     if (j.state == JobState::kRunning || j.state == JobState::kScheduled) s[1]++;
     s[3]++;
   }
-  std::map<std::string, std::vector<const Allocation*>> held;  // by job
+  std::map<std::string, std::vector<const TaskAllocation*>> held;  // by job
   for (const auto& [id, a] : allocations_)
-    if (a.HoldsDevices() && !WrittenOff(a)) held[a.job].push_back(&a);
+    if (a.HoldsDevices() && !WrittenOff(a)) held[a.job].push_back(&a.placement);
   for (const auto& [job, allocs] : held) {
     auto j = jobs_.find(job);
     if (j == jobs_.end()) continue;
@@ -1797,9 +1796,9 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
     // In use as queues are charged: a node an exclusive job holds is taken whole.
     int64_t used = 0;
     Json allocs = Json::array();
-    std::map<std::string, std::vector<const Allocation*>> by_job;
+    std::map<std::string, std::vector<const TaskAllocation*>> by_job;
     for (const Allocation* a : by_node[name]) {
-      by_job[a->job].push_back(a);
+      by_job[a->job].push_back(&a->placement);
       if (with_allocations) allocs.push_back(view(*a));
     }
     static const tessera::Job kShared;
@@ -3018,15 +3017,10 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
       // had reached, and the replica evicted the job that had evicted it, cycle after cycle.
       // (The figure sent may be negative: a task placed again after the start held nothing
       // meanwhile.)
-      int64_t held = 0;  // as the engine charges it (ChargeOf)
-      std::set<std::string> whole;
-      for (const auto& a : job.allocations) {
-        if (!a) continue;
-        auto n = job.exclusive ? nodes_.find(a->node) : nodes_.end();
-        held += n == nodes_.end()
-                    ? a->GpuMilli()
-                    : ChargeOf(*a, n->second.node, true, whole.insert(n->first).second).gpu_milli;
-      }
+      std::vector<const TaskAllocation*> placed;  // idle placeholders too, as the engine
+      for (const auto& a : job.allocations)       // charges them
+        if (a) placed.push_back(&*a);
+      const int64_t held = ChargedGpuMilli(job, placed);
       const int64_t now = Now();
       job.attained_gpu_milli_seconds += AttemptService(j, now);
       if (now > job.start_time) job.attained_gpu_milli_seconds -= (now - job.start_time) * held;
@@ -3206,19 +3200,25 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
   return env;
 }
 
-// Whether a pending job's verdict ("Outcome: Code: words") is worth an event. A new outcome
-// or code is; new words for the same one (other node counts: a completion or a cordon
-// changes every pending job's) only once its latest event is 10 minutes old: else a busy
-// cluster writes an event per pending job per cycle, and retention drops the lifecycle
-// events people look for. The job's pendingReason always has the latest words.
-bool ControlPlane::NewVerdict(const JobRecord& j, const std::string& message) const {
-  if (message == j.last_failed_scheduling) return false;
+// A pending job's verdict ("Outcome: Code: words") as a FailedScheduling event, if it is
+// worth one. A new outcome or code is; new words for the same one (other node counts: a
+// completion or a cordon changes every pending job's) only once its latest event is 10
+// minutes old: else a busy cluster writes an event per pending job per cycle, and retention
+// drops the lifecycle events people look for. The job's pendingReason always has the latest
+// words.
+void ControlPlane::NoteVerdict(std::vector<store::Op>& ops, JobRecord& j,
+                               const std::string& message) {
+  if (message == j.last_failed_scheduling) return;
   auto head = [](const std::string& m) {
     const size_t first = m.find(": ");
     return first == std::string::npos ? m : m.substr(0, m.find(": ", first + 2));
   };
-  if (head(message) != head(j.last_failed_scheduling)) return true;
-  return Now() - j.last_failed_scheduling_at >= kFailedSchedulingRefreshSeconds;
+  if (head(message) == head(j.last_failed_scheduling) &&
+      Now() - j.last_failed_scheduling_at < kFailedSchedulingRefreshSeconds)
+    return;
+  j.last_failed_scheduling = message;
+  j.last_failed_scheduling_at = Now();
+  AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(), message);
 }
 
 Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& owner,
@@ -3450,11 +3450,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     // The event's message is the dedupe key: a restart finds it in the job's events (Load).
     std::string message = std::string(OutcomeName(d.outcome)) + ": " + why.code +
                           (why.message.empty() ? "" : ": " + why.message);
-    if (NewVerdict(j, message)) {
-      j.last_failed_scheduling = message;
-      j.last_failed_scheduling_at = Now();
-      AddEvent(ops, "Warning", "FailedScheduling", "job/" + j.id(), message);
-    }
+    NoteVerdict(ops, j, message);
   }
   // Jobs whose dependency can never hold (the engine never sees them): said once as a
   // Warning, as a verdict is; cancelled instead if submitted with --kill-on-invalid-dep=yes,
@@ -3470,11 +3466,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       continue;
     }
     const std::string message = "Waiting: DependencyNeverSatisfied: " + DependencyWords(w);
-    if (NewVerdict(j, message)) {
-      j.last_failed_scheduling = message;
-      j.last_failed_scheduling_at = Now();
-      AddEvent(ops, "Warning", "FailedScheduling", "job/" + id, message);
-    }
+    NoteVerdict(ops, j, message);
   }
   return Commit(std::move(ops));
 }

@@ -439,15 +439,15 @@ class ControlPlane {
   // The job's first allocation that still holds devices (a task not confirmed gone), if any:
   // a finished job is not deleted while there is one.
   const Allocation* StillHolding(const JobRecord& j) const;
-  // GPU milli that allocations of `job` count for its queue and its service: their devices',
+  // GPU milli that placements of `job` count for its queue and its service: their devices',
   // or, for an exclusive job, every healthy GPU of each node they are on (the engine charges
   // an exclusive job whole nodes, as Slurm does).
-  int64_t ChargedGpuMilli(const Job& job, const std::vector<const Allocation*>& allocs) const;
+  int64_t ChargedGpuMilli(const Job& job, const std::vector<const TaskAllocation*>& placed) const;
   // GPU milli-seconds the job's current attempt has held until `now` (see EndAttempt).
   int64_t AttemptService(const JobRecord& j, int64_t now) const;
   void EndAttempt(JobRecord& j);
   static constexpr int64_t kFailedSchedulingRefreshSeconds = 600;
-  bool NewVerdict(const JobRecord& j, const std::string& message) const;
+  void NoteVerdict(std::vector<store::Op>& ops, JobRecord& j, const std::string& message);
   // Counts a failure that restarts the job or a task, and sets when it may be placed again;
   // returns the wait in seconds (0: at once). `ran_since`: when what failed started (-1: never
   // ran); a run of restart_backoff_reset_seconds starts the count over.
