@@ -112,6 +112,29 @@ class ApiTest : public ::testing::Test {
     }
     return out;
   }
+  // node n1 (an agent's registration `reg`) and job "talk" of queue debug, whose one task
+  // n1 reports running.
+  struct RunningTalk {
+    int64_t epoch = 0;
+    std::string alloc;
+  };
+  void RunTalkOn(const Json& reg, RunningTalk* out) {
+    auto r = cp_->RegisterAgent(kAdmin, reg);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    out->epoch = (*r)["epoch"];
+    ASSERT_EQ(Do("POST", "/v1/jobs", "root-token-0123456789", Job("talk", "debug")).status, 201);
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    auto d = cp_->Heartbeat(kAdmin, "n1", Json{{"epoch", out->epoch}});
+    ASSERT_TRUE(d.ok());
+    out->alloc = (*d)["allocations"][0]["allocation"];
+    ReportTalk(*out, "running");
+  }
+  void ReportTalk(const RunningTalk& t, const std::string& state) {
+    ASSERT_TRUE(cp_->Heartbeat(kAdmin, "n1",
+                               Json{{"epoch", t.epoch},
+                                    {"tasks", {{{"allocation", t.alloc}, {"state", state}}}}})
+                    .ok());
+  }
   static std::string Job(const std::string& name, const std::string& queue) {
     return "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: " + name +
            "}\nspec:\n  queue: " + queue +
@@ -575,18 +598,8 @@ class FakeAgentLogs {
 TEST_F(ApiTest, AtMostAQuarterOfTheThreadsWaitInLogsFollow) {
   const std::string root = "root-token-0123456789";
   FakeAgentLogs agent;
-  auto r = cp_->RegisterAgent(kAdmin, agent.Registration());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  int64_t epoch = (*r)["epoch"];
-  ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("talk", "debug")).status, 201);
-  ASSERT_TRUE(cp_->RunCycle().ok());
-  auto d = cp_->Heartbeat(kAdmin, "n1", Json{{"epoch", epoch}});
-  ASSERT_TRUE(d.ok());
-  std::string alloc = (*d)["allocations"][0]["allocation"];
-  ASSERT_TRUE(cp_->Heartbeat(kAdmin, "n1",
-                             Json{{"epoch", epoch},
-                                  {"tasks", {{{"allocation", alloc}, {"state", "running"}}}}})
-                  .ok());
+  RunningTalk talk;
+  ASSERT_NO_FATAL_FAILURE(RunTalkOn(agent.Registration(), &talk));
   agent.Append("hello\n");
   constexpr int kFollowers = 17;
   std::vector<Resp> got(kFollowers);
@@ -618,21 +631,10 @@ TEST_F(ApiTest, AtMostAQuarterOfTheThreadsWaitInLogsFollow) {
 TEST_F(ApiTest, LogsFollowWaitsForNewBytesAndEndsWithTheTask) {
   const std::string root = "root-token-0123456789";
   FakeAgentLogs agent;
-  auto r = cp_->RegisterAgent(kAdmin, agent.Registration());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  int64_t epoch = (*r)["epoch"];
-  ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("talk", "debug")).status, 201);
-  ASSERT_TRUE(cp_->RunCycle().ok());
-  auto d = cp_->Heartbeat(kAdmin, "n1", Json{{"epoch", epoch}});
-  ASSERT_TRUE(d.ok());
-  std::string alloc = (*d)["allocations"][0]["allocation"];
-  auto beat = [&](const std::string& state) {
-    ASSERT_TRUE(cp_->Heartbeat(kAdmin, "n1",
-                               Json{{"epoch", epoch},
-                                    {"tasks", {{{"allocation", alloc}, {"state", state}}}}})
-                    .ok());
-  };
-  beat("running");
+  RunningTalk talk;
+  ASSERT_NO_FATAL_FAILURE(RunTalkOn(agent.Registration(), &talk));
+  const std::string& alloc = talk.alloc;
+  auto beat = [&](const std::string& state) { ReportTalk(talk, state); };
   agent.Append("hello\n");
   Resp a = Do("GET", "/v1/jobs/talk/logs?task=0&follow=true&offset=0", root);
   ASSERT_EQ(a.status, 200) << a.raw;
@@ -699,18 +701,10 @@ TEST_F(ApiTest, TheLogsProxySendsTheTokenTheAgentGave) {
   agent.RequireToken("s3cret");
   Json reg = agent.Registration();
   reg["logsToken"] = "s3cret";
-  auto r = cp_->RegisterAgent(kAdmin, reg);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const int64_t epoch = (*r)["epoch"];
-  ASSERT_EQ(Do("POST", "/v1/jobs", root, Job("talk", "debug")).status, 201);
-  ASSERT_TRUE(cp_->RunCycle().ok());
-  auto d = cp_->Heartbeat(kAdmin, "n1", Json{{"epoch", epoch}});
-  ASSERT_TRUE(d.ok());
-  const std::string alloc = (*d)["allocations"][0]["allocation"];
-  ASSERT_TRUE(
-      cp_->Heartbeat(kAdmin, "n1",
-                     {{"epoch", epoch}, {"tasks", {{{"allocation", alloc}, {"state", "running"}}}}})
-          .ok());
+  RunningTalk talk;
+  ASSERT_NO_FATAL_FAILURE(RunTalkOn(reg, &talk));
+  const std::string& alloc = talk.alloc;
+  const int64_t epoch = talk.epoch;
   agent.Append("hello\n");
   Resp a = Do("GET", "/v1/jobs/talk/logs?task=0", root);
   ASSERT_EQ(a.status, 200) << a.raw;

@@ -456,6 +456,14 @@ StatusOr<std::vector<Document>> SbatchWith(const std::string& directives) {
   return ParseDocuments("#!/bin/bash\n#SBATCH " + directives + "\ntrue\n");
 }
 
+// That script is refused with an error that says `words`.
+void ExpectSbatchRefused(const std::string& directives, const std::string& words) {
+  auto r = SbatchWith(directives);
+  ASSERT_FALSE(r.ok()) << directives;
+  EXPECT_NE(r.status().message().find(words), std::string::npos)
+      << directives << ": " << r.status().message();
+}
+
 // -w/--nodelist and -x/--exclude, as Slurm hostlists: node affinity on kubernetes.io/hostname
 // (the label every node carries). -w without -N is as many nodes as it names; the job's nodes
 // must be exactly the listed ones (each task on its own node), so -N must agree.
@@ -526,12 +534,7 @@ TEST(Spec, SbatchNodelistAndExclude) {
       {"-w ,", "line 2: -w ,: names no node"},
       {"-w a,b -x c,b", "line 2: -x c,b: node b is also in line 2: -w a,b"},
   };
-  for (const auto& c : refused) {
-    auto r = SbatchWith(c.directives);
-    ASSERT_FALSE(r.ok()) << c.directives;
-    EXPECT_NE(r.status().message().find(c.words), std::string::npos)
-        << c.directives << ": " << r.status().message();
-  }
+  for (const auto& c : refused) ExpectSbatchRefused(c.directives, c.words);
 }
 
 // --gres=gpu[:type]:N and --gpus-per-node=[type:]N: GPUs per node. A repeated option
@@ -575,12 +578,7 @@ TEST(Spec, SbatchGpusInAllMustSplitEvenly) {
       {"--gres=gpu:2 -G 4",
        "line 2: --gres=gpu:2 and line 2: -G 4: two different GPU requests (2 and 4 per node)"},
   };
-  for (const auto& c : cases) {
-    auto r = SbatchWith(c.directives);
-    ASSERT_FALSE(r.ok()) << c.directives;
-    EXPECT_NE(r.status().message().find(c.words), std::string::npos)
-        << c.directives << ": " << r.status().message();
-  }
+  for (const auto& c : cases) ExpectSbatchRefused(c.directives, c.words);
 }
 
 // The server's errors about a job's name, queue and priority class name the field (or line)
