@@ -1187,6 +1187,7 @@ void AddClientCommands(CLI::App& app) {
     auto name = std::make_shared<std::string>();
     auto role = std::make_shared<std::string>("member");
     auto queues = std::make_shared<std::vector<std::string>>();
+    auto nodes = std::make_shared<std::string>();
     CLI::App* t = app.add_subcommand("token", "manage API tokens (admin)");
     CLI::App* c =
         t->add_subcommand("create", "create a token; it is printed once and stored hashed");
@@ -1194,9 +1195,13 @@ void AddClientCommands(CLI::App& app) {
     c->add_option("--name", *name, "who the token is for")->required();
     c->add_option("--role", *role, "admin | member | agent")->capture_default_str();
     c->add_option("--queues", *queues, "member: queues it may use")->delimiter(',');
+    c->add_option("--nodes", *nodes,
+                  "agent: the only nodes it may register and speak for, a hostlist "
+                  "(gpu-[01-16]); default any");
     AddCommon(c, *f);
-    c->callback([f, name, role, queues] {
+    c->callback([f, name, role, queues, nodes] {
       Json body = {{"name", *name}, {"role", *role}, {"queues", *queues}};
+      if (!nodes->empty()) body["nodes"] = *nodes;
       auto r = Call(*f, "POST", "/v1/tokens", body.dump(), "application/json");
       if (!Check(*f, r)) return;
       if (PrintStructured(*f, r.body)) return;

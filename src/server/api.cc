@@ -503,27 +503,29 @@ void ApiServer::Routes() {
                Reply(res, 200, Json{{"kind", kind}, {"name", name}, {"deleted", true}});
              }));
   }
-  s.Post("/v1/tokens",
-         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
-           auto body = ParseYaml(req.body);
-           if (!body.ok()) return Fail(res, body.status());
-           Json b = *body;
-           if (!b.is_object())
-             return Fail(res, InvalidArgument("body: expected an object {name, role, queues}"));
-           std::string token = NewToken();
-           if (b.contains("token") || b.contains("sha256"))
-             return Fail(res,
-                         InvalidArgument("token: the server generates tokens; do not send one"));
-           b["token"] = token;
-           auto e = TokenRegistry::FromJson(b, "");
-           if (!e.ok()) return Fail(res, e.status());
-           e->origin = "api";
-           Status st = cp.AddToken(p, *e);
-           if (!st.ok()) return Fail(res, st);
-           Json out = TokenRegistry::ToJson(*e);
-           out["token"] = token;  // shown once; only the hash is stored
-           Reply(res, 201, out);
-         }));
+  s.Post(
+      "/v1/tokens",
+      Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+        // Before the body is read: a non-admin learns nothing of what it would accept.
+        if (!p.IsAdmin()) return Fail(res, PermissionDenied("only an admin may create tokens"));
+        auto body = ParseYaml(req.body);
+        if (!body.ok()) return Fail(res, body.status());
+        Json b = *body;
+        if (!b.is_object())
+          return Fail(res, InvalidArgument("body: expected an object {name, role, queues, nodes}"));
+        std::string token = NewToken();
+        if (b.contains("token") || b.contains("sha256"))
+          return Fail(res, InvalidArgument("token: the server generates tokens; do not send one"));
+        b["token"] = token;
+        auto e = TokenRegistry::FromJson(b, "");
+        if (!e.ok()) return Fail(res, e.status());
+        e->origin = "api";
+        Status st = cp.AddToken(p, *e);
+        if (!st.ok()) return Fail(res, st);
+        Json out = TokenRegistry::ToJson(*e);
+        out["token"] = token;  // shown once; only the hash is stored
+        Reply(res, 201, out);
+      }));
   s.Post("/v1/agents/register",
          Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
            auto body = AgentBody(req);

@@ -205,6 +205,11 @@ TEST_F(ApiTest, HostileInputsGetClearFourHundreds) {
       {"agent token with queues", "POST", "/v1/tokens", root,
        R"({"name": "ag", "role": "agent", "queues": ["training"]})", 400,
        "queues: an agent token has no queues"},
+      {"member token bound to nodes", "POST", "/v1/tokens", root,
+       R"({"name": "m", "role": "member", "queues": ["debug"], "nodes": "n1"})", 400,
+       "nodes: only an agent token is bound to nodes"},
+      {"agent token with a bad hostlist", "POST", "/v1/tokens", root,
+       R"({"name": "ag", "role": "agent", "nodes": "gpu-[3-1]"})", 400, "nodes: "},
       {"unknown priority class", "POST", "/v1/jobs", root,
        "apiVersion: v1\nkind: Pod\nmetadata: {name: pc, annotations: {tessera.io/queue: "
        "training}}\nspec:\n  priorityClassName: nope\n"
@@ -432,6 +437,43 @@ TEST_F(ApiTest, TwoTeamsSeeAndCancelOnlyTheirQueues) {
           .body;
   EXPECT_EQ(rest["items"].size() + 2, records.size());
   EXPECT_FALSE(rest["more"].get<bool>());
+}
+
+// A stolen per-node agent token cannot register or heartbeat as another node (Kubernetes'
+// NodeRestriction); the refusal is audited.
+TEST_F(ApiTest, ANodeBoundAgentTokenSpeaksForItsNodesAlone) {
+  const std::string root = "root-token-0123456789";
+  Resp tok = Do("POST", "/v1/tokens", root,
+                R"({"name": "rack1", "role": "agent", "nodes": "gpu-[01-02]"})");
+  ASSERT_EQ(tok.status, 201) << tok.raw;
+  EXPECT_EQ(tok.body["nodes"], "gpu-01,gpu-02");
+  const std::string agent = tok.body["token"];
+  auto reg = [](const std::string& node) {
+    return "{\"bootId\": \"x\", \"node\": {\"name\": \"" + node + "\", \"cpu\": 1, \"memory\": 1}}";
+  };
+  EXPECT_EQ(Do("POST", "/v1/agents/register", agent, reg("gpu-02")).status, 200);
+  Resp other = Do("POST", "/v1/agents/register", agent, reg("gpu-03"));
+  EXPECT_EQ(other.status, 403);
+  EXPECT_EQ(other.body["error"]["message"],
+            "token \"rack1\" is bound to node(s) gpu-01,gpu-02 and may not speak for node "
+            "\"gpu-03\"")
+      << other.raw;
+  // A node registered by someone else is not its to heartbeat for.
+  ASSERT_EQ(Do("POST", "/v1/agents/register", root, reg("gpu-03")).status, 200);
+  EXPECT_EQ(Do("POST", "/v1/agents/gpu-03/heartbeat", agent, R"({"epoch": 1})").status, 403);
+  // The fleet-wide agent token still speaks for any node.
+  EXPECT_EQ(Do("POST", "/v1/agents/register", "agent-token-0123456789", reg("gpu-04")).status, 200);
+  bool listed = false;
+  const Json tokens = Do("GET", "/v1/tokens", root).body["items"];
+  for (const auto& t : tokens)
+    if (t["name"] == "rack1") listed = t["nodes"] == "gpu-01,gpu-02";
+  EXPECT_TRUE(listed);
+  bool audited = false;
+  const Json audit = Do("GET", "/v1/audit", root).body["items"];
+  for (const auto& x : audit)
+    audited = audited || (x["principal"] == "rack1" && x["object"] == "/v1/agents/register" &&
+                          x["result"].get<std::string>().starts_with("denied: token"));
+  EXPECT_TRUE(audited);
 }
 
 // A second server on a port in use fails to bind (no SO_REUSEPORT sharing the port, which

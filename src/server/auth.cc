@@ -6,6 +6,8 @@
 
 #include <fstream>
 
+#include "common/hostlist.h"
+
 namespace tessera::server {
 
 const char* RoleName(Role r) {
@@ -114,6 +116,8 @@ Json TokenRegistry::ToJson(const TokenEntry& e) {
   j["role"] = RoleName(e.principal.role);
   j["queues"] = Json::array();
   for (const auto& q : e.principal.queues) j["queues"].push_back(q);
+  if (!e.principal.nodes.empty())
+    j["nodes"] = JoinHostlist({e.principal.nodes.begin(), e.principal.nodes.end()});
   j["sha256"] = e.sha256_hex;
   j["origin"] = e.origin;
   return j;
@@ -122,11 +126,12 @@ Json TokenRegistry::ToJson(const TokenEntry& e) {
 StatusOr<TokenEntry> TokenRegistry::FromJson(const Json& v, const std::string& path) {
   TokenEntry e;
   ObjectReader r(v, path);
-  std::string role, token;
+  std::string role, token, nodes;
   std::vector<std::string> queues;
   TESSERA_RETURN_IF_ERROR(r.String("name", e.principal.name, true));
   TESSERA_RETURN_IF_ERROR(r.String("role", role, true));
   TESSERA_RETURN_IF_ERROR(r.StringList("queues", queues));
+  TESSERA_RETURN_IF_ERROR(r.String("nodes", nodes));
   TESSERA_RETURN_IF_ERROR(r.String("token", token));
   TESSERA_RETURN_IF_ERROR(r.String("sha256", e.sha256_hex));
   TESSERA_RETURN_IF_ERROR(r.String("origin", e.origin));
@@ -151,6 +156,14 @@ StatusOr<TokenEntry> TokenRegistry::FromJson(const Json& v, const std::string& p
     return InvalidArgument(r.Path("token") + ": give token or sha256 (64 hex digits)");
   if (e.principal.role == Role::kMember && e.principal.queues.empty())
     return InvalidArgument(r.Path("queues") + ": a member needs at least one queue");
+  if (!nodes.empty()) {
+    if (e.principal.role != Role::kAgent)
+      return InvalidArgument(r.Path("nodes") + ": only an agent token is bound to nodes");
+    auto names = ExpandHostlist(nodes);
+    if (!names.ok()) return names.status().WithContext(r.Path("nodes"));
+    if (names->empty()) return InvalidArgument(r.Path("nodes") + ": names no node");
+    e.principal.nodes.insert(names->begin(), names->end());
+  }
   return e;
 }
 

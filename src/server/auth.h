@@ -27,11 +27,18 @@ struct Principal {
   std::string name;
   Role role = Role::kMember;
   std::set<std::string> queues;  // member: the queues it may use; "*" = all
+  // agent: the nodes it may register and speak for; empty = any (one token for the fleet).
+  // A per-node token keeps a stolen one from impersonating other nodes (as Kubernetes'
+  // NodeRestriction does for kubelets).
+  std::set<std::string> nodes = {};
 
   bool IsAdmin() const { return role == Role::kAdmin; }
   bool MayUseQueue(const std::string& q) const {
     return role == Role::kAdmin || queues.count("*") > 0 || queues.count(q) > 0;
   }
+  // Whether it may register and heartbeat as node `n`: admin, or agent bound to no node or
+  // to `n` (the caller checks the role).
+  bool MaySpeakFor(const std::string& n) const { return nodes.empty() || nodes.count(n) > 0; }
 };
 
 struct TokenEntry {
@@ -57,7 +64,7 @@ class TokenRegistry {
 
   static Json ToJson(const TokenEntry& e);
   static StatusOr<TokenEntry> FromJson(const Json& v, const std::string& path);
-  // `tokens: [{name, role, queues, token | sha256}]` from an auth config file.
+  // `tokens: [{name, role, queues, nodes, token | sha256}]` from an auth config file.
   static StatusOr<std::vector<TokenEntry>> ParseConfig(const Json& doc);
 
  private:

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/hostlist.h"
 #include "model/labels.h"
 
 namespace tessera::server {
@@ -2399,6 +2400,18 @@ void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, in
 
 // ---- agents ----
 
+namespace {
+
+// An agent token bound to nodes (`nodes` at creation) speaks for those alone.
+Status CheckSpeaksFor(const Principal& p, const std::string& node) {
+  if (p.role != Role::kAgent || p.MaySpeakFor(node)) return Status::Ok();
+  return PermissionDenied("token \"" + p.name + "\" is bound to node(s) " +
+                          JoinHostlist({p.nodes.begin(), p.nodes.end()}) +
+                          " and may not speak for node \"" + node + "\"");
+}
+
+}  // namespace
+
 StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body) {
   if (p.role != Role::kAgent && !p.IsAdmin())
     return PermissionDenied("only agent or admin tokens may register nodes");
@@ -2433,6 +2446,7 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
   // as an admin and labels its nodes with that system's own words: states, reasons.)
   if (std::string why = NodeNameProblem(node->name); !why.empty())
     return InvalidArgument("node.name: \"" + node->name + "\": " + why);
+  TESSERA_RETURN_IF_ERROR(CheckSpeaksFor(p, node->name));
   if (p.role == Role::kAgent) {
     for (const auto& [k, v] : node->labels) {
       if (std::string why = LabelKeyProblem(k); !why.empty())
@@ -2626,6 +2640,7 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
                                        const Json& body) {
   if (p.role != Role::kAgent && !p.IsAdmin())
     return PermissionDenied("only agent or admin tokens may heartbeat");
+  TESSERA_RETURN_IF_ERROR(CheckSpeaksFor(p, node_name));
   if (!body.is_object()) return InvalidArgument("body: expected an object");
   TESSERA_RETURN_IF_ERROR(CheckHeartbeatTypes(body));
   std::lock_guard<std::mutex> l(mu_);
