@@ -2282,8 +2282,11 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
   // The failed task's group may have its own policy (Volcano tasks[].policies).
   const spec::RestartPolicy& policy = j.spec.RestartFor(task);
   spec::FailureAction action = eviction ? policy.on_eviction : policy.OnFailure(exit_code);
-  // An eviction takes the gang as a whole (the engine evicts jobs, not tasks).
-  if (action == spec::FailureAction::kRestartTask && (eviction || task < 0))
+  // An eviction takes the gang as a whole (the engine evicts jobs, not tasks), except a
+  // service's replica lost with its node (CheckNodes).
+  if (eviction && task >= 0 && j.spec.service)
+    action = spec::FailureAction::kRestartTask;
+  else if (action == spec::FailureAction::kRestartTask && (eviction || task < 0))
     action = spec::FailureAction::kRestartJob;
   int32_t max = j.spec.restart.max_retries;
   int32_t retries = j.attempt - 1 - j.evicted_restarts + j.task_restarts;
@@ -2309,9 +2312,12 @@ void ControlPlane::OnTaskLoss(std::vector<store::Op>& ops, JobRecord& j, bool ev
     // Volcano RestartTask: the failed task alone goes back to the engine (the job's snapshot
     // misses that one placement, so the next cycle places it); the rest keeps running.
     j.task_restarts += 1;
+    if (eviction) j.evicted_restarts += 1;  // not a retry
     AddEvent(ops, "Warning", reason, "job/" + j.id(),
-             message + "; restarting task " + std::to_string(task) + " alone (retry " +
-                 std::to_string(retries + 1) + (max < 0 ? "" : " of " + std::to_string(max)) + ")" +
+             message + "; restarting task " + std::to_string(task) + " alone" +
+                 (eviction ? ""
+                           : " (retry " + std::to_string(retries + 1) +
+                                 (max < 0 ? "" : " of " + std::to_string(max)) + ")") +
                  wait);
     ops.push_back(JobOp(j));
     return;
@@ -2883,6 +2889,7 @@ void ControlPlane::CheckNodes() {
     // grace period has passed: only then may they run elsewhere. An agent without a lease
     // (0) never stops them, and its work is placed again at once.
     std::map<std::string, int64_t> affected;  // job -> when its tasks there have surely stopped
+    std::map<std::string, std::set<int32_t>> lost;  // job -> its tasks there
     for (Allocation* each : AllocationsOn(name)) {
       Allocation& a = *each;
       if (!a.Live()) continue;
@@ -2890,6 +2897,7 @@ void ControlPlane::CheckNodes() {
       a.message = "node " + name + " not ready";
       ops.push_back(AllocOp(a));
       NoteEvictions("NodeLost", 1);
+      lost[a.job].insert(a.task);
       int64_t& stopped = affected[a.job];
       const int64_t runs_on =
           RunsOnUnattended(options_.heartbeat_seconds, n.lease_seconds, a.grace_period_seconds);
@@ -2898,6 +2906,17 @@ void ControlPlane::CheckNodes() {
     for (const auto& [jid, stopped] : affected) {
       auto j = jobs_.find(jid);
       if (j == jobs_.end()) continue;
+      // A service's replicas are independent: those on the node are replaced at once, alone,
+      // as a ReplicaSet replaces the pods of a lost node, while the others go on serving. (A
+      // replica still running unseen there for a while does no harm that a batch task's
+      // second copy, writing the same checkpoint, would.)
+      if (j->second.spec.service && !IsTerminal(j->second.state) &&
+          j->second.state != JobState::kTerminating) {
+        for (int32_t task : lost[jid])
+          OnTaskLoss(ops, j->second, true, "NodeLost", "node " + name + " stopped heartbeating",
+                     task);
+        continue;
+      }
       if (stopped > now && stopped > j->second.fenced_until) {
         j->second.fenced_until = stopped;
         j->second.fenced_node = name;

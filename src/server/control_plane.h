@@ -104,7 +104,8 @@ struct JobRecord {
   JobState after_termination = JobState::kPending;  // where a Terminating job goes
   int32_t attempt = 1;
   int32_t task_restarts = 0;       // single tasks restarted (RestartTask); they count as retries
-  int32_t evicted_restarts = 0;    // attempts begun after an eviction: they do not
+  int32_t evicted_restarts = 0;    // restarts (of the job or a task) after an eviction: not
+                                   // retries
   std::string idempotency_key;     // of the submission that created it ("" = none)
   std::string idempotency_digest;  // SHA-256 of that submission's body: a reuse must match
   std::string user;

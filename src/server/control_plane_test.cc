@@ -1389,6 +1389,74 @@ TEST_F(ControlPlaneTest, ADeploymentReplicaThatExitsIsReplacedAlone) {
   EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
 }
 
+// A node lost under a Deployment: only its replicas are replaced, at once and elsewhere, as a
+// ReplicaSet replaces a lost node's pods; the replica on a healthy node keeps serving (the job
+// is not requeued behind a fence as a batch gang is), and the loss is not a retry.
+TEST_F(ControlPlaneTest, ANodeLostUnderADeploymentReplacesOnlyItsReplicas) {
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  int64_t ea = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("fill", 1, 7)).ok());
+  StartAll("node-a", ea, 1);
+  int64_t eb = Epoch("node-b");
+  ASSERT_TRUE(cp_->Submit(kAdmin, kDeployment).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::string on_a;
+  std::vector<std::string> stale;  // on node-b
+  for (const char* node : {"node-a", "node-b"}) {
+    const Json d = Beat(node, node[5] == 'a' ? ea : eb);
+    Json running = Json::array();
+    for (const auto& a : d["allocations"]) {
+      running.push_back(Task(a["allocation"], "running"));
+      if (a["job"] == "svc" && node[5] == 'a') on_a = a["allocation"];
+      if (node[5] == 'b') stale.push_back(a["allocation"]);
+    }
+    Beat(node, node[5] == 'a' ? ea : eb, running);
+  }
+  ASSERT_FALSE(on_a.empty());
+  ASSERT_EQ(stale.size(), 2u);
+  EXPECT_EQ(Job("svc")["runningTasks"], 3);
+  clock_.now += 31;  // node-b misses its heartbeats
+  Json keep = Json::array({Task(on_a, "running")});
+  const Json before = Beat("node-a", ea);  // (a temporary's items would dangle)
+  for (const auto& a : before["allocations"])
+    if (a["job"] == "fill") keep.push_back(Task(a["allocation"], "running"));
+  Beat("node-a", ea, keep);
+  cp_->CheckNodes();
+  Json j = Job("svc");
+  EXPECT_EQ(j["state"], "Running");
+  EXPECT_EQ(j["attempt"], 1);
+  EXPECT_EQ(j["runningTasks"], 1);
+  int64_t ec = Epoch("node-c");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Beat("node-c", ec)["allocations"].size(), 2u) << "replaced without waiting";
+  bool kept = false;
+  const Json after = Beat("node-a", ea);
+  for (const auto& a : after["allocations"]) kept = kept || a["allocation"] == on_a;
+  EXPECT_TRUE(kept) << "the replica on node-a keeps serving";
+  // node-b comes back with its old replicas still running: they are not wanted there now.
+  Json c_running = Json::array();
+  const Json on_c = Beat("node-c", ec);
+  for (const auto& a : on_c["allocations"]) c_running.push_back(Task(a["allocation"], "running"));
+  Beat("node-c", ec, c_running);
+  Json old_b = Json::array();
+  for (const auto& id : stale) old_b.push_back(Task(id, "running"));
+  EXPECT_TRUE(Beat("node-b", eb, old_b)["allocations"].empty());
+  old_b = Json::array();
+  for (const auto& id : stale) old_b.push_back(Task(id, "killed", 137));
+  Beat("node-b", eb, old_b);
+  j = Job("svc");
+  EXPECT_EQ(j["state"], "Running");
+  EXPECT_EQ(j["runningTasks"], 3);
+  auto r = Reasons("svc");
+  EXPECT_EQ(std::count(r.begin(), r.end(), "NodeLost"), 2);
+  EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
+  // Not retries: a Deployment with a retry limit keeps it whole.
+  j = Job("svc");
+  for (const auto& e : j["events"])
+    if (e["reason"] == "NodeLost")
+      EXPECT_EQ(e["message"].get<std::string>().find("retry"), std::string::npos) << e;
+}
+
 // A Pod whose restartPolicy is Always (Kubernetes' default) is restarted after any exit, as
 // the kubelet restarts its container: exit 0 does not complete it. OnFailure's does.
 TEST_F(ControlPlaneTest, AnAlwaysPodRestartsAfterExitingZero) {
