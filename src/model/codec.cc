@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
@@ -95,6 +96,30 @@ StatusOr<Json> ParseYaml(const std::string& text) {
     return YamlNodeToJson(root, 0);
   } catch (const YAML::Exception& e) {
     return InvalidArgument(std::string("malformed YAML: ") + e.what());
+  }
+}
+
+StatusOr<Json> ParseJson(const std::string& text) {
+  std::vector<std::set<std::string>> open;  // the keys of each object being read
+  std::string repeated;
+  auto check = [&](int, Json::parse_event_t e, Json& parsed) {
+    if (e == Json::parse_event_t::object_start) {
+      open.emplace_back();
+    } else if (e == Json::parse_event_t::object_end) {
+      open.pop_back();
+    } else if (e == Json::parse_event_t::key && repeated.empty() &&
+               !open.back().insert(parsed.get<std::string>()).second) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
+  try {
+    Json j = Json::parse(text, check);
+    if (!repeated.empty())
+      return InvalidArgument("malformed JSON: key \"" + repeated + "\" repeats within an object");
+    return j;
+  } catch (const Json::exception& e) {
+    return InvalidArgument(std::string("malformed JSON: ") + e.what());
   }
 }
 

@@ -68,11 +68,9 @@ void Fail(httplib::Response& res, const Status& s) { Reply(res, HttpStatusFor(s)
 StatusOr<Json> AgentBody(const httplib::Request& req) {
   Status text = spec::CheckText(req.body);
   if (!text.ok()) return text;
-  try {
-    return Json::parse(req.body);
-  } catch (const std::exception& e) {
-    return InvalidArgument(std::string("body: malformed JSON: ") + e.what());
-  }
+  auto body = ParseJson(req.body);
+  if (!body.ok()) return body.status().WithContext("body");
+  return body;
 }
 
 // A piece of a task's output file (pools whose output the server reads itself: Slurm):

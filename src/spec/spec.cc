@@ -1155,13 +1155,9 @@ StatusOr<std::vector<Document>> ParseDocuments(const std::string& text) {
   }
   if (text[first] == '{') {
     // JSON fast path (one document): nlohmann's parser is several times faster than YAML's.
-    Json json;
-    try {
-      json = Json::parse(text);
-    } catch (const std::exception& e) {
-      return InvalidArgument(std::string("malformed JSON: ") + e.what());
-    }
-    auto d = ParseDocument(json);
+    auto json = ParseJson(text);
+    if (!json.ok()) return json.status();
+    auto d = ParseDocument(*json);
     if (!d.ok()) return d.status();
     out.push_back(std::move(*d));
     return out;
