@@ -67,6 +67,7 @@ class AdapterTest : public ::testing::Test {
             ServerAdapterOptions{std::chrono::milliseconds(200), std::chrono::milliseconds(0),
                                  std::chrono::milliseconds(1000), false, "/shared/logs"}) {
     runner->Reply("sinfo", Sinfo());
+    runner->Reply("scontrol partition", testing::OnePartition());
   }
   int32_t tasks = 2;
   std::shared_ptr<FakeCommandRunner> runner;
@@ -83,7 +84,7 @@ TEST_F(AdapterTest, AGangIsOneSbatchAndEveryTaskHearsItsState) {
   auto now = Clock::now();
   adapter.Step(now);
   ASSERT_EQ(runner->Count("sbatch"), 1);
-  const auto& argv = runner->calls[1].argv;  // [0] is sinfo
+  const auto& argv = runner->calls[2].argv;  // [0] is sinfo, [1] scontrol show partition
   EXPECT_NE(std::find(argv.begin(), argv.end(), "--nodelist=node1,node2"), argv.end());
   EXPECT_NE(std::find(argv.begin(), argv.end(), "tessera:train:a-001"), argv.end());
   // Output where the server reads it: per job attempt.

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/slurm/test_support.h"
 #include "server/control_plane.h"
 #include "server/test_util.h"
 
@@ -49,6 +50,8 @@ class FakeSlurm : public CommandRunner {
       for (size_t i = 1; i < argv.size(); ++i) jobs_[std::stoll(argv[i])].state = "CANCELLED";
       return CommandResult{0, "", ""};
     }
+    if (p == "scontrol" && std::find(argv.begin(), argv.end(), "partition") != argv.end())
+      return testing::OnePartition();
     if (p == "scontrol") return CommandResult{1, "", "slurm_load_jobs error: Invalid job id"};
     return Internal("FakeSlurm: unexpected " + p);
   }
