@@ -463,9 +463,70 @@ Status SlurmPoolHookup::Reconcile() {
   return Status::Ok();
 }
 
+void SlurmPoolHookup::MarkUnreachable(const Status& why) {
+  const std::string what = why.retryable() ? "slurmctld unreachable" : "discovery failing";
+  const std::string down = "slurm: " + what;
+  std::string detail = why.message();
+  if (detail.size() > 200) detail = detail.substr(0, 200) + "...";
+  std::vector<std::pair<std::string, std::string>> changed;  // name, node JSON
+  bool was;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    was = unreachable_;
+    unreachable_ = true;
+    for (const auto& [name, st] : nodes_) {
+      // (Known only from the server's store, after a restart: left as it was stored.)
+      if (st.json.empty()) continue;
+      Json node = Json::parse(st.json);
+      if (node.contains("labels") && node["labels"].value("pool.down", "") == down) continue;
+      node["unschedulable"] = true;
+      node["labels"]["pool.down"] = down;
+      node["labels"]["slurm.error"] = detail;
+      changed.push_back({name, node.dump()});
+    }
+  }
+  if (!was)
+    std::fprintf(stderr,
+                 "tessera server: slurm pool %s: %s: its nodes take no new work until Slurm "
+                 "answers\n",
+                 options_.pool.c_str(), what.c_str());
+  for (const auto& [name, json] : changed) {
+    Status st = RegisterNode(name, json);
+    if (!st.ok())
+      std::fprintf(stderr, "tessera server: slurm pool %s: %s\n", options_.pool.c_str(),
+                   st.ToString().c_str());
+  }
+}
+
+Status SlurmPoolHookup::RegisterNode(const std::string& name, const std::string& json) {
+  Json body = {{"node", Json::parse(json)},
+               {"agentVersion", "slurm-pool/" + options_.pool},
+               {"bootId", "slurm:" + options_.pool + ":" + name},
+               {"logsUrl", ""}};
+  auto r = cp_.RegisterAgent(System(), body);
+  if (!r.ok()) return r.status().WithContext("register node " + name);
+  std::lock_guard<std::mutex> l(mu_);
+  NodeState& st = nodes_[name];
+  st.json = json;
+  st.epoch = (*r).value("epoch", int64_t{-1});
+  return Status::Ok();
+}
+
 Status SlurmPoolHookup::SyncNodes() {
   auto nodes = journal_->Discover();
-  if (!nodes.ok()) return nodes.status();
+  if (!nodes.ok()) {
+    MarkUnreachable(nodes.status());
+    return nodes.status();
+  }
+  bool was_unreachable;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    was_unreachable = unreachable_;
+    unreachable_ = false;
+  }
+  if (was_unreachable)
+    std::fprintf(stderr, "tessera server: slurm pool %s: Slurm answers again\n",
+                 options_.pool.c_str());
   std::map<std::string, std::string> want;  // name -> NodeToJson
   for (Node& n : *nodes) {
     // A Slurm node that is down or not responding stays Ready here (it heartbeats), only
@@ -495,18 +556,7 @@ Status SlurmPoolHookup::SyncNodes() {
   for (const auto& name : gone)
     std::fprintf(stderr, "tessera server: slurm pool %s: node %s is gone from Slurm\n",
                  options_.pool.c_str(), name.c_str());
-  for (const auto& name : changed) {
-    Json body = {{"node", Json::parse(want[name])},
-                 {"agentVersion", "slurm-pool/" + options_.pool},
-                 {"bootId", "slurm:" + options_.pool + ":" + name},
-                 {"logsUrl", ""}};
-    auto r = cp_.RegisterAgent(System(), body);
-    if (!r.ok()) return r.status().WithContext("register node " + name);
-    std::lock_guard<std::mutex> l(mu_);
-    NodeState& st = nodes_[name];
-    st.json = want[name];
-    st.epoch = (*r).value("epoch", int64_t{-1});
-  }
+  for (const auto& name : changed) TESSERA_RETURN_IF_ERROR(RegisterNode(name, want[name]));
   return Status::Ok();
 }
 
