@@ -55,6 +55,9 @@ Outcome OutcomeOf(AllocationPhase p, const std::string& slurm_state) {
       // failure, and no exit code; an eviction (onEviction), as a Tessera node that is lost.
       return {"killed", "LostInSlurm"};
     case AllocationPhase::kKilled:
+      // Pending in Slurm too long (SlurmServerBackend's pending_timeout): cancelled there by
+      // Tessera to be placed again, an eviction in the event's words.
+      if (slurm_state == "PENDING") return {"killed", "Evicted"};
       // CANCELLED that Tessera did not ask for ends the job (HeartbeatAll cancels it first);
       // should that cancel not happen, the event still says what Slurm did.
       if (slurm_state == "CANCELLED") return {"killed", "CancelledInSlurm"};
@@ -221,6 +224,7 @@ StatusOr<std::unique_ptr<SlurmPoolHookup>> SlurmPoolHookup::Start(server::Contro
   ao.poll = o.poll;
   ao.start_paused = true;  // nothing reaches Slurm before Reconcile()
   ao.logs_dir = o.logs_dir;
+  ao.pending_timeout = o.pending_timeout;
   h->adapter_ = std::make_shared<SlurmServerBackend>(
       h->journal_,
       [self](const std::string& job) -> std::optional<JobInfo> {

@@ -60,7 +60,10 @@ struct HookupOptions {
   std::chrono::milliseconds sync{5000};           // sinfo this often
   std::chrono::milliseconds heartbeat{1000};      // report nodes and tasks this often
   std::chrono::milliseconds poll{1000};           // squeue this often while jobs are live
-  std::shared_ptr<CommandRunner> runner;          // default: SubprocessRunner(env)
+  // A job Slurm keeps pending this long is cancelled there and placed again (0 = never):
+  // ServerAdapterOptions::pending_timeout.
+  std::chrono::milliseconds pending_timeout{std::chrono::minutes(5)};
+  std::shared_ptr<CommandRunner> runner;  // default: SubprocessRunner(env)
   // Where Slurm writes each job attempt's stdout/stderr (<dir>/<job>.<attempt>.out/.err) and
   // the server reads them for `tessera logs`: on a real cluster a filesystem shared by the
   // Slurm nodes and the server. Created at start; "" = Slurm's default, and no logs.

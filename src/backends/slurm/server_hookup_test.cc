@@ -196,6 +196,7 @@ class HookupTest : public ::testing::Test {
     ho.heartbeat = std::chrono::milliseconds(20);
     ho.poll = std::chrono::milliseconds(20);
     ho.logs_dir = logs_dir_;
+    ho.pending_timeout = pending_timeout_;
     return ho;
   }
   // The control plane and the pool's hookup on dir_, as a server starts (again); by default
@@ -248,7 +249,8 @@ class HookupTest : public ::testing::Test {
   }
 
   std::string dir_;
-  std::string logs_dir_;      // HookupOptions::logs_dir
+  std::string logs_dir_;  // HookupOptions::logs_dir
+  std::chrono::milliseconds pending_timeout_{std::chrono::minutes(5)};
   bool real_engine_ = false;  // the default engine, not a first fit that ignores affinity
   std::shared_ptr<FakeSlurm> slurm_;
   std::unique_ptr<ControlPlane> cp_;
@@ -465,6 +467,29 @@ TEST_F(HookupTest, SlurmsPendingReasonIsShown) {
   EXPECT_EQ(Describe("p")["pendingReason"].value("code", ""), "WaitingInPool");  // get jobs' REASON
   slurm_->SetAll("RUNNING");
   ASSERT_TRUE(Until([&] { return State("p") == "Running"; })) << State("p");
+}
+
+// A job Slurm keeps pending past the pool's pending timeout (its node taken by a job Tessera
+// does not know) is cancelled in Slurm and placed again, a new attempt, with an event saying
+// why; Tessera does not take the cancel for a user's scancel.
+TEST_F(HookupTest, AJobPendingInSlurmTooLongIsPlacedAgain) {
+  pending_timeout_ = std::chrono::milliseconds(300);
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Submit("stuck");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  slurm_->SetAll("PENDING", 0, "Resources");
+  ASSERT_TRUE(Until([&] { return slurm_->Calls("sbatch") >= 2; })) << Describe("stuck").dump();
+  EXPECT_GE(slurm_->Calls("scancel"), 1);
+  EXPECT_GE(Describe("stuck").value("attempt", 0), 2);
+  EXPECT_NE(State("stuck"), "Cancelled");
+  EXPECT_NE(State("stuck"), "Failed");
+  const std::string events = Describe("stuck")["events"].dump();
+  EXPECT_NE(events.find("\"Evicted\""), std::string::npos) << events;
+  EXPECT_NE(events.find("slurm:42: Slurm job 42 PENDING (Resources) for "), std::string::npos)
+      << events;
+  EXPECT_NE(events.find("cancelled in Slurm, to be placed again"), std::string::npos) << events;
+  EXPECT_EQ(events.find("scancel of"), std::string::npos) << events;
 }
 
 // NODE_FAIL is an eviction (onEviction: an sbatch job restarts), and says which node failed.
