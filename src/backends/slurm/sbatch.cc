@@ -175,20 +175,22 @@ std::string NeutralizePlacementDirectives(const std::string& script) {
   return out;
 }
 
-StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
-                                    const std::map<std::string, SlurmNode>& inventory,
-                                    const SbatchOptions& options) {
-  TESSERA_RETURN_IF_ERROR(CheckId(req.job, "job"));
-  TESSERA_RETURN_IF_ERROR(CheckId(req.allocation, "allocation"));
+namespace {
+
+// A job's Slurm shape: its bindings checked, nodes of equal shape grouped into components.
+struct Layout {
+  std::vector<std::pair<Shape, std::vector<std::string>>> components;
+  std::map<std::string, NodeUsage> usage;
+  std::vector<std::string> nodes;  // in name order
+};
+
+StatusOr<Layout> LayOut(const DispatchRequest& req,
+                        const std::map<std::string, SlurmNode>& inventory) {
   if (req.bindings.empty()) return InvalidArgument("dispatch.bindings: empty");
   if (req.processes_per_task < 1) {
     return InvalidArgument("dispatch.processes_per_task: must be >= 1, got " +
                            std::to_string(req.processes_per_task));
   }
-  if (req.script.empty() && req.command.empty()) {
-    return InvalidArgument("dispatch: neither script nor command given");
-  }
-
   // Per-node totals, nodes in name order.
   struct Totals {
     int32_t tasks = 0;
@@ -232,39 +234,9 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
     }
   }
 
-  // The partition: the request's, or the first (by name) that every chosen node is in.
-  std::string partition = req.partition;
-  {
-    std::set<std::string> common;
-    bool first = true;
-    for (const auto& [node, t] : per_node) {
-      const std::vector<std::string>& ps = inventory.at(node).partitions;
-      std::set<std::string> mine(ps.begin(), ps.end());
-      if (first) {
-        common = mine;
-        first = false;
-      } else {
-        std::set<std::string> both;
-        std::set_intersection(common.begin(), common.end(), mine.begin(), mine.end(),
-                              std::inserter(both, both.end()));
-        common = std::move(both);
-      }
-    }
-    if (partition.empty()) {
-      if (common.empty()) {
-        return FailedPrecondition("dispatch.bindings: the chosen Slurm nodes share no partition");
-      }
-      partition = *common.begin();
-    } else if (!common.contains(partition)) {
-      return FailedPrecondition("dispatch.partition: not every chosen node is in partition \"" +
-                                partition + "\"");
-    }
-  }
-
-  // Group nodes of equal shape into components.
-  SbatchCommand cmd;
-  std::vector<std::pair<Shape, std::vector<std::string>>> components;
+  Layout out;
   for (const auto& [node, t] : per_node) {
+    out.nodes.push_back(node);
     Shape s;
     s.tasks = t.tasks;
     int64_t cpus = std::max<int64_t>(1, CeilDiv(t.cpu_milli, 1000));
@@ -283,15 +255,125 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
       u.cpus = std::max(u.cpus, sn.cpus);
       u.gpus = std::max(u.gpus, static_cast<int64_t>(GpuTypes(sn).size()));
     }
-    cmd.usage[node] = u;
-    auto it = std::find_if(components.begin(), components.end(),
+    out.usage[node] = u;
+    auto it = std::find_if(out.components.begin(), out.components.end(),
                            [&](const auto& c) { return c.first.Key() == s.Key(); });
-    if (it == components.end()) {
-      components.push_back({s, {node}});
+    if (it == out.components.end()) {
+      out.components.push_back({s, {node}});
     } else {
       it->second.push_back(node);
     }
   }
+  return out;
+}
+
+bool Has(const std::vector<std::string>& list, const std::string& s) {
+  return std::find(list.begin(), list.end(), s) != list.end();
+}
+
+}  // namespace
+
+StatusOr<std::map<std::string, NodeUsage>> SlurmUsage(
+    const DispatchRequest& request, const std::map<std::string, SlurmNode>& inventory) {
+  auto layout = LayOut(request, inventory);
+  if (!layout.ok()) return layout.status();
+  return layout->usage;
+}
+
+StatusOr<std::string> ChoosePartition(const DispatchRequest& req,
+                                      const std::vector<std::string>& nodes,
+                                      const std::map<std::string, SlurmNode>& inventory,
+                                      const std::map<std::string, SlurmPartition>& partitions,
+                                      const std::vector<std::string>& served) {
+  // Slurm counts time limits in whole minutes (rounded up), as SlurmDuration says.
+  const std::optional<int64_t> limit =
+      req.time_limit_seconds ? std::optional<int64_t>(CeilDiv(*req.time_limit_seconds, 60) * 60)
+                             : std::nullopt;
+  // Why a partition cannot take the job; "" when it can.
+  auto why_not = [&](const std::string& name) -> std::string {
+    for (const std::string& node : nodes) {
+      auto n = inventory.find(node);
+      if (n == inventory.end() || !Has(n->second.partitions, name)) return "does not hold " + node;
+    }
+    auto it = partitions.find(name);
+    if (it == partitions.end()) return "not listed by scontrol show partition";
+    const SlurmPartition& p = it->second;
+    if (p.state != "UP") return "State=" + p.state;
+    if (limit && p.max_time_seconds && *p.max_time_seconds < *limit) {
+      return "MaxTime=" + SlurmDuration(*p.max_time_seconds) +
+             " is less than the job's --time=" + SlurmDuration(*limit);
+    }
+    if (p.max_nodes && *p.max_nodes < static_cast<int64_t>(nodes.size())) {
+      return "MaxNodes=" + std::to_string(*p.max_nodes) + " is less than the job's " +
+             std::to_string(nodes.size()) + " nodes";
+    }
+    return "";
+  };
+  const std::string where = JoinHostlist(nodes);
+  if (!req.partition.empty()) {
+    const std::string why = why_not(req.partition);
+    if (why.empty()) return req.partition;
+    return FailedPrecondition("dispatch.partition: Slurm partition \"" + req.partition +
+                              "\" cannot run the job on " + where + ": " + why);
+  }
+  std::set<std::string> names;  // every partition of the job's nodes
+  for (const std::string& node : nodes) {
+    if (auto n = inventory.find(node); n != inventory.end()) {
+      names.insert(n->second.partitions.begin(), n->second.partitions.end());
+    }
+  }
+  std::vector<const SlurmPartition*> usable;
+  std::string rejected;
+  for (const std::string& name : names) {
+    std::string why = !served.empty() && !Has(served, name)
+                          ? "not served by this pool (--slurm-partition)"
+                          : why_not(name);
+    if (why.empty() && partitions.at(name).hidden) why = "Hidden=YES (only used when named)";
+    if (why.empty()) {
+      usable.push_back(&partitions.at(name));
+    } else {
+      rejected += (rejected.empty() ? "" : "; ") + name + ": " + why;
+    }
+  }
+  if (usable.empty()) {
+    return FailedPrecondition("dispatch.bindings: no Slurm partition can run the job on " + where +
+                              " (" + (rejected.empty() ? "they are in no partition" : rejected) +
+                              ")");
+  }
+  for (const SlurmPartition* p : usable) {
+    if (p->is_default) return p->name;
+  }
+  auto order = [&](const SlurmPartition* p) {
+    const int64_t max_time = p->max_time_seconds.value_or(INT64_MAX);
+    return std::make_tuple(-p->priority_tier, limit ? max_time : -max_time, p->name);
+  };
+  return (*std::min_element(usable.begin(), usable.end(),
+                            [&](const SlurmPartition* a, const SlurmPartition* b) {
+                              return order(a) < order(b);
+                            }))
+      ->name;
+}
+
+StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
+                                    const std::map<std::string, SlurmNode>& inventory,
+                                    const std::map<std::string, SlurmPartition>& partitions,
+                                    const SbatchOptions& options) {
+  TESSERA_RETURN_IF_ERROR(CheckId(req.job, "job"));
+  TESSERA_RETURN_IF_ERROR(CheckId(req.allocation, "allocation"));
+  auto layout = LayOut(req, inventory);
+  if (!layout.ok()) return layout.status();
+  if (req.script.empty() && req.command.empty()) {
+    return InvalidArgument("dispatch: neither script nor command given");
+  }
+  if (req.time_limit_seconds && *req.time_limit_seconds <= 0) {
+    return InvalidArgument("dispatch.time_limit_seconds: must be > 0, got " +
+                           std::to_string(*req.time_limit_seconds));
+  }
+  auto partition = ChoosePartition(req, layout->nodes, inventory, partitions, options.partitions);
+  if (!partition.ok()) return partition.status();
+  const auto& components = layout->components;
+  SbatchCommand cmd;
+  cmd.usage = layout->usage;
   cmd.components = static_cast<int32_t>(components.size());
 
   std::vector<std::string>& argv = cmd.argv;
@@ -300,13 +382,7 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
           "--comment",   SlurmComment(req.job, req.allocation),
           "--no-requeue"};
   for (const std::string& a : options.extra_args) argv.push_back(a);
-  if (req.time_limit_seconds) {
-    if (*req.time_limit_seconds <= 0) {
-      return InvalidArgument("dispatch.time_limit_seconds: must be > 0, got " +
-                             std::to_string(*req.time_limit_seconds));
-    }
-    argv.push_back("--time=" + SlurmDuration(*req.time_limit_seconds));
-  }
+  if (req.time_limit_seconds) argv.push_back("--time=" + SlurmDuration(*req.time_limit_seconds));
   if (!req.working_dir.empty()) argv.push_back("--chdir=" + req.working_dir);
   if (!req.stdout_path.empty()) argv.push_back("--output=" + req.stdout_path);
   if (!req.stderr_path.empty()) argv.push_back("--error=" + req.stderr_path);
@@ -328,7 +404,7 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
     const auto& [s, nodes] = components[c];
     if (c > 0) argv.push_back(":");
     int64_t n = static_cast<int64_t>(nodes.size());
-    argv.push_back("--partition=" + partition);
+    argv.push_back("--partition=" + *partition);
     argv.push_back("--nodes=" + std::to_string(n));
     argv.push_back("--nodelist=" + JoinHostlist(nodes));
     argv.push_back("--ntasks=" + std::to_string(n * s.tasks));

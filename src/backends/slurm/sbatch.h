@@ -34,6 +34,9 @@ namespace tessera::slurm {
 
 struct SbatchOptions {
   std::vector<std::string> extra_args;  // e.g. {"--account=ml", "--qos=high"}, before placement
+  // The partitions the pool serves (DiscoveryOptions::partitions), the only ones it picks
+  // on its own; empty = every partition.
+  std::vector<std::string> partitions;
 };
 
 struct SbatchCommand {
@@ -44,10 +47,33 @@ struct SbatchCommand {
   int32_t components = 1;  // > 1: heterogeneous job
 };
 
-// `inventory`: the pool's nodes by name (from sinfo), for partitions and GPU types.
+// `inventory`: the pool's nodes by name (from sinfo), for their partitions and GPU types;
+// `partitions`: the cluster's partitions by name (from scontrol), for ChoosePartition.
 StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& request,
                                     const std::map<std::string, SlurmNode>& inventory,
+                                    const std::map<std::string, SlurmPartition>& partitions,
                                     const SbatchOptions& options = {});
+
+// What the request's Slurm job holds per node (SbatchCommand::usage), whatever partition it
+// was or would be submitted to.
+StatusOr<std::map<std::string, NodeUsage>> SlurmUsage(
+    const DispatchRequest& request, const std::map<std::string, SlurmNode>& inventory);
+
+// The partition for a job on `nodes` (docs/slurm.md, "Partition"). A partition is usable
+// when it holds every one of the nodes, is UP (never DOWN, DRAIN or INACTIVE), its MaxTime
+// allows the job's time limit (when the job has one) and its MaxNodes the node count.
+//   1. The request's own partition, if usable; if not, an error saying why.
+//   2. Else the cluster's default partition (Default=YES), if served and usable.
+//   3. Else, of the served, usable, not hidden partitions: the highest PriorityTier (the
+//      admin's preference); then, for a job with a time limit, the smallest MaxTime that
+//      allows it (the partition meant for jobs that long), for one without, the largest
+//      (Slurm caps such a job at the partition's limit); then the name.
+// None: FailedPrecondition naming every partition of those nodes and why it was passed over.
+StatusOr<std::string> ChoosePartition(const DispatchRequest& request,
+                                      const std::vector<std::string>& nodes,
+                                      const std::map<std::string, SlurmNode>& inventory,
+                                      const std::map<std::string, SlurmPartition>& partitions,
+                                      const std::vector<std::string>& served);
 
 // The script with Tessera-decided #SBATCH directives turned into "# [tessera] #SBATCH ..."
 // comments. Only the leading comment block counts, as in Slurm.

@@ -22,6 +22,14 @@ std::map<std::string, SlurmNode> Inventory() {
   return inv;
 }
 
+// debug (the default) and gpu, both UP with no time limit.
+std::map<std::string, SlurmPartition> Partitions() {
+  std::map<std::string, SlurmPartition> p;
+  p["debug"] = {"debug", "UP", true, false, std::nullopt, std::nullopt, 1};
+  p["gpu"] = {"gpu", "UP", false, false, std::nullopt, std::nullopt, 1};
+  return p;
+}
+
 Binding Bind(int32_t task, std::string node, int64_t cpu_milli, int64_t mem_mib,
              std::vector<int32_t> gpus) {
   Binding b;
@@ -60,7 +68,7 @@ TEST(BuildSbatch, UniformGangIsOneJob) {
   auto cmd = BuildSbatch(
       Request({Bind(0, "node1", 1500, 1000, {0, 1}), Bind(1, "node1", 1500, 1000, {2, 3}),
                Bind(2, "node2", 1500, 1000, {0, 1}), Bind(3, "node2", 1500, 1000, {4, 5})}),
-      Inventory());
+      Inventory(), Partitions());
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   EXPECT_EQ(cmd->argv, Cat(Common(), {"--partition=debug", "--nodes=2", "--nodelist=node1,node2",
                                       "--ntasks=4", "--ntasks-per-node=2", "--cpus-per-task=2",
@@ -77,7 +85,7 @@ TEST(BuildSbatch, UnevenPlacementIsAHeterogeneousJob) {
   auto cmd =
       BuildSbatch(Request({Bind(0, "node1", 1000, 100, {0}), Bind(1, "node1", 1000, 100, {1}),
                            Bind(2, "node1", 1000, 100, {2}), Bind(3, "node4", 4000, 512, {3})}),
-                  Inventory());
+                  Inventory(), Partitions());
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   EXPECT_EQ(cmd->components, 2);
   // node4 is only in "gpu": the common partition.
@@ -97,13 +105,14 @@ TEST(BuildSbatch, ProcessesPerTaskForSbatchJobs) {
   DispatchRequest r =
       Request({Bind(0, "node1", 8000, 1000, {0}), Bind(1, "node2", 8000, 1000, {0})});
   r.processes_per_task = 4;
-  auto cmd = BuildSbatch(r, Inventory());
+  auto cmd = BuildSbatch(r, Inventory(), Partitions());
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   EXPECT_EQ(cmd->argv, Cat(Common(), {"--partition=debug", "--nodes=2", "--nodelist=node1,node2",
                                       "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=2",
                                       "--mem=1000", "--gres=gpu:a100:1"}));
   r.processes_per_task = 0;
-  EXPECT_EQ(BuildSbatch(r, Inventory()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildSbatch(r, Inventory(), Partitions()).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // An exclusive job (#SBATCH --exclusive) is passed to Slurm as --exclusive on every
@@ -113,7 +122,7 @@ TEST(BuildSbatch, ExclusiveIsPassedThrough) {
   DispatchRequest r =
       Request({Bind(0, "node1", 2000, 1000, {0}), Bind(1, "node4", 2000, 1000, {0, 1})});
   r.exclusive = true;
-  auto cmd = BuildSbatch(r, Inventory());
+  auto cmd = BuildSbatch(r, Inventory(), Partitions());
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   EXPECT_EQ(cmd->argv,
             Cat(Common(), {"--partition=gpu", "--nodes=1", "--nodelist=node1", "--ntasks=1",
@@ -124,7 +133,7 @@ TEST(BuildSbatch, ExclusiveIsPassedThrough) {
   EXPECT_EQ(cmd->usage.at("node1"), (NodeUsage{32, 1000, 8}));
   EXPECT_EQ(cmd->usage.at("node4"), (NodeUsage{32, 1000, 4}));
   r.exclusive = false;
-  cmd = BuildSbatch(r, Inventory());
+  cmd = BuildSbatch(r, Inventory(), Partitions());
   ASSERT_TRUE(cmd.ok());
   for (const std::string& a : cmd->argv) EXPECT_NE(a, "--exclusive");
   EXPECT_EQ(cmd->usage.at("node1"), (NodeUsage{2, 1000, 1}));
@@ -137,7 +146,7 @@ TEST(BuildSbatch, SingleCpuTaskWithOptions) {
   r.working_dir = "/tmp/w";
   r.stdout_path = "/tmp/w/%j.out";
   r.env = {{"B", "2"}, {"A", "1"}};
-  auto cmd = BuildSbatch(r, Inventory());
+  auto cmd = BuildSbatch(r, Inventory(), Partitions());
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   EXPECT_EQ(cmd->argv, Cat(Common(), {"--time=1-01:01:01", "--chdir=/tmp/w",
                                       "--output=/tmp/w/%j.out", "--export=ALL,A=1,B=2",
@@ -153,7 +162,7 @@ TEST(BuildSbatch, MemOnlyWhenAsked) {
     DispatchRequest r = Request({Bind(0, "node3", 1000, 0, {})});
     r.bindings[0].allocation.memory_bytes = bytes;
     r.command = {"/bin/true"};
-    auto cmd = BuildSbatch(r, Inventory());
+    auto cmd = BuildSbatch(r, Inventory(), Partitions());
     EXPECT_TRUE(cmd.ok()) << cmd.status().ToString();
     std::vector<std::string> out;
     for (const auto& a : cmd->argv)
@@ -202,15 +211,120 @@ TEST(BuildSbatch, Rejections) {
        StatusCode::kInvalidArgument, "bound twice"},
       {"nothing to run", nothing, StatusCode::kInvalidArgument, "neither script nor command"},
       {"comma in env", comma_env, StatusCode::kInvalidArgument, "dispatch.env.HOSTS"},
-      {"partition", wrong_part, StatusCode::kFailedPrecondition, "partition \"nope\""},
+      {"partition", wrong_part, StatusCode::kFailedPrecondition,
+       "Slurm partition \"nope\" cannot run the job on node1: does not hold node1"},
       {"empty", Request({}), StatusCode::kInvalidArgument, "bindings: empty"},
   };
   for (const Case& c : cases) {
-    auto got = BuildSbatch(c.req, Inventory());
+    auto got = BuildSbatch(c.req, Inventory(), Partitions());
     EXPECT_EQ(got.status().code(), c.code) << c.name << ": " << got.status().ToString();
     EXPECT_NE(got.status().message().find(c.words), std::string::npos)
         << c.name << ": " << got.status().message();
   }
+}
+
+// Which partition a job goes to, and why the others were passed over (docs/slurm.md,
+// "Partition"). Every case's nodes: node1 (in "a", "b", "c", "d") unless it says otherwise.
+TEST(ChoosePartition, Table) {
+  auto part = [](std::string name, std::string state, bool is_default = false,
+                 std::optional<int64_t> max_time = std::nullopt, int64_t tier = 1) {
+    return SlurmPartition{name, state, is_default, false, max_time, std::nullopt, tier};
+  };
+  struct Case {
+    std::string name;
+    std::vector<SlurmPartition> partitions;
+    std::optional<int64_t> time_limit;  // seconds
+    std::string want;                   // the partition, or words of the error
+    std::string named = "";             // DispatchRequest::partition
+    std::vector<std::string> served = {};
+  } cases[] = {
+      // "a" comes first by name, and is DOWN: the old rule picked it.
+      {"not the first by name: the default",
+       {part("a", "DOWN"), part("b", "UP"), part("c", "UP", true)},
+       std::nullopt,
+       "c"},
+      {"a down default is passed over",
+       {part("a", "UP"), part("b", "DOWN", true)},
+       std::nullopt,
+       "a"},
+      {"DRAIN and INACTIVE are never chosen",
+       {part("a", "DRAIN"), part("b", "INACTIVE"), part("c", "UP")},
+       std::nullopt,
+       "c"},
+      // 2 h: the default's 1 h is too short; of b (3 h) and c (1 day), b fits tightest.
+      {"a default too short for the job",
+       {part("a", "UP", true, 3600), part("b", "UP", false, 10800), part("c", "UP", false, 86400)},
+       7200,
+       "b"},
+      {"no time limit: the longest MaxTime",
+       {part("a", "UP", false, 3600), part("b", "UP"), part("c", "UP", false, 86400)},
+       std::nullopt,
+       "b"},
+      {"MaxTime in whole minutes: 59 min 1 s needs an hour",
+       {part("a", "UP", false, 3540), part("b", "UP", false, 3600)},
+       3541,
+       "b"},
+      {"PriorityTier before MaxTime",
+       {part("a", "UP", false, 86400), part("b", "UP", false, 3600, 5)},
+       60,
+       "b"},
+      {"served partitions only",
+       {part("a", "UP", true), part("b", "UP"), part("c", "UP")},
+       std::nullopt,
+       "c",
+       "",
+       {"c", "d"}},
+      {"the request's partition", {part("a", "UP", true), part("b", "UP")}, std::nullopt, "b", "b"},
+      {"the request's partition is down",
+       {part("a", "UP", true), part("b", "DOWN")},
+       std::nullopt,
+       "dispatch.partition: Slurm partition \"b\" cannot run the job on node1: State=DOWN",
+       "b"},
+      {"none fits: each one's reason",
+       {part("a", "DOWN", true), part("b", "UP", false, 600), part("c", "UP")},
+       1200,
+       "no Slurm partition can run the job on node1 (a: State=DOWN; b: MaxTime=0-00:10:00 is "
+       "less than the job's --time=0-00:20:00; c: not served by this pool (--slurm-partition); "
+       "d: not listed by scontrol show partition)",
+       "",
+       {"a", "b", "d"}},
+  };
+  std::map<std::string, SlurmNode> inv;
+  inv["node1"].name = "node1";
+  inv["node1"].partitions = {"a", "b", "c", "d"};
+  for (const Case& c : cases) {
+    std::map<std::string, SlurmPartition> parts;
+    for (const SlurmPartition& p : c.partitions) parts[p.name] = p;
+    DispatchRequest r = Request({Bind(0, "node1", 1000, 1, {})});
+    r.time_limit_seconds = c.time_limit;
+    r.partition = c.named;
+    auto got = ChoosePartition(r, {"node1"}, inv, parts, c.served);
+    if (got.ok()) {
+      EXPECT_EQ(*got, c.want) << c.name;
+    } else {
+      EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition) << c.name;
+      EXPECT_NE(got.status().message().find(c.want), std::string::npos)
+          << c.name << ": " << got.status().message();
+    }
+  }
+}
+
+// All of a job's nodes must be in the partition; a hidden one is used only when named.
+TEST(ChoosePartition, EveryNodeAndHidden) {
+  std::map<std::string, SlurmPartition> parts = Partitions();
+  parts["gpu"].hidden = true;
+  auto got = BuildSbatch(Request({Bind(0, "node4", 1000, 1, {}), Bind(1, "node1", 1000, 1, {})}),
+                         Inventory(), parts);
+  EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(got.status().message().find("(debug: does not hold node4; gpu: Hidden=YES (only "
+                                        "used when named))"),
+            std::string::npos)
+      << got.status().message();
+  DispatchRequest named = Request({Bind(0, "node4", 1000, 1, {})});
+  named.partition = "gpu";
+  got = BuildSbatch(named, Inventory(), parts);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_NE(std::find(got->argv.begin(), got->argv.end(), "--partition=gpu"), got->argv.end());
 }
 
 TEST(NeutralizePlacementDirectives, Table) {
@@ -280,7 +394,7 @@ TEST(BuildSbatch, UserScriptKeepsItsBody) {
   DispatchRequest r = Request({Bind(0, "node1", 2000, 100, {0, 1})});
   r.command.clear();
   r.script = "#!/bin/bash\n#SBATCH --gpus=4\n#SBATCH -o %x.out\nsrun hostname\n";
-  auto cmd = BuildSbatch(r, Inventory());
+  auto cmd = BuildSbatch(r, Inventory(), Partitions());
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   EXPECT_EQ(cmd->script,
             "#!/bin/bash\n# [tessera] #SBATCH --gpus=4\n#SBATCH -o %x.out\nsrun hostname\n");

@@ -10,6 +10,7 @@ JobInfo JobInfoFromSpec(const spec::JobSpec& spec) {
   JobInfo info;
   info.tasks = spec.job.TaskCount();
   info.exclusive = spec.job.exclusive;
+  info.restart_on_eviction = spec.restart.on_eviction != spec::FailureAction::kFailJob;
   if (spec.templates.empty()) return info;
   const spec::TaskTemplate& t = spec.templates.front();
   info.working_dir = t.working_dir;
@@ -98,6 +99,7 @@ void SlurmServerBackend::Adopt(const std::vector<server::Dispatch>& tasks,
       gang_of_[d.allocation] = key;
     }
     g.last_launch = std::chrono::steady_clock::now();
+    g.dispatched_at = g.last_launch;  // (its pending time counts from here)
     g.slurm_allocation = slurm_allocation;
     g.reported.clear();
   }
@@ -145,7 +147,8 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
       if (now < g.not_before) continue;
       if (!g.slurm_allocation.empty()) {
         any_dispatched = true;
-        if (g.stop_requested && !g.cancelled) work.push_back({key, {}, g.slurm_allocation, {}});
+        if ((g.stop_requested || !g.requeue_why.empty()) && !g.cancelled)
+          work.push_back({key, {}, g.slurm_allocation, {}});
         continue;
       }
       if (g.stop_requested) {  // never reached Slurm: nothing to cancel
@@ -239,6 +242,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     gangs_[w.key].slurm_allocation = r.allocation;
+    gangs_[w.key].dispatched_at = now;
     any_dispatched = true;
   }
   if (!any_dispatched) return;
@@ -248,6 +252,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
   std::map<std::string, const AllocationStatus*> by_alloc;
   for (const AllocationStatus& s : *statuses) by_alloc[s.allocation] = &s;
   std::vector<TaskReport> reports;
+  std::vector<std::pair<std::string, std::string>> stuck;  // gang key, why
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = gangs_.begin(); it != gangs_.end();) {
@@ -257,7 +262,25 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
         ++it;
         continue;
       }
-      const AllocationStatus& st = *s->second;
+      AllocationStatus st = *s->second;
+      const auto pending_for = now - g.dispatched_at;
+      if (st.phase == AllocationPhase::kPending && g.requeue_why.empty() && !g.stays_pending &&
+          !g.stop_requested && options_.pending_timeout.count() > 0 &&
+          pending_for >= options_.pending_timeout && st.reason.rfind("JobHeld", 0) != 0) {
+        using std::chrono::duration_cast;
+        using std::chrono::seconds;
+        stuck.push_back(
+            {it->first,
+             st.message + " for " + std::to_string(duration_cast<seconds>(pending_for).count()) +
+                 " s, past the Slurm pool's pending timeout (" +
+                 std::to_string(duration_cast<seconds>(options_.pending_timeout).count()) +
+                 " s): cancelled in Slurm, to be placed again"});
+      }
+      if (!g.requeue_why.empty() && !g.stop_requested && st.phase == AllocationPhase::kKilled) {
+        // Our own scancel: the tasks go back to the server as evicted, not as cancelled.
+        st.state = "PENDING";
+        st.message = g.requeue_why;
+      }
       for (const auto& [t, d] : g.tasks) {
         auto prev = g.reported.find(d.allocation);
         auto now_is = std::make_pair(st.phase, st.message);
@@ -275,6 +298,26 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     }
   }
   for (const TaskReport& r : reports) sink_(r);
+  // Stuck in Slurm's queue: handed back, if the job's policy places it again (the lookup
+  // may take the server's lock: called without ours).
+  for (const auto& [key, why] : stuck) {
+    std::string job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = gangs_.find(key);
+      if (it == gangs_.end()) continue;
+      job = it->second.job;
+    }
+    std::optional<JobInfo> info = lookup_(job);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = gangs_.find(key);
+    if (it == gangs_.end()) continue;
+    if (info && info->restart_on_eviction) {
+      it->second.requeue_why = why;
+    } else {
+      it->second.stays_pending = true;  // as long as Slurm takes
+    }
+  }
 }
 
 }  // namespace tessera::slurm

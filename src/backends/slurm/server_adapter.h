@@ -8,6 +8,13 @@
 // through the sink. Stop() cancels the whole Slurm job (a gang lives and dies together).
 // Nothing here blocks the caller of Launch/Stop. Thread-safe.
 //
+// A gang Slurm keeps PENDING for longer than `pending_timeout` (the nodes Tessera chose were
+// taken by jobs Tessera does not know, or Slurm will not start it there) is scancelled, and
+// once Slurm confirms the cancel its tasks are reported killed (an eviction, Slurm state
+// "PENDING"), so that the server places the job again: not for a job held in Slurm
+// (JobHeld*: someone chose that), nor for one whose onEviction is FailJob (sbatch
+// --no-requeue), which waits in Slurm's queue as long as it takes.
+//
 // What the server must provide (it has no such calls yet): `lookup` (a job's task count
 // and what to run: the original sbatch script, or a command) and `sink` (a task's state,
 // e.g. ControlPlane::ReportTask). Slurm nodes reach the server through SlurmPool::Discover.
@@ -47,6 +54,9 @@ struct JobInfo {
   // runs as a Slurm job of its own, for which Slurm would write its own id and 4294967294.
   // "" where the script names no such stream (or -e is -o's).
   std::string stdout_file, stderr_file;
+  // The job's onEviction restarts it (not FailJob): it may be placed again when Slurm keeps
+  // it pending too long (ServerAdapterOptions::pending_timeout).
+  bool restart_on_eviction = true;
 };
 
 // What to run for a server job (src/spec): an sbatch job runs its original script once,
@@ -78,6 +88,9 @@ struct ServerAdapterOptions {
   // Where Slurm writes each job attempt's stdout/stderr (JobOutputFiles in sbatch.h), for
   // the server to serve; "" = Slurm's default.
   std::string logs_dir;
+  // A gang pending in Slurm this long after its sbatch is cancelled there and handed back to
+  // be placed again (see above); 0 = never.
+  std::chrono::milliseconds pending_timeout{std::chrono::minutes(5)};
 };
 
 class SlurmServerBackend : public server::Backend {
@@ -115,8 +128,13 @@ class SlurmServerBackend : public server::Backend {
     std::chrono::steady_clock::time_point last_launch;
     std::chrono::steady_clock::time_point not_before;  // retry back-off
     std::string slurm_allocation;  // set once dispatched: the tag's allocation id
+    std::chrono::steady_clock::time_point dispatched_at;
     bool stop_requested = false;
-    bool cancelled = false;
+    // Set when it stayed pending past options_.pending_timeout: why it is cancelled in Slurm
+    // and handed back (its tasks' message once Slurm confirms the cancel).
+    std::string requeue_why;
+    bool stays_pending = false;  // past the timeout, but its policy would not place it again
+    bool cancelled = false;      // the scancel (stop_requested or requeue_why) went through
     // Per task allocation: what was reported last (a pending job's reason may change).
     std::map<std::string, std::pair<AllocationPhase, std::string>> reported;
   };

@@ -29,10 +29,11 @@ CommandResult Sinfo() {
   return {0, doc.dump(), ""};
 }
 
-CommandResult Squeue(const std::string& comment, const std::string& state, int64_t exit = 0) {
+CommandResult Squeue(const std::string& comment, const std::string& state, int64_t exit = 0,
+                     const std::string& reason = "None") {
   nlohmann::json j = {
       {"job_id", 42},      {"het_job_id", 0},      {"het_job_offset", 0}, {"array_job_id", 0},
-      {"name", "x"},       {"comment", comment},   {"job_state", state},  {"state_reason", "None"},
+      {"name", "x"},       {"comment", comment},   {"job_state", state},  {"state_reason", reason},
       {"exit_code", exit}, {"nodes", "node[1-2]"}, {"submit_time", 1},    {"start_time", 2},
       {"end_time", 3},     {"tasks", 2},           {"node_count", 2}};
   nlohmann::json doc = {{"errors", nlohmann::json::array()}, {"jobs", {j}}};
@@ -61,14 +62,17 @@ class AdapterTest : public ::testing::Test {
               JobInfo info;
               info.tasks = tasks;
               info.command = {"python3", "train.py"};
+              info.restart_on_eviction = restart_on_eviction;
               return info;
             },
             [this](const TaskReport& r) { reports.push_back(r); },
             ServerAdapterOptions{std::chrono::milliseconds(200), std::chrono::milliseconds(0),
                                  std::chrono::milliseconds(1000), false, "/shared/logs"}) {
     runner->Reply("sinfo", Sinfo());
+    runner->Reply("scontrol partition", testing::OnePartition());
   }
   int32_t tasks = 2;
+  bool restart_on_eviction = true;
   std::shared_ptr<FakeCommandRunner> runner;
   std::vector<TaskReport> reports;
   SlurmServerBackend adapter;
@@ -83,7 +87,7 @@ TEST_F(AdapterTest, AGangIsOneSbatchAndEveryTaskHearsItsState) {
   auto now = Clock::now();
   adapter.Step(now);
   ASSERT_EQ(runner->Count("sbatch"), 1);
-  const auto& argv = runner->calls[1].argv;  // [0] is sinfo
+  const auto& argv = runner->calls[2].argv;  // [0] is sinfo, [1] scontrol show partition
   EXPECT_NE(std::find(argv.begin(), argv.end(), "--nodelist=node1,node2"), argv.end());
   EXPECT_NE(std::find(argv.begin(), argv.end(), "tessera:train:a-001"), argv.end());
   // Output where the server reads it: per job attempt.
@@ -139,6 +143,68 @@ TEST_F(AdapterTest, StopBeforeAndAfterDispatch) {
   EXPECT_EQ(runner->calls.back().argv.at(0), "squeue");
   EXPECT_EQ(runner->Count("scancel"), 1);
   EXPECT_EQ(reports.back().phase, AllocationPhase::kKilled);
+}
+
+// Pending in Slurm past the timeout (5 min by default): scancelled, and once Slurm confirms,
+// every task is reported killed with Slurm state PENDING and why, to be placed again.
+TEST_F(AdapterTest, AGangPendingTooLongIsCancelledInSlurmAndHandedBack) {
+  runner->Reply("sbatch", {0, "42", ""});
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "PENDING", 0, "Resources"));
+  runner->Reply("scancel", {0, "", ""});
+  adapter.Launch(Task(0, "node1"));
+  adapter.Launch(Task(1, "node2"));
+  const auto t0 = Clock::now();
+  adapter.Step(t0);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].phase, AllocationPhase::kPending);
+  adapter.Step(t0 + std::chrono::seconds(299));
+  adapter.Step(t0 + std::chrono::seconds(300));  // past it: cancelled at the next step
+  EXPECT_EQ(runner->Count("scancel"), 0);
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "CANCELLED", 15));
+  adapter.Step(t0 + std::chrono::seconds(301));
+  EXPECT_EQ(runner->Count("scancel"), 1);
+  ASSERT_EQ(reports.size(), 4u);
+  for (const TaskReport& r : {reports[2], reports[3]}) {
+    EXPECT_EQ(r.phase, AllocationPhase::kKilled) << r.allocation;
+    EXPECT_EQ(r.state, "PENDING") << r.allocation;  // not CANCELLED: nobody cancelled the job
+    EXPECT_EQ(r.message,
+              "Slurm job 42 PENDING (Resources) for 300 s, past the Slurm pool's pending "
+              "timeout (300 s): cancelled in Slurm, to be placed again");
+  }
+  EXPECT_FALSE(adapter.Tracks("a-001"));
+  adapter.Step(t0 + std::chrono::seconds(400));
+  EXPECT_EQ(runner->Count("scancel"), 1);
+  EXPECT_EQ(reports.size(), 4u);
+}
+
+// Held in Slurm (someone chose that), or a job that must not be restarted (sbatch
+// --no-requeue: onEviction FailJob): left pending in Slurm, however long.
+TEST_F(AdapterTest, HeldOrNoRequeueJobsStayPendingInSlurm) {
+  for (const auto& [reason, requeue] : {std::pair<std::string, bool>{"JobHeldAdmin", true},
+                                        std::pair<std::string, bool>{"Resources", false}}) {
+    SCOPED_TRACE(reason);
+    restart_on_eviction = requeue;
+    const std::string alloc = requeue ? "a-001" : "b-001";  // a fresh allocation per case
+    runner->Reply("sbatch", {0, "42", ""});
+    runner->Reply("squeue", Squeue("tessera:train:" + alloc, "PENDING", 0, reason));
+    server::Dispatch t0 = Task(0, "node1"), t1 = Task(1, "node2");
+    t0.allocation = alloc;
+    t1.allocation = alloc + "-1";
+    t0.attempt = t1.attempt = requeue ? 1 : 2;
+    adapter.Launch(t0);
+    adapter.Launch(t1);
+    const auto start = Clock::now();
+    for (int m = 0; m <= 60; m += 5) adapter.Step(start + std::chrono::minutes(m));
+    EXPECT_EQ(runner->Count("scancel"), 0);
+    EXPECT_TRUE(adapter.Tracks(alloc));
+    EXPECT_EQ(reports.back().phase, AllocationPhase::kPending);
+    adapter.Stop(alloc, 0);
+    runner->Reply("scancel", {0, "", ""});
+    runner->Reply("squeue", Squeue("tessera:train:" + alloc, "CANCELLED", 15));
+    adapter.Step(start + std::chrono::minutes(61));
+    EXPECT_FALSE(adapter.Tracks(alloc));
+    runner->calls.clear();
+  }
 }
 
 TEST_F(AdapterTest, RefusedSubmissionFailsEveryTask) {

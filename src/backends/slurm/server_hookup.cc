@@ -55,6 +55,9 @@ Outcome OutcomeOf(AllocationPhase p, const std::string& slurm_state) {
       // failure, and no exit code; an eviction (onEviction), as a Tessera node that is lost.
       return {"killed", "LostInSlurm"};
     case AllocationPhase::kKilled:
+      // Pending in Slurm too long (SlurmServerBackend's pending_timeout): cancelled there by
+      // Tessera to be placed again, an eviction in the event's words.
+      if (slurm_state == "PENDING") return {"killed", "Evicted"};
       // CANCELLED that Tessera did not ask for ends the job (HeartbeatAll cancels it first);
       // should that cancel not happen, the event still says what Slurm did.
       if (slurm_state == "CANCELLED") return {"killed", "CancelledInSlurm"};
@@ -221,6 +224,7 @@ StatusOr<std::unique_ptr<SlurmPoolHookup>> SlurmPoolHookup::Start(server::Contro
   ao.poll = o.poll;
   ao.start_paused = true;  // nothing reaches Slurm before Reconcile()
   ao.logs_dir = o.logs_dir;
+  ao.pending_timeout = o.pending_timeout;
   h->adapter_ = std::make_shared<SlurmServerBackend>(
       h->journal_,
       [self](const std::string& job) -> std::optional<JobInfo> {
@@ -463,9 +467,70 @@ Status SlurmPoolHookup::Reconcile() {
   return Status::Ok();
 }
 
+void SlurmPoolHookup::MarkUnreachable(const Status& why) {
+  const std::string what = why.retryable() ? "slurmctld unreachable" : "discovery failing";
+  const std::string down = "slurm: " + what;
+  std::string detail = why.message();
+  if (detail.size() > 200) detail = detail.substr(0, 200) + "...";
+  std::vector<std::pair<std::string, std::string>> changed;  // name, node JSON
+  bool was;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    was = unreachable_;
+    unreachable_ = true;
+    for (const auto& [name, st] : nodes_) {
+      // (Known only from the server's store, after a restart: left as it was stored.)
+      if (st.json.empty()) continue;
+      Json node = Json::parse(st.json);
+      if (node.contains("labels") && node["labels"].value("pool.down", "") == down) continue;
+      node["unschedulable"] = true;
+      node["labels"]["pool.down"] = down;
+      node["labels"]["slurm.error"] = detail;
+      changed.push_back({name, node.dump()});
+    }
+  }
+  if (!was)
+    std::fprintf(stderr,
+                 "tessera server: slurm pool %s: %s: its nodes take no new work until Slurm "
+                 "answers\n",
+                 options_.pool.c_str(), what.c_str());
+  for (const auto& [name, json] : changed) {
+    Status st = RegisterNode(name, json);
+    if (!st.ok())
+      std::fprintf(stderr, "tessera server: slurm pool %s: %s\n", options_.pool.c_str(),
+                   st.ToString().c_str());
+  }
+}
+
+Status SlurmPoolHookup::RegisterNode(const std::string& name, const std::string& json) {
+  Json body = {{"node", Json::parse(json)},
+               {"agentVersion", "slurm-pool/" + options_.pool},
+               {"bootId", "slurm:" + options_.pool + ":" + name},
+               {"logsUrl", ""}};
+  auto r = cp_.RegisterAgent(System(), body);
+  if (!r.ok()) return r.status().WithContext("register node " + name);
+  std::lock_guard<std::mutex> l(mu_);
+  NodeState& st = nodes_[name];
+  st.json = json;
+  st.epoch = (*r).value("epoch", int64_t{-1});
+  return Status::Ok();
+}
+
 Status SlurmPoolHookup::SyncNodes() {
   auto nodes = journal_->Discover();
-  if (!nodes.ok()) return nodes.status();
+  if (!nodes.ok()) {
+    MarkUnreachable(nodes.status());
+    return nodes.status();
+  }
+  bool was_unreachable;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    was_unreachable = unreachable_;
+    unreachable_ = false;
+  }
+  if (was_unreachable)
+    std::fprintf(stderr, "tessera server: slurm pool %s: Slurm answers again\n",
+                 options_.pool.c_str());
   std::map<std::string, std::string> want;  // name -> NodeToJson
   for (Node& n : *nodes) {
     // A Slurm node that is down or not responding stays Ready here (it heartbeats), only
@@ -495,18 +560,7 @@ Status SlurmPoolHookup::SyncNodes() {
   for (const auto& name : gone)
     std::fprintf(stderr, "tessera server: slurm pool %s: node %s is gone from Slurm\n",
                  options_.pool.c_str(), name.c_str());
-  for (const auto& name : changed) {
-    Json body = {{"node", Json::parse(want[name])},
-                 {"agentVersion", "slurm-pool/" + options_.pool},
-                 {"bootId", "slurm:" + options_.pool + ":" + name},
-                 {"logsUrl", ""}};
-    auto r = cp_.RegisterAgent(System(), body);
-    if (!r.ok()) return r.status().WithContext("register node " + name);
-    std::lock_guard<std::mutex> l(mu_);
-    NodeState& st = nodes_[name];
-    st.json = want[name];
-    st.epoch = (*r).value("epoch", int64_t{-1});
-  }
+  for (const auto& name : changed) TESSERA_RETURN_IF_ERROR(RegisterNode(name, want[name]));
   return Status::Ok();
 }
 

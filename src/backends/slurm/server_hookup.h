@@ -8,6 +8,11 @@
 //     registered unschedulable (Slurm keeps their jobs; Slurm decides their fate); nodes
 //     gone from sinfo stop heartbeating and become NotReady. Heartbeats run on their own
 //     thread every `heartbeat`, so a slow or absent slurmctld never makes nodes NotReady.
+//   - Slurm unreachable: while discovery fails (slurmctld down, its clients failing), what the
+//     server knows of the pool is stale. Its nodes stay Ready (their jobs are Slurm's, which
+//     NotReady would write off and start again elsewhere) but take no new work, labelled
+//     `pool.down=slurm: slurmctld unreachable` (and `slurm.error`, the failing call's words)
+//     until discovery answers again.
 //   - Dispatch: the control plane's Backend for `pool` is a SlurmServerBackend (one sbatch
 //     per job attempt); task states and exit codes come back as heartbeat task reports, so
 //     the control plane's own lifecycle (Running, Succeeded/Failed with exit code, events,
@@ -55,7 +60,10 @@ struct HookupOptions {
   std::chrono::milliseconds sync{5000};           // sinfo this often
   std::chrono::milliseconds heartbeat{1000};      // report nodes and tasks this often
   std::chrono::milliseconds poll{1000};           // squeue this often while jobs are live
-  std::shared_ptr<CommandRunner> runner;          // default: SubprocessRunner(env)
+  // A job Slurm keeps pending this long is cancelled there and placed again (0 = never):
+  // ServerAdapterOptions::pending_timeout.
+  std::chrono::milliseconds pending_timeout{std::chrono::minutes(5)};
+  std::shared_ptr<CommandRunner> runner;  // default: SubprocessRunner(env)
   // Where Slurm writes each job attempt's stdout/stderr (<dir>/<job>.<attempt>.out/.err) and
   // the server reads them for `tessera logs`: on a real cluster a filesystem shared by the
   // Slurm nodes and the server. Created at start; "" = Slurm's default, and no logs.
@@ -102,6 +110,9 @@ class SlurmPoolHookup {
   void ReportLoop();
   Status Reconcile();
   Status SyncNodes();
+  // Registers `name` as `json` (NodeToJson) and remembers it.
+  Status RegisterNode(const std::string& name, const std::string& json);
+  void MarkUnreachable(const Status& why);
   void HeartbeatAll();
   void OnReport(const TaskReport& r);
   void OnLaunch(const server::Dispatch& d);
@@ -116,6 +127,7 @@ class SlurmPoolHookup {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false, reconciled_ = false, report_now_ = false;
+  bool unreachable_ = false;                // the last discovery failed (MarkUnreachable)
   std::map<std::string, NodeState> nodes_;  // by node name: the ones we heartbeat
   std::map<std::string, TaskState> tasks_;  // by allocation
   std::set<std::string> stopped_;           // Stop() seen for these allocations

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/slurm/test_support.h"
 #include "server/control_plane.h"
 #include "server/test_util.h"
 
@@ -30,7 +31,7 @@ class FakeSlurm : public CommandRunner {
     std::lock_guard<std::mutex> l(mu_);
     calls_[argv.at(0)]++;
     const std::string& p = argv.at(0);
-    if (ctld_down_ && p != "sinfo")  // (sinfo answers: the nodes stay known)
+    if (ctld_down_ && (p != "sinfo" || sinfo_down_))  // (sinfo answers unless told not to)
       return CommandResult{1, "",
                            p + ": error: Unable to contact slurm controller (connect failure)"};
     if (p == "sinfo") return CommandResult{0, Sinfo(), ""};
@@ -49,6 +50,8 @@ class FakeSlurm : public CommandRunner {
       for (size_t i = 1; i < argv.size(); ++i) jobs_[std::stoll(argv[i])].state = "CANCELLED";
       return CommandResult{0, "", ""};
     }
+    if (p == "scontrol" && std::find(argv.begin(), argv.end(), "partition") != argv.end())
+      return testing::OnePartition();
     if (p == "scontrol") return CommandResult{1, "", "slurm_load_jobs error: Invalid job id"};
     return Internal("FakeSlurm: unexpected " + p);
   }
@@ -62,9 +65,11 @@ class FakeSlurm : public CommandRunner {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [id, j] : jobs_) j.state = state, j.exit = exit_status, j.reason = reason;
   }
-  void SetCtldDown(bool down) {  // every call but sinfo: "Unable to contact slurm controller"
+  // Every call but sinfo (and sinfo too with `sinfo_too`): "Unable to contact slurm controller".
+  void SetCtldDown(bool down, bool sinfo_too = false) {
     std::lock_guard<std::mutex> l(mu_);
     ctld_down_ = down;
+    sinfo_down_ = sinfo_too;
   }
   void SetNodeState(const std::string& node, const std::string& state) {
     std::lock_guard<std::mutex> l(mu_);
@@ -148,7 +153,7 @@ class FakeSlurm : public CommandRunner {
   std::vector<std::string> last_sbatch_;
   std::string last_script_;
   int64_t next_id_ = 42;
-  bool ctld_down_ = false;
+  bool ctld_down_ = false, sinfo_down_ = false;
   std::map<std::string, std::string> node_state_;
   std::string job_nodes_ = "node1";
 };
@@ -191,6 +196,7 @@ class HookupTest : public ::testing::Test {
     ho.heartbeat = std::chrono::milliseconds(20);
     ho.poll = std::chrono::milliseconds(20);
     ho.logs_dir = logs_dir_;
+    ho.pending_timeout = pending_timeout_;
     return ho;
   }
   // The control plane and the pool's hookup on dir_, as a server starts (again); by default
@@ -243,7 +249,8 @@ class HookupTest : public ::testing::Test {
   }
 
   std::string dir_;
-  std::string logs_dir_;      // HookupOptions::logs_dir
+  std::string logs_dir_;  // HookupOptions::logs_dir
+  std::chrono::milliseconds pending_timeout_{std::chrono::minutes(5)};
   bool real_engine_ = false;  // the default engine, not a first fit that ignores affinity
   std::shared_ptr<FakeSlurm> slurm_;
   std::unique_ptr<ControlPlane> cp_;
@@ -284,6 +291,46 @@ TEST_F(HookupTest, DownSlurmNodesAreUnschedulableAndSayTheyAreDown) {
     return !n.value("unschedulable", false) && !n["labels"].contains("pool.down");
   })) << cp_->ListNodes(kAdmin)["items"][1].dump();
   EXPECT_EQ(cp_->ListPools()["items"][0].value("downNodes", -1), 0);
+}
+
+// slurmctld unreachable: what the server knows of the pool is stale. Its nodes stay Ready
+// (their running jobs are Slurm's) but take no new work and say why, until Slurm answers.
+TEST_F(HookupTest, AnUnreachableSlurmctldIsShownOnThePoolsNodesUntilItAnswers) {
+  real_engine_ = true;  // (one that honours unschedulable)
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  slurm_->SetCtldDown(true, /*sinfo_too=*/true);
+  auto all_down = [&] {
+    const Json nodes = cp_->ListNodes(kAdmin);  // (a temporary would die before the loop)
+    for (const Json& n : nodes["items"])
+      if (n["labels"].value("pool.down", "") != "slurm: slurmctld unreachable") return false;
+    return true;
+  };
+  ASSERT_TRUE(Until(all_down)) << cp_->ListNodes(kAdmin).dump();
+  const Json nodes = cp_->ListNodes(kAdmin);
+  for (const Json& n : nodes["items"]) {
+    EXPECT_TRUE(n.value("ready", false)) << n.dump();
+    EXPECT_TRUE(n.value("unschedulable", false)) << n.dump();
+    EXPECT_NE(n["labels"].value("slurm.error", "").find("Unable to contact slurm controller"),
+              std::string::npos)
+        << n.dump();
+  }
+  EXPECT_EQ(cp_->ListPools()["items"][0].value("downNodes", -1), 2);
+  Submit("waits");
+  for (int i = 0; i < 20; ++i) (void)cp_->RunCycle();
+  EXPECT_EQ(State("waits"), "Pending");  // not sent to nodes Slurm cannot be asked about
+  EXPECT_EQ(slurm_->Calls("sbatch"), 0);
+  slurm_->SetCtldDown(false);
+  ASSERT_TRUE(Until([&] {
+    const Json nodes = cp_->ListNodes(kAdmin);
+    for (const Json& n : nodes["items"])
+      if (n.value("unschedulable", false) || n["labels"].contains("pool.down") ||
+          n["labels"].contains("slurm.error"))
+        return false;
+    return true;
+  })) << cp_->ListNodes(kAdmin).dump();
+  EXPECT_EQ(cp_->ListPools()["items"][0].value("downNodes", -1), 0);
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; })) << State("waits");
 }
 
 TEST_F(HookupTest, LifecycleFollowsSlurmWithExitCodes) {
@@ -420,6 +467,29 @@ TEST_F(HookupTest, SlurmsPendingReasonIsShown) {
   EXPECT_EQ(Describe("p")["pendingReason"].value("code", ""), "WaitingInPool");  // get jobs' REASON
   slurm_->SetAll("RUNNING");
   ASSERT_TRUE(Until([&] { return State("p") == "Running"; })) << State("p");
+}
+
+// A job Slurm keeps pending past the pool's pending timeout (its node taken by a job Tessera
+// does not know) is cancelled in Slurm and placed again, a new attempt, with an event saying
+// why; Tessera does not take the cancel for a user's scancel.
+TEST_F(HookupTest, AJobPendingInSlurmTooLongIsPlacedAgain) {
+  pending_timeout_ = std::chrono::milliseconds(300);
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Submit("stuck");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  slurm_->SetAll("PENDING", 0, "Resources");
+  ASSERT_TRUE(Until([&] { return slurm_->Calls("sbatch") >= 2; })) << Describe("stuck").dump();
+  EXPECT_GE(slurm_->Calls("scancel"), 1);
+  EXPECT_GE(Describe("stuck").value("attempt", 0), 2);
+  EXPECT_NE(State("stuck"), "Cancelled");
+  EXPECT_NE(State("stuck"), "Failed");
+  const std::string events = Describe("stuck")["events"].dump();
+  EXPECT_NE(events.find("\"Evicted\""), std::string::npos) << events;
+  EXPECT_NE(events.find("slurm:42: Slurm job 42 PENDING (Resources) for "), std::string::npos)
+      << events;
+  EXPECT_NE(events.find("cancelled in Slurm, to be placed again"), std::string::npos) << events;
+  EXPECT_EQ(events.find("scancel of"), std::string::npos) << events;
 }
 
 // NODE_FAIL is an eviction (onEviction: an sbatch job restarts), and says which node failed.

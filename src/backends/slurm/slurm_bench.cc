@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
   std::map<std::string, SlurmNode> inventory;
   auto slurm_nodes = cli.Nodes();
   for (const SlurmNode& s : *slurm_nodes) inventory[s.name] = s;
+  std::map<std::string, SlurmPartition> partitions;
+  auto slurm_partitions = cli.Partitions();
+  for (const SlurmPartition& p : *slurm_partitions) partitions[p.name] = p;
 
   // 1. plain sbatch
   auto t0 = Clock::now();
@@ -100,7 +103,8 @@ int main(int argc, char** argv) {
 
   // 2. the same argv Tessera builds, by hand
   std::vector<SbatchCommand> cmds;
-  for (int i = 0; i < n; ++i) cmds.push_back(*BuildSbatch(Request(i, "same"), inventory));
+  for (int i = 0; i < n; ++i)
+    cmds.push_back(*BuildSbatch(Request(i, "same"), inventory, partitions));
   t0 = Clock::now();
   for (const SbatchCommand& c : cmds) {
     auto id = cli.Submit(c.argv, c.script);
@@ -134,7 +138,7 @@ int main(int argc, char** argv) {
   auto squeue = runner->Run({"squeue", "--json"}, "");
   auto b0 = Clock::now();
   int reps = 2000;
-  for (int i = 0; i < reps; ++i) (void)BuildSbatch(Request(i, "x"), inventory);
+  for (int i = 0; i < reps; ++i) (void)BuildSbatch(Request(i, "x"), inventory, partitions);
   double build_us = Seconds(b0, Clock::now()) * 1e6 / reps;
   auto p0 = Clock::now();
   int parse_reps = 20;

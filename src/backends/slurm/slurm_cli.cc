@@ -66,6 +66,14 @@ StatusOr<std::vector<SlurmJob>> SlurmCli::Jobs() {
   return jobs;
 }
 
+StatusOr<std::vector<SlurmPartition>> SlurmCli::Partitions() {
+  auto r = RunChecked({"scontrol", "-a", "-o", "show", "partition"}, "");
+  if (!r.ok()) return r.status();
+  auto parts = ParseScontrolPartitions(r->out);
+  if (!parts.ok()) return Internal(parts.status().message());
+  return parts;
+}
+
 StatusOr<int64_t> SlurmCli::Submit(const std::vector<std::string>& argv,
                                    const std::string& script) {
   auto r = RunChecked(argv, script);

@@ -24,6 +24,8 @@ class SlurmCli {
   // squeue --json: every job Slurm still remembers, finished ones for MinJobAge (22.05
   // ignores squeue's filters with --json, so there is no cheaper per-job query).
   StatusOr<std::vector<SlurmJob>> Jobs();
+  // scontrol -a -o show partition: every partition, hidden ones too.
+  StatusOr<std::vector<SlurmPartition>> Partitions();
   // Runs argv (starting with "sbatch", including --parsable) with `script` on stdin and
   // returns the job id it printed ("12" or "12;cluster").
   StatusOr<int64_t> Submit(const std::vector<std::string>& argv, const std::string& script);

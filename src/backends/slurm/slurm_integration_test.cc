@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/slurm/job_state.h"
 #include "backends/slurm/live_cluster.h"
 #include "backends/slurm/server_adapter.h"
 #include "backends/slurm/slurm_pool.h"
@@ -254,6 +255,76 @@ TEST_F(SlurmIntegrationTest, PendingOnDrainedNodeThenRuns) {
   EXPECT_EQ(p.phase, AllocationPhase::kPending);
   ASSERT_EQ(Shell(conf + "scontrol update nodename=node2 state=resume"), 0);
   EXPECT_EQ(WaitTerminal(r.allocation).phase, AllocationPhase::kSucceeded);
+}
+
+// Partitions made for one test, removed after it (their jobs cancelled) even when it fails:
+// the cluster is shared.
+class ScratchPartitions {
+ public:
+  explicit ScratchPartitions(std::vector<std::pair<std::string, std::string>> parts)
+      : parts_(std::move(parts)) {
+    Remove();  // left over by a crashed run
+    for (const auto& [name, spec] : parts_)
+      EXPECT_EQ(Shell(Conf() + "scontrol create partitionname=" + name + " " + spec), 0) << name;
+  }
+  ~ScratchPartitions() { Remove(); }
+
+ private:
+  static std::string Conf() { return "SLURM_CONF=" + ClusterDir() + "/slurm.conf "; }
+  void Remove() {
+    for (const auto& [name, spec] : parts_)
+      (void)Shell(Conf() + "scancel -p " + name + " 2>/dev/null; " + Conf() +
+                  "scontrol delete partitionname=" + name + " 2>/dev/null");
+  }
+  std::vector<std::pair<std::string, std::string>> parts_;
+};
+
+// Which partition Slurm ran a job in: the cluster's default if it can take the job, else an
+// UP one whose MaxTime allows the job's --time; a DOWN one never (a job sent there would wait
+// forever, PartitionDown), and none that fits is an error naming each one's reason.
+TEST_F(SlurmIntegrationTest, PartitionIsTheDefaultOrAnUpOneThatAllowsTheTimeLimit) {
+  // "aaa-down" comes first by name and is DOWN; "short" allows 10 min; "long" a day.
+  ScratchPartitions scratch({{"aaa-down", "nodes=node1 state=down"},
+                             {"short", "nodes=node1 maxtime=10 state=up"},
+                             {"long", "nodes=node[1-2] maxtime=1-0 state=up"}});
+  SlurmCli cli(*runner_);
+  auto ran_in = [&](SlurmPool& pool, const std::string& job, std::optional<int64_t> limit,
+                    const std::string& partition = "") -> std::string {
+    DispatchRequest r = Request(job, {Bind(job, 0, "node1", 1000, {})}, {"true"});
+    r.time_limit_seconds = limit;
+    r.partition = partition;
+    auto id = pool.Dispatch(r);
+    if (!id.ok()) return id.status().ToString();
+    auto jobs = cli.Jobs();
+    EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
+    for (const SlurmJob& j : *jobs)
+      if (ExternalId(j.job_id) == *id) return j.partition;
+    return "no Slurm job " + *id;
+  };
+  // Every partition served: the default, debug.
+  EXPECT_EQ(ran_in(*pool_, "dflt", 300), "debug");
+  // Served: the three scratch ones. 5 min: the tightest that allows it; 20 min and none: long.
+  SlurmPoolOptions o;
+  o.discovery.partitions = {"aaa-down", "short", "long"};
+  SlurmPool scoped(runner_, o);
+  EXPECT_EQ(ran_in(scoped, "five", 300), "short");
+  EXPECT_EQ(ran_in(scoped, "twenty", 1200), "long");
+  EXPECT_EQ(ran_in(scoped, "unlimited", std::nullopt), "long");
+  std::string named = ran_in(scoped, "named", 300, "aaa-down");
+  EXPECT_NE(named.find("Slurm partition \"aaa-down\" cannot run the job on node1: State=DOWN"),
+            std::string::npos)
+      << named;
+  o.discovery.partitions = {"aaa-down", "short"};
+  SlurmPool narrow(runner_, o);
+  std::string none = ran_in(narrow, "none", 1200);
+  EXPECT_NE(none.find("no Slurm partition can run the job on node1 (aaa-down: State=DOWN; debug: "
+                      "not served by this pool (--slurm-partition); long: not served by this pool "
+                      "(--slurm-partition); short: MaxTime=0-00:10:00 is less than the job's "
+                      "--time=0-00:20:00)"),
+            std::string::npos)
+      << none;
+  for (const char* job : {"dflt", "five", "twenty", "unlimited"})
+    EXPECT_EQ(WaitTerminal(Alloc(job)).phase, AllocationPhase::kSucceeded) << job;
 }
 
 TEST_F(SlurmIntegrationTest, TesseraRestartAdoptsCancelsStaleAndNeverDuplicates) {

@@ -297,4 +297,68 @@ StatusOr<SlurmJob> SlurmJobFromScontrol(const std::map<std::string, std::string>
   return j;
 }
 
+StatusOr<std::optional<int64_t>> ParseSlurmTime(const std::string& text) {
+  if (text == "UNLIMITED" || text == "INFINITE") return std::optional<int64_t>();
+  auto bad = [&] { return InvalidArgument("\"" + text + "\" is not a Slurm time"); };
+  int64_t days = 0;
+  std::string rest = text;
+  const size_t dash = text.find('-');
+  if (dash != std::string::npos) {
+    if (!ParseInt(text.substr(0, dash), days) || days < 0) return bad();
+    rest = text.substr(dash + 1);
+  }
+  std::vector<int64_t> parts;
+  for (const std::string& p : Split(rest, ':')) {
+    int64_t v = 0;
+    if (!ParseInt(p, v) || v < 0) return bad();
+    parts.push_back(v);
+  }
+  if (parts.size() > 3) return bad();
+  // With days: hours[:minutes[:seconds]]; without: minutes[:seconds] or hours:minutes:seconds.
+  int64_t h = 0, m = 0, s = 0;
+  if (dash != std::string::npos) {
+    h = parts[0];
+    if (parts.size() > 1) m = parts[1];
+    if (parts.size() > 2) s = parts[2];
+  } else if (parts.size() == 3) {
+    h = parts[0], m = parts[1], s = parts[2];
+  } else {
+    m = parts[0];
+    if (parts.size() > 1) s = parts[1];
+  }
+  return std::optional<int64_t>(((days * 24 + h) * 60 + m) * 60 + s);
+}
+
+StatusOr<std::vector<SlurmPartition>> ParseScontrolPartitions(const std::string& text) {
+  std::vector<SlurmPartition> out;
+  for (const std::string& line : Split(text, '\n')) {
+    if (line.find_first_not_of(" \r") == std::string::npos) continue;
+    if (line.rfind("No partitions", 0) == 0) continue;
+    const std::map<std::string, std::string> kv = ParseScontrolLine(line);
+    auto get = [&](const char* k) -> std::string {
+      auto it = kv.find(k);
+      return it == kv.end() ? std::string() : it->second;
+    };
+    SlurmPartition p;
+    p.name = get("PartitionName");
+    if (p.name.empty()) {
+      return InvalidArgument("scontrol show partition: a line without PartitionName: \"" +
+                             line.substr(0, 80) + "\"");
+    }
+    const std::string path = "scontrol show partition " + p.name;
+    p.state = get("State");
+    if (p.state.empty()) return InvalidArgument(path + ": State missing");
+    p.is_default = get("Default") == "YES";
+    p.hidden = get("Hidden") == "YES";
+    auto max_time = ParseSlurmTime(get("MaxTime"));
+    if (!max_time.ok()) return max_time.status().WithContext(path + ": MaxTime");
+    p.max_time_seconds = *max_time;
+    int64_t v = 0;
+    if (ParseInt(get("MaxNodes"), v)) p.max_nodes = v;  // else UNLIMITED
+    if (ParseInt(get("PriorityTier"), v)) p.priority_tier = v;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace tessera::slurm

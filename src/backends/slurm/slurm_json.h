@@ -1,7 +1,8 @@
 // What Slurm 22.05 tells us, as plain values, and the parsers that read it.
 //
 // Sources: `sinfo --json` and `squeue --json` (openapi/v0.0.38: {"meta","errors",...}),
-// `scontrol -o show job ID` (one line of Key=Value; 22.05 has no `scontrol --json`), and
+// `scontrol -o show job ID` and `scontrol -a -o show partition` (one line of Key=Value per
+// job or partition; 22.05 has no `scontrol --json`), and
 // GRES strings ("gpu:a100:8", "gpu:a100:8(IDX:0-7)", "gpu:4(S:0-1)"). Parsing is lenient
 // about fields we do not use and strict about the ones we do: a missing or mistyped field
 // we need is an error naming it ("sinfo.nodes[2].cpus: expected an integer"). Stateless;
@@ -66,6 +67,17 @@ struct SlurmJob {
   int64_t node_count = 0;
 };
 
+// One partition, as `scontrol -a -o show partition` shows it (what choosing one needs).
+struct SlurmPartition {
+  std::string name;
+  std::string state;  // "UP", "DOWN", "DRAIN", "INACTIVE"
+  bool is_default = false;
+  bool hidden = false;
+  std::optional<int64_t> max_time_seconds;  // nullopt = UNLIMITED
+  std::optional<int64_t> max_nodes;         // nullopt = UNLIMITED
+  int64_t priority_tier = 1;
+};
+
 StatusOr<std::vector<SlurmNode>> ParseSinfoJson(const std::string& text);
 StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text);
 
@@ -75,5 +87,14 @@ std::map<std::string, std::string> ParseScontrolLine(const std::string& line);
 // The fields of one `scontrol -o show job` line that SlurmJob carries (state, reason,
 // exit code from "N:S", name, comment, nodes, partition).
 StatusOr<SlurmJob> SlurmJobFromScontrol(const std::map<std::string, std::string>& kv);
+
+// `scontrol -a -o show partition`: one partition per line ("No partitions in the system"
+// reads as none). A line without PartitionName, State or a readable MaxTime is an error
+// naming the partition and field.
+StatusOr<std::vector<SlurmPartition>> ParseScontrolPartitions(const std::string& text);
+
+// A Slurm time ("UNLIMITED", "INFINITE", "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM",
+// "D-HH:MM:SS") in seconds; nullopt for unlimited.
+StatusOr<std::optional<int64_t>> ParseSlurmTime(const std::string& text);
 
 }  // namespace tessera::slurm

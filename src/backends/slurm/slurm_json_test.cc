@@ -129,5 +129,63 @@ TEST(ParseScontrol, OneLinerAndHet) {
   EXPECT_FALSE(SlurmJobFromScontrol(ParseScontrolLine("JobId=x JobState=RUNNING")).ok());
 }
 
+// Captured from the test cluster (scripts/slurm/up.sh) after
+//   scontrol create partitionname=short nodes=node1 maxtime=10 state=up prioritytier=2
+//   scontrol create partitionname=off nodes=node[1-2] state=down
+//   scontrol create partitionname=hid nodes=node2 hidden=yes maxtime=1-02:03:04 state=drain
+TEST(ParseScontrolPartitions, Sample) {
+  auto parts = ParseScontrolPartitions(Testdata("scontrol_partitions.txt"));
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  ASSERT_EQ(parts->size(), 4u);
+  const SlurmPartition& debug = (*parts)[0];
+  EXPECT_EQ(debug.name, "debug");
+  EXPECT_EQ(debug.state, "UP");
+  EXPECT_TRUE(debug.is_default);
+  EXPECT_FALSE(debug.hidden);
+  EXPECT_EQ(debug.max_time_seconds, std::nullopt);  // MaxTime=UNLIMITED
+  EXPECT_EQ(debug.max_nodes, std::nullopt);
+  const SlurmPartition& shrt = (*parts)[1];
+  EXPECT_EQ(shrt.name, "short");
+  EXPECT_FALSE(shrt.is_default);
+  EXPECT_EQ(shrt.max_time_seconds, 600);  // MaxTime=00:10:00
+  EXPECT_EQ(shrt.priority_tier, 2);
+  EXPECT_EQ((*parts)[2].state, "DOWN");
+  const SlurmPartition& hid = (*parts)[3];
+  EXPECT_EQ(hid.state, "DRAIN");
+  EXPECT_TRUE(hid.hidden);
+  EXPECT_EQ(hid.max_time_seconds, ((26 * 60) + 4) * 60);  // 1-02:04:00 (Slurm rounds to minutes)
+  auto none = ParseScontrolPartitions("No partitions in the system\n");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  auto bad = ParseScontrolPartitions("PartitionName=x State=UP MaxTime=soon\n");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("partition x: MaxTime"), std::string::npos)
+      << bad.status().message();
+  EXPECT_FALSE(ParseScontrolPartitions("PartitionName=x MaxTime=5\n").ok());  // no State
+}
+
+TEST(ParseSlurmTime, Forms) {
+  struct Case {
+    std::string text;
+    std::optional<int64_t> want;
+  } cases[] = {
+      {"UNLIMITED", std::nullopt},
+      {"INFINITE", std::nullopt},
+      {"10", 600},
+      {"10:30", 630},
+      {"01:02:03", 3723},
+      {"2-0", 172800},
+      {"1-01:01", 90060},
+      {"1-01:01:01", 90061},
+  };
+  for (const Case& c : cases) {
+    auto got = ParseSlurmTime(c.text);
+    ASSERT_TRUE(got.ok()) << c.text << ": " << got.status().ToString();
+    EXPECT_EQ(*got, c.want) << c.text;
+  }
+  for (const char* bad : {"", "x", "1:2:3:4", "-5", "1-"})
+    EXPECT_FALSE(ParseSlurmTime(bad).ok()) << bad;
+}
+
 }  // namespace
 }  // namespace tessera::slurm

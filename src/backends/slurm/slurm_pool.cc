@@ -7,7 +7,10 @@
 namespace tessera::slurm {
 
 SlurmPool::SlurmPool(std::shared_ptr<CommandRunner> runner, SlurmPoolOptions options)
-    : runner_(std::move(runner)), cli_(*runner_), options_(std::move(options)) {}
+    : runner_(std::move(runner)), cli_(*runner_), options_(std::move(options)) {
+  // sbatch picks partitions among the served ones only.
+  options_.sbatch.partitions = options_.discovery.partitions;
+}
 
 size_t SlurmPool::tracked() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -28,6 +31,13 @@ SlurmPool::Submissions SlurmPool::GroupTagged(const std::vector<SlurmJob>& jobs)
 Status SlurmPool::RefreshInventoryLocked() {
   auto nodes = cli_.Nodes();
   if (!nodes.ok()) return nodes.status();
+  auto parts = cli_.Partitions();
+  if (!parts.ok()) return parts.status();
+  partitions_.clear();
+  for (SlurmPartition& p : *parts) {
+    std::string name = p.name;
+    partitions_[name] = std::move(p);
+  }
   inventory_.clear();
   for (SlurmNode& n : *nodes) {
     std::string name = n.name;
@@ -72,8 +82,8 @@ void SlurmPool::NameFailedNodesLocked(AllocationStatus& st) {
 }
 
 std::map<std::string, NodeUsage> SlurmPool::UsageOfLocked(const DispatchRequest& request) {
-  auto cmd = BuildSbatch(request, inventory_, options_.sbatch);
-  return cmd.ok() ? cmd->usage : std::map<std::string, NodeUsage>{};
+  auto usage = SlurmUsage(request, inventory_);
+  return usage.ok() ? *usage : std::map<std::string, NodeUsage>{};
 }
 
 StatusOr<std::string> SlurmPool::Dispatch(const DispatchRequest& request) {
@@ -97,11 +107,11 @@ StatusOr<std::string> SlurmPool::Dispatch(const DispatchRequest& request) {
     }
     uncertain_.erase(request.allocation);
   }
-  bool known = !inventory_.empty();
+  bool known = !inventory_.empty() && !partitions_.empty();
   for (const Binding& b : request.bindings) known = known && inventory_.contains(b.allocation.node);
   if (!known) TESSERA_RETURN_IF_ERROR(RefreshInventoryLocked());
 
-  auto cmd = BuildSbatch(request, inventory_, options_.sbatch);
+  auto cmd = BuildSbatch(request, inventory_, partitions_, options_.sbatch);
   if (!cmd.ok()) return cmd.status();
   auto id = cli_.Submit(cmd->argv, cmd->script);
   if (!id.ok()) {

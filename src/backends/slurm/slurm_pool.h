@@ -1,9 +1,10 @@
 // SlurmPool: a real Slurm cluster as a Tessera pool (PoolBackend over SlurmCli).
 //
-// Discover() reads sinfo; Dispatch() turns an allocation into one sbatch (sbatch.h) and
-// remembers the Slurm job id; Poll() reads squeue and folds each tagged Slurm job into an
-// AllocationStatus (job_state.h); Cancel() is scancel; Reconcile() finds Tessera's jobs by
-// their comment tag (tessera:<job>:<allocation>) after a Tessera restart.
+// Discover() reads sinfo (and the partitions, scontrol show partition); Dispatch() turns an
+// allocation into one sbatch (sbatch.h) and remembers the Slurm job id; Poll() reads squeue and
+// folds each tagged Slurm job into an AllocationStatus (job_state.h); Cancel() is scancel;
+// Reconcile() finds Tessera's jobs by their comment tag (tessera:<job>:<allocation>) after a
+// Tessera restart.
 //
 // No loss, no duplicates:
 //   - Dispatch is idempotent per allocation id: a second call returns the first job id.
@@ -67,10 +68,11 @@ class SlurmPool : public PoolBackend {
   SlurmCli cli_;
   SlurmPoolOptions options_;
   mutable std::mutex mu_;
-  std::map<std::string, SlurmNode> inventory_;  // by name, from the last sinfo
-  std::map<std::string, Record> records_;       // by allocation
-  std::set<std::string> uncertain_;             // allocations whose sbatch answer was lost
-  std::set<std::string> ended_untracked_;       // finished, not ours to track, reported once
+  std::map<std::string, SlurmNode> inventory_;        // by name, from the last sinfo
+  std::map<std::string, SlurmPartition> partitions_;  // by name, from the last scontrol
+  std::map<std::string, Record> records_;             // by allocation
+  std::set<std::string> uncertain_;                   // allocations whose sbatch answer was lost
+  std::set<std::string> ended_untracked_;             // finished, not ours to track, reported once
 };
 
 }  // namespace tessera::slurm

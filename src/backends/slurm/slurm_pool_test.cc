@@ -86,6 +86,7 @@ class SlurmPoolTest : public ::testing::Test {
  protected:
   SlurmPoolTest() : runner(std::make_shared<FakeCommandRunner>()), pool(runner, {}) {
     runner->Reply("sinfo", Sinfo());
+    runner->Reply("scontrol partition", testing::OnePartition());
   }
   std::shared_ptr<FakeCommandRunner> runner;
   SlurmPool pool;

@@ -2,6 +2,7 @@
 // CommandRunner that answers from a script of expected calls. Not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <fstream>
@@ -15,6 +16,15 @@
 
 namespace tessera::slurm::testing {
 
+// `scontrol -a -o show partition` of a cluster with one partition, debug (Default=YES, UP,
+// no time limit), holding every node: what the fakes answer unless a test says otherwise.
+inline CommandResult OnePartition() {
+  return {0,
+          "PartitionName=debug AllowGroups=ALL Default=YES Hidden=NO MaxNodes=UNLIMITED "
+          "MaxTime=UNLIMITED Nodes=ALL PriorityTier=1 State=UP\n",
+          ""};
+}
+
 inline std::string Testdata(const std::string& name) {
   const char* root = std::getenv("TESSERA_SOURCE_DIR");
   std::string path = std::string(root ? root : ".") + "/src/backends/slurm/testdata/" + name;
@@ -25,9 +35,9 @@ inline std::string Testdata(const std::string& name) {
   return ss.str();
 }
 
-// Answers calls by the first word after the program ("sbatch", "squeue", ...): each
-// program has a queue of replies, used in order; once it is empty the last one repeats. Records
-// every call.
+// Answers calls by program ("sbatch", "squeue", ...; `scontrol show partition` is
+// "scontrol partition", other scontrol calls "scontrol"): each has a queue of replies, used
+// in order; once it is empty the last one repeats. Records every call.
 class FakeCommandRunner : public CommandRunner {
  public:
   struct Call {
@@ -39,7 +49,7 @@ class FakeCommandRunner : public CommandRunner {
   StatusOr<CommandResult> Run(const std::vector<std::string>& argv,
                               const std::string& input) override {
     calls.push_back({argv, input});
-    const std::string& p = argv.at(0);
+    const std::string p = Key(argv);
     if (auto& f = failures_[p]; !f.empty()) {
       Status s = f.front();
       f.pop_front();
@@ -56,8 +66,13 @@ class FakeCommandRunner : public CommandRunner {
   }
   int Count(const std::string& program) const {
     int n = 0;
-    for (const Call& c : calls) n += c.argv.at(0) == program;
+    for (const Call& c : calls) n += Key(c.argv) == program;
     return n;
+  }
+  static std::string Key(const std::vector<std::string>& argv) {
+    const bool partitions =
+        argv.at(0) == "scontrol" && std::find(argv.begin(), argv.end(), "partition") != argv.end();
+    return partitions ? "scontrol partition" : argv.at(0);
   }
   std::vector<Call> calls;
 
