@@ -155,6 +155,221 @@ spec:
   EXPECT_EQ(t.PlacementOfTask(1).tolerations.size(), 1u);
 }
 
+// A Pod whose spec also has `field` (one line of YAML at the spec's indentation).
+StatusOr<std::vector<Document>> PodWith(const std::string& field) {
+  return ParseDocuments(
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, "
+      "command: [x]}]\n  " +
+      field + "\n");
+}
+
+// A Pod that requires nodes matching one term of `expressions`.
+StatusOr<std::vector<Document>> PodRequiring(const std::string& expressions) {
+  return PodWith(
+      "affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
+      "{nodeSelectorTerms: [{matchExpressions: [" +
+      expressions + "]}]}}}");
+}
+
+constexpr char kRequired[] =
+    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+constexpr char kPreferred[] =
+    "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution";
+
+// `r` is refused as invalid with an error that says `words`; `what` names the case.
+void ExpectRefused(const StatusOr<std::vector<Document>>& r, const std::string& words,
+                   const std::string& what) {
+  ASSERT_FALSE(r.ok()) << what;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << what;
+  EXPECT_NE(r.status().message().find(words), std::string::npos)
+      << what << ": got \"" << r.status().message() << "\", want \"" << words << "\"";
+}
+
+// Node affinity as Kubernetes' API validation takes it: each operator with the values it
+// needs, label keys, at least one term of at least one requirement, weights 1-100, and
+// objects where Kubernetes has objects. Each refusal names the field at fault.
+TEST(Spec, NodeAffinityRefusedAsKubernetesRefusesIt) {
+  const std::string term0 = std::string(kRequired) + "[0].matchExpressions[0]";
+  struct Case {
+    std::string expressions, words;
+  } cases[] = {
+      {"{key: a, operator: Inn, values: [x]}",
+       term0 + ".operator: unknown \"Inn\" (In, NotIn, Exists, DoesNotExist, Gt, Lt)"},
+      {"{key: a, operator: In}", term0 + ".values: required when operator is In or NotIn"},
+      {"{key: a, operator: NotIn, values: []}",
+       term0 + ".values: required when operator is In or NotIn"},
+      {"{key: a, operator: Exists, values: [x]}",
+       term0 + ".values: must be empty when operator is Exists or DoesNotExist"},
+      {"{key: a, operator: DoesNotExist, values: [x]}",
+       term0 + ".values: must be empty when operator is Exists or DoesNotExist"},
+      {"{key: a, operator: Gt, values: [\"1\", \"2\"]}",
+       term0 + ".values: must be a single integer when operator is Gt or Lt, got [\"1\",\"2\"]"},
+      {"{key: a, operator: Lt}", term0 + ".values: must be a single integer"},
+      {"{key: a, operator: Lt, values: [ten]}",
+       term0 + ".values[0]: \"ten\" is not an integer (Gt and Lt compare"},
+      {"{key: a, operator: Gt, values: [\"+-1\"]}", term0 + ".values[0]: \"+-1\" is not an"},
+      {"{key: a, operator: Gt, values: [\"99999999999999999999\"]}",
+       term0 + ".values[0]: \"99999999999999999999\" is not an integer"},
+      {"{key: \"bad key\", operator: Exists}",
+       term0 + ".key: \"bad key\" is not a label key: a key's name must be"},
+      {"{key: \"\", operator: Exists}", term0 + ".key: \"\" is not a label key"},
+      {"{key: Example.com/a, operator: Exists}",
+       term0 + ".key: \"Example.com/a\" is not a label key: the prefix"},
+      {"{key: a, operator: Exists, value: x}", term0 + ".value: unknown field"},
+      {"{key: a, operator: Exists}, {key: b, operator: In}",
+       std::string(kRequired) + "[0].matchExpressions[1].values: required"},
+  };
+  for (const auto& c : cases) ExpectRefused(PodRequiring(c.expressions), c.words, c.expressions);
+
+  struct Affinity {
+    std::string node_affinity, words;
+  } affinities[] = {
+      {"requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: []}",
+       std::string(kRequired) + ": must have at least one node selector term"},
+      {"requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: "
+       "[]}]}",
+       std::string(kRequired) + "[0].matchExpressions: must have at least one node selector "
+                                "requirement"},
+      {"requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [[{key: a, "
+       "operator: Exists}]]}",
+       std::string(kRequired) + "[0]: expected an object with matchExpressions, got array"},
+      {"requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: "
+       "[{key: a, operator: Exists}], matchLabels: {a: b}}]}",
+       std::string(kRequired) + "[0].matchLabels: unknown field"},
+      {"requiredDuringScheduling: {}",
+       "spec.affinity.nodeAffinity.requiredDuringScheduling: unknown field"},
+      {"preferredDuringSchedulingIgnoredDuringExecution: [{weight: 101, preference: "
+       "{matchExpressions: [{key: a, operator: Exists}]}}]",
+       std::string(kPreferred) + "[0].weight: must be in the range 1-100, got 101"},
+      {"preferredDuringSchedulingIgnoredDuringExecution: [{weight: 0, preference: "
+       "{matchExpressions: [{key: a, operator: Exists}]}}]",
+       std::string(kPreferred) + "[0].weight: must be >= 1"},
+      {"preferredDuringSchedulingIgnoredDuringExecution: [{weight: 5, preference: "
+       "{matchExpressions: [{key: a, operator: Exists, values: [b]}]}}]",
+       std::string(kPreferred) +
+           "[0].preference.matchExpressions[0].values: must be empty when operator is Exists"},
+      {"preferredDuringSchedulingIgnoredDuringExecution: [{weight: 5, preference: [{key: a, "
+       "operator: Exists}]}]",
+       std::string(kPreferred) + "[0].preference: expected an object with matchExpressions"},
+      {"preferredDuringSchedulingIgnoredDuringExecution: [{weight: 5, preference: "
+       "{matchExpressions: []}}]",
+       std::string(kPreferred) + "[0].preference.matchExpressions: must have at least one"},
+  };
+  for (const auto& a : affinities)
+    ExpectRefused(PodWith("affinity: {nodeAffinity: {" + a.node_affinity + "}}"), a.words,
+                  a.node_affinity);
+
+  // What Kubernetes accepts is still accepted.
+  for (const char* ok :
+       {"{key: a, operator: In, values: [x, y]}",
+        "{key: a, operator: NotIn, "
+        "values: [x]}",
+        "{key: tessera.io/pool, operator: Exists}", "{key: a, operator: DoesNotExist, values: []}",
+        "{key: a, operator: Gt, values: [\"-5\"]}", "{key: a, operator: Lt, values: [\"+10\"]}"}) {
+    auto r = PodRequiring(ok);
+    EXPECT_TRUE(r.ok()) << ok << ": " << r.status().ToString();
+  }
+  auto weighted = PodWith(
+      "affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 100, "
+      "preference: {matchExpressions: [{key: a, operator: Exists}]}}]}}");
+  ASSERT_TRUE(weighted.ok()) << weighted.status().ToString();
+  EXPECT_EQ((*weighted)[0].job.job.placement.affinity.preferred[0].weight, 100);
+}
+
+// Tolerations and node selectors as Kubernetes' API validation takes them: an empty key only
+// with Exists, no value with Exists, tolerationSeconds only with NoExecute, label syntax.
+TEST(Spec, TolerationsAndNodeSelectorRefusedAsKubernetesRefusesThem) {
+  struct Case {
+    std::string field, words;
+  } cases[] = {
+      {"tolerations: [{operator: Equal, value: x}]",
+       "spec.tolerations[0].operator: must be Exists when key is empty (which tolerates every "
+       "taint), got Equal"},
+      {"tolerations: [{value: x}]", "spec.tolerations[0].operator: must be Exists when key"},
+      {"tolerations: [{key: a, operator: Exists}, {key: b, operator: Exists, value: x}]",
+       "spec.tolerations[1].value: must be empty when operator is Exists (it tolerates every "
+       "value of the key), got \"x\""},
+      {"tolerations: [{key: a, operator: Exists, effect: NoSchedule, tolerationSeconds: 60}]",
+       "spec.tolerations[0].effect: must be NoExecute when tolerationSeconds is set (how long a "
+       "NoExecute taint is tolerated), got \"NoSchedule\""},
+      {"tolerations: [{key: a, operator: Exists, tolerationSeconds: 60}]",
+       "spec.tolerations[0].effect: must be NoExecute when tolerationSeconds is set"},
+      {"tolerations: [{key: a, operator: Exists, effect: NoExecute, tolerationSeconds: soon}]",
+       "spec.tolerations[0].tolerationSeconds: expected an integer (seconds), got string"},
+      {"tolerations: [{key: a, operator: Exists, tolerationSecond: 60}]",
+       "spec.tolerations[0].tolerationSecond: unknown field"},
+      {"tolerations: [{key: a, operator: Equals, value: x}]",
+       "spec.tolerations[0].operator: unknown \"Equals\" (Equal, Exists)"},
+      {"tolerations: [{key: a, operator: Exists, effect: NoRun}]", "spec.tolerations[0].effect"},
+      {"tolerations: [{key: \"a b\", operator: Exists}]",
+       "spec.tolerations[0].key: \"a b\" is not a label key"},
+      {"tolerations: [{key: a, value: \"-x\"}]",
+       "spec.tolerations[0].value: \"-x\" is not a label value"},
+      {"tolerations: {key: a}", "spec.tolerations: expected a list"},
+      {"nodeSelector: {\"gpu type\": a100}", "spec.nodeSelector: \"gpu type\" is not a label key"},
+      {"nodeSelector: {zone: \"eu west\"}", "spec.nodeSelector.zone: \"eu west\" is not a label"},
+  };
+  for (const auto& c : cases) ExpectRefused(PodWith(c.field), c.words, c.field);
+
+  // What Kubernetes accepts is still accepted: tolerationSeconds with NoExecute (dropped:
+  // Tessera does not evict for taints), an empty operator (Equal), an empty value.
+  auto ok = PodWith(
+      "tolerations: [{key: a, operator: Exists, effect: NoExecute, tolerationSeconds: 300}, "
+      "{operator: Exists}, {key: b, operator: \"\", value: v}, {key: c, value: \"\"}]");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  const auto& tolerations = (*ok)[0].job.job.placement.tolerations;
+  ASSERT_EQ(tolerations.size(), 4u);
+  EXPECT_EQ(tolerations[0].effect, TaintEffect::kNoExecute);
+  EXPECT_TRUE(tolerations[1].key.empty());
+  EXPECT_EQ(tolerations[2].op, Toleration::Op::kEqual);
+  EXPECT_EQ(tolerations[2].value, "v");
+  auto selector = PodWith("nodeSelector: {tessera.io/pool: gpu, zone: \"\"}");
+  ASSERT_TRUE(selector.ok()) << selector.status().ToString();
+}
+
+// The same rules in every shape that carries a placement, each naming its own path.
+TEST(Spec, PlacementChecksNameEachShapesPath) {
+  const std::string pod = "{spec: {containers: [{name: c, command: [x]}]}}";
+  struct Case {
+    std::string name, text, words;
+  } cases[] = {
+      {"volcano second task",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+       "  - {name: a, template: " +
+           pod +
+           "}\n"
+           "  - {name: b, template: {spec: {tolerations: [{value: x}], containers: [{name: c, "
+           "command: [x]}]}}}\n",
+       "spec.tasks[1].template.spec.tolerations[0].operator: must be Exists when key is empty"},
+      {"deployment",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template: {spec: "
+       "{nodeSelector: {\"a b\": c}, containers: [{name: c, command: [x]}]}}\n",
+       "spec.template.spec.nodeSelector: \"a b\" is not a label key"},
+      {"batch job",
+       "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template: {spec: "
+       "{restartPolicy: Never, affinity: {nodeAffinity: "
+       "{requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: "
+       "[{key: a, operator: In}]}]}}}, containers: [{name: c, command: [x]}]}}\n",
+       "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+       "nodeSelectorTerms[0].matchExpressions[0].values: required"},
+      {"tessera job",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tolerations: [{key: "
+       "a, operator: Exists, value: x}], tasks: [{command: [x]}]}\n",
+       "spec.tolerations[0].value: must be empty when operator is Exists"},
+      {"tessera task",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{command: "
+       "[x]}, {command: [y], affinity: {required: [{matchExpressions: [{key: a, operator: "
+       "Exists, values: [b]}]}]}}]}\n",
+       "spec.tasks[1].affinity.required[0].matchExpressions[0].values: must be empty"},
+      {"tessera weight",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {affinity: {preferred: "
+       "[{weight: 500, preference: {matchExpressions: [{key: a, operator: Exists}]}}]}, tasks: "
+       "[{command: [x]}]}\n",
+       "spec.affinity.preferred[0].weight: must be in the range 1-100, got 500"},
+  };
+  for (const auto& c : cases) ExpectRefused(ParseDocuments(c.text), c.words, c.name);
+}
+
 TEST(Spec, KubernetesWorkloads) {
   auto dep = ParseDocuments(SeedFile("inference-deployment.yaml"));
   ASSERT_TRUE(dep.ok());
@@ -458,10 +673,7 @@ StatusOr<std::vector<Document>> SbatchWith(const std::string& directives) {
 
 // That script is refused with an error that says `words`.
 void ExpectSbatchRefused(const std::string& directives, const std::string& words) {
-  auto r = SbatchWith(directives);
-  ASSERT_FALSE(r.ok()) << directives;
-  EXPECT_NE(r.status().message().find(words), std::string::npos)
-      << directives << ": " << r.status().message();
+  ExpectRefused(SbatchWith(directives), words, directives);
 }
 
 // -w/--nodelist and -x/--exclude, as Slurm hostlists: node affinity on kubernetes.io/hostname
@@ -1226,13 +1438,7 @@ TEST(Spec, RejectsWithFieldPaths) {
       {"sbatch -n uneven over -N", "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -n 5\ntrue\n",
        "line 3: -n 5: 5 tasks do not divide evenly over 2 nodes (line 2: -N 2)"},
   };
-  for (const auto& c : cases) {
-    auto r = ParseDocuments(c.text);
-    ASSERT_FALSE(r.ok()) << c.name;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.name;
-    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
-        << c.name << ": got \"" << r.status().message() << "\", want \"" << c.want << "\"";
-  }
+  for (const auto& c : cases) ExpectRefused(ParseDocuments(c.text), c.want, c.name);
 }
 
 }  // namespace
