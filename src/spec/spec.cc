@@ -1532,6 +1532,51 @@ StatusOr<TaskLayout> ResolveTaskLayout(const GivenCount& nodes, const GivenCount
   return l;
 }
 
+// A GPU option of an #SBATCH line, [type:]N, and the line as written ("line 3: --gpus=8");
+// `at` is empty when the script does not give it.
+struct GpuAsk {
+  int64_t count = 0;
+  std::string type, at;
+  bool given() const { return !at.empty(); }
+};
+
+// The job's GPUs per node from --gres and --gpus-per-node (per node), -G/--gpus (the job's
+// in all) and --gpus-per-task (each of a node's tasks), on the layout `l`. Tessera gives
+// every node of a job the same, so a total it cannot split evenly is refused rather than
+// guessed (Slurm may spread it unevenly, or over more nodes than -N). Slurm refuses a typed
+// and an untyped GPU request together ("Invalid GRES specification") and, given two counts,
+// keeps one of them: options that do not agree are refused, naming both lines.
+StatusOr<GpuAsk> GpusPerNode(const GpuAsk& gres, const GpuAsk& per_node, const GpuAsk& total,
+                             const GpuAsk& per_task, const TaskLayout& l) {
+  std::vector<GpuAsk> asks;  // each as GPUs per node
+  for (const GpuAsk* a : {&gres, &per_node})
+    if (a->given()) asks.push_back(*a);
+  if (total.given()) {
+    if (total.count % l.nodes != 0)
+      return InvalidArgument(total.at + ": " + std::to_string(total.count) +
+                             " GPUs over the job's " + std::to_string(l.nodes) +
+                             " nodes is not the same number on each (Slurm may spread them "
+                             "unevenly): ask per node with --gpus-per-node");
+    asks.push_back({total.count / l.nodes, total.type, total.at});
+  }
+  if (per_task.given()) {
+    const std::string at = per_task.at + " x " + std::to_string(l.per_node) + " tasks per node";
+    const int64_t count = per_task.count * l.per_node;
+    if (count > 999999999)
+      return InvalidArgument(at + " = " + std::to_string(count) + " GPUs per node: too large");
+    asks.push_back({count, per_task.type, at});
+  }
+  auto described = [](const GpuAsk& a) {
+    return std::to_string(a.count) + (a.type.empty() ? "" : " " + a.type);
+  };
+  for (const GpuAsk& a : asks)
+    if (a.count != asks[0].count || a.type != asks[0].type)
+      return InvalidArgument(asks[0].at + " and " + a.at + ": two different GPU requests (" +
+                             described(asks[0]) + " and " + described(a) +
+                             " per node); give one of them");
+  return asks.empty() ? GpuAsk{} : asks[0];
+}
+
 // The nodes an #SBATCH -w/--nodelist or -x/--exclude line names, and the line as written.
 struct GivenNodes {
   std::vector<std::string> names;
@@ -1757,12 +1802,9 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   GivenCount nodes, ntasks, per_node;
   int32_t cpus_per_task = 1;
   std::string cpus_at;  // the -c line, as written
-  // GPUs per node as --gres and as --gpus-per-node said them (a repeated option: its last
-  // value, as sbatch); `at` names the line, empty when not given.
-  struct GpuAsk {
-    int32_t count = 0;
-    std::string type, at;
-  } gres, gpus_per_node, gpus_total;  // gpus_total: -G/--gpus, the job's in all
+  // As --gres and --gpus-per-node (per node), -G/--gpus (the job's in all) and
+  // --gpus-per-task (per task) said them: a repeated option, its last value, as sbatch.
+  GpuAsk gres, gpus_per_node, gpus_total, gpus_per_task;
   std::string stdout_file, stderr_file;
   GivenNodes nodelist, excluded;  // -w, -x
   int64_t mem = 0;
@@ -1868,8 +1910,9 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         auto t = SlurmTime(val, p);
         if (!t.ok()) return t.status();
         if (*t > 0) s.job.runtime_estimate_seconds = s.time_limit_seconds = *t;
-      } else if (opt == "--gres" || opt == "--gpus-per-node" || opt == "-G" || opt == "--gpus") {
-        // --gres=gpu[:type]:N ; --gpus-per-node=[type:]N ; -G/--gpus=[type:]N
+      } else if (opt == "--gres" || opt == "--gpus-per-node" || opt == "-G" || opt == "--gpus" ||
+                 opt == "--gpus-per-task") {
+        // --gres=gpu[:type]:N ; --gpus-per-node, -G/--gpus, --gpus-per-task=[type:]N
         std::vector<std::string> f;
         std::stringstream ss(val);
         std::string x;
@@ -1880,11 +1923,14 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
           f.erase(f.begin());
         }
         if (f.empty() || f.size() > 2)
-          return InvalidArgument(p + ": expected gpu[:type]:N, got \"" + val + "\"");
+          return InvalidArgument(p + ": expected " +
+                                 (opt == "--gres" ? "gpu[:type]:N" : "[type:]N") + ", got \"" +
+                                 val + "\"");
         auto n = PositiveInt(f.back(), p);
         if (!n.ok()) return n.status();
         GpuAsk& ask = opt == "--gres"            ? gres
                       : opt == "--gpus-per-node" ? gpus_per_node
+                      : opt == "--gpus-per-task" ? gpus_per_task
                                                  : gpus_total;
         ask.count = *n;
         ask.type = f.size() == 2 ? f[0] : "";
@@ -1949,18 +1995,29 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
             "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, -G/--gpus, "
+            "--gpus-per-task, "
             "--exclusive, -w/--nodelist, -x/--exclude, --requeue, --no-requeue, -H, -d, "
             "--kill-on-invalid-dep, -a/--array, -o, -e, -A, -D)");
       }
     }
   }
-  // Slurm refuses a typed and an untyped GPU request together ("Invalid GRES
-  // specification") and, given two counts, keeps one of them: refused unless they agree.
-  if (!gres.at.empty() && !gpus_per_node.at.empty() &&
-      (gres.count != gpus_per_node.count || gres.type != gpus_per_node.type))
-    return InvalidArgument(gres.at + " and " + gpus_per_node.at +
-                           ": two different GPU requests per node; give one of them");
-  GpuAsk gpus = gres.at.empty() ? gpus_per_node : gres;
+  // --gpus-per-task needs a task count, as in Slurm (-n, or -G: G / per-task tasks, Slurm's
+  // implicit count); --ntasks-per-node gives one here too.
+  if (gpus_per_task.given() && !ntasks.given()) {
+    if (gpus_total.given()) {
+      if (gpus_total.count % gpus_per_task.count != 0)
+        return InvalidArgument(gpus_total.at + " with " + gpus_per_task.at + ": " +
+                               std::to_string(gpus_total.count) +
+                               " GPUs are not a whole number of tasks of " +
+                               std::to_string(gpus_per_task.count) + " GPUs each");
+      ntasks = {static_cast<int32_t>(gpus_total.count / gpus_per_task.count),
+                gpus_total.at + " with " + gpus_per_task.at};
+    } else if (!per_node.given()) {
+      return InvalidArgument(gpus_per_task.at +
+                             ": needs a task count: give -n/--ntasks (or -G/--gpus, or "
+                             "--ntasks-per-node), as Slurm requires -n or --gpus with it");
+    }
+  }
   // -w without -N: Slurm's node count is at least the list's (with -n and
   // --ntasks-per-node, those two say how many nodes; checked against the list below).
   const int32_t listed = static_cast<int32_t>(nodelist.names.size());
@@ -1969,22 +2026,8 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   auto layout = ResolveTaskLayout(nodes, ntasks, per_node);
   if (!layout.ok()) return layout.status();
   const int32_t n_nodes = layout->nodes, n_per_node = layout->per_node;
-  // -G/--gpus: the job's GPUs in all. Tessera gives every node of a job the same; Slurm may
-  // spread them unevenly (or over more nodes than -N), which is refused rather than guessed.
-  if (!gpus_total.at.empty()) {
-    if (gpus_total.count % n_nodes != 0)
-      return InvalidArgument(gpus_total.at + ": " + std::to_string(gpus_total.count) +
-                             " GPUs over the job's " + std::to_string(n_nodes) +
-                             " nodes is not the same number on each (Slurm may spread them "
-                             "unevenly): ask per node with --gpus-per-node");
-    GpuAsk per = gpus_total;
-    per.count /= n_nodes;
-    if (!gpus.at.empty() && (gpus.count != per.count || gpus.type != per.type))
-      return InvalidArgument(gpus.at + " and " + gpus_total.at + ": two different GPU requests (" +
-                             std::to_string(gpus.count) + " and " + std::to_string(per.count) +
-                             " per node); give one of them");
-    gpus = per;
-  }
+  auto gpus = GpusPerNode(gres, gpus_per_node, gpus_total, gpus_per_task, *layout);
+  if (!gpus.ok()) return gpus.status();
   // -w: the job's nodes include every listed one; -x: none of those. Node affinity on
   // kubernetes.io/hostname holds for every node of the job, so -w can only be all of its
   // nodes: Slurm's "these and others of its choosing" has no affinity to say it.
@@ -2031,12 +2074,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   g.replicas = n_nodes;
   g.request.cpu_milli = 1000 * cpus;
   g.request.memory_bytes = mem;
-  if (gpus.count > 0) {
+  if (gpus->count > 0) {
     g.request.gpu.kind = GpuRequestKind::kWhole;
-    g.request.gpu.count = gpus.count;
-    if (!gpus.type.empty()) {
+    g.request.gpu.count = static_cast<int32_t>(gpus->count);
+    if (!gpus->type.empty()) {
       // Slurm types are lower-case model names ("a100"); match any memory variant.
-      std::string up = gpus.type;
+      std::string up = gpus->type;
       for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       g.request.gpu.models = {up, up + "-40GB", up + "-80GB"};
       if (up == "H200") g.request.gpu.models = {"H200-141GB"};

@@ -793,6 +793,85 @@ TEST(Spec, SbatchGpusInAllMustSplitEvenly) {
   for (const auto& c : cases) ExpectSbatchRefused(c.directives, c.words);
 }
 
+// --gpus-per-task=[type:]N: a node's GPUs are N x its tasks (-n, --ntasks-per-node; or -G
+// over N, Slurm's implicit task count). Slurm needs a task count with it, and refuses GPU
+// options that disagree; so does Tessera, naming the lines.
+TEST(Spec, SbatchGpusPerTask) {
+  struct Case {
+    const char* directives;
+    int32_t nodes, gpus_per_node, tasks;
+    std::vector<std::string> models;
+  } cases[] = {
+      {"-n 4 --gpus-per-task=1", 1, 4, 4, {}},
+      {"-N 2 --ntasks-per-node=4 --gpus-per-task=2", 2, 8, 8, {}},
+      {"-n 8 --ntasks-per-node=4 --gpus-per-task=a100:1",
+       2,
+       4,
+       8,
+       {"A100", "A100-40GB", "A100-80GB"}},
+      {"--ntasks-per-node=2 --gpus-per-task=1", 1, 2, 2, {}},
+      {"-N 2 -n 4 --gpus-per-task=1 --gpus-per-node=2", 2, 2, 4, {}},
+      {"-N 2 -n 4 --gpus-per-task=1 --gpus=4", 2, 2, 4, {}},
+      {"-n 2 --gres=gpu:h100:4 --gpus-per-task=h100:2",
+       1,
+       4,
+       2,
+       {"H100", "H100-40GB", "H100-80GB"}},
+      // -G with --gpus-per-task and no -n: G / per-task tasks (16 = 2 nodes of 8, 8 GPUs each).
+      {"--gpus=16 --gpus-per-task=1 --ntasks-per-node=8", 2, 8, 16, {}},
+      {"--gpus=4 --gpus-per-task=2", 1, 4, 2, {}},
+      {"--gpus-per-task=1 --gpus-per-task=2 -n 2", 1, 4, 2, {}},  // the last, as sbatch
+  };
+  for (const auto& c : cases) {
+    auto r = SbatchWith(c.directives);
+    ASSERT_TRUE(r.ok()) << c.directives << ": " << r.status().ToString();
+    const JobSpec& j = (*r)[0].job;
+    EXPECT_EQ(j.job.groups[0].replicas, c.nodes) << c.directives;
+    EXPECT_EQ(j.job.groups[0].request.gpu.kind, GpuRequestKind::kWhole) << c.directives;
+    EXPECT_EQ(j.job.groups[0].request.gpu.count, c.gpus_per_node) << c.directives;
+    EXPECT_EQ(j.job.groups[0].request.gpu.models, c.models) << c.directives;
+    EXPECT_EQ(j.templates[0].env.at("SLURM_NTASKS"), std::to_string(c.tasks)) << c.directives;
+  }
+
+  struct Refused {
+    const char* directives;
+    const char* words;
+  } refused[] = {
+      {"--gpus-per-task=1",
+       "line 2: --gpus-per-task=1: needs a task count: give -n/--ntasks (or -G/--gpus, or "
+       "--ntasks-per-node), as Slurm requires -n or --gpus with it"},
+      {"-N 2 --gpus-per-task=1", "line 2: --gpus-per-task=1: needs a task count"},
+      // Slurm's own refusals (its test39.4): per-node and per-task GPUs that disagree.
+      {"-n 2 -N 1 --gpus-per-task=1 --gpus-per-node=1",
+       "line 2: --gpus-per-node=1 and line 2: --gpus-per-task=1 x 2 tasks per node: two "
+       "different GPU requests (1 and 2 per node); give one of them"},
+      {"-N 1 --ntasks-per-node=1 --gpus-per-task=1 --gpus-per-node=2",
+       "line 2: --gpus-per-node=2 and line 2: --gpus-per-task=1 x 1 tasks per node: two "
+       "different GPU requests (2 and 1 per node)"},
+      {"-n 2 --gpus=3 --gpus-per-task=1",
+       "line 2: --gpus=3 and line 2: --gpus-per-task=1 x 2 tasks per node: two different GPU "
+       "requests (3 and 2 per node)"},
+      {"-n 2 --gpus-per-task=a100:1 --gres=gpu:2",
+       "line 2: --gres=gpu:2 and line 2: --gpus-per-task=a100:1 x 2 tasks per node: two "
+       "different GPU requests (2 and 2 a100 per node)"},
+      // Uneven layouts: Tessera runs the same number of tasks, so of GPUs, on every node.
+      {"-N 2 -n 3 --gpus-per-task=1", "line 2: -n 3: 3 tasks do not divide evenly over 2 nodes"},
+      {"-N 2 --gpus=6 --gpus-per-task=2",
+       "line 2: --gpus=6 with line 2: --gpus-per-task=2: 3 tasks do not divide evenly over 2 "
+       "nodes (line 2: -N 2)"},
+      {"--gpus=6 --gpus-per-task=4",
+       "line 2: --gpus=6 with line 2: --gpus-per-task=4: 6 GPUs are not a whole number of tasks "
+       "of 4 GPUs each"},
+      {"-n 2 --gpus-per-task=gpu:a100:1",
+       "line 2: --gpus-per-task: expected [type:]N, got \"gpu:a100:1\""},
+      {"-n 2 --gpus-per-task=0", "line 2: --gpus-per-task: must be >= 1, got 0"},
+      {"-n 999999 --gpus-per-task=999999",
+       "line 2: --gpus-per-task=999999 x 999999 tasks per node = 999998000001 GPUs per node: too "
+       "large"},
+  };
+  for (const auto& c : refused) ExpectSbatchRefused(c.directives, c.words);
+}
+
 // The server's errors about a job's name, queue and priority class name the field (or line)
 // of the document's own shape, also where the value is a default it did not give.
 TEST(Spec, OriginsNameEachShapesOwnFields) {
@@ -1430,8 +1509,8 @@ TEST(Spec, RejectsWithFieldPaths) {
       // Slurm rejects conflicting GPU requests; the last one no longer wins silently.
       {"sbatch --gres and --gpus-per-node differ",
        "#!/bin/bash\n#SBATCH --gres=gpu:a100:2\n#SBATCH --gpus-per-node=1\ntrue\n",
-       "line 2: --gres=gpu:a100:2 and line 3: --gpus-per-node=1: two different GPU requests per "
-       "node; give one of them"},
+       "line 2: --gres=gpu:a100:2 and line 3: --gpus-per-node=1: two different GPU requests (2 "
+       "a100 and 1 per node); give one of them"},
       {"sbatch --gpus-per-node and --gres differ in type",
        "#!/bin/bash\n#SBATCH --gpus-per-node=v100:2 --gres=gpu:a100:2\ntrue\n",
        "line 2: --gres=gpu:a100:2 and line 2: --gpus-per-node=v100:2: two different GPU"},
