@@ -768,6 +768,9 @@ TEST(Spec, SbatchGpusPerNode) {
       {"-G 4", 4, {}},
       {"-N 2 --gpus=h100:8", 4, {"H100", "H100-40GB", "H100-80GB"}},
       {"-N 2 --gpus=4 --gpus-per-node=2", 2, {}},
+      // Without -N, one node, whatever its size: Slurm would take as many as the GPUs need,
+      // which the spec cannot know and the engine cannot leave open (docs/slurm.md).
+      {"--gpus=16", 16, {}},
   };
   for (const auto& c : cases) {
     auto r = SbatchWith(c.directives);
