@@ -1,11 +1,13 @@
 #include "spec/spec.h"
 
 #include <algorithm>
+#include <charconv>
 #include <set>
 #include <sstream>
 #include <utility>
 
 #include "common/hostlist.h"
+#include "model/labels.h"
 
 namespace tessera::spec {
 namespace {
@@ -293,16 +295,32 @@ Status ReadAffinity(const Json& a, const std::string& path, NodeAffinity& out) {
       const Json* terms = qr.Get("nodeSelectorTerms");
       if (terms == nullptr) return InvalidArgument(qr.Path("nodeSelectorTerms") + ": required");
       TESSERA_RETURN_IF_ERROR(qr.Finish());
-      if (terms->is_array())
-        for (size_t i = 0; i < terms->size(); ++i)
-          if ((*terms)[i].is_object() && (*terms)[i].contains("matchFields"))
-            return InvalidArgument(Idx(qr.Path("nodeSelectorTerms"), i) +
-                                   ".matchFields: not supported (use matchExpressions on "
-                                   "kubernetes.io/hostname, which every node carries)");
+      // As Kubernetes: at least one term, each an object (the model codec also takes a bare
+      // list of requirements, which Kubernetes does not).
+      if (terms->is_array() && terms->empty())
+        return InvalidArgument(qr.Path("nodeSelectorTerms") +
+                               ": must have at least one node selector term");
+      TESSERA_RETURN_IF_ERROR(ForEach(
+          terms, qr.Path("nodeSelectorTerms"), [](const Json& t, const std::string& p) -> Status {
+            if (!t.is_object()) return TypeError(p, "an object with matchExpressions", t);
+            if (t.contains("matchFields"))
+              return InvalidArgument(p +
+                                     ".matchFields: not supported (use matchExpressions on "
+                                     "kubernetes.io/hostname, which every node carries)");
+            return Status::Ok();
+          }));
       model["required"] = *terms;
     }
-    if (const Json* pref = nr.Get("preferredDuringSchedulingIgnoredDuringExecution"))
+    if (const Json* pref = nr.Get("preferredDuringSchedulingIgnoredDuringExecution")) {
+      TESSERA_RETURN_IF_ERROR(
+          ForEach(pref, preferred, [](const Json& t, const std::string& p) -> Status {
+            if (t.is_object() && t.contains("preference") && !t["preference"].is_object())
+              return TypeError(p + ".preference", "an object with matchExpressions",
+                               t["preference"]);
+            return Status::Ok();
+          }));
       model["preferred"] = *pref;
+    }
     TESSERA_RETURN_IF_ERROR(nr.Finish());
     // Parse through the model codec, then put its paths back onto the Kubernetes ones.
     Json job = {{"id", "x"}, {"affinity", model}, {"tasks", Json::array({Json::object()})}};
@@ -323,6 +341,26 @@ Status ReadAffinity(const Json& a, const std::string& path, NodeAffinity& out) {
   return r.Finish();
 }
 
+// A Kubernetes toleration in the model codec's shape (which reads the rest and refuses
+// unknown fields). tolerationSeconds is how long Kubernetes lets a pod stay on a node that
+// gets a NoExecute taint, so it needs that effect, as Kubernetes says; Tessera does not
+// evict for taints, and drops it. An empty operator is Equal, as in Kubernetes.
+StatusOr<Json> KubeToleration(Json tol, const std::string& path) {
+  if (!tol.is_object()) return tol;  // (the codec names what it is)
+  if (tol.contains("tolerationSeconds")) {
+    const Json& seconds = tol["tolerationSeconds"];
+    if (!seconds.is_number_integer())
+      return TypeError(path + ".tolerationSeconds", "an integer (seconds)", seconds);
+    const Json effect = tol.value("effect", Json(""));
+    if (effect != "NoExecute")
+      return InvalidArgument(path + ".effect: must be NoExecute when tolerationSeconds is set (" +
+                             "how long a NoExecute taint is tolerated), got " + effect.dump());
+    tol.erase("tolerationSeconds");
+  }
+  if (tol.contains("operator") && tol["operator"] == "") tol.erase("operator");
+  return tol;
+}
+
 Status ReadPodSpec(const Json& spec, const std::string& path, PodInfo& out) {
   ObjectReader r(spec, path);
   const Json* containers = r.Get("containers");
@@ -339,14 +377,13 @@ Status ReadPodSpec(const Json& spec, const std::string& path, PodInfo& out) {
   TESSERA_RETURN_IF_ERROR(r.StringMap("nodeSelector", out.node_selector));
   if (const Json* a = r.Get("affinity"))
     TESSERA_RETURN_IF_ERROR(ReadAffinity(*a, r.Path("affinity"), out.affinity));
-  if (const Json* t = r.Get("tolerations")) {
-    if (!t->is_array()) return TypeError(r.Path("tolerations"), "a list", *t);
-    for (size_t i = 0; i < t->size(); ++i) {
-      Json tol = (*t)[i];
-      if (tol.is_object()) tol.erase("tolerationSeconds");  // Kubernetes-only eviction delay
-      out.tolerations.push_back(tol);
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(ForEach(r.Get("tolerations"), r.Path("tolerations"),
+                                  [&](const Json& t, const std::string& p) -> Status {
+                                    auto tol = KubeToleration(t, p);
+                                    if (!tol.ok()) return tol.status();
+                                    out.tolerations.push_back(std::move(*tol));
+                                    return Status::Ok();
+                                  }));
   TESSERA_RETURN_IF_ERROR(r.String("priorityClassName", out.priority_class));
   if (r.Has("terminationGracePeriodSeconds")) {
     int64_t g = 0;
@@ -393,6 +430,129 @@ Status ReadPodTemplate(const Json* t, const std::string& path, Template& out) {
   return r.Finish();
 }
 
+// ---- placement checks ----
+// What Kubernetes' API validation refuses in a node selector, a node affinity and
+// tolerations, checked on the parsed values so that every shape carrying them (pod
+// templates, Tessera's own Job) is held to the same rules. Not in the model codec, which
+// also reads what a server stored before these checks existed.
+
+// Where a placement's parts are, in the document's own shape.
+struct PlacementPaths {
+  std::string node_selector, tolerations, required_terms, preferred;
+};
+
+PlacementPaths KubePlacementPaths(const std::string& pod_spec) {
+  const std::string node_affinity = pod_spec + ".affinity.nodeAffinity.";
+  return {pod_spec + ".nodeSelector", pod_spec + ".tolerations",
+          node_affinity + "requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
+          node_affinity + "preferredDuringSchedulingIgnoredDuringExecution"};
+}
+
+PlacementPaths TesseraPlacementPaths(const std::string& at) {
+  return {at + ".nodeSelector", at + ".tolerations", at + ".affinity.required",
+          at + ".affinity.preferred"};
+}
+
+Status CheckLabelKey(const std::string& key, const std::string& path) {
+  if (std::string why = LabelKeyProblem(key); !why.empty())
+    return InvalidArgument(path + ": \"" + key + "\" is not a label key: " + why);
+  return Status::Ok();
+}
+
+Status CheckLabelValue(const std::string& value, const std::string& path) {
+  if (std::string why = LabelValueProblem(value); !why.empty())
+    return InvalidArgument(path + ": \"" + value + "\" is not a label value: " + why);
+  return Status::Ok();
+}
+
+// Kubernetes reads Gt and Lt values as 64-bit integers, as Go's ParseInt: an optional sign
+// (from_chars takes '-' only), then digits.
+bool IsInt64(const std::string& v) {
+  const bool plus = !v.empty() && v[0] == '+';
+  const char* begin = v.data() + (plus ? 1 : 0);
+  const char* end = v.data() + v.size();
+  int64_t x = 0;
+  auto [at, ec] = std::from_chars(begin, end, x);
+  return ec == std::errc() && at == end && !(plus && *begin == '-');
+}
+
+// The values each operator takes, as Kubernetes' ValidateNodeSelectorRequirement says.
+Status CheckRequirement(const NodeSelectorRequirement& e, const std::string& path) {
+  using Op = NodeSelectorRequirement::Op;
+  TESSERA_RETURN_IF_ERROR(CheckLabelKey(e.key, path + ".key"));
+  const std::string values = path + ".values";
+  switch (e.op) {
+    case Op::kIn:
+    case Op::kNotIn:
+      if (e.values.empty())
+        return InvalidArgument(values + ": required when operator is In or NotIn");
+      return Status::Ok();
+    case Op::kExists:
+    case Op::kDoesNotExist:
+      if (!e.values.empty())
+        return InvalidArgument(values + ": must be empty when operator is Exists or DoesNotExist" +
+                               " (they test the key alone), got " + Json(e.values).dump());
+      return Status::Ok();
+    case Op::kGt:
+    case Op::kLt:
+      if (e.values.size() != 1)
+        return InvalidArgument(values + ": must be a single integer when operator is Gt or Lt, " +
+                               "got " + Json(e.values).dump());
+      if (!IsInt64(e.values[0]))
+        return InvalidArgument(Idx(values, 0) + ": \"" + e.values[0] +
+                               "\" is not an integer (Gt and Lt compare the label's value as a "
+                               "number)");
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+Status CheckTerm(const NodeSelectorTerm& t, const std::string& path) {
+  const std::string list = path + ".matchExpressions";
+  // (Kubernetes matches no node with an empty term; the engine would match every one.)
+  if (t.match_expressions.empty())
+    return InvalidArgument(list + ": must have at least one node selector requirement");
+  for (size_t i = 0; i < t.match_expressions.size(); ++i)
+    TESSERA_RETURN_IF_ERROR(CheckRequirement(t.match_expressions[i], Idx(list, i)));
+  return Status::Ok();
+}
+
+// As Kubernetes' ValidateTolerations.
+Status CheckToleration(const Toleration& t, const std::string& path) {
+  if (!t.key.empty()) TESSERA_RETURN_IF_ERROR(CheckLabelKey(t.key, path + ".key"));
+  if (t.op == Toleration::Op::kExists) {
+    if (!t.value.empty())
+      return InvalidArgument(path + ".value: must be empty when operator is Exists (it " +
+                             "tolerates every value of the key), got \"" + t.value + "\"");
+    return Status::Ok();
+  }
+  if (t.key.empty())
+    return InvalidArgument(path +
+                           ".operator: must be Exists when key is empty (which tolerates "
+                           "every taint), got Equal");
+  return CheckLabelValue(t.value, path + ".value");
+}
+
+Status CheckPlacement(const Placement& place, const PlacementPaths& at) {
+  for (const auto& [key, value] : place.node_selector) {
+    TESSERA_RETURN_IF_ERROR(CheckLabelKey(key, at.node_selector));
+    TESSERA_RETURN_IF_ERROR(CheckLabelValue(value, at.node_selector + "." + key));
+  }
+  for (size_t i = 0; i < place.tolerations.size(); ++i)
+    TESSERA_RETURN_IF_ERROR(CheckToleration(place.tolerations[i], Idx(at.tolerations, i)));
+  for (size_t i = 0; i < place.affinity.required.size(); ++i)
+    TESSERA_RETURN_IF_ERROR(CheckTerm(place.affinity.required[i], Idx(at.required_terms, i)));
+  for (size_t i = 0; i < place.affinity.preferred.size(); ++i) {
+    const PreferredTerm& p = place.affinity.preferred[i];
+    const std::string path = Idx(at.preferred, i);
+    if (p.weight > 100)
+      return InvalidArgument(path + ".weight: must be in the range 1-100, got " +
+                             std::to_string(p.weight));
+    TESSERA_RETURN_IF_ERROR(CheckTerm(p.term, path + ".preference"));
+  }
+  return Status::Ok();
+}
+
 // Applies the placement and stopping fields that a pod template carries to its task group
 // `g` and the job. The first task's placement is the job's; a later task's that differs is
 // its group's own (Volcano places each task by its own template). The stopping fields are
@@ -405,6 +565,7 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
   auto parsed = JobFromJson(tol_doc, path);
   if (!parsed.ok()) return parsed.status();
   Placement place{pod.node_selector, pod.affinity, parsed->placement.tolerations};
+  TESSERA_RETURN_IF_ERROR(CheckPlacement(place, KubePlacementPaths(path)));
   if (first) {
     j.placement = std::move(place);
     if (pod.grace_period) j.grace_period_seconds = *pod.grace_period;
@@ -906,6 +1067,10 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
   if (!j.ok()) return j.status();
   s.job = std::move(*j);
   s.job.id = meta.name;
+  TESSERA_RETURN_IF_ERROR(CheckPlacement(s.job.placement, TesseraPlacementPaths("spec")));
+  for (size_t i = 0; i < s.job.groups.size(); ++i)
+    if (const auto& place = s.job.groups[i].placement)
+      TESSERA_RETURN_IF_ERROR(CheckPlacement(*place, TesseraPlacementPaths(Idx("spec.tasks", i))));
   return s;
 }
 
@@ -1363,6 +1528,51 @@ StatusOr<TaskLayout> ResolveTaskLayout(const GivenCount& nodes, const GivenCount
   return l;
 }
 
+// A GPU option of an #SBATCH line, [type:]N, and the line as written ("line 3: --gpus=8");
+// `at` is empty when the script does not give it.
+struct GpuAsk {
+  int64_t count = 0;
+  std::string type, at;
+  bool given() const { return !at.empty(); }
+};
+
+// The job's GPUs per node from --gres and --gpus-per-node (per node), -G/--gpus (the job's
+// in all) and --gpus-per-task (each of a node's tasks), on the layout `l`. Tessera gives
+// every node of a job the same, so a total it cannot split evenly is refused rather than
+// guessed (Slurm may spread it unevenly, or over more nodes than -N). Slurm refuses a typed
+// and an untyped GPU request together ("Invalid GRES specification") and, given two counts,
+// keeps one of them: options that do not agree are refused, naming both lines.
+StatusOr<GpuAsk> GpusPerNode(const GpuAsk& gres, const GpuAsk& per_node, const GpuAsk& total,
+                             const GpuAsk& per_task, const TaskLayout& l) {
+  std::vector<GpuAsk> asks;  // each as GPUs per node
+  for (const GpuAsk* a : {&gres, &per_node})
+    if (a->given()) asks.push_back(*a);
+  if (total.given()) {
+    if (total.count % l.nodes != 0)
+      return InvalidArgument(total.at + ": " + std::to_string(total.count) +
+                             " GPUs over the job's " + std::to_string(l.nodes) +
+                             " nodes is not the same number on each (Slurm may spread them "
+                             "unevenly): ask per node with --gpus-per-node");
+    asks.push_back({total.count / l.nodes, total.type, total.at});
+  }
+  if (per_task.given()) {
+    const std::string at = per_task.at + " x " + std::to_string(l.per_node) + " tasks per node";
+    const int64_t count = per_task.count * l.per_node;
+    if (count > 999999999)
+      return InvalidArgument(at + " = " + std::to_string(count) + " GPUs per node: too large");
+    asks.push_back({count, per_task.type, at});
+  }
+  auto described = [](const GpuAsk& a) {
+    return std::to_string(a.count) + (a.type.empty() ? "" : " " + a.type);
+  };
+  for (const GpuAsk& a : asks)
+    if (a.count != asks[0].count || a.type != asks[0].type)
+      return InvalidArgument(asks[0].at + " and " + a.at + ": two different GPU requests (" +
+                             described(asks[0]) + " and " + described(a) +
+                             " per node); give one of them");
+  return asks.empty() ? GpuAsk{} : asks[0];
+}
+
 // The nodes an #SBATCH -w/--nodelist or -x/--exclude line names, and the line as written.
 struct GivenNodes {
   std::vector<std::string> names;
@@ -1588,12 +1798,9 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   GivenCount nodes, ntasks, per_node;
   int32_t cpus_per_task = 1;
   std::string cpus_at;  // the -c line, as written
-  // GPUs per node as --gres and as --gpus-per-node said them (a repeated option: its last
-  // value, as sbatch); `at` names the line, empty when not given.
-  struct GpuAsk {
-    int32_t count = 0;
-    std::string type, at;
-  } gres, gpus_per_node, gpus_total;  // gpus_total: -G/--gpus, the job's in all
+  // As --gres and --gpus-per-node (per node), -G/--gpus (the job's in all) and
+  // --gpus-per-task (per task) said them: a repeated option, its last value, as sbatch.
+  GpuAsk gres, gpus_per_node, gpus_total, gpus_per_task;
   std::string stdout_file, stderr_file;
   GivenNodes nodelist, excluded;  // -w, -x
   int64_t mem = 0;
@@ -1699,8 +1906,9 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         auto t = SlurmTime(val, p);
         if (!t.ok()) return t.status();
         if (*t > 0) s.job.runtime_estimate_seconds = s.time_limit_seconds = *t;
-      } else if (opt == "--gres" || opt == "--gpus-per-node" || opt == "-G" || opt == "--gpus") {
-        // --gres=gpu[:type]:N ; --gpus-per-node=[type:]N ; -G/--gpus=[type:]N
+      } else if (opt == "--gres" || opt == "--gpus-per-node" || opt == "-G" || opt == "--gpus" ||
+                 opt == "--gpus-per-task") {
+        // --gres=gpu[:type]:N ; --gpus-per-node, -G/--gpus, --gpus-per-task=[type:]N
         std::vector<std::string> f;
         std::stringstream ss(val);
         std::string x;
@@ -1711,11 +1919,14 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
           f.erase(f.begin());
         }
         if (f.empty() || f.size() > 2)
-          return InvalidArgument(p + ": expected gpu[:type]:N, got \"" + val + "\"");
+          return InvalidArgument(p + ": expected " +
+                                 (opt == "--gres" ? "gpu[:type]:N" : "[type:]N") + ", got \"" +
+                                 val + "\"");
         auto n = PositiveInt(f.back(), p);
         if (!n.ok()) return n.status();
         GpuAsk& ask = opt == "--gres"            ? gres
                       : opt == "--gpus-per-node" ? gpus_per_node
+                      : opt == "--gpus-per-task" ? gpus_per_task
                                                  : gpus_total;
         ask.count = *n;
         ask.type = f.size() == 2 ? f[0] : "";
@@ -1780,18 +1991,29 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
             p +
             ": unknown or unsupported directive (supported: -J, -p, -q, -N, -n, "
             "--ntasks-per-node, -c, --mem, -t, --gres=gpu[:type]:N, --gpus-per-node, -G/--gpus, "
+            "--gpus-per-task, "
             "--exclusive, -w/--nodelist, -x/--exclude, --requeue, --no-requeue, -H, -d, "
             "--kill-on-invalid-dep, -a/--array, -o, -e, -A, -D)");
       }
     }
   }
-  // Slurm refuses a typed and an untyped GPU request together ("Invalid GRES
-  // specification") and, given two counts, keeps one of them: refused unless they agree.
-  if (!gres.at.empty() && !gpus_per_node.at.empty() &&
-      (gres.count != gpus_per_node.count || gres.type != gpus_per_node.type))
-    return InvalidArgument(gres.at + " and " + gpus_per_node.at +
-                           ": two different GPU requests per node; give one of them");
-  GpuAsk gpus = gres.at.empty() ? gpus_per_node : gres;
+  // --gpus-per-task needs a task count, as in Slurm (-n, or -G: G / per-task tasks, Slurm's
+  // implicit count); --ntasks-per-node gives one here too.
+  if (gpus_per_task.given() && !ntasks.given()) {
+    if (gpus_total.given()) {
+      if (gpus_total.count % gpus_per_task.count != 0)
+        return InvalidArgument(gpus_total.at + " with " + gpus_per_task.at + ": " +
+                               std::to_string(gpus_total.count) +
+                               " GPUs are not a whole number of tasks of " +
+                               std::to_string(gpus_per_task.count) + " GPUs each");
+      ntasks = {static_cast<int32_t>(gpus_total.count / gpus_per_task.count),
+                gpus_total.at + " with " + gpus_per_task.at};
+    } else if (!per_node.given()) {
+      return InvalidArgument(gpus_per_task.at +
+                             ": needs a task count: give -n/--ntasks (or -G/--gpus, or "
+                             "--ntasks-per-node), as Slurm requires -n or --gpus with it");
+    }
+  }
   // -w without -N: Slurm's node count is at least the list's (with -n and
   // --ntasks-per-node, those two say how many nodes; checked against the list below).
   const int32_t listed = static_cast<int32_t>(nodelist.names.size());
@@ -1800,22 +2022,8 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   auto layout = ResolveTaskLayout(nodes, ntasks, per_node);
   if (!layout.ok()) return layout.status();
   const int32_t n_nodes = layout->nodes, n_per_node = layout->per_node;
-  // -G/--gpus: the job's GPUs in all. Tessera gives every node of a job the same; Slurm may
-  // spread them unevenly (or over more nodes than -N), which is refused rather than guessed.
-  if (!gpus_total.at.empty()) {
-    if (gpus_total.count % n_nodes != 0)
-      return InvalidArgument(gpus_total.at + ": " + std::to_string(gpus_total.count) +
-                             " GPUs over the job's " + std::to_string(n_nodes) +
-                             " nodes is not the same number on each (Slurm may spread them "
-                             "unevenly): ask per node with --gpus-per-node");
-    GpuAsk per = gpus_total;
-    per.count /= n_nodes;
-    if (!gpus.at.empty() && (gpus.count != per.count || gpus.type != per.type))
-      return InvalidArgument(gpus.at + " and " + gpus_total.at + ": two different GPU requests (" +
-                             std::to_string(gpus.count) + " and " + std::to_string(per.count) +
-                             " per node); give one of them");
-    gpus = per;
-  }
+  auto gpus = GpusPerNode(gres, gpus_per_node, gpus_total, gpus_per_task, *layout);
+  if (!gpus.ok()) return gpus.status();
   // -w: the job's nodes include every listed one; -x: none of those. Node affinity on
   // kubernetes.io/hostname holds for every node of the job, so -w can only be all of its
   // nodes: Slurm's "these and others of its choosing" has no affinity to say it.
@@ -1862,12 +2070,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
   g.replicas = n_nodes;
   g.request.cpu_milli = 1000 * cpus;
   g.request.memory_bytes = mem;
-  if (gpus.count > 0) {
+  if (gpus->count > 0) {
     g.request.gpu.kind = GpuRequestKind::kWhole;
-    g.request.gpu.count = gpus.count;
-    if (!gpus.type.empty()) {
+    g.request.gpu.count = static_cast<int32_t>(gpus->count);
+    if (!gpus->type.empty()) {
       // Slurm types are lower-case model names ("a100"); match any memory variant.
-      std::string up = gpus.type;
+      std::string up = gpus->type;
       for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       g.request.gpu.models = {up, up + "-40GB", up + "-80GB"};
       if (up == "H200") g.request.gpu.models = {"H200-141GB"};
