@@ -48,6 +48,7 @@ void AddServerCommands(CLI::App& app) {
   auto slurm = std::make_shared<slurm::HookupOptions>();
   auto slurm_conf = std::make_shared<std::string>();
   auto slurm_sync = std::make_shared<int64_t>(5);
+  auto slurm_pending = std::make_shared<int64_t>(300);
   auto gpu_models = std::make_shared<std::vector<std::string>>();
   cmd->add_option("--slurm-pool", slurm->pool,
                   "connect a Slurm cluster as the pool NAME (its nodes, sbatch dispatch, "
@@ -65,12 +66,16 @@ void AddServerCommands(CLI::App& app) {
                   "extra sbatch option for every job, e.g. --account=ml (repeatable)");
   cmd->add_option("--slurm-sync-seconds", *slurm_sync, "read the Slurm nodes (sinfo) this often")
       ->capture_default_str();
+  cmd->add_option("--slurm-pending-timeout", *slurm_pending,
+                  "seconds a job Tessera placed may stay PENDING in Slurm (a foreign job took "
+                  "its node) before it is cancelled there and placed again; 0 = never")
+      ->capture_default_str();
   cmd->add_option("--slurm-logs-dir", slurm->logs_dir,
                   "where Slurm writes jobs' stdout/stderr for `tessera logs` (default: "
                   "<data-dir>/slurm-logs); on a real cluster a filesystem that the Slurm nodes "
                   "and the server share");
   slurm->pool.clear();
-  cmd->callback([flags, slurm, slurm_conf, slurm_sync, gpu_models] {
+  cmd->callback([flags, slurm, slurm_conf, slurm_sync, slurm_pending, gpu_models] {
     if (!slurm->pool.empty()) {
       if (!slurm_conf->empty()) slurm->env["SLURM_CONF"] = *slurm_conf;
       for (const auto& m : *gpu_models) {
@@ -90,6 +95,12 @@ void AddServerCommands(CLI::App& app) {
         return;
       }
       slurm->sync = std::chrono::seconds(*slurm_sync);
+      if (*slurm_pending < 0) {
+        std::fprintf(stderr, "tessera server: --slurm-pending-timeout: must be 0 or more\n");
+        SetExitCode(2);
+        return;
+      }
+      slurm->pending_timeout = std::chrono::seconds(*slurm_pending);
       if (slurm->logs_dir.empty()) slurm->logs_dir = flags->data_dir + "/slurm-logs";
       server::PoolHooks().push_back(
           [opts = *slurm](server::ControlPlane& cp) -> StatusOr<server::StopFn> {

@@ -144,12 +144,12 @@ ClusterMetrics::ClusterMetrics() {
                    "(Drained), a node lost (NodeLost) or whose agent restarted "
                    "(NodeRestarted), tasks stopped by their agent (Evicted) or ended by a pool "
                    "(NodeFailed, PreemptedBySlurm, KilledBySlurm, CancelledInSlurm, "
-                   "LostInSlurm).",
+                   "LostInSlurm, StuckInSlurm).",
                    std::array<std::string, 1>{"reason"}));
   // Every reason's series exists before its first eviction (increase() sees the first one).
   for (const char* reason :
        {"Preempted", "Reclaimed", "Drained", "NodeLost", "NodeRestarted", "Evicted", "NodeFailed",
-        "PreemptedBySlurm", "KilledBySlurm", "CancelledInSlurm", "LostInSlurm"})
+        "PreemptedBySlurm", "KilledBySlurm", "CancelledInSlurm", "LostInSlurm", "StuckInSlurm"})
     evictions_total_->Add({reason}, 0);
   store_failures_total_ = Must(r.AddCounter(
       "tessera_store_commit_failures_total",

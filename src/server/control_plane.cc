@@ -2770,8 +2770,9 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
         // retry counted, no back-off. A pool that runs tasks itself (Slurm) gives its own
         // reason (a failed node) and words.
         // (From a fixed set: it names events and a metric's label.)
-        static const std::set<std::string> kPoolReasons = {
-            "NodeFailed", "PreemptedBySlurm", "KilledBySlurm", "CancelledInSlurm", "LostInSlurm"};
+        static const std::set<std::string> kPoolReasons = {"NodeFailed",    "PreemptedBySlurm",
+                                                           "KilledBySlurm", "CancelledInSlurm",
+                                                           "LostInSlurm",   "StuckInSlurm"};
         std::string why = t.value("reason", "");
         if (!why.empty() && !kPoolReasons.count(why)) why = "Evicted";
         OnTaskLoss(ops, j, true, why.empty() ? "Evicted" : why,

@@ -56,8 +56,8 @@ Outcome OutcomeOf(AllocationPhase p, const std::string& slurm_state) {
       return {"killed", "LostInSlurm"};
     case AllocationPhase::kKilled:
       // Pending in Slurm too long (SlurmServerBackend's pending_timeout): cancelled there by
-      // Tessera to be placed again, an eviction in the event's words.
-      if (slurm_state == "PENDING") return {"killed", "Evicted"};
+      // Tessera to be placed again (an eviction).
+      if (slurm_state == "PENDING") return {"killed", "StuckInSlurm"};
       // CANCELLED that Tessera did not ask for ends the job (HeartbeatAll cancels it first);
       // should that cancel not happen, the event still says what Slurm did.
       if (slurm_state == "CANCELLED") return {"killed", "CancelledInSlurm"};

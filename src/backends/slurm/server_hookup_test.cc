@@ -485,7 +485,7 @@ TEST_F(HookupTest, AJobPendingInSlurmTooLongIsPlacedAgain) {
   EXPECT_NE(State("stuck"), "Cancelled");
   EXPECT_NE(State("stuck"), "Failed");
   const std::string events = Describe("stuck")["events"].dump();
-  EXPECT_NE(events.find("\"Evicted\""), std::string::npos) << events;
+  EXPECT_NE(events.find("\"StuckInSlurm\""), std::string::npos) << events;
   EXPECT_NE(events.find("slurm:42: Slurm job 42 PENDING (Resources) for "), std::string::npos)
       << events;
   EXPECT_NE(events.find("cancelled in Slurm, to be placed again"), std::string::npos) << events;
