@@ -123,6 +123,13 @@ ClusterMetrics::ClusterMetrics() {
   pending_jobs_ =
       Must(r.AddGauge("tessera_pending_jobs", "Pending jobs by queue and the engine's reason.",
                       std::array<std::string, 2>{"queue", "reason"}));
+  // As kube-state-metrics' kube_deployment_spec_replicas / ..._status_replicas_available.
+  service_replicas_ = Must(r.AddGauge("tessera_service_replicas",
+                                      "Replicas an unfinished service (Deployment) asks for.",
+                                      std::array<std::string, 2>{"queue", "job"}));
+  service_running_ = Must(r.AddGauge("tessera_service_replicas_running",
+                                     "Replicas of an unfinished service that run.",
+                                     std::array<std::string, 2>{"queue", "job"}));
   oldest_pending_ = Must(r.AddGauge(
       "tessera_queue_oldest_pending_job_age_seconds",
       "How long the queue's longest-waiting job has been eligible and pending (0 when none is; "
@@ -474,8 +481,13 @@ void ClusterMetrics::Update(const ClusterView& view) {
   };
   std::unordered_set<std::string_view> known;
   known.reserve(view.jobs.size());
+  std::map<LabelValues<2>, double> replicas, replicas_running;
   for (const JobStatus& j : view.jobs) {
     known.insert(j.id);
+    if (j.service_replicas > 0) {
+      replicas[{j.queue, j.id}] = j.service_replicas;
+      replicas_running[{j.queue, j.id}] = j.service_running;
+    }
     count(j.id, j.queue, j.state, j.pending_reason,
           j.pending_since >= 0 ? j.pending_since : j.submit_time);
   }
@@ -511,6 +523,8 @@ void ClusterMetrics::Update(const ClusterView& view) {
     oldest[{queue}] = static_cast<double>(std::max<int64_t>(0, q.oldest));
   }
   jobs_->Replace(std::move(by_state));
+  service_replicas_->Replace(std::move(replicas));
+  service_running_->Replace(std::move(replicas_running));
   pending_jobs_->Replace(std::move(by_reason));
   oldest_pending_->Replace(std::move(oldest));
   last_now_ = view.now;

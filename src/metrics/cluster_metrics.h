@@ -39,6 +39,8 @@ struct JobStatus {
   std::string pending_reason;  // PendingReason::code while pending ("Insufficient", ...)
   int64_t submit_time = 0;     // seconds
   int64_t pending_since = -1;  // when it last became pending (requeue); -1: submit_time
+  // A service (Deployment): the replicas it asks and those running; 0 for other jobs.
+  int32_t service_replicas = 0, service_running = 0;
 };
 
 struct ClusterView {
@@ -169,6 +171,8 @@ class ClusterMetrics {
   // Jobs.
   GaugeVec<2>* jobs_;
   GaugeVec<2>* pending_jobs_;
+  GaugeVec<2>* service_replicas_;
+  GaugeVec<2>* service_running_;
   // Each queue's pending reasons seen so far: they read 0 once no job waits for them, so a
   // series does not vanish (a rate or an alert over it would read "no data", not 0).
   std::map<std::string, std::set<std::string, std::less<>>, std::less<>> reasons_seen_;

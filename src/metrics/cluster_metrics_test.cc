@@ -381,6 +381,25 @@ TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
             "absent");
 }
 
+// A service's replicas, asked and running, per job (an alert compares them); other jobs
+// and finished services have no series.
+TEST_F(ClusterMetricsTest, ServicesExportTheirReplicasAskedAndRunning) {
+  JobStatus svc{"small", "infer", "running", "", 10, -1};
+  svc.service_replicas = 3;
+  svc.service_running = 1;
+  view_.jobs.push_back(svc);
+  m_.Update(view_);
+  std::string text = "\n" + m_.RenderText();
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"infer\",job=\"small\"}"), "3");
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas_running{queue=\"infer\",job=\"small\"}"),
+            "1");
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"ml\",job=\"waiting\"}"), "absent");
+  view_.jobs.back() = {"small", "infer", "cancelled", "", 10, -1};
+  m_.Update(view_);
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"infer\",job=\"small\"}"), "absent");
+}
+
 TEST_F(ClusterMetricsTest, PendingReasonsReadZeroUntilTheirQueueGoes) {
   view_.jobs.push_back({"serve", "scratch", "pending", "Insufficient", 900, -1});
   m_.Update(view_);

@@ -1020,14 +1020,11 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe,
   if (whole > 0 || gpus.empty()) gpus = std::to_string(whole) + (gpus.empty() ? "" : "+" + gpus);
   o["gpus"] = gpus;
   std::set<std::string> nodes;
-  int32_t running = 0;
   for (const auto& id : j.allocations) {
     const Allocation& a = allocations_.at(id);
-    if (a.attempt != j.attempt || !a.Live()) continue;
-    nodes.insert(a.placement.node);
-    if (a.state == AllocState::kRunning) ++running;
+    if (a.attempt == j.attempt && a.Live()) nodes.insert(a.placement.node);
   }
-  o["runningTasks"] = running;
+  o["runningTasks"] = RunningTasks(j);
   o["nodes"] = std::vector<std::string>(nodes.begin(), nodes.end());
   if (!j.message.empty()) o["message"] = j.message;
   for (const spec::Dependency& d : j.spec.dependencies) {
@@ -2181,6 +2178,15 @@ void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState
   if (any || !MaybeFinishTermination(ops, j)) ops.push_back(JobOp(j));
 }
 
+int32_t ControlPlane::RunningTasks(const JobRecord& j) const {
+  int32_t running = 0;
+  for (const auto& id : j.allocations)
+    if (const Allocation& a = allocations_.at(id);
+        a.attempt == j.attempt && a.state == AllocState::kRunning)
+      ++running;
+  return running;
+}
+
 const Allocation* ControlPlane::StillHolding(const JobRecord& j) const {
   for (const auto& id : j.allocations)
     if (const Allocation& a = allocations_.at(id); a.HoldsDevices()) return &a;
@@ -3105,9 +3111,15 @@ Status ControlPlane::RunCycle() {
     if (options_.on_cycle) {
       summaries.reserve(jobs_.size());
       const std::set<std::string> limited = ArrayTaskLimited(now);
-      for (const auto& [id, j] : jobs_)
+      for (const auto& [id, j] : jobs_) {
         summaries.push_back({id, j.spec.job.queue, j.state, j.created_at, EligibleSince(j),
                              j.run_started_at, HeldBack(j, now, limited)});
+        // (One being stopped for good is not expected to serve; one restarting is.)
+        const bool ending = j.state == JobState::kTerminating && IsTerminal(j.after_termination);
+        if (!j.spec.service || IsTerminal(j.state) || ending) continue;
+        summaries.back().service_replicas = j.spec.job.TaskCount();
+        summaries.back().service_running = RunningTasks(j);
+      }
     }
   }
   {

@@ -184,6 +184,9 @@ struct JobSummary {
   int64_t run_started_at = -1;  // the current attempt's start; -1 while pending
   // Why it waits when the engine does not see it (BackOff, NodeLost); "": the engine's reason.
   std::string pending_reason;
+  // A service's replicas (a Deployment's): how many it asks, how many run (0 for other jobs
+  // and for services finished or being stopped for good).
+  int32_t service_replicas = 0, service_running = 0;
 };
 
 // An attempt of a job bound by a cycle (Pending -> Scheduled): it waited in its queue from
@@ -439,6 +442,8 @@ class ControlPlane {
   bool WrittenOff(const Allocation& a) const;
   // The job's first allocation that still holds devices (a task not confirmed gone), if any:
   // a finished job is not deleted while there is one.
+  // Its current attempt's tasks that run (reported running by their node).
+  int32_t RunningTasks(const JobRecord& j) const;
   const Allocation* StillHolding(const JobRecord& j) const;
   // GPU milli that placements of `job` count for its queue and its service: their devices',
   // or, for an exclusive job, every healthy GPU of each node they are on (the engine charges

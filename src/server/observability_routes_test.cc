@@ -275,5 +275,28 @@ TEST_F(ObservabilityRoutes, EveryJobStateIsExportedAtZeroWhenNoJobIsInIt) {
     EXPECT_TRUE(Exports("tessera_jobs{queue=\"zeros\",state=\"" + std::string(state) + "\"} 0"));
 }
 
+// A Deployment's replicas, asked and running, reach the metrics (ServiceUnderReplicated and
+// ServiceDown compare them): one of two placed, then running; gone once it is cancelled.
+TEST_F(ObservabilityRoutes, AServiceExportsItsReplicasAskedAndRunning) {
+  ASSERT_NO_FATAL_FAILURE(Open("obs_service", "infer"));
+  const int64_t epoch = AddNode("n1");  // room for one replica
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: chat, "
+                          "annotations: {tessera.io/queue: infer}}\nspec:\n  replicas: 2\n"
+                          "  template:\n    spec:\n      containers:\n      - name: s\n"
+                          "        command: [serve]\n"
+                          "        resources: {limits: {nvidia.com/gpu: 1}}\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",job=\"chat\"} 2"));
+  EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",job=\"chat\"} 0"));
+  ASSERT_NO_FATAL_FAILURE(Report("n1", epoch, "running", 0));
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",job=\"chat\"} 1"));
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "chat").ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_FALSE(Exports("tessera_service_replicas{queue=\"infer\",job=\"chat\"} 2"));
+}
+
 }  // namespace
 }  // namespace tessera::server
