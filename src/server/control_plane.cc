@@ -2414,6 +2414,26 @@ void ControlPlane::OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, in
 
 namespace {
 
+// Which devices (milli of each, MIG instances) allocations hold: where a placement still fits.
+struct DeviceUse {
+  std::map<std::pair<std::string, int32_t>, int64_t> milli;
+  std::set<std::tuple<std::string, int32_t, int32_t>> mig;
+  void Add(const TaskAllocation& a) {
+    for (const auto& d : a.devices) {
+      milli[{a.node, d.device}] += d.milli;
+      if (d.mig_instance >= 0) mig.insert({a.node, d.device, d.mig_instance});
+    }
+  }
+  bool Fits(const TaskAllocation& a) const {
+    for (const auto& d : a.devices) {
+      auto m = milli.find({a.node, d.device});
+      if ((m != milli.end() ? m->second : 0) + d.milli > 1000) return false;
+      if (d.mig_instance >= 0 && mig.count({a.node, d.device, d.mig_instance})) return false;
+    }
+    return true;
+  }
+};
+
 // An agent token bound to nodes (`nodes` at creation) speaks for those alone.
 Status CheckSpeaksFor(const Principal& p, const std::string& node) {
   if (p.role != Role::kAgent || p.MaySpeakFor(node)) return Status::Ok();
@@ -2985,7 +3005,8 @@ void ControlPlane::Loop() {
   }
 }
 
-Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) const {
+Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
+                                     std::vector<Binding>* in_place) const {
   Snapshot s;
   for (const auto& [name, n] : nodes_) {
     s.nodes.push_back(n.node);
@@ -2994,9 +3015,13 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
   for (const auto& [name, q] : queues_) s.queues.push_back(q);
   for (const auto& [name, pc] : priority_classes_) s.priority_classes.push_back(pc);
   std::map<std::string, std::vector<const Allocation*>>
-      holding;  // job -> allocations holding devices
-  for (const auto& [id, a] : allocations_)
-    if (a.HoldsDevices() && !WrittenOff(a)) holding[a.job].push_back(&a);
+      holding;     // job -> allocations holding devices
+  DeviceUse used;  // by every allocation holding devices, and the reservations below
+  for (const auto& [id, a] : allocations_) {
+    if (!a.HoldsDevices()) continue;
+    used.Add(a.placement);
+    if (!WrittenOff(a)) holding[a.job].push_back(&a);
+  }
   const std::set<std::string> limited = ArrayTaskLimited(Now());
   for (const auto& [id, j] : jobs_) {
     if (IsTerminal(j.state) && holding.count(id) == 0) continue;
@@ -3029,6 +3054,24 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
         exact = false;
       else
         job.allocations[a->task] = a->placement;
+    }
+    // A task restarted alone (RestartTask; a service's replica that exited) keeps the devices
+    // it ran on while it backs off, and then restarts on them, as the kubelet restarts a
+    // crashed container in place: a crash-looping replica does not lose its GPU to another
+    // job meanwhile. (If its node is NotReady or gone, or the devices were given away, it
+    // holds nothing and is placed anew once its back-off is over, as below.)
+    for (const auto& [task, c] : j.task_backoff) {
+      if (!exact || task >= job.TaskCount() || job.allocations[task]) continue;
+      const Allocation* last = nullptr;
+      for (const auto& aid : j.allocations)
+        if (const Allocation& a = allocations_.at(aid); a.attempt == j.attempt && a.task == task)
+          last = &a;
+      if (last == nullptr || last->HoldsDevices() || FinishedForGood(j, *last)) continue;
+      auto n = nodes_.find(last->placement.node);
+      if (n == nodes_.end() || !n->second.node.ready || !used.Fits(last->placement)) continue;
+      used.Add(last->placement);
+      job.allocations[task] = last->placement;
+      if (c.until <= Now() && in_place != nullptr) in_place->push_back({id, task, last->placement});
     }
     // A task that finished for good, or one restarted alone still backing off, is not to
     // place (now): the engine sees it placed, holding nothing, on the node it ran on (any
@@ -3101,12 +3144,13 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner) 
 Status ControlPlane::RunCycle() {
   std::map<std::string, std::string> owner;
   Snapshot snap;
+  std::vector<Binding> in_place;  // tasks restarting on the devices they kept (BuildSnapshot)
   std::vector<JobSummary> summaries;
   int64_t now;
   int64_t cycle;
   {
     std::lock_guard<std::mutex> l(mu_);
-    snap = BuildSnapshot(owner);
+    snap = BuildSnapshot(owner, &in_place);
     now = Now();
     if (options_.on_cycle) {
       summaries.reserve(jobs_.size());
@@ -3131,6 +3175,12 @@ Status ControlPlane::RunCycle() {
   Plan plan = engine_->Cycle(snap, now, rng);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // Bound as the engine's are (checked against the devices as they are now), unless the
+  // engine evicts their job: it saw them placed, so it bound nothing else there.
+  for (Binding& b : in_place)
+    if (std::none_of(plan.evictions.begin(), plan.evictions.end(),
+                     [&](const Eviction& e) { return e.job == b.job; }))
+      plan.bindings.push_back(std::move(b));
   // Observed once applied: the attempts bound are facts then (an attempt may end before the
   // next cycle, so no later snapshot would show that it started).
   std::vector<JobBound> bound;
@@ -3273,15 +3323,11 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
   std::vector<store::Op> ops;
   // Device occupancy as it is NOW (state may have moved since the snapshot): the last line
   // of defence against giving one device to two tasks.
-  std::map<std::pair<std::string, int32_t>, int64_t> milli_used;
-  std::set<std::tuple<std::string, int32_t, int32_t>> mig_used;
-  for (const auto& [id, a] : allocations_) {
-    if (!a.HoldsDevices()) continue;
-    for (const auto& d : a.placement.devices) {
-      milli_used[{a.placement.node, d.device}] += d.milli;
-      if (d.mig_instance >= 0) mig_used.insert({a.placement.node, d.device, d.mig_instance});
-    }
-  }
+  DeviceUse used;
+  for (const auto& [id, a] : allocations_)
+    if (a.HoldsDevices()) used.Add(a.placement);
+  auto& milli_used = used.milli;
+  auto& mig_used = used.mig;
   std::map<std::string, std::vector<const Binding*>> by_job;
   for (const auto& b : plan.bindings) by_job[b.job].push_back(&b);
   for (const auto& [jid, binds] : by_job) {

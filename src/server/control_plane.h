@@ -466,7 +466,9 @@ class ControlPlane {
                   std::optional<int32_t> exit_code = std::nullopt);
   void OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, int32_t task);
   Status Commit(std::vector<store::Op> ops);
-  Snapshot BuildSnapshot(std::map<std::string, std::string>& placeholder_owner) const;
+  // `in_place`: tasks whose back-off is over, to restart on the devices they kept.
+  Snapshot BuildSnapshot(std::map<std::string, std::string>& placeholder_owner,
+                         std::vector<Binding>* in_place = nullptr) const;
   // `bound` (may be null) gets each attempt the plan bound.
   Status ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& placeholder_owner,
                    std::vector<JobBound>* bound);

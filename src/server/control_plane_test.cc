@@ -1389,6 +1389,46 @@ TEST_F(ControlPlaneTest, ADeploymentReplicaThatExitsIsReplacedAlone) {
   EXPECT_EQ(std::count(r.begin(), r.end(), "Requeued"), 0);
 }
 
+// A replica that crashes keeps its GPU while it backs off and restarts on it, as the kubelet
+// restarts a crashed container in place: a job waiting for a GPU does not take it meanwhile.
+TEST_F(ControlPlaneTest, ACrashingReplicaKeepsItsGpuThroughItsBackOff) {
+  Reopen([](const Snapshot& s, int64_t now) { return ScriptedEngine::FirstFit(s, now, true); });
+  int64_t epoch = Epoch("node-a");  // 8 GPUs
+  ASSERT_TRUE(cp_->Submit(kAdmin, kDeployment).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 3u);
+  Json running = Json::array();
+  std::string crashing;
+  Json devices;
+  for (const auto& a : d["allocations"]) {
+    running.push_back(Task(a["allocation"], "running"));
+    if (a["task"] == 1) {
+      crashing = a["allocation"];
+      devices = a["devices"];
+    }
+  }
+  Beat("node-a", epoch, running);
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("grab", 1, 6)).ok());  // 5 GPUs free: waits
+  running[1] = Task(crashing, "failed", 1);
+  Beat("node-a", epoch, running);
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("grab"), "Pending") << "the crashed replica's GPU is kept for it";
+  EXPECT_EQ(Job("svc")["pendingReason"]["code"], "BackOff");
+  clock_.now += 300;  // past the back-off
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const Json again = Beat("node-a", epoch);
+  bool restarted = false;
+  for (const auto& a : again["allocations"]) {
+    if (a["job"] != "svc" || a["task"] != 1) continue;
+    EXPECT_NE(a["allocation"], crashing);
+    EXPECT_EQ(a["devices"], devices) << "on the devices it kept";
+    restarted = true;
+  }
+  EXPECT_TRUE(restarted) << again;
+  EXPECT_EQ(State("grab"), "Pending");
+}
+
 // A node lost under a Deployment: only its replicas are replaced, at once and elsewhere, as a
 // ReplicaSet replaces a lost node's pods; the replica on a healthy node keeps serving (the job
 // is not requeued behind a fence as a batch gang is), and the loss is not a retry.
