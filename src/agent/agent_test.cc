@@ -326,6 +326,47 @@ TEST_F(AgentTest, RunsDesiredTasksReportsExitServesLogsAndSamplesUtilisation) {
   agent->Stop(true);
 }
 
+// offset and limit are byte counts: a negative, garbled or out-of-int64 value is refused
+// with a 400 that names the parameter (it was clamped to 0, cut at the first non-digit, or
+// refused without saying which); a limit past 8 MiB reads 8 MiB.
+TEST_F(AgentTest, TheLogsEndpointRefusesBadOffsetAndLimitNamingThem) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-1", "echo hello"));
+  auto agent = StartAgent(Options(server.url()));
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-1") == "succeeded"; }));
+  httplib::Client logs(agent->logs_url());
+  const std::pair<const char*, const char*> kBad[] = {
+      {"offset=-1", "offset: must be 0..9223372036854775807"},
+      {"offset=2abc", "offset: expected an integer, got \"2abc\""},
+      {"offset=99999999999999999999", "offset: expected an integer, got \"99999999999999999999\""},
+      {"offset=", "offset: expected an integer, got \"\""},
+      {"limit=-5", "limit: must be 0..9223372036854775807"},
+      {"limit=x", "limit: expected an integer, got \"x\""},
+      {"offset=0&limit=1e3", "limit: expected an integer, got \"1e3\""},
+  };
+  for (const auto& [query, why] : kBad) {
+    auto res = logs.Get((std::string("/v1/logs/a-1?stream=stdout&") + query).c_str());
+    ASSERT_TRUE(res) << query;
+    EXPECT_EQ(res->status, 400) << query;
+    EXPECT_EQ(Json::parse(res->body, nullptr, false).value("error", ""), why) << res->body;
+  }
+  // Good values, huge ones included: an offset past the end reads nothing and points at the end.
+  auto part = logs.Get("/v1/logs/a-1?offset=1&limit=3");
+  ASSERT_TRUE(part);
+  EXPECT_EQ(part->status, 200);
+  EXPECT_EQ(part->body, "ell");
+  EXPECT_EQ(part->get_header_value("X-Next-Offset"), "4");
+  auto all = logs.Get("/v1/logs/a-1?limit=9223372036854775807");
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->body, "hello\n");
+  auto past = logs.Get("/v1/logs/a-1?offset=9223372036854775807");
+  ASSERT_TRUE(past);
+  EXPECT_EQ(past->status, 200);
+  EXPECT_EQ(past->body, "");
+  EXPECT_EQ(past->get_header_value("X-Next-Offset"), "6");
+  agent->Stop(true);
+}
+
 // One allocation the agent cannot run (no command: an older server accepted such jobs)
 // fails alone; the answer is still taken, so the other tasks keep running and no lease
 // runs out.

@@ -1,6 +1,7 @@
 #include "server/api.h"
 
 #include "common/file_chunk.h"
+#include "common/int_param.h"
 #include "common/listen_socket.h"
 #include "server/observability_routes.h"
 
@@ -91,18 +92,7 @@ StatusOr<Principal> Auth(ControlPlane& cp, const httplib::Request& req) {
 StatusOr<int64_t> IntParam(const httplib::Request& req, const char* name, int64_t def, int64_t min,
                            int64_t max) {
   if (!req.has_param(name)) return def;
-  std::string v = req.get_param_value(name);
-  try {
-    size_t used = 0;
-    int64_t x = std::stoll(v, &used);
-    if (used != v.size()) throw std::invalid_argument("trailing");
-    if (x < min || x > max)
-      return InvalidArgument(std::string(name) + ": must be " + std::to_string(min) + ".." +
-                             std::to_string(max));
-    return x;
-  } catch (...) {
-    return InvalidArgument(std::string(name) + ": expected an integer, got \"" + v + "\"");
-  }
+  return ParseIntParam(name, req.get_param_value(name), min, max);
 }
 
 // Runs a handler that needs a principal; every exception becomes a 500 (never a crash).
