@@ -41,7 +41,7 @@ inline constexpr char kAgentVersion[] = "0.1.0";
 
 struct AgentOptions {
   std::string server_url;          // "http://127.0.0.1:8080"
-  std::string token;               // bearer token for /v1/agents/* (and for this agent's logs)
+  std::string token;               // bearer token for /v1/agents/*
   Node node;                       // inventory: from an inventory file or DiscoverHostNode()
   std::string work_dir;            // task folders and logs; survives agent restarts
   std::string boot_id;             // random per agent process start (NewBootId)

@@ -636,7 +636,10 @@ TEST_F(AgentTest, AgentCrashThenRestartAdoptsTasksAndFencesRescheduledOnes) {
   EXPECT_FALSE(Running(kept));
 }
 
-TEST_F(AgentTest, LocalAgentsRunOneAgentPerSeedNode) {
+// `tessera server --local-agent`. Their logs endpoints want a bearer token, as a `tessera
+// agent --logs-token` does (they served every local user who found the port), and each
+// gives the server its own (random) token for the logs proxy.
+TEST_F(AgentTest, LocalAgentsRunOneAgentPerSeedNodeAndGuardTheirLogs) {
   FakeServer server;
   LocalAgentsOptions o;
   o.server_url = server.url();
@@ -651,6 +654,24 @@ TEST_F(AgentTest, LocalAgentsRunOneAgentPerSeedNode) {
   ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-n2") == "succeeded"; }));
   EXPECT_EQ(Slurp(dir_.string() + "/gpu-node-2/tasks/a-n2/stdout"), "on gpu-node-2 with 3\n");
   EXPECT_NE((*la)->agent("gpu-node-1"), nullptr);
+
+  std::map<std::string, std::string> tokens;  // node -> the logsToken it registered with
+  for (const Json& r : server.Registers()) tokens[r["node"]["name"]] = r.value("logsToken", "");
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_EQ(tokens["gpu-node-2"].size(), 32u);
+  EXPECT_NE(tokens["gpu-node-1"], tokens["gpu-node-2"]);
+  EXPECT_EQ(server.LastHeartbeat().value("logsToken", "").size(), 32u);
+  httplib::Client anon((*la)->agent("gpu-node-2")->logs_url());
+  auto refused = anon.Get("/v1/logs/a-n2");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  EXPECT_EQ(refused->body.find("gpu-node-2"), std::string::npos);
+  httplib::Client proxy((*la)->agent("gpu-node-2")->logs_url());
+  proxy.set_bearer_token_auth(tokens["gpu-node-2"].c_str());
+  auto read = proxy.Get("/v1/logs/a-n2");
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->status, 200);
+  EXPECT_EQ(read->body, "on gpu-node-2 with 3\n");
   (*la)->Stop();
 }
 
