@@ -185,6 +185,8 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   eo.cgroup_parent = a->opt_.cgroup_parent;
   eo.cgroup_mount = a->opt_.cgroup_mount;
   eo.srun_program = a->opt_.srun_program;
+  eo.task_retention_seconds = a->opt_.task_retention_seconds;
+  eo.max_finished_tasks = a->opt_.max_finished_tasks;
   Agent* self = a.get();
   eo.log = [self](const std::string& m) { self->Log(m); };
   eo.lease_file = a->LeaseFile();
@@ -282,7 +284,12 @@ Status Agent::StartLogsServer() {
     auto limit = param("limit", kLogChunkDefault);
     if (!limit.ok()) return RefuseLogs(res, 400, limit.status().message());
     auto chunk = ReadFileChunk(path, *offset, std::min(*limit, kLogChunkMax));
-    if (!chunk.ok()) return RefuseLogs(res, 404, "no logs for allocation " + alloc);
+    if (!chunk.ok()) {
+      // Removed by the retention: gone for good, and the caller is told why (410).
+      if (std::string notice = ex->RemovalNotice(alloc); !notice.empty())
+        return RefuseLogs(res, 410, notice);
+      return RefuseLogs(res, 404, "no logs for allocation " + alloc);
+    }
     const int64_t from = std::min(*offset, chunk->size);
     const int64_t size = chunk->size;
     std::string& body = chunk->data;
@@ -536,6 +543,13 @@ Status Agent::Reconcile(const Json& ans, const std::vector<TaskStatus>& sent) {
     Status s = executor_->Start(spec);
     if (!s.ok()) Log("allocation " + id + ": " + s.ToString());
   }
+  // The folders of finished tasks go after the retention, never one this answer lists.
+  std::set<std::string> listed;
+  for (const auto& [id, spec] : desired) listed.insert(id);
+  const std::vector<std::string> removed = executor_->RemoveOldTaskFolders(listed);
+  if (!removed.empty())
+    Log("removed the folders of " + std::to_string(removed.size()) +
+        " finished task(s) past their retention, the oldest " + removed.front());
   return Status::Ok();
 }
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -364,6 +365,35 @@ TEST_F(AgentTest, TheLogsEndpointRefusesBadOffsetAndLimitNamingThem) {
   EXPECT_EQ(past->status, 200);
   EXPECT_EQ(past->body, "");
   EXPECT_EQ(past->get_header_value("X-Next-Offset"), "6");
+  agent->Stop(true);
+}
+
+// A finished task's folder goes after the retention, once the server no longer lists it
+// (never before, however old), and the logs endpoint then says why (410), not "no logs".
+TEST_F(AgentTest, FinishedTaskFoldersGoAfterTheRetentionAndTheirLogsSaySo) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-done", "echo done"));
+  auto now = std::make_shared<std::atomic<int64_t>>(1733150000);
+  AgentOptions o = Options(server.url());
+  o.wall_clock = [now] { return now->load(); };
+  o.task_retention_seconds = 600;
+  auto agent = StartAgent(o);
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-done") == "succeeded"; }));
+  const std::string folder = dir_.string() + "/tasks/a-done";
+  *now += 3600;
+  const size_t beats = server.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() >= beats + 2; }));
+  EXPECT_TRUE(fs::exists(folder + "/stdout")) << "removed while the server lists it";
+  server.Unwant("gpu-node-1", "a-done");
+  ASSERT_TRUE(WaitFor([&] { return !fs::exists(folder); }));
+  httplib::Client logs(agent->logs_url());
+  auto res = logs.Get("/v1/logs/a-done");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 410);
+  EXPECT_EQ(Json::parse(res->body, nullptr, false).value("error", ""),
+            "logs of job job-a-done task 0 (allocation a-done) were removed after 10m (the "
+            "agent's --task-retention)");
+  EXPECT_EQ(logs.Get("/v1/logs/a-nope")->status, 404);
   agent->Stop(true);
 }
 

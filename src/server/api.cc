@@ -383,13 +383,16 @@ void ApiServer::Routes() {
                   eof = next >= std::strtoll(r->get_header_value("X-Tessera-Log-Size").c_str(),
                                              nullptr, 10);
               } else if (!follow || (r->status != 404 && !no_token_yet)) {
-                // Not following (or a real error): the agent's words, in the API's shape.
+                // Not following (or a real error, or output gone for good): the agent's
+                // words, in the API's shape.
                 Json e = Json::parse(r->body, nullptr, false);
                 std::string why = e.is_object() && e.contains("error") && e["error"].is_string()
                                       ? e["error"].get<std::string>()
                                       : r->body;
                 const std::string what = "job \"" + std::string(req.matches[1]) + "\" task " +
                                          std::to_string(*task) + ": ";
+                // 410: the agent removed the task's folder after its retention, and says so.
+                if (r->status == 410) return Fail(res, NotFound(what + why));
                 return Fail(res, r->status == 404
                                      ? NotFound(what + "no " + stream +
                                                 " on its node (the task never started, or its "
