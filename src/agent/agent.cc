@@ -13,6 +13,7 @@
 #include <httplib.h>
 
 #include "common/file_chunk.h"
+#include "common/int_param.h"
 #include "common/listen_socket.h"
 
 namespace tessera::agent {
@@ -113,6 +114,17 @@ StatusOr<TaskSpec> SpecFromJson(const Json& a, const std::string& path) {
   return spec;
 }
 
+// The logs endpoint reads at most this much per request (docs/agent.md).
+constexpr int64_t kLogChunkDefault = int64_t{1} << 20;
+constexpr int64_t kLogChunkMax = int64_t{8} << 20;
+
+// An error of the logs endpoint: {"error": why}, as the server's logs proxy reads it.
+void RefuseLogs(httplib::Response& res, int status, const std::string& why) {
+  res.status = status;
+  res.set_content(Json{{"error", why}}.dump(-1, ' ', false, Json::error_handler_t::replace),
+                  "application/json");
+}
+
 std::unique_ptr<httplib::Client> MakeClient(const std::string& url, const std::string& token) {
   auto c = std::make_unique<httplib::Client>(url);
   c->set_connection_timeout(2, 0);
@@ -173,6 +185,8 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   eo.cgroup_parent = a->opt_.cgroup_parent;
   eo.cgroup_mount = a->opt_.cgroup_mount;
   eo.srun_program = a->opt_.srun_program;
+  eo.task_retention_seconds = a->opt_.task_retention_seconds;
+  eo.max_finished_tasks = a->opt_.max_finished_tasks;
   Agent* self = a.get();
   eo.log = [self](const std::string& m) { self->Log(m); };
   eo.lease_file = a->LeaseFile();
@@ -249,8 +263,7 @@ Status Agent::StartLogsServer() {
   Executor* ex = executor_.get();
   auto authorised = [token](const httplib::Request& req, httplib::Response& res) {
     if (token.empty() || req.get_header_value("Authorization") == "Bearer " + token) return true;
-    res.status = 401;
-    res.set_content("{\"error\":\"missing or wrong bearer token\"}", "application/json");
+    RefuseLogs(res, 401, "missing or wrong bearer token");
     return false;
   };
   logs_server_->Get(R"(/v1/logs/([^/]+))", [ex, authorised](const httplib::Request& req,
@@ -259,28 +272,25 @@ Status Agent::StartLogsServer() {
     const std::string alloc = req.matches[1];
     const std::string stream = req.has_param("stream") ? req.get_param_value("stream") : "stdout";
     const std::string path = ex->LogPath(alloc, stream);
-    if (path.empty()) {
-      res.status = 400;
-      res.set_content("{\"error\":\"bad allocation id or stream (stdout|stderr)\"}",
-                      "application/json");
-      return;
-    }
-    int64_t offset = 0, limit = 1 << 20;
-    try {
-      if (req.has_param("offset")) offset = std::stoll(req.get_param_value("offset"));
-      if (req.has_param("limit")) limit = std::stoll(req.get_param_value("limit"));
-    } catch (...) {
-      res.status = 400;
-      res.set_content("{\"error\":\"offset and limit must be integers\"}", "application/json");
-      return;
-    }
-    auto chunk = ReadFileChunk(path, offset, std::clamp<int64_t>(limit, 0, 8 << 20));
+    if (path.empty()) return RefuseLogs(res, 400, "bad allocation id or stream (stdout|stderr)");
+    // Refused, not clamped: a negative or garbled value is the caller's bug, better said than
+    // answered with bytes from somewhere else. A limit past 8 MiB is read as 8 MiB.
+    auto param = [&req](const char* name, int64_t def) -> StatusOr<int64_t> {
+      if (!req.has_param(name)) return def;
+      return ParseIntParam(name, req.get_param_value(name), 0, INT64_MAX);
+    };
+    auto offset = param("offset", 0);
+    if (!offset.ok()) return RefuseLogs(res, 400, offset.status().message());
+    auto limit = param("limit", kLogChunkDefault);
+    if (!limit.ok()) return RefuseLogs(res, 400, limit.status().message());
+    auto chunk = ReadFileChunk(path, *offset, std::min(*limit, kLogChunkMax));
     if (!chunk.ok()) {
-      res.status = 404;
-      res.set_content("{\"error\":\"no logs for allocation " + alloc + "\"}", "application/json");
-      return;
+      // Removed by the retention: gone for good, and the caller is told why (410).
+      if (std::string notice = ex->RemovalNotice(alloc); !notice.empty())
+        return RefuseLogs(res, 410, notice);
+      return RefuseLogs(res, 404, "no logs for allocation " + alloc);
     }
-    offset = std::clamp<int64_t>(offset, 0, chunk->size);
+    const int64_t from = std::min(*offset, chunk->size);
     const int64_t size = chunk->size;
     std::string& body = chunk->data;
     std::string state = "unknown";
@@ -288,9 +298,9 @@ Status Agent::StartLogsServer() {
       if (t.allocation == alloc) state = TaskStateName(t.state);
     }
     res.set_header("X-Tessera-Log-Size", std::to_string(size));
-    res.set_header("X-Next-Offset", std::to_string(offset + static_cast<int64_t>(body.size())));
-    res.set_header("X-Tessera-Next-Offset",
-                   std::to_string(offset + static_cast<int64_t>(body.size())));
+    const std::string next = std::to_string(from + static_cast<int64_t>(body.size()));
+    res.set_header("X-Next-Offset", next);
+    res.set_header("X-Tessera-Next-Offset", next);
     res.set_header("X-Tessera-Task-State", state);
     res.set_content(body, "text/plain; charset=utf-8");
   });
@@ -533,6 +543,13 @@ Status Agent::Reconcile(const Json& ans, const std::vector<TaskStatus>& sent) {
     Status s = executor_->Start(spec);
     if (!s.ok()) Log("allocation " + id + ": " + s.ToString());
   }
+  // The folders of finished tasks go after the retention, never one this answer lists.
+  std::set<std::string> listed;
+  for (const auto& [id, spec] : desired) listed.insert(id);
+  const std::vector<std::string> removed = executor_->RemoveOldTaskFolders(listed);
+  if (!removed.empty())
+    Log("removed the folders of " + std::to_string(removed.size()) +
+        " finished task(s) past their retention, the oldest " + removed.front());
   return Status::Ok();
 }
 

@@ -41,7 +41,7 @@ inline constexpr char kAgentVersion[] = "0.1.0";
 
 struct AgentOptions {
   std::string server_url;          // "http://127.0.0.1:8080"
-  std::string token;               // bearer token for /v1/agents/* (and for this agent's logs)
+  std::string token;               // bearer token for /v1/agents/*
   Node node;                       // inventory: from an inventory file or DiscoverHostNode()
   std::string work_dir;            // task folders and logs; survives agent restarts
   std::string boot_id;             // random per agent process start (NewBootId)
@@ -56,6 +56,8 @@ struct AgentOptions {
   std::string cgroup_parent;                    // see ExecutorOptions
   std::string cgroup_mount;                     // see ExecutorOptions ("" = this machine's)
   std::string srun_program;                     // see ExecutorOptions
+  int64_t task_retention_seconds = 24 * 3600;   // see ExecutorOptions
+  int64_t max_finished_tasks = 1000;            // see ExecutorOptions
   std::function<int64_t()> wall_clock;          // seconds since the epoch; default: system clock
   std::function<void(const std::string&)> log;  // default: stderr
 };

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -326,6 +327,76 @@ TEST_F(AgentTest, RunsDesiredTasksReportsExitServesLogsAndSamplesUtilisation) {
   agent->Stop(true);
 }
 
+// offset and limit are byte counts: a negative, garbled or out-of-int64 value is refused
+// with a 400 that names the parameter (it was clamped to 0, cut at the first non-digit, or
+// refused without saying which); a limit past 8 MiB reads 8 MiB.
+TEST_F(AgentTest, TheLogsEndpointRefusesBadOffsetAndLimitNamingThem) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-1", "echo hello"));
+  auto agent = StartAgent(Options(server.url()));
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-1") == "succeeded"; }));
+  httplib::Client logs(agent->logs_url());
+  const std::pair<const char*, const char*> kBad[] = {
+      {"offset=-1", "offset: must be 0..9223372036854775807"},
+      {"offset=2abc", "offset: expected an integer, got \"2abc\""},
+      {"offset=99999999999999999999", "offset: expected an integer, got \"99999999999999999999\""},
+      {"offset=", "offset: expected an integer, got \"\""},
+      {"limit=-5", "limit: must be 0..9223372036854775807"},
+      {"limit=x", "limit: expected an integer, got \"x\""},
+      {"offset=0&limit=1e3", "limit: expected an integer, got \"1e3\""},
+  };
+  for (const auto& [query, why] : kBad) {
+    auto res = logs.Get((std::string("/v1/logs/a-1?stream=stdout&") + query).c_str());
+    ASSERT_TRUE(res) << query;
+    EXPECT_EQ(res->status, 400) << query;
+    EXPECT_EQ(Json::parse(res->body, nullptr, false).value("error", ""), why) << res->body;
+  }
+  // Good values, huge ones included: an offset past the end reads nothing and points at the end.
+  auto part = logs.Get("/v1/logs/a-1?offset=1&limit=3");
+  ASSERT_TRUE(part);
+  EXPECT_EQ(part->status, 200);
+  EXPECT_EQ(part->body, "ell");
+  EXPECT_EQ(part->get_header_value("X-Next-Offset"), "4");
+  auto all = logs.Get("/v1/logs/a-1?limit=9223372036854775807");
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->body, "hello\n");
+  auto past = logs.Get("/v1/logs/a-1?offset=9223372036854775807");
+  ASSERT_TRUE(past);
+  EXPECT_EQ(past->status, 200);
+  EXPECT_EQ(past->body, "");
+  EXPECT_EQ(past->get_header_value("X-Next-Offset"), "6");
+  agent->Stop(true);
+}
+
+// A finished task's folder goes after the retention, once the server no longer lists it
+// (never before, however old), and the logs endpoint then says why (410), not "no logs".
+TEST_F(AgentTest, FinishedTaskFoldersGoAfterTheRetentionAndTheirLogsSaySo) {
+  FakeServer server;
+  server.Want("gpu-node-1", Alloc("a-done", "echo done"));
+  auto now = std::make_shared<std::atomic<int64_t>>(1733150000);
+  AgentOptions o = Options(server.url());
+  o.wall_clock = [now] { return now->load(); };
+  o.task_retention_seconds = 600;
+  auto agent = StartAgent(o);
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-done") == "succeeded"; }));
+  const std::string folder = dir_.string() + "/tasks/a-done";
+  *now += 3600;
+  const size_t beats = server.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return server.Heartbeats() >= beats + 2; }));
+  EXPECT_TRUE(fs::exists(folder + "/stdout")) << "removed while the server lists it";
+  server.Unwant("gpu-node-1", "a-done");
+  ASSERT_TRUE(WaitFor([&] { return !fs::exists(folder); }));
+  httplib::Client logs(agent->logs_url());
+  auto res = logs.Get("/v1/logs/a-done");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 410);
+  EXPECT_EQ(Json::parse(res->body, nullptr, false).value("error", ""),
+            "logs of job job-a-done task 0 (allocation a-done) were removed after 10m (the "
+            "agent's --task-retention)");
+  EXPECT_EQ(logs.Get("/v1/logs/a-nope")->status, 404);
+  agent->Stop(true);
+}
+
 // One allocation the agent cannot run (no command: an older server accepted such jobs)
 // fails alone; the answer is still taken, so the other tasks keep running and no lease
 // runs out.
@@ -595,7 +666,10 @@ TEST_F(AgentTest, AgentCrashThenRestartAdoptsTasksAndFencesRescheduledOnes) {
   EXPECT_FALSE(Running(kept));
 }
 
-TEST_F(AgentTest, LocalAgentsRunOneAgentPerSeedNode) {
+// `tessera server --local-agent`. Their logs endpoints want a bearer token, as a `tessera
+// agent --logs-token` does (they served every local user who found the port), and each
+// gives the server its own (random) token for the logs proxy.
+TEST_F(AgentTest, LocalAgentsRunOneAgentPerSeedNodeAndGuardTheirLogs) {
   FakeServer server;
   LocalAgentsOptions o;
   o.server_url = server.url();
@@ -610,6 +684,24 @@ TEST_F(AgentTest, LocalAgentsRunOneAgentPerSeedNode) {
   ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-n2") == "succeeded"; }));
   EXPECT_EQ(Slurp(dir_.string() + "/gpu-node-2/tasks/a-n2/stdout"), "on gpu-node-2 with 3\n");
   EXPECT_NE((*la)->agent("gpu-node-1"), nullptr);
+
+  std::map<std::string, std::string> tokens;  // node -> the logsToken it registered with
+  for (const Json& r : server.Registers()) tokens[r["node"]["name"]] = r.value("logsToken", "");
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_EQ(tokens["gpu-node-2"].size(), 32u);
+  EXPECT_NE(tokens["gpu-node-1"], tokens["gpu-node-2"]);
+  EXPECT_EQ(server.LastHeartbeat().value("logsToken", "").size(), 32u);
+  httplib::Client anon((*la)->agent("gpu-node-2")->logs_url());
+  auto refused = anon.Get("/v1/logs/a-n2");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  EXPECT_EQ(refused->body.find("gpu-node-2"), std::string::npos);
+  httplib::Client proxy((*la)->agent("gpu-node-2")->logs_url());
+  proxy.set_bearer_token_auth(tokens["gpu-node-2"].c_str());
+  auto read = proxy.Get("/v1/logs/a-n2");
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->status, 200);
+  EXPECT_EQ(read->body, "on gpu-node-2 with 3\n");
   (*la)->Stop();
 }
 

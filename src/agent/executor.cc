@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/read_file.h"
+#include "common/duration.h"
 #include "common/process.h"
 #include "common/write_file.h"
 
@@ -270,6 +271,7 @@ void Executor::Record(Proc& p) const {
                       {"pgid", p.st.pid},
                       {"startTicks", p.start_ticks},
                       {"startedAt", p.st.started_at},
+                      {"finishedAt", p.st.finished_at},  // for the retention, once ended
                       {"graceSeconds", p.grace_seconds},
                       {"cgroup", p.cgroup}};
   nlohmann::json devs = nlohmann::json::array();
@@ -698,12 +700,146 @@ void Executor::Forget(const std::string& allocation) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = procs_.find(allocation);
   if (it == procs_.end() || it->second->st.state == TaskState::kRunning) return;
-  // Reported and no longer wanted: a later Recover() must not report it again.
+  Proc& p = *it->second;
+  // Reported and no longer wanted: a later Recover() must not report it again. The record
+  // keeps when the task ended, for the retention after an agent restart.
+  Record(p);
   const std::string dir = TaskDir(allocation);
   ::rename((dir + "/task.json").c_str(), (dir + "/task.done.json").c_str());
-  TaskCgroups::Remove(it->second->cgroup);  // if it was still busy when the task ended
+  finished_[allocation] = {p.st.job, p.st.task, p.st.finished_at};
+  TaskCgroups::Remove(p.cgroup);  // if it was still busy when the task ended
   delete it->second;
   procs_.erase(it);
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Lets the owner into and write every folder below `dir` (a task may leave read-only ones,
+// as Go's module cache), so that they can be removed. Links are not followed.
+void MakeFoldersWritable(const fs::path& dir) {
+  std::error_code ec;
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::add, ec);
+  // increment(ec), not ++: a folder that vanishes or refuses must not throw.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->symlink_status(ec).type() == fs::file_type::directory) MakeFoldersWritable(it->path());
+  }
+}
+
+// rm -rf: "" when `path` is gone, else why not. Links (sbatch -o / -e) go, not their targets.
+std::string RemoveTree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (!ec) return "";
+  MakeFoldersWritable(path);
+  fs::remove_all(path, ec);
+  return ec ? ec.message() : "";
+}
+
+// Removal notices kept across restarts: at most twice this many, trimmed to it.
+constexpr size_t kNoticesKept = 10000;
+
+}  // namespace
+
+std::vector<std::string> Executor::RemoveOldTaskFolders(const std::set<std::string>& listed) {
+  std::vector<std::string> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = opt_.wall_clock();
+    const int64_t max_age = opt_.task_retention_seconds, max_kept = opt_.max_finished_tasks;
+    std::vector<std::pair<int64_t, std::string>> kept;  // (ended, allocation): oldest first
+    for (const auto& [id, f] : finished_) {
+      if (!listed.count(id) && !procs_.count(id)) kept.emplace_back(f.finished_at, id);
+    }
+    std::sort(kept.begin(), kept.end());
+    std::string appended;
+    int64_t left = static_cast<int64_t>(kept.size());
+    for (const auto& [ended, id] : kept) {
+      const bool expired = max_age > 0 && now - ended >= max_age;
+      if (!expired && !(max_kept > 0 && left > max_kept)) break;
+      const FinishedFolder& f = finished_[id];
+      std::string notice = "logs of job " + f.job + " task " + std::to_string(f.task) +
+                           " (allocation " + id + ") were removed ";
+      notice += expired ? "after " + FormatDuration(max_age) + " (the agent's --task-retention)"
+                        : FormatDuration(now - ended) +
+                              " after the task ended: the node keeps the folders of its " +
+                              std::to_string(max_kept) +
+                              " latest finished tasks (the agent's --max-finished-tasks)";
+      notices_[id] = notice;
+      notice_order_.push_back(id);
+      appended += id + " " + notice + "\n";
+      finished_.erase(id);
+      gone.push_back(id);
+      --left;
+    }
+    if (notice_order_.size() > 2 * kNoticesKept) {
+      std::string all;
+      while (notice_order_.size() > kNoticesKept) {
+        notices_.erase(notice_order_.front());
+        notice_order_.pop_front();
+      }
+      for (const auto& id : notice_order_) all += id + " " + notices_[id] + "\n";
+      (void)WriteFileWhole(NoticesFile(), all, 0600, Durability::kProcessCrash);
+    } else if (!appended.empty()) {
+      const int fd = ::open(NoticesFile().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+      if (fd >= 0) {
+        WriteAll(fd, appended.data(), appended.size());
+        ::close(fd);
+      }
+    }
+  }
+  // Outside the lock: a large folder takes a while, and the tasks are polled meanwhile.
+  for (const auto& id : gone) {
+    if (std::string why = RemoveTree(TaskDir(id)); !why.empty())
+      Log("allocation " + id + ": cannot remove its folder " + TaskDir(id) + ": " + why);
+  }
+  return gone;
+}
+
+std::string Executor::RemovalNotice(const std::string& allocation) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = notices_.find(allocation);
+  return it == notices_.end() ? "" : it->second;
+}
+
+void Executor::LoadNotices() {
+  std::istringstream in(ReadFile(NoticesFile()));
+  notices_.clear();
+  notice_order_.clear();
+  for (std::string line; std::getline(in, line);) {
+    const size_t sp = line.find(' ');
+    if (sp == std::string::npos) continue;
+    const std::string id = line.substr(0, sp);
+    if (notices_.count(id) == 0) notice_order_.push_back(id);
+    notices_[id] = line.substr(sp + 1);
+  }
+  while (notice_order_.size() > 2 * kNoticesKept) {
+    notices_.erase(notice_order_.front());
+    notice_order_.pop_front();
+  }
+}
+
+// Folders whose task an earlier agent forgot (task.done.json): the retention's to remove.
+// One without a record is not Tessera's to judge, and stays.
+void Executor::LoadFinishedFolders(const std::vector<std::string>& allocations) {
+  for (const auto& id : allocations) {
+    const std::string dir = TaskDir(id);
+    nlohmann::json j = nlohmann::json::parse(ReadFile(dir + "/task.done.json"), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    FinishedFolder f;
+    f.job = j.value("job", "");
+    f.task = j.value("task", 0);
+    f.finished_at = j.value("finishedAt", int64_t{0});
+    if (f.finished_at <= 0) {
+      // Recorded by an agent that kept no finishedAt: the exit file's time is the end.
+      struct stat st {};
+      if (::stat((dir + "/exit").c_str(), &st) == 0 ||
+          ::stat((dir + "/task.done.json").c_str(), &st) == 0)
+        f.finished_at = st.st_mtim.tv_sec;
+    }
+    finished_[id] = f;
+  }
 }
 
 Status Executor::Recover() {
@@ -718,10 +854,15 @@ Status Executor::Recover() {
   }
   ::closedir(d);
   std::sort(names.begin(), names.end());
+  LoadNotices();
+  std::vector<std::string> forgotten;
   for (const auto& id : names) {
     if (procs_.count(id)) continue;
     std::string text = ReadFile(root + "/" + id + "/task.json");
-    if (text.empty()) continue;
+    if (text.empty()) {
+      forgotten.push_back(id);
+      continue;
+    }
     nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) continue;
     auto* p = new Proc();
@@ -765,6 +906,7 @@ Status Executor::Recover() {
       Finish(*p, 0, false);
     }
   }
+  LoadFinishedFolders(forgotten);
   return Status::Ok();
 }
 

@@ -13,9 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -87,6 +89,13 @@ struct ExecutorOptions {
   // agent that cannot stop it, while the server runs it elsewhere. Null or <= 0: no lease.
   std::string lease_file;
   std::function<int64_t()> lease_seconds;
+  // Retention of finished tasks' folders (stdout, stderr, script, the files a task wrote in
+  // its own folder), as the kubelet collects dead containers: the folder of a task that has
+  // ended and that the agent has forgotten (the server no longer lists it) goes once the task
+  // ended `task_retention_seconds` ago, and beyond the `max_finished_tasks` latest such
+  // folders, oldest first (RemoveOldTaskFolders). 0: no limit of that kind.
+  int64_t task_retention_seconds = 24 * 3600;
+  int64_t max_finished_tasks = 1000;
   // The `tessera` binary: an sbatch task (SLURM_JOB_ID in its environment) finds it first on
   // its PATH as `srun` (agent/srun.h). "" = no srun.
   std::string srun_program;
@@ -114,8 +123,18 @@ class Executor {
   bool WaitAll(int64_t timeout_ms);
   std::vector<TaskStatus> Statuses() const;  // by allocation id
   bool Has(const std::string& allocation) const;
-  int64_t MaxGraceSeconds() const;             // over running tasks
-  void Forget(const std::string& allocation);  // drops an ended task from memory (logs stay)
+  int64_t MaxGraceSeconds() const;  // over running tasks
+  // Drops an ended task from memory; its folder (logs) stays for the retention to remove.
+  void Forget(const std::string& allocation);
+  // Removes the folders of forgotten tasks that ended longer ago than the retention, then the
+  // oldest ones beyond the most kept (ExecutorOptions); never a folder of a task it holds
+  // (running, or ended and not yet forgotten) nor one of an allocation in `listed` (the
+  // server's desired state). What it removed leaves a notice (RemovalNotice), kept across
+  // agent restarts. Returns the allocations whose folders it removed, oldest first.
+  std::vector<std::string> RemoveOldTaskFolders(const std::set<std::string>& listed);
+  // Why `allocation`'s folder is gone: "logs of job J task T (allocation A) were removed after
+  // 24h (...)"; "" when the retention did not remove it.
+  std::string RemovalNotice(const std::string& allocation) const;
 
   // Log files; "" when the allocation id is malformed.
   std::string LogPath(const std::string& allocation, const std::string& stream) const;
@@ -134,6 +153,20 @@ class Executor {
   mutable std::mutex mu_;
   std::map<std::string, Proc*> procs_;  // owned; ordered by allocation id
   TaskCgroups cgroups_;
+  // Folders of forgotten tasks (task.done.json), which the retention removes.
+  struct FinishedFolder {
+    std::string job;
+    int32_t task = 0;
+    int64_t finished_at = 0;  // wall-clock seconds
+  };
+  std::map<std::string, FinishedFolder> finished_;
+  // The notices of removed folders, by allocation, and in the order they were written to
+  // NoticesFile() (the oldest are dropped beyond a bound).
+  std::map<std::string, std::string> notices_;
+  std::deque<std::string> notice_order_;
+  std::string NoticesFile() const { return opt_.work_dir + "/removed-tasks"; }
+  void LoadFinishedFolders(const std::vector<std::string>& allocations);
+  void LoadNotices();
 };
 
 // Allocation ids become folder names: letters, digits, '-', '_', '.', not starting with '.'.

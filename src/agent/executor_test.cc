@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -521,6 +522,102 @@ TEST_F(ExecutorTest, AnAdoptedStoppingTaskKeepsItsGracePeriod) {
     return !Running(task);
   }));
   EXPECT_GE(std::chrono::steady_clock::now() - adopted, std::chrono::seconds(2));
+}
+
+// Retention, as the kubelet's collection of dead containers: a forgotten task's folder goes
+// once the task ended the retention ago; never one of a running task, nor one the server
+// still lists; the user's own -o file stays; an agent restart keeps both the ages and the
+// notices of what went.
+TEST_F(ExecutorTest, FinishedTaskFoldersGoAfterTheirRetentionNeverWhileRunningOrListed) {
+  const std::string d = dir_.string() + "/tasks/";
+  auto now = std::make_shared<std::atomic<int64_t>>(1733150000);
+  ExecutorOptions o = Options();
+  o.wall_clock = [now] { return now->load(); };
+  o.task_retention_seconds = 3600;
+  o.max_finished_tasks = 0;  // no count limit
+  {
+    Executor ex(o);
+    TaskSpec old = Shell("a-old", "echo old; mkdir -p ro/sub; touch ro/sub/f; chmod 555 ro/sub ro");
+    old.stdout_file = dir_.string() + "/user.out";  // sbatch -o: the user's, not Tessera's
+    ASSERT_TRUE(ex.Start(old).ok());
+    ASSERT_TRUE(ex.Start(Shell("a-listed", "echo listed")).ok());
+    ASSERT_TRUE(ex.Start(Shell("a-run", "exec sleep 60")).ok());
+    ASSERT_TRUE(WaitFor([&] {
+      ex.Poll();
+      return StatusOf(ex, "a-old").state == TaskState::kSucceeded &&
+             StatusOf(ex, "a-listed").state == TaskState::kSucceeded;
+    }));
+    // Ended but not yet forgotten (its report not taken): kept whatever its age.
+    *now += 7200;
+    EXPECT_TRUE(ex.RemoveOldTaskFolders({}).empty());
+    *now -= 7200;
+    ex.Forget("a-old");
+    ex.Forget("a-listed");
+    ex.Forget("a-run");  // running: not forgotten
+    *now += 3599;
+    EXPECT_TRUE(ex.RemoveOldTaskFolders({"a-listed"}).empty());
+    EXPECT_TRUE(fs::exists(d + "a-old/stdout"));
+    *now += 1;
+    EXPECT_EQ(ex.RemoveOldTaskFolders({"a-listed"}), std::vector<std::string>{"a-old"});
+    EXPECT_FALSE(fs::exists(d + "a-old"));
+    EXPECT_EQ(Slurp(dir_.string() + "/user.out"), "old\n");
+    EXPECT_TRUE(fs::exists(d + "a-listed/stdout"));  // the server still lists it
+    EXPECT_TRUE(fs::exists(d + "a-run/stdout"));
+    EXPECT_EQ(ex.RemovalNotice("a-old"),
+              "logs of job job-a-old task 0 (allocation a-old) were removed after 1h (the "
+              "agent's --task-retention)");
+    EXPECT_EQ(ex.RemovalNotice("a-listed"), "");
+    EXPECT_EQ(ex.RemovalNotice("a-nope"), "");
+  }  // the agent restarts; a-run goes on
+  // A folder an older agent forgot without recording the end: the exit file's time is it.
+  fs::create_directories(d + "a-legacy");
+  std::ofstream(d + "a-legacy/task.done.json") << R"({"job":"j","task":2})";
+  std::ofstream(d + "a-legacy/exit") << "exit 0\n";
+  fs::last_write_time(d + "a-legacy/exit",
+                      fs::file_time_type::clock::now() - std::chrono::hours(2));
+  fs::create_directories(d + "a-unknown");  // no record: not Tessera's to judge
+  std::ofstream(d + "a-unknown/stdout") << "?";
+  ExecutorOptions real = o;
+  real.wall_clock = nullptr;  // the system clock, as the files' times
+  Executor again(real);
+  ASSERT_TRUE(again.Recover().ok());
+  EXPECT_EQ(again.RemovalNotice("a-old").substr(0, 24), "logs of job job-a-old ta");
+  EXPECT_EQ(again.RemoveOldTaskFolders({"a-listed"}), std::vector<std::string>{"a-legacy"});
+  EXPECT_EQ(again.RemovalNotice("a-legacy"),
+            "logs of job j task 2 (allocation a-legacy) were removed after 1h (the agent's "
+            "--task-retention)");
+  EXPECT_TRUE(fs::exists(d + "a-unknown/stdout"));
+  EXPECT_TRUE(fs::exists(d + "a-listed/stdout"));  // ended 1733150000 (2024), still listed
+  EXPECT_EQ(again.RemoveOldTaskFolders({}), std::vector<std::string>{"a-listed"});
+  EXPECT_TRUE(fs::exists(d + "a-run/stdout"));
+  again.StopAll("test over");
+  ASSERT_TRUE(again.WaitAll(20000));
+}
+
+// Beyond the most kept (kubelet's --maximum-dead-containers), the oldest folders go first,
+// however young; ties go by allocation id.
+TEST_F(ExecutorTest, BeyondTheMostKeptTheOldestFinishedFoldersGo) {
+  auto now = std::make_shared<std::atomic<int64_t>>(1733150000);
+  ExecutorOptions o = Options();
+  o.wall_clock = [now] { return now->load(); };
+  o.task_retention_seconds = 0;  // no age limit
+  o.max_finished_tasks = 2;
+  Executor ex(o);
+  for (const char* id : {"a-3", "a-1", "a-2", "a-4"}) {  // end in this order, 10 s apart
+    ASSERT_TRUE(ex.Start(Shell(id, "true")).ok());
+    ASSERT_TRUE(ex.WaitAll(20000));
+    ex.Forget(id);
+    *now += 10;
+  }
+  EXPECT_EQ(ex.RemoveOldTaskFolders({}), (std::vector<std::string>{"a-3", "a-1"}));
+  EXPECT_EQ(ex.RemovalNotice("a-3"),
+            "logs of job job-a-3 task 0 (allocation a-3) were removed 40s after the task ended: "
+            "the node keeps the folders of its 2 latest finished tasks (the agent's "
+            "--max-finished-tasks)");
+  EXPECT_TRUE(fs::exists(dir_ / "tasks" / "a-2"));
+  EXPECT_TRUE(fs::exists(dir_ / "tasks" / "a-4"));
+  *now += 1000000;
+  EXPECT_TRUE(ex.RemoveOldTaskFolders({}).empty());
 }
 
 TEST_F(ExecutorTest, CgroupStatusIsExplained) {

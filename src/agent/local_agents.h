@@ -2,8 +2,10 @@
 //
 // Starts one Agent per node of an inventory (the built-in seed inventory by default: 2 nodes
 // x 8 virtual A100-80GB) in threads of this process, each against the same server URL and
-// token, with its own work dir <work_dir>/<node> and logs port. Stop() ends them cleanly.
-// Thread-safe.
+// token, with its own work dir <work_dir>/<node> and logs port. Each logs endpoint requires
+// a bearer token of its own, random unless given, which the agent gives the server (as a
+// `tessera agent --logs-token` does): only the server's logs proxy reads task output, not any
+// local user who finds the port. Stop() ends them cleanly. Thread-safe.
 #pragma once
 
 #include <functional>
@@ -24,6 +26,8 @@ struct LocalAgentsOptions {
   uint64_t seed = 0;  // boot ids; 0 = from std::random_device
   int64_t lease_seconds = -1;
   std::string srun_program;  // see ExecutorOptions
+  // The logs endpoints' bearer token (AgentOptions::logs_token); "" = a random one per agent.
+  std::string logs_token;
   std::function<void(const std::string&)> log;
 };
 

@@ -13,6 +13,7 @@
 #include "agent/nvml.h"
 #include "agent/srun.h"
 #include "cli/command.h"
+#include "common/duration.h"
 #include "model/codec.h"
 #if __has_include("server/hooks.h")
 #include "server/hooks.h"
@@ -44,6 +45,8 @@ struct AgentFlags {
   std::string logs_token;
   agent::NodeAdditionFlags additions;
   int64_t lease_seconds = -1;
+  std::string task_retention = "24h";
+  int64_t max_finished_tasks = 1000;
   bool discover = false;
   std::string output = "json";
   bool stop_tasks_on_exit = false;
@@ -143,6 +146,18 @@ int RunAgent(const AgentFlags& f) {
   if (token.empty()) {
     if (const char* t = std::getenv("TESSERA_AGENT_TOKEN")) token = t;
   }
+  auto retention = ParseDuration(f.task_retention);
+  if (!retention.ok()) {
+    std::cerr << "tessera agent: " << retention.status().WithContext("--task-retention").ToString()
+              << "\n";
+    return 1;
+  }
+  if (f.max_finished_tasks < 0) {
+    std::cerr << "tessera agent: InvalidArgument: --max-finished-tasks: must be 0 (no limit) "
+                 "or more, got "
+              << f.max_finished_tasks << "\n";
+    return 1;
+  }
   std::shared_ptr<agent::NvmlGpus> nvml;
   std::string source;
   auto node = ResolveNode(f, nvml, source);
@@ -151,6 +166,8 @@ int RunAgent(const AgentFlags& f) {
     return 1;
   }
   agent::AgentOptions o;
+  o.task_retention_seconds = *retention;
+  o.max_finished_tasks = f.max_finished_tasks;
   o.server_url = f.server;
   o.token = token;
   o.node = *node;
@@ -261,6 +278,12 @@ void AddAgentCommands(CLI::App& app) {
       "--lease-seconds", f->lease_seconds,
       "Stop every task after this long without a server answer (default 10 heartbeats, 20 s; 0 = "
       "never)");
+  cmd->add_option("--task-retention", f->task_retention,
+                  "Remove a finished task's folder (its logs) this long after it ended, e.g. "
+                  "24h, 90m (default 24h; 0 = no age limit)");
+  cmd->add_option("--max-finished-tasks", f->max_finished_tasks,
+                  "Keep the folders of at most this many finished tasks, removing the oldest "
+                  "(default 1000; 0 = no limit)");
   cmd->add_option(
       "--cgroup-parent", f->cgroup_parent,
       "cgroup v2 folder that holds the tasks' cgroups (default <cgroup2>/tessera; '-' = "

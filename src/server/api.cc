@@ -1,6 +1,7 @@
 #include "server/api.h"
 
 #include "common/file_chunk.h"
+#include "common/int_param.h"
 #include "common/listen_socket.h"
 #include "server/observability_routes.h"
 
@@ -91,18 +92,7 @@ StatusOr<Principal> Auth(ControlPlane& cp, const httplib::Request& req) {
 StatusOr<int64_t> IntParam(const httplib::Request& req, const char* name, int64_t def, int64_t min,
                            int64_t max) {
   if (!req.has_param(name)) return def;
-  std::string v = req.get_param_value(name);
-  try {
-    size_t used = 0;
-    int64_t x = std::stoll(v, &used);
-    if (used != v.size()) throw std::invalid_argument("trailing");
-    if (x < min || x > max)
-      return InvalidArgument(std::string(name) + ": must be " + std::to_string(min) + ".." +
-                             std::to_string(max));
-    return x;
-  } catch (...) {
-    return InvalidArgument(std::string(name) + ": expected an integer, got \"" + v + "\"");
-  }
+  return ParseIntParam(name, req.get_param_value(name), min, max);
 }
 
 // Runs a handler that needs a principal; every exception becomes a 500 (never a crash).
@@ -393,13 +383,16 @@ void ApiServer::Routes() {
                   eof = next >= std::strtoll(r->get_header_value("X-Tessera-Log-Size").c_str(),
                                              nullptr, 10);
               } else if (!follow || (r->status != 404 && !no_token_yet)) {
-                // Not following (or a real error): the agent's words, in the API's shape.
+                // Not following (or a real error, or output gone for good): the agent's
+                // words, in the API's shape.
                 Json e = Json::parse(r->body, nullptr, false);
                 std::string why = e.is_object() && e.contains("error") && e["error"].is_string()
                                       ? e["error"].get<std::string>()
                                       : r->body;
                 const std::string what = "job \"" + std::string(req.matches[1]) + "\" task " +
                                          std::to_string(*task) + ": ";
+                // 410: the agent removed the task's folder after its retention, and says so.
+                if (r->status == 410) return Fail(res, NotFound(what + why));
                 return Fail(res, r->status == 404
                                      ? NotFound(what + "no " + stream +
                                                 " on its node (the task never started, or its "

@@ -582,6 +582,11 @@ class FakeAgentLogs {
         res.set_content("{\"error\":\"missing or wrong bearer token\"}", "application/json");
         return;
       }
+      if (!removed_.empty()) {  // as the agent answers once its retention removed the folder
+        res.status = 410;
+        res.set_content(Json{{"error", removed_}}.dump(), "application/json");
+        return;
+      }
       if (req.get_param_value("stream") == "stderr" && !err_.empty()) {
         res.set_header("X-Tessera-Log-Size", std::to_string(err_.size()));
         res.set_content(err_, "text/plain");
@@ -617,6 +622,10 @@ class FakeAgentLogs {
     std::lock_guard<std::mutex> l(mu_);
     err_ += s;
   }
+  void Remove(const std::string& notice) {  // the agent's --task-retention removed the folder
+    std::lock_guard<std::mutex> l(mu_);
+    removed_ = notice;
+  }
   void RequireToken(const std::string& t) {  // tessera agent --logs-token
     std::lock_guard<std::mutex> l(mu_);
     token_ = t;
@@ -637,7 +646,7 @@ class FakeAgentLogs {
  private:
   httplib::Server http_;
   std::mutex mu_;
-  std::string log_, err_, token_;
+  std::string log_, err_, token_, removed_;
   int port_ = 0;
   std::thread thread_;
 };
@@ -790,6 +799,28 @@ TEST_F(ApiTest, TheLogsProxySendsTheTokenTheAgentGave) {
   beat.join();
   EXPECT_EQ(follow.status, 200) << follow.raw;
   EXPECT_EQ(follow.raw, "hello\n");
+}
+
+// The agent removed a finished task's folder after its retention (--task-retention) and
+// answers 410 saying so: `tessera logs`, following or not, shows its words as NotFound, not
+// as an unavailable agent to try again.
+TEST_F(ApiTest, LogsTheAgentRemovedAfterItsRetentionSaySo) {
+  const std::string root = "root-token-0123456789";
+  FakeAgentLogs agent;
+  RunningTalk talk;
+  ASSERT_NO_FATAL_FAILURE(RunTalkOn(agent.Registration(), &talk));
+  ASSERT_NO_FATAL_FAILURE(ReportTalk(talk, "succeeded"));
+  const std::string notice = "logs of job talk task 0 (allocation " + talk.alloc +
+                             ") were removed after 24h (the agent's --task-retention)";
+  agent.Remove(notice);
+  for (const char* query : {"?task=0", "?task=0&follow=true&offset=0"}) {
+    Resp r = Do("GET", std::string("/v1/jobs/talk/logs") + query, root);
+    EXPECT_EQ(r.status, 404) << query << ": " << r.raw;
+    Json e = Json::parse(r.raw, nullptr, false);
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << r.raw;
+    EXPECT_EQ(e["error"].value("message", ""), "job \"talk\" task 0: " + notice);
+    EXPECT_EQ(e["error"].value("retryable", true), false);
+  }
 }
 
 // A task that wrote only to stderr (a failure, usually): `tessera logs` shows its empty
