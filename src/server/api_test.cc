@@ -539,6 +539,9 @@ TEST_F(ApiTest, IdempotencyKeyMakesARetryReturnTheStoredJobInsteadOfASecond) {
   EXPECT_EQ(other.status, 409) << other.raw;
   EXPECT_NE(other.raw.find("already used for a different document (job idem)"), std::string::npos)
       << other.raw;
+  // Keys are each caller's own: another tenant's same key is a submission of its own.
+  Resp tenant = Do("POST", "/v1/jobs", "team-b-token-0123456789", Job("idem-b", "debug"), key);
+  EXPECT_EQ(tenant.status, 201) << tenant.raw;
   // Generated names: a retry does not create a second job either.
   const std::string unnamed =
       "apiVersion: tessera.io/v1\nkind: Job\nspec:\n  queue: debug\n  tasks: [{replicas: 1, "
@@ -549,7 +552,7 @@ TEST_F(ApiTest, IdempotencyKeyMakesARetryReturnTheStoredJobInsteadOfASecond) {
   ASSERT_EQ(g1.status, 201);
   ASSERT_EQ(g2.status, 200);
   EXPECT_EQ(g1.body["items"][0]["name"], g2.body["items"][0]["name"]);
-  EXPECT_EQ(Do("GET", "/v1/jobs?queue=debug", root).body["items"].size(), 2u);
+  EXPECT_EQ(Do("GET", "/v1/jobs?queue=debug", root).body["items"].size(), 3u);
   // The key is durable: after a restart of the control plane a retry still replays.
   api_->Stop();
   cp_.reset();
@@ -561,12 +564,13 @@ TEST_F(ApiTest, IdempotencyKeyMakesARetryReturnTheStoredJobInsteadOfASecond) {
   ASSERT_TRUE(cp.ok());
   cp_ = std::move(*cp);
   bool replayed = false;
-  auto again = cp_->Submit(kAdmin, Job("idem", "debug"), "submit-7f3a", &replayed);
+  const Principal by_root{"root", Role::kAdmin, {"*"}};
+  auto again = cp_->Submit(by_root, Job("idem", "debug"), "submit-7f3a", &replayed);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(replayed);
-  EXPECT_EQ(cp_->Submit(kAdmin, Job("idem-2", "debug"), "submit-7f3a").status().code(),
+  EXPECT_EQ(cp_->Submit(by_root, Job("idem-2", "debug"), "submit-7f3a").status().code(),
             StatusCode::kAlreadyExists);
-  EXPECT_EQ(cp_->counts().jobs, 2u);
+  EXPECT_EQ(cp_->counts().jobs, 3u);
   EXPECT_EQ(cp_->Submit(kAdmin, Job("k", "debug"), "bad key with spaces").status().code(),
             StatusCode::kInvalidArgument);
 }

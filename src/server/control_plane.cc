@@ -80,6 +80,12 @@ bool IsTerminal(JobState s) {
 }
 // A task of the job's current attempt that has finished for good: it exited 0, and the job
 // is not a service (whose replicas never finish: one that exits is placed again).
+// Idempotency keys are each caller's own (as Stripe's are per account): another token's key
+// neither replays nor blocks this one's. ("" for no key; names and keys hold no newline.)
+static std::string ScopedKey(const std::string& principal, const std::string& key) {
+  return key.empty() ? "" : principal + "\n" + key;
+}
+
 static bool FinishedForGood(const JobRecord& j, const Allocation& a) {
   return a.attempt == j.attempt && a.state == AllocState::kSucceeded && !j.spec.service;
 }
@@ -258,7 +264,10 @@ Status ControlPlane::Load() {
     return Status::Ok();
   }));
   std::sort(keyed.begin(), keyed.end());
-  for (const auto& [seq, id] : keyed) idempotency_[jobs_.at(id).idempotency_key].push_back(id);
+  for (const auto& [seq, id] : keyed) {
+    const JobRecord& j = jobs_.at(id);
+    idempotency_[ScopedKey(j.user, j.idempotency_key)].push_back(id);
+  }
   // Array membership is stored with each element (its spec); elements in index order.
   for (const auto& [id, j] : jobs_) IndexJob(j);
   for (auto& [array, ids] : arrays_)
@@ -563,7 +572,7 @@ void ControlPlane::ForgetJob(const std::string& id) {
   for (const auto& a : j.allocations) ForgetAllocation(a);
   for (int64_t seq : j.events) events_.erase(seq);
   // The key answers for the submission's other jobs while any is kept.
-  if (auto k = idempotency_.find(j.idempotency_key); k != idempotency_.end()) {
+  if (auto k = idempotency_.find(ScopedKey(j.user, j.idempotency_key)); k != idempotency_.end()) {
     std::erase(k->second, id);
     if (k->second.empty()) idempotency_.erase(k);
   }
@@ -1141,9 +1150,10 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
   } announcement{store_.get()};
   store_->Announce();
   const std::string digest = key.empty() ? "" : Sha256Hex(body);
+  const std::string scoped = ScopedKey(p.name, key);
   if (!key.empty()) {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = idempotency_.find(key);
+    auto it = idempotency_.find(scoped);
     if (it != idempotency_.end()) {
       // A retry of a submission that was stored: answer as the first time, create nothing.
       // The same key with another body is a different submission that would be lost.
@@ -1160,7 +1170,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (replayed) *replayed = true;
       return out;
     }
-    if (reserved_keys_.count(key))
+    if (reserved_keys_.count(scoped))
       return Unavailable(
           "Idempotency-Key: the first submission with this key is still being "
           "stored; retry");
@@ -1185,7 +1195,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     std::lock_guard<std::mutex> l(mu_);
     // Checked again under the lock that reserves the key: a concurrent twin either finished
     // (the retry replays it) or is in flight.
-    if (!key.empty() && (idempotency_.count(key) || reserved_keys_.count(key)))
+    if (!key.empty() && (idempotency_.count(scoped) || reserved_keys_.count(scoped)))
       return Unavailable(
           "Idempotency-Key: the first submission with this key is still being "
           "stored; retry");
@@ -1367,7 +1377,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     // Audited once every document passed (a refused one refuses them all).
     for (const auto& r : records)
       audited.push_back(AddAudit(ops, p, "submit", "job/" + r.id(), "ok"));
-    if (!key.empty()) reserved_keys_.insert(key);
+    if (!key.empty()) reserved_keys_.insert(scoped);
     // An array's name too: a concurrent array or job of that name is refused meanwhile.
     array_names.assign(arrays_named.begin(), arrays_named.end());
     for (const std::string& name : array_names) reserved_ids_.insert(name);
@@ -1389,9 +1399,9 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       inflight_.erase(inflight_.find({r.spec.job.queue, r.spec.job.priority_class}));
     }
     if (!key.empty()) {
-      reserved_keys_.erase(key);
+      reserved_keys_.erase(scoped);
       if (result.ok())
-        for (auto& r : records) idempotency_[key].push_back(r.id());
+        for (auto& r : records) idempotency_[scoped].push_back(r.id());
     }
     NoteStoreResult(result.status());
     if (!result.ok()) {

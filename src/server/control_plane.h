@@ -543,8 +543,9 @@ class ControlPlane {
   std::map<std::string, std::set<int64_t>> array_names_;  // an array's name -> its job ids
   std::set<std::string> with_dependencies_;  // jobs submitted with dependencies (WaitedOn)
   std::set<std::string> reserved_ids_;       // submissions in flight (not yet durable)
-  std::map<std::string, std::vector<std::string>> idempotency_;  // key -> the jobs it created
-  std::set<std::string> reserved_keys_;  // idempotency keys of submissions in flight
+  // ScopedKey(caller, Idempotency-Key) -> the jobs it created
+  std::map<std::string, std::vector<std::string>> idempotency_;
+  std::set<std::string> reserved_keys_;  // scoped keys of submissions in flight
   // (queue, priority class) of each job of the submissions in flight: Delete counts them.
   std::multiset<std::pair<std::string, std::string>> inflight_;
   // "queue/<name>", "priorityclass/<name>" applied from the --bootstrap folder, which is
