@@ -29,7 +29,10 @@ bool AnyOwn(const Job& job) {
 
 }  // namespace
 
-bool TopologySpread::Applies(const Job& job) { return job.service || AnyOwn(job); }
+// (A service of one task has nothing to spread: the defaults score every node 0 for it.)
+bool TopologySpread::Applies(const Job& job) {
+  return AnyOwn(job) || (job.service && job.TaskCount() > 1);
+}
 
 TopologySpread::TopologySpread(const Job& job, const std::vector<NodeState>& nodes) {
   const bool defaults = !AnyOwn(job);
