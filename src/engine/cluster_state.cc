@@ -624,6 +624,7 @@ Status ClusterState::Impl::AddJob(const Job* spec, std::unique_ptr<Job> owned) {
   j.gang_min = job.GangMinimum();
   j.one_task_per_node = job.one_task_per_node;
   j.exclusive = job.exclusive;
+  j.spread = TopologySpread::Applies(job);
   // (An exclusive job's shape differs from the same request's without: not plain.)
   j.plain = job.Unconstrained() && !job.exclusive;
   for (int32_t t = 0; t < static_cast<int32_t>(job.allocations.size()) && t < job.TaskCount();

@@ -151,9 +151,11 @@ EngineConfig DefaultEngineConfig() {
   // Placement: fragmentation (which packs: its near-ties go to the lowest node), topology,
   // preferred affinity. No binpack: as a tie-breaker it prefers small nodes by percent
   // used, which in mixed-model pools are often the scarce models (docs/engine.md).
+  // topologyspread (weight 100) spreads services and ScheduleAnyway constraints first; it
+  // scores every other job 0.
   c.tiers = {{P("priority"), P("gang"), las},
              {P("drf"), P("proportion"), P("predicates"), P("fragmentation", 1), P("topology", 1),
-              P("nodeaffinity", 1)}};
+              P("nodeaffinity", 1), P("topologyspread", 100)}};
   return c;
 }
 

@@ -118,8 +118,9 @@ TEST(EngineConfig, ARoleGivenReplacesOnlyThatRoleOfTheDefault) {
                                                       "proportion", "predicates", "binpack"}));
   auto order = ParseEngineConfig(*ParseYaml("order: [priority, fifo]\npolicies: []"));
   ASSERT_TRUE(order.ok()) << order.status().ToString();
-  EXPECT_EQ(names(*order), (std::vector<std::string>{"priority", "fifo", "predicates",
-                                                     "fragmentation", "topology", "nodeaffinity"}));
+  EXPECT_EQ(names(*order),
+            (std::vector<std::string>{"priority", "fifo", "predicates", "fragmentation", "topology",
+                                      "nodeaffinity", "topologyspread"}));
   // The example that spells the default out is the default.
   auto spelled = LoadEngineConfig(std::string(SourceDir()) + "/examples/scheduler/tessera.yaml");
   ASSERT_TRUE(spelled.ok()) << spelled.status().ToString();

@@ -21,6 +21,7 @@
 #include "common/rng.h"
 #include "common/status.h"
 #include "engine/node_state.h"
+#include "engine/topology_spread.h"
 #include "model/codec.h"
 #include "model/job.h"
 
@@ -75,6 +76,9 @@ struct TaskContext {
   // A dense id of the task's placement-relevant shape (request + constraints); equal ids
   // mean equal filter and score results on equal node states. Engine-internal cache key.
   int32_t shape_id = -1;
+  // The job's topology spread constraints with its tasks counted (this transaction's
+  // included), when the task's group has ScheduleAnyway ones; else null. Node-specific.
+  const TopologySpread* spread = nullptr;
   // Where the task may go: its group's node selector, affinity and tolerations.
   const Placement& placement() const { return job->PlacementOfTask(task); }
 };

@@ -105,6 +105,7 @@ struct PendingJob {
   int32_t failure = -1;    // index into CycleRun::failures_ of the last failed attempt
   bool one_task_per_node = false;  // rec->spec->one_task_per_node
   bool exclusive = false;          // rec->spec->exclusive
+  bool spread = false;             // rec->spread: topology spread constraints, own or default
   bool over_limit = false;         // waits on its queue's limit (it may preempt within it)
   // Waits for tasks to exit that were evicted for it (PreemptionInProgress): backfill holds
   // the capacity it counted on for it (CycleRun::Backfill).
@@ -221,6 +222,16 @@ void ShapeString(const Job& j, const TaskGroup& g, std::string& s) {
     s += ';';
   }
   if (j.exclusive) s += "#x";  // its filters differ (Exclusion)
+  // DoNotSchedule constraints refuse nodes (the missing key alone, for a first task).
+  for (const TopologySpreadConstraint& c : g.spread) {
+    s += "#s";
+    AppendInt(s, c.max_skew);
+    s += c.topology_key;
+    s += c.schedule_anyway ? 'a' : 'd';
+    AppendInt(s, c.min_domains);
+    s += c.honor_node_affinity ? 'h' : 'i';
+    s += c.honor_taints ? 'h' : 'i';
+  }
 }
 
 // Pending reasons of exclusivity, in kube-scheduler words.
@@ -273,11 +284,17 @@ class CycleRun {
   // What decides whether a job none of whose tasks is placed fits, and what it may evict:
   // its queue, priority, rank, state, gang and task shapes; empty for a job partly placed.
   std::vector<int64_t> AlikeKey(const PendingJob& pj);
-  // The lowest member of `cls` that is not fenced and not in `taken` (sorted), or -1.
-  int32_t RepOf(int32_t cls, const std::vector<int32_t>* taken = nullptr) const;
+  // The lowest member of `cls` that is not fenced, not in `taken` (sorted) and not refused
+  // to `task` by `spread`, or -1.
+  int32_t RepOf(int32_t cls, const std::vector<int32_t>* taken = nullptr,
+                const TopologySpread* spread = nullptr, int32_t task = 0) const;
   // Places one task and binds it (undo-logged); -1 and a filled Failure if it fits nowhere.
+  // `spread`: the job's topology spread constraints (null: it has none).
   int32_t PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
-                    Failure* why);
+                    const TopologySpread* spread, Failure* why);
+  // The job's topology spread constraints with its tasks in the state counted (pj.spread).
+  TopologySpread SpreadOf(const PendingJob& pj);
+  std::map<const Job*, TopologySpread> spread_base_;  // none counted; per job, for the cycle
   // The gang transaction: all of the required tasks or nothing. True if committed.
   bool TryPlaceJob(PendingJob& pj, Failure* why);
   bool QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const;
@@ -567,15 +584,17 @@ ResourceVector CycleRun::EvictionCharge(const JobRec& j, const std::vector<int32
   return v;
 }
 
-int32_t CycleRun::RepOf(int32_t cls, const std::vector<int32_t>* taken) const {
+int32_t CycleRun::RepOf(int32_t cls, const std::vector<int32_t>* taken,
+                        const TopologySpread* spread, int32_t task) const {
   auto usable = [&](int32_t i) {
     return (fenced_.empty() || !fenced_[i]) &&
-           (taken == nullptr || !std::binary_search(taken->begin(), taken->end(), i));
+           (taken == nullptr || !std::binary_search(taken->begin(), taken->end(), i)) &&
+           (spread == nullptr || spread->Refusal(task, i) == nullptr);
   };
   if (fenced_.empty()) {
     // The lowest member is usually free: a node the job took has left the class.
     const int32_t low = m_.LowestMember(cls);
-    if (taken == nullptr || usable(low)) return low;
+    if ((taken == nullptr && spread == nullptr) || usable(low)) return low;
   }
   for (int32_t i : m_.SortedMembers(cls))
     if (usable(i)) return i;
@@ -733,13 +752,18 @@ void CycleRun::CatchUp(int32_t shape) {
 }
 
 int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int32_t>& gang_nodes,
-                            Failure* why) {
+                            const TopologySpread* spread, Failure* why) {
   const Job& job = *pj.rec->spec;  // only plugins read it, and only for new node classes
   const int32_t group = pj.GroupOf(task);
   const TaskRequest& req = pj.groups[group].request;
   TaskContext t{
       &job, task, &req, &ctx_, &gang_nodes, &m_.nodes, group_shapes_[pj.shapes_at + group]};
   const int32_t shape = t.shape_id;
+  if (spread != nullptr && spread->HasSoft(task)) t.spread = spread;
+  // DoNotSchedule topology spread: not a filter plugin either (it depends on where the job's
+  // tasks are, and on a label that does not split classes): nodes it refuses are skipped on
+  // the per-class path, as one task per node's are.
+  const TopologySpread* refuses = spread != nullptr && spread->HasHard(task) ? spread : nullptr;
 
   bool node_specific = false;
   for (const auto& s : e_.scores) node_specific |= s.plugin->NodeSpecific(t);
@@ -753,7 +777,8 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
   // An exclusive job's own nodes (holding its tasks and no others) may take more of them;
   // their classes fail its shape's verdict (tasks > 0), so they are offered one by one.
   const bool own = pj.exclusive && !pj.one_task_per_node && !gang_nodes.empty();
-  const bool indexed = !distinct && !own && !node_specific && !normalizes_ && P > 0;
+  const bool indexed =
+      !distinct && !own && refuses == nullptr && !node_specific && !normalizes_ && P > 0;
   if (indexed) {
     ShapeIndex& ix = index_[shape];
     CatchUp(shape);
@@ -813,12 +838,13 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
       if (node_specific) {
         for (int32_t i : m_.SortedMembers(cls))
           if ((fenced_.empty() || !fenced_[i]) &&
-              !(distinct && std::binary_search(gang_nodes.begin(), gang_nodes.end(), i))) {
+              !(distinct && std::binary_search(gang_nodes.begin(), gang_nodes.end(), i)) &&
+              (refuses == nullptr || refuses->Refusal(task, i) == nullptr)) {
             cand.push_back(i);
             cand_cls.push_back(cls);
           }
       } else {
-        int32_t rep = RepOf(cls, distinct ? &gang_nodes : nullptr);
+        int32_t rep = RepOf(cls, distinct ? &gang_nodes : nullptr, refuses, task);
         if (rep < 0) continue;
         cand.push_back(rep);
         cand_cls.push_back(cls);
@@ -830,6 +856,7 @@ int32_t CycleRun::PlaceTask(PendingJob& pj, int32_t task, const std::vector<int3
       while (end < gang_nodes.size() && gang_nodes[end] == i) ++end;  // sorted: its tasks
       const NodeState& n = m_.nodes[i];
       if (n.tasks == static_cast<int32_t>(end - k) && (fenced_.empty() || !fenced_[i]) &&
+          (refuses == nullptr || refuses->Refusal(task, i) == nullptr) &&
           Passes(t, n, /*own=*/true)) {
         cand.push_back(i);
         cand_cls.push_back(m_.node_class[i]);
@@ -1039,14 +1066,26 @@ Failure CycleRun::CountRejections(PendingJob& pj, int32_t task) {
   // An exclusive job with running tasks may add tasks to its own nodes: nodes with tasks
   // are judged one by one (Finalize does not share such a job's counts).
   const bool own = pj.exclusive && pj.rec->running > 0;
+  // DoNotSchedule topology spread refuses nodes one by one, among those the rest passes.
+  std::optional<TopologySpread> spread;
+  if (pj.spread) spread = SpreadOf(pj);
+  const bool refuses = spread && spread->HasHard(task);
+  auto judge = [&](const FilterVerdict& v, const int32_t& i) {
+    const char* r = refuses && v.ok() ? spread->Refusal(task, i) : nullptr;
+    count(r != nullptr ? FilterVerdict::Fail(r) : v, {&i, 1});
+  };
   for (int32_t cls : m_.live_classes) {
     const auto& members = m_.SortedMembers(cls);
     if (own && m_.nodes[members.front()].tasks > 0) {
-      for (const int32_t& i : members)
-        count(Verdict(t, m_.nodes[i], OwnsWhole(*pj.rec, i)), {&i, 1});
+      for (const int32_t& i : members) judge(Verdict(t, m_.nodes[i], OwnsWhole(*pj.rec, i)), i);
       continue;
     }
-    count(Verdict(t, m_.nodes[members.front()]), members);
+    FilterVerdict v = Verdict(t, m_.nodes[members.front()]);
+    if (refuses && v.ok()) {
+      for (const int32_t& i : members) judge(v, i);
+      continue;
+    }
+    count(v, members);
   }
   return SummariseRejections(std::move(f), by_resource, static_cast<int32_t>(m_.nodes.size()),
                              available);
@@ -1135,8 +1174,11 @@ void CycleRun::Finalize() {
     }
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
       auto key = std::make_tuple(f.shape, f.fenced, f.infeasible);
-      // An exclusive job's own nodes make its counts its own (CountRejections): not shared.
-      const bool own = pj.exclusive && pj.rec->running > 0 && !f.infeasible;
+      // An exclusive job's own nodes make its counts its own (CountRejections): not shared;
+      // so do where a job's tasks are under topology spread constraints.
+      const bool own =
+          ((pj.exclusive && pj.rec->running > 0) || (pj.spread && pj.task_count > 1)) &&
+          !f.infeasible;
       auto it = own ? cache.end() : cache.find(key);
       Counted mine;
       if (it == cache.end()) {
@@ -1260,6 +1302,17 @@ void CycleRun::DistinctNodesReason(PendingJob& pj, const Failure& f, const Failu
   rejected_out = std::move(rejected);
 }
 
+TopologySpread CycleRun::SpreadOf(const PendingJob& pj) {
+  const Job& job = *pj.rec->spec;
+  auto it = spread_base_.find(&job);
+  if (it == spread_base_.end())
+    it = spread_base_.emplace(&job, TopologySpread(job, m_.nodes)).first;
+  TopologySpread spread = it->second;
+  for (int32_t t = 0; t < pj.task_count; ++t)
+    if (const auto& a = pj.rec->allocations[t]) spread.Add(t, m_.node_index.at(a->node));
+  return spread;
+}
+
 bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
   JobRec& j = *pj.rec;
   const int32_t n = pj.task_count;
@@ -1270,6 +1323,8 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
   for (const auto& a : j.allocations)
     if (a) gang_nodes.push_back(m_.node_index.at(a->node));
   std::sort(gang_nodes.begin(), gang_nodes.end());  // TaskContext::gang_nodes is sorted
+  std::optional<TopologySpread> spread;
+  if (pj.spread) spread = SpreadOf(pj);
   int32_t placed = 0;
   Failure first;
   bool failed = false;
@@ -1297,7 +1352,8 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     const bool charge_check = limited && pj.exclusive;
     const size_t before = m_.undo.size();
     const ResourceVector charged = charge_check ? j.allocated : ResourceVector{};
-    int32_t node = PlaceTask(pj, t, gang_nodes, failed || why == nullptr ? nullptr : &first);
+    int32_t node = PlaceTask(pj, t, gang_nodes, spread ? &*spread : nullptr,
+                             failed || why == nullptr ? nullptr : &first);
     if (node >= 0 && charge_check && !QueueAdmits(j, {}, nullptr)) {
       const ResourceVector charge = j.allocated - charged;
       m_.Rollback(before);
@@ -1320,6 +1376,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
       continue;
     }
     gang_nodes.insert(std::upper_bound(gang_nodes.begin(), gang_nodes.end(), node), node);
+    if (spread) spread->Add(t, node);
     ++placed;
   }
   if (placed < required || placed == 0) {
@@ -2226,6 +2283,7 @@ Plan CycleRun::Run() {
     pj.groups = job.groups.data();
     pj.one_task_per_node = rec.one_task_per_node;
     pj.exclusive = rec.exclusive;
+    pj.spread = rec.spread;
     pj.shapes_at = static_cast<int32_t>(group_shapes_.size());
     for (int32_t g = 0; g < static_cast<int32_t>(job.groups.size()); ++g)
       group_shapes_.push_back(ShapeId(rec, g));

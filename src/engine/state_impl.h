@@ -64,7 +64,8 @@ struct JobRec {
   int32_t gang_min = 0;  // spec->GangMinimum()
   bool one_task_per_node = false;
   bool exclusive = false;
-  bool plain = false;  // no node selector, affinity or tolerations: placed by its requests alone
+  bool spread = false;  // TopologySpread::Applies(*spec)
+  bool plain = false;   // no node selector, affinity or tolerations: placed by its requests alone
   const std::string& id() const { return spec->id; }
   bool pending() const { return running < static_cast<int32_t>(allocations.size()); }
   JobProgress progress() const { return {start_time, allocated.gpu_milli, running}; }

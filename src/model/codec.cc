@@ -7,8 +7,11 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <yaml-cpp/yaml.h>
+
+#include "model/labels.h"
 
 namespace tessera {
 namespace {
@@ -763,6 +766,32 @@ Status ReadPlacement(ObjectReader& r, Placement& out) {
   return Status::Ok();
 }
 
+// A task group's topologySpreadConstraints, as Kubernetes validates them (without the
+// labelSelector: a constraint counts its own group's tasks).
+Status ReadSpread(ObjectReader& gr, std::vector<TopologySpreadConstraint>& out) {
+  TESSERA_RETURN_IF_ERROR(ReadList(gr.Get("topologySpreadConstraints"), gr.Path("topologySpreadConstraints"), out,
+                                   SpreadConstraintFromJson));
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t k = 0; k < i; ++k)
+      if (out[k].topology_key == out[i].topology_key && out[k].schedule_anyway == out[i].schedule_anyway)
+        return InvalidArgument(Idx(gr.Path("topologySpreadConstraints"), i) + ": duplicate of [" + std::to_string(k) +
+                               "]: one constraint per {topologyKey, whenUnsatisfiable}");
+  return Status::Ok();
+}
+
+Json SpreadToJson(const std::vector<TopologySpreadConstraint>& spread) {
+  Json out = Json::array();
+  for (const auto& c : spread) {
+    Json x = {{"maxSkew", c.max_skew}, {"topologyKey", c.topology_key},
+              {"whenUnsatisfiable", c.schedule_anyway ? "ScheduleAnyway" : "DoNotSchedule"}};
+    if (c.min_domains > 0) x["minDomains"] = c.min_domains;
+    if (!c.honor_node_affinity) x["nodeAffinityPolicy"] = "Ignore";
+    if (c.honor_taints) x["nodeTaintsPolicy"] = "Honor";
+    out.push_back(x);
+  }
+  return out;
+}
+
 Json PlacementToJson(const Placement& p) {
   Json o = Json::object();
   if (!p.node_selector.empty()) o["nodeSelector"] = p.node_selector;
@@ -796,6 +825,33 @@ Json PlacementToJson(const Placement& p) {
 
 }  // namespace
 
+StatusOr<TopologySpreadConstraint> SpreadConstraintFromJson(const Json& v, const std::string& p) {
+  TopologySpreadConstraint c;
+  ObjectReader r(v, p);
+  std::string when, affinity = "Honor", taints = "Ignore";
+  TESSERA_RETURN_IF_ERROR(r.Int32("maxSkew", c.max_skew, true, 1));
+  TESSERA_RETURN_IF_ERROR(r.String("topologyKey", c.topology_key, true));
+  TESSERA_RETURN_IF_ERROR(r.String("whenUnsatisfiable", when, true));
+  if (r.Has("minDomains")) TESSERA_RETURN_IF_ERROR(r.Int32("minDomains", c.min_domains, false, 1));
+  TESSERA_RETURN_IF_ERROR(r.String("nodeAffinityPolicy", affinity));
+  TESSERA_RETURN_IF_ERROR(r.String("nodeTaintsPolicy", taints));
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  if (std::string why = LabelKeyProblem(c.topology_key); !why.empty())
+    return InvalidArgument(p + ".topologyKey: \"" + c.topology_key + "\" is not a label key: " + why);
+  if (when != "DoNotSchedule" && when != "ScheduleAnyway")
+    return InvalidArgument(p + ".whenUnsatisfiable: unknown \"" + when + "\" (DoNotSchedule, ScheduleAnyway)");
+  c.schedule_anyway = when == "ScheduleAnyway";
+  if (c.min_domains > 0 && c.schedule_anyway)
+    return InvalidArgument(p + ".minDomains: can only be used with whenUnsatisfiable: DoNotSchedule");
+  for (auto [name, value, out] : {std::tuple{"nodeAffinityPolicy", &affinity, &c.honor_node_affinity},
+                                  std::tuple{"nodeTaintsPolicy", &taints, &c.honor_taints}}) {
+    if (*value != "Honor" && *value != "Ignore")
+      return InvalidArgument(p + "." + name + ": unknown \"" + *value + "\" (Honor, Ignore)");
+    *out = *value == "Honor";
+  }
+  return c;
+}
+
 StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
   Job j;
   ObjectReader r(v, path);
@@ -813,6 +869,7 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
   TESSERA_RETURN_IF_ERROR(r.Int("gracePeriodSeconds", j.grace_period_seconds));
   TESSERA_RETURN_IF_ERROR(r.Bool("oneTaskPerNode", j.one_task_per_node));
   TESSERA_RETURN_IF_ERROR(r.Bool("exclusive", j.exclusive));
+  TESSERA_RETURN_IF_ERROR(r.Bool("service", j.service));
   if (r.Has("runtimeEstimateSeconds")) {
     int64_t est = 0;
     TESSERA_RETURN_IF_ERROR(r.Int("runtimeEstimateSeconds", est));
@@ -833,6 +890,7 @@ StatusOr<Job> JobFromJson(const Json& v, const std::string& path) {
         // Any of the three given: the group's own placement, none of the job's.
         if (gr.Has("nodeSelector") || gr.Has("tolerations") || gr.Has("affinity"))
           TESSERA_RETURN_IF_ERROR(ReadPlacement(gr, group.placement.emplace()));
+        TESSERA_RETURN_IF_ERROR(ReadSpread(gr, group.spread));
         TESSERA_RETURN_IF_ERROR(gr.Finish());
         return group;
       }));
@@ -880,6 +938,7 @@ Json JobToJson(const Job& j) {
   o["gracePeriodSeconds"] = j.grace_period_seconds;
   if (j.one_task_per_node) o["oneTaskPerNode"] = true;
   if (j.exclusive) o["exclusive"] = true;
+  if (j.service) o["service"] = true;
   if (j.runtime_estimate_seconds) o["runtimeEstimateSeconds"] = *j.runtime_estimate_seconds;
   o.update(PlacementToJson(j.placement));
   Json tasks = Json::array();
@@ -894,6 +953,7 @@ Json JobToJson(const Job& j) {
       // An empty one still replaces the job's: said by an empty list.
       if (g.placement->empty()) x["tolerations"] = Json::array();
     }
+    if (!g.spread.empty()) x["topologySpreadConstraints"] = SpreadToJson(g.spread);
     tasks.push_back(x);
   }
   o["tasks"] = tasks;

@@ -71,6 +71,9 @@ StatusOr<Node> NodeFromJson(const Json& v, const std::string& path);
 StatusOr<Job> JobFromJson(const Json& v, const std::string& path);
 StatusOr<Queue> QueueFromJson(const Json& v, const std::string& path);
 StatusOr<PriorityClass> PriorityClassFromJson(const Json& v, const std::string& path);
+// One of a task group's `topologySpreadConstraints` (maxSkew, topologyKey, whenUnsatisfiable,
+// minDomains, nodeAffinityPolicy, nodeTaintsPolicy), checked as Kubernetes checks them.
+StatusOr<TopologySpreadConstraint> SpreadConstraintFromJson(const Json& v, const std::string& path);
 // "NoSchedule", "PreferNoSchedule", "NoExecute"; else an error after `path`.
 StatusOr<TaintEffect> ParseTaintEffect(const std::string& s, const std::string& path);
 Json NodeToJson(const Node& n);

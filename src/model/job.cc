@@ -26,7 +26,7 @@ const TaskGroup& Job::GroupOfTask(int32_t task) const {
 
 bool Job::Unconstrained() const {
   return placement.empty() && std::all_of(groups.begin(), groups.end(), [](const TaskGroup& g) {
-           return !g.placement || g.placement->empty();
+           return (!g.placement || g.placement->empty()) && g.spread.empty();
          });
 }
 

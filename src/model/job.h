@@ -64,6 +64,27 @@ struct Placement {
   friend bool operator==(const Placement&, const Placement&) = default;
 };
 
+// Kubernetes' topologySpreadConstraints, for the tasks of one task group: among the
+// domains of `topology_key` (the values of that node label), the group's tasks in a domain
+// may exceed those in the least-loaded eligible domain by at most `max_skew`. A constraint
+// counts its own group's tasks only (never other jobs' pods: docs/model.md).
+struct TopologySpreadConstraint {
+  int32_t max_skew = 1;  // >= 1
+  std::string topology_key;
+  // whenUnsatisfiable: DoNotSchedule (a filter) or ScheduleAnyway (a score).
+  bool schedule_anyway = false;
+  // With DoNotSchedule: while fewer eligible domains than this exist, the least-loaded
+  // count is taken as 0 (more domains are wanted). 0: not set.
+  int32_t min_domains = 0;
+  // nodeAffinityPolicy / nodeTaintsPolicy: whether a node the task's node selector and
+  // affinity (Honor, the default), or its taints (Ignore, the default), keep it from makes
+  // a domain at all.
+  bool honor_node_affinity = true;
+  bool honor_taints = false;
+  friend bool operator==(const TopologySpreadConstraint&,
+                         const TopologySpreadConstraint&) = default;
+};
+
 struct TaskGroup {
   std::string name;  // "master", "worker", ...
   int32_t replicas = 1;
@@ -71,6 +92,7 @@ struct TaskGroup {
   // The group's own placement instead of the job's (a Volcano job's CPU launcher and its
   // tainted GPU workers); nullopt: the job's.
   std::optional<Placement> placement;
+  std::vector<TopologySpreadConstraint> spread = {};  // topologySpreadConstraints
 };
 
 // Where and with what one running task is placed.
@@ -139,6 +161,10 @@ struct Job {
   // it holds one (its own tasks may share it). It is charged each node whole: all of its
   // CPUs and healthy GPUs, and the memory its tasks ask for, as Slurm allocates them.
   bool exclusive = false;
+  // Long-running replicas (a Deployment): with no spread constraint in any group, its tasks
+  // are spread softly as kube-scheduler's system defaults spread a ReplicaSet's pods
+  // (kubernetes.io/hostname maxSkew 3, topology.kubernetes.io/zone maxSkew 5, ScheduleAnyway).
+  bool service = false;
 
   // Running state. allocations[i] is task i's placement, or nullopt while it waits.
   std::vector<std::optional<TaskAllocation>> allocations;
@@ -152,7 +178,7 @@ struct Job {
     return g.placement ? *g.placement : placement;
   }
   const Placement& PlacementOfTask(int32_t task) const { return PlacementOf(GroupOfTask(task)); }
-  // No group, nor the job, constrains where tasks go.
+  // No group, nor the job, constrains where tasks go (placement or spread constraints).
   bool Unconstrained() const;
   int32_t RunningTasks() const;
 };

@@ -167,6 +167,35 @@ struct PodInfo {
   std::optional<int64_t> grace_period;
   std::optional<int64_t> active_deadline;
   std::string restart_policy = "Always";
+  std::vector<TopologySpreadConstraint> spread;  // topologySpreadConstraints
+  struct SpreadSelector;
+  std::vector<std::shared_ptr<const SpreadSelector>> spread_selectors;  // one per constraint
+};
+
+// A constraint's labelSelector (matchLabels, matchExpressions), as Kubernetes validates
+// it. Tessera counts the constraint's own task group only, so the selector must select
+// that group's pods (and, in a Volcano job, no other task's).
+struct PodInfo::SpreadSelector {
+  std::map<std::string, std::string> match_labels;
+  struct Expression {
+    std::string key, op;
+    std::vector<std::string> values;
+  };
+  std::vector<Expression> expressions;
+  bool Matches(const std::map<std::string, std::string>& labels) const {
+    for (const auto& [k, v] : match_labels)
+      if (auto it = labels.find(k); it == labels.end() || it->second != v) return false;
+    for (const Expression& e : expressions) {
+      auto it = labels.find(e.key);
+      const bool has = it != labels.end();
+      const bool in =
+          has && std::find(e.values.begin(), e.values.end(), it->second) != e.values.end();
+      if ((e.op == "In" && !in) || (e.op == "NotIn" && in) || (e.op == "Exists" && !has) ||
+          (e.op == "DoesNotExist" && has))
+        return false;
+    }
+    return true;
+  }
 };
 
 Status AddRequests(TaskRequest& total, const TaskRequest& c, const std::string& path) {
@@ -361,6 +390,93 @@ StatusOr<Json> KubeToleration(Json tol, const std::string& path) {
   return tol;
 }
 
+// One of a pod template's topologySpreadConstraints: the selector and matchLabelKeys here,
+// the rest through the model codec (which refuses unknown fields).
+Status ReadSpreadConstraint(const Json& c, const std::string& p, PodInfo& out) {
+  if (!c.is_object()) return TypeError(p, "an object", c);
+  auto key_error = [](const std::string& key, const std::string& at) -> Status {
+    if (std::string why = LabelKeyProblem(key); !why.empty())
+      return InvalidArgument(at + ": \"" + key + "\" is not a label key: " + why);
+    return Status::Ok();
+  };
+  auto sel = std::make_shared<PodInfo::SpreadSelector>();
+  Json rest = c;
+  ObjectReader r(c, p);
+  const Json* ls = r.Get("labelSelector");
+  if (ls == nullptr)
+    return InvalidArgument(r.Path("labelSelector") +
+                           ": required here: without it Kubernetes counts no pod and the "
+                           "constraint spreads nothing; select the template's own labels "
+                           "(matchLabels: {app: web})");
+  ObjectReader sr(*ls, r.Path("labelSelector"));
+  TESSERA_RETURN_IF_ERROR(sr.StringMap("matchLabels", sel->match_labels));
+  for (const auto& [k, v] : sel->match_labels) {
+    TESSERA_RETURN_IF_ERROR(key_error(k, sr.Path("matchLabels")));
+    if (std::string why = LabelValueProblem(v); !why.empty())
+      return InvalidArgument(sr.Path("matchLabels") + "." + k + ": \"" + v +
+                             "\" is not a label value: " + why);
+  }
+  TESSERA_RETURN_IF_ERROR(ForEach(
+      sr.Get("matchExpressions"), sr.Path("matchExpressions"),
+      [&](const Json& e, const std::string& ep) -> Status {
+        PodInfo::SpreadSelector::Expression x;
+        ObjectReader er(e, ep);
+        TESSERA_RETURN_IF_ERROR(er.String("key", x.key, true));
+        TESSERA_RETURN_IF_ERROR(er.String("operator", x.op, true));
+        TESSERA_RETURN_IF_ERROR(er.StringList("values", x.values));
+        TESSERA_RETURN_IF_ERROR(er.Finish());
+        TESSERA_RETURN_IF_ERROR(key_error(x.key, er.Path("key")));
+        const bool set = x.op == "In" || x.op == "NotIn";
+        if (!set && x.op != "Exists" && x.op != "DoesNotExist")
+          return InvalidArgument(er.Path("operator") + ": unknown \"" + x.op +
+                                 "\" (In, NotIn, Exists, DoesNotExist)");
+        if (set && x.values.empty())
+          return InvalidArgument(er.Path("values") + ": required when operator is In or NotIn");
+        if (!set && !x.values.empty())
+          return InvalidArgument(er.Path("values") +
+                                 ": must be empty when operator is Exists or DoesNotExist");
+        sel->expressions.push_back(std::move(x));
+        return Status::Ok();
+      }));
+  TESSERA_RETURN_IF_ERROR(sr.Finish());
+  std::vector<std::string> keys;
+  TESSERA_RETURN_IF_ERROR(r.StringList("matchLabelKeys", keys));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string at = Idx(r.Path("matchLabelKeys"), i);
+    TESSERA_RETURN_IF_ERROR(key_error(keys[i], at));
+    const bool in_selector = sel->match_labels.count(keys[i]) > 0 ||
+                             std::any_of(sel->expressions.begin(), sel->expressions.end(),
+                                         [&](const auto& e) { return e.key == keys[i]; });
+    if (in_selector)
+      return InvalidArgument(at + ": \"" + keys[i] + "\" exists in both matchLabelKeys and " +
+                             "labelSelector");
+    if (std::find(keys.begin(), keys.begin() + i, keys[i]) != keys.begin() + i)
+      return InvalidArgument(at + ": duplicate \"" + keys[i] + "\"");
+  }
+  // (matchLabelKeys narrow the selection to pods of the same revision: the group's own
+  // tasks are one already.)
+  rest.erase("labelSelector");
+  rest.erase("matchLabelKeys");
+  auto model = SpreadConstraintFromJson(rest, p);
+  if (!model.ok()) return model.status();
+  out.spread.push_back(*model);
+  out.spread_selectors.push_back(std::move(sel));
+  return Status::Ok();
+}
+
+// Each constraint must select its own pods (labelled `labels`): it counts them only.
+Status CheckSpreadSelectsOwn(const PodInfo& pod, const std::map<std::string, std::string>& labels,
+                             const std::string& path) {
+  for (size_t i = 0; i < pod.spread_selectors.size(); ++i)
+    if (!pod.spread_selectors[i]->Matches(labels))
+      return InvalidArgument(Idx(path + ".topologySpreadConstraints", i) +
+                             ".labelSelector: selects none of this template's own pods (labels " +
+                             Json(labels).dump() +
+                             "): a constraint spreads its own task's pods here, never other "
+                             "jobs' pods");
+  return Status::Ok();
+}
+
 Status ReadPodSpec(const Json& spec, const std::string& path, PodInfo& out) {
   ObjectReader r(spec, path);
   const Json* containers = r.Get("containers");
@@ -400,6 +516,18 @@ Status ReadPodSpec(const Json& spec, const std::string& path, PodInfo& out) {
       out.restart_policy != "Never")
     return InvalidArgument(r.Path("restartPolicy") + ": unknown \"" + out.restart_policy +
                            "\" (Always, OnFailure, Never)");
+  TESSERA_RETURN_IF_ERROR(ForEach(r.Get("topologySpreadConstraints"),
+                                  r.Path("topologySpreadConstraints"),
+                                  [&](const Json& c, const std::string& p) -> Status {
+                                    return ReadSpreadConstraint(c, p, out);
+                                  }));
+  for (size_t i = 0; i < out.spread.size(); ++i)
+    for (size_t k = 0; k < i; ++k)
+      if (out.spread[k].topology_key == out.spread[i].topology_key &&
+          out.spread[k].schedule_anyway == out.spread[i].schedule_anyway)
+        return InvalidArgument(Idx(r.Path("topologySpreadConstraints"), i) +
+                               ": duplicate {topologyKey, whenUnsatisfiable} of [" +
+                               std::to_string(k) + "]");
   std::string scheduler;
   TESSERA_RETURN_IF_ERROR(r.String("schedulerName", scheduler));
   Ignore(r, {"volumes", "serviceAccountName", "serviceAccount", "hostNetwork", "hostIPC",
@@ -427,6 +555,7 @@ Status ReadPodTemplate(const Json* t, const std::string& path, Template& out) {
   const Json* spec = r.Get("spec");
   if (spec == nullptr) return InvalidArgument(r.Path("spec") + ": required");
   TESSERA_RETURN_IF_ERROR(ReadPodSpec(*spec, r.Path("spec"), out.pod));
+  TESSERA_RETURN_IF_ERROR(CheckSpreadSelectsOwn(out.pod, out.labels, r.Path("spec")));
   return r.Finish();
 }
 
@@ -754,6 +883,12 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
   bool first = true;
   std::vector<int32_t> task_mins;  // per task group: its minAvailable, else its replicas
   bool any_task_min = false;
+  struct SpreadCheck {
+    std::vector<std::shared_ptr<const PodInfo::SpreadSelector>> selectors;
+    std::map<std::string, std::string> labels;
+    std::string path;
+  };
+  std::vector<SpreadCheck> spread_checks;  // per task
   TESSERA_RETURN_IF_ERROR(
       ForEach(tasks, r.Path("tasks"), [&](const Json& t, const std::string& p) -> Status {
         ObjectReader tr(t, p);
@@ -795,6 +930,8 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
           s.group_restart.back()->on_failure = FailureAction::kRestartTask;
         }
         g.request = tmpl.pod.request;
+        g.spread = tmpl.pod.spread;
+        spread_checks.push_back({tmpl.pod.spread_selectors, tmpl.labels, tr.Path("template")});
         TESSERA_RETURN_IF_ERROR(
             MergePodIntoJob(tmpl.pod, tr.Path("template") + ".spec", first, s, g));
         first = false;
@@ -804,6 +941,17 @@ StatusOr<JobSpec> VolcanoJob(const Json& doc, ObjectReader& top, const Meta& met
       }));
   TESSERA_RETURN_IF_ERROR(r.Finish());
   if (s.job.groups.empty()) return InvalidArgument("spec.tasks: a job needs at least one task");
+  // A constraint counts its own task's pods only: one whose selector takes in another
+  // task's pods too (Kubernetes would count them) is refused rather than read narrower.
+  for (size_t t = 0; t < spread_checks.size(); ++t)
+    for (size_t i = 0; i < spread_checks[t].selectors.size(); ++i)
+      for (size_t o = 0; o < spread_checks.size(); ++o)
+        if (o != t && spread_checks[t].selectors[i]->Matches(spread_checks[o].labels))
+          return InvalidArgument(
+              Idx(spread_checks[t].path + ".spec.topologySpreadConstraints", i) +
+              ".labelSelector: also selects the pods of " + spread_checks[o].path +
+              ": a constraint spreads its own task's pods only here; give each task a label "
+              "of its own to select");
   if (std::none_of(s.group_restart.begin(), s.group_restart.end(),
                    [](const auto& g) { return g.has_value(); }))
     s.group_restart.clear();
@@ -843,6 +991,7 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
     s.source = "v1 Pod";
     // The pod spec is `spec` itself; re-read it with the pod reader for strict paths.
     TESSERA_RETURN_IF_ERROR(ReadPodSpec(*spec, "spec", tmpl.pod));
+    TESSERA_RETURN_IF_ERROR(CheckSpreadSelectsOwn(tmpl.pod, meta.labels, "spec"));
     s.job.min_available = 1;
     if (tmpl.pod.restart_policy == "Never") {
       s.restart.on_failure = FailureAction::kFailJob;
@@ -904,8 +1053,10 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
     s.restart.max_retries = backoff;
   }
   g.request = tmpl.pod.request;
+  g.spread = tmpl.pod.spread;
   TESSERA_RETURN_IF_ERROR(
       MergePodIntoJob(tmpl.pod, kind == "Pod" ? "spec" : "spec.template.spec", true, s, g));
+  s.job.service = s.service;  // spread by default (model/job.h)
   s.job.groups.push_back(g);
   s.templates.push_back(tmpl.pod.tmpl);
   return s;
@@ -1067,6 +1218,7 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
   if (!j.ok()) return j.status();
   s.job = std::move(*j);
   s.job.id = meta.name;
+  s.job.service = s.service;
   TESSERA_RETURN_IF_ERROR(CheckPlacement(s.job.placement, TesseraPlacementPaths("spec")));
   for (size_t i = 0; i < s.job.groups.size(); ++i)
     if (const auto& place = s.job.groups[i].placement)
@@ -2265,6 +2417,7 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
                                   }));
   TESSERA_RETURN_IF_ERROR(r.String("source", s.source));
   TESSERA_RETURN_IF_ERROR(r.Bool("service", s.service));
+  s.job.service |= s.service;  // (stored before the model said it)
   TESSERA_RETURN_IF_ERROR(r.Bool("indexed", s.indexed));
   TESSERA_RETURN_IF_ERROR(ReadTtl(r, s));
   if (r.Has("timeLimitSeconds")) {

@@ -370,6 +370,150 @@ TEST(Spec, PlacementChecksNameEachShapesPath) {
   for (const auto& c : cases) ExpectRefused(ParseDocuments(c.text), c.words, c.name);
 }
 
+// topologySpreadConstraints on every pod-template shape, validated as Kubernetes validates
+// them, with the one simplification said in docs/model.md: a constraint counts its own
+// task group's pods, so its selector must select them (and no other task's of the job).
+std::string SpreadDeployment(const std::string& constraints,
+                             const std::string& labels = "{app: web}") {
+  return "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 3\n"
+         "  template:\n    metadata: {labels: " +
+         labels +
+         "}\n    spec:\n      containers: [{name: c, command: [x]}]\n"
+         "      topologySpreadConstraints: " +
+         constraints + "\n";
+}
+
+TEST(Spec, TopologySpreadConstraintsParse) {
+  auto d = ParseDocuments(SpreadDeployment(
+      "[{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: "
+      "DoNotSchedule, minDomains: 3, nodeTaintsPolicy: Honor, labelSelector: {matchLabels: "
+      "{app: web}}, matchLabelKeys: [pod-template-hash]}, {maxSkew: 2, topologyKey: "
+      "kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, nodeAffinityPolicy: Ignore, "
+      "labelSelector: {matchExpressions: [{key: app, operator: In, values: [web]}]}}]"));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const Job& job = (*d)[0].job.job;
+  EXPECT_TRUE(job.service);  // a Deployment: spread by default when it says nothing
+  ASSERT_EQ(job.groups[0].spread.size(), 2u);
+  const TopologySpreadConstraint& zone = job.groups[0].spread[0];
+  EXPECT_EQ(zone.max_skew, 1);
+  EXPECT_EQ(zone.topology_key, "topology.kubernetes.io/zone");
+  EXPECT_FALSE(zone.schedule_anyway);
+  EXPECT_EQ(zone.min_domains, 3);
+  EXPECT_TRUE(zone.honor_node_affinity);
+  EXPECT_TRUE(zone.honor_taints);
+  const TopologySpreadConstraint& host = job.groups[0].spread[1];
+  EXPECT_TRUE(host.schedule_anyway);
+  EXPECT_FALSE(host.honor_node_affinity);
+  EXPECT_FALSE(host.honor_taints);
+  // Stored and read back as the server keeps it.
+  auto back = JobSpecFromJson(JobSpecToJson((*d)[0].job), "");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->job.groups[0].spread, job.groups[0].spread);
+  EXPECT_TRUE(back->job.service);
+
+  const std::string c =
+      "{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: "
+      "DoNotSchedule, labelSelector: {matchLabels: {app: a}}}";
+  const std::string pod =
+      "{containers: [{name: c, command: [x]}], topologySpreadConstraints: [" + c + "]}";
+  const std::string volcano =
+      "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
+      "  - {name: a, replicas: 2, template: {metadata: {labels: {app: a}}, spec: " +
+      pod + "}}\n";
+  // Each shape: one constraint on its one task group; a service (an Always Pod too) is
+  // spread by default when it gives none.
+  auto one = [](const std::string& text, bool service) {
+    auto d = ParseDocuments(text);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->at(0).job.job.service, service) << text;
+    EXPECT_EQ(d->at(0).job.job.groups[0].spread.size(), 1u) << text;
+  };
+  one(volcano, false);
+  one("apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {app: a}}\nspec: " + pod + "\n",
+      true);
+  one("apiVersion: batch/v1\nkind: Job\nmetadata: {name: b}\nspec:\n  parallelism: 2\n"
+      "  template: {metadata: {labels: {app: a}}, spec: {restartPolicy: Never, containers: "
+      "[{name: c, command: [x]}], topologySpreadConstraints: [" +
+          c + "]}}\n",
+      false);
+  one("apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {service: true, tasks: "
+      "[{replicas: 2, command: [x], topologySpreadConstraints: [{maxSkew: 1, topologyKey: "
+      "kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]}]}\n",
+      true);
+}
+
+TEST(Spec, TopologySpreadConstraintsRefusedAsKubernetesRefusesThem) {
+  const std::string at = "spec.template.spec.topologySpreadConstraints[0]";
+  const std::string sel = ", labelSelector: {matchLabels: {app: web}}";
+  struct Case {
+    std::string constraints, words;
+  } cases[] = {
+      {"[{maxSkew: 0, topologyKey: zone, whenUnsatisfiable: DoNotSchedule" + sel + "}]",
+       at + ".maxSkew: must be >= 1"},
+      {"[{maxSkew: 1, whenUnsatisfiable: DoNotSchedule" + sel + "}]", at + ".topologyKey"},
+      {"[{maxSkew: 1, topologyKey: \"a b\", whenUnsatisfiable: DoNotSchedule" + sel + "}]",
+       at + ".topologyKey: \"a b\" is not a label key"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: Sometimes" + sel + "}]",
+       at + ".whenUnsatisfiable: unknown \"Sometimes\" (DoNotSchedule, ScheduleAnyway)"},
+      {"[{maxSkew: 1, topologyKey: zone" + sel + "}]", at + ".whenUnsatisfiable"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway, minDomains: 2" + sel +
+           "}]",
+       at + ".minDomains: can only be used with whenUnsatisfiable: DoNotSchedule"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, minDomains: 0" + sel +
+           "}]",
+       at + ".minDomains: must be >= 1"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: "
+       "Maybe" +
+           sel + "}]",
+       at + ".nodeTaintsPolicy: unknown \"Maybe\" (Honor, Ignore)"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, colour: red" + sel +
+           "}]",
+       at + ".colour: unknown field"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]",
+       at + ".labelSelector: required here"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: "
+       "{matchLabels: {app: db}}}]",
+       at + ".labelSelector: selects none of this template's own pods"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: "
+       "{matchExpressions: [{key: app, operator: In}]}}]",
+       at + ".labelSelector.matchExpressions[0].values: required when operator is In or NotIn"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: "
+       "{matchExpressions: [{key: app, operator: Near}]}}]",
+       at + ".labelSelector.matchExpressions[0].operator: unknown \"Near\""},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule" + sel +
+           ", matchLabelKeys: [app]}]",
+       at + ".matchLabelKeys[0]: \"app\" exists in both matchLabelKeys and labelSelector"},
+      {"[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule" + sel +
+           "}, {maxSkew: 2, topologyKey: zone, whenUnsatisfiable: DoNotSchedule" + sel + "}]",
+       "spec.template.spec.topologySpreadConstraints[1]: duplicate {topologyKey, "
+       "whenUnsatisfiable} of [0]"},
+  };
+  for (const auto& c : cases)
+    ExpectRefused(ParseDocuments(SpreadDeployment(c.constraints)), c.words, c.constraints);
+
+  // A Volcano task's selector that takes in another task's pods too.
+  const std::string pod =
+      "{containers: [{name: c, command: [x]}], topologySpreadConstraints: "
+      "[{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, "
+      "labelSelector: {matchLabels: {job: v}}}]}";
+  ExpectRefused(
+      ParseDocuments("apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\n"
+                     "spec:\n  tasks:\n  - {name: a, template: {metadata: {labels: {job: v, "
+                     "role: a}}, spec: " +
+                     pod +
+                     "}}\n  - {name: b, template: {metadata: {labels: {job: v, role: b}}, "
+                     "spec: {containers: [{name: c, command: [x]}]}}}\n"),
+      "spec.tasks[0].template.spec.topologySpreadConstraints[0].labelSelector: also selects the "
+      "pods of spec.tasks[1].template",
+      "volcano");
+  // Tessera's own Job: the model's checks, naming its path.
+  ExpectRefused(ParseDocuments("apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: "
+                               "{tasks: [{command: [x], topologySpreadConstraints: [{maxSkew: 1, "
+                               "topologyKey: zone, whenUnsatisfiable: Never}]}]}\n"),
+                "spec.tasks[0].topologySpreadConstraints[0].whenUnsatisfiable: unknown \"Never\"",
+                "tessera");
+}
+
 TEST(Spec, KubernetesWorkloads) {
   auto dep = ParseDocuments(SeedFile("inference-deployment.yaml"));
   ASSERT_TRUE(dep.ok());

@@ -28,9 +28,14 @@ StatusOr<PluginInstance> MakeNodeOrder(const Json& args, const std::string& path
 StatusOr<PluginInstance> MakeNodeAffinity(const Json& args, const std::string& path);
 StatusOr<PluginInstance> MakeFragmentation(const Json& args, const std::string& path);
 StatusOr<PluginInstance> MakeTopology(const Json& args, const std::string& path);
+StatusOr<PluginInstance> MakeTopologySpread(const Json& args, const std::string& path);
 
 // Label matching (Kubernetes semantics).
 bool MatchesTerm(const NodeSelectorTerm& term, const std::map<std::string, std::string>& labels);
+// The node selector and required node affinity of `place` hold for `labels`.
+bool MatchesSelection(const Placement& place, const std::map<std::string, std::string>& labels);
+// A NoSchedule or NoExecute taint of `node` that `place` does not tolerate, or nullptr.
+const Taint* UntoleratedTaint(const Placement& place, const Node& node);
 // F(n) of the `fragmentation` score: sum over `typical` of weight x the free GPU milli on n
 // that the request could not use (all of it if the request does not fit n or uses no GPU).
 int64_t ExpectedFragmentation(const std::vector<TypicalRequest>& typical, const NodeState& n);

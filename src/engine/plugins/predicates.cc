@@ -58,27 +58,38 @@ bool Tolerates(const Toleration& t, const Taint& taint) {
   return t.key == taint.key && t.value == taint.value;
 }
 
+}  // namespace
+
+const Taint* UntoleratedTaint(const Placement& place, const Node& node) {
+  for (const Taint& taint : node.taints) {
+    if (taint.effect == TaintEffect::kPreferNoSchedule) continue;
+    if (std::none_of(place.tolerations.begin(), place.tolerations.end(),
+                     [&](const Toleration& t) { return Tolerates(t, taint); }))
+      return &taint;
+  }
+  return nullptr;
+}
+
+bool MatchesSelection(const Placement& place, const std::map<std::string, std::string>& labels) {
+  for (const auto& [k, v] : place.node_selector) {
+    auto it = labels.find(k);
+    if (it == labels.end() || it->second != v) return false;
+  }
+  return place.affinity.required.empty() ||
+         std::any_of(place.affinity.required.begin(), place.affinity.required.end(),
+                     [&](const NodeSelectorTerm& t) { return MatchesTerm(t, labels); });
+}
+
+namespace {
+
 class Predicates : public FilterPlugin {
  public:
   FilterVerdict Filter(const TaskContext& task, const NodeState& node) const override {
     const Placement& place = task.placement();
-    for (const Taint& taint : node.node->taints) {
-      if (taint.effect == TaintEffect::kPreferNoSchedule) continue;
-      bool ok = std::any_of(place.tolerations.begin(), place.tolerations.end(),
-                            [&](const Toleration& t) { return Tolerates(t, taint); });
-      if (!ok)
-        return FilterVerdict::Fail("node(s) had untolerated taint {" + taint.key + ": " +
-                                   taint.value + "}");
-    }
-    const auto& labels = node.node->labels;
-    for (const auto& [k, v] : place.node_selector) {
-      auto it = labels.find(k);
-      if (it == labels.end() || it->second != v)
-        return FilterVerdict::Fail("node(s) didn't match Pod's node affinity/selector");
-    }
-    if (!place.affinity.required.empty() &&
-        std::none_of(place.affinity.required.begin(), place.affinity.required.end(),
-                     [&](const NodeSelectorTerm& t) { return MatchesTerm(t, labels); }))
+    if (const Taint* taint = UntoleratedTaint(place, *node.node))
+      return FilterVerdict::Fail("node(s) had untolerated taint {" + taint->key + ": " +
+                                 taint->value + "}");
+    if (!MatchesSelection(place, node.node->labels))
       return FilterVerdict::Fail("node(s) didn't match Pod's node affinity/selector");
     return FilterVerdict::Pass();
   }

@@ -47,6 +47,9 @@ const std::vector<PluginRegistration>& PluginRegistry() {
         {"spread", "score: least allocated after placement", MakeSpread},
         {"topology", "score: one interconnect domain per multi-GPU task; gangs kept together",
          MakeTopology},
+        {"topologyspread",
+         "score: ScheduleAnyway topology spread constraints (a service's tasks over nodes)",
+         MakeTopologySpread},
     };
     std::sort(r->begin(), r->end(), [](const PluginRegistration& a, const PluginRegistration& b) {
       return std::string(a.name) < b.name;
