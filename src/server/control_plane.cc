@@ -3289,6 +3289,7 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
     env["SLURM_NODELIST"] = env["SLURM_JOB_NODELIST"];
     env["SLURM_JOB_NUM_NODES"] = std::to_string(j.spec.job.TaskCount());
     env["SLURM_NODEID"] = std::to_string(task);
+    env["SLURMD_NODENAME"] = a.node;  // scripts name their own node by it
     env["SLURM_PROCID"] = std::to_string(task);
     env["SLURM_LOCALID"] = "0";
     env["SLURM_RESTART_COUNT"] = std::to_string(j.attempt - 1);
