@@ -78,14 +78,14 @@ std::optional<JobState> ParseJobState(const std::string& s) {
 bool IsTerminal(JobState s) {
   return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
 }
-// A task of the job's current attempt that has finished for good: it exited 0, and the job
-// is not a service (whose replicas never finish: one that exits is placed again).
 // Idempotency keys are each caller's own (as Stripe's are per account): another token's key
 // neither replays nor blocks this one's. ("" for no key; names and keys hold no newline.)
 static std::string ScopedKey(const std::string& principal, const std::string& key) {
   return key.empty() ? "" : principal + "\n" + key;
 }
 
+// A task of the job's current attempt that has finished for good: it exited 0, and the job
+// is not a service (whose replicas never finish: one that exits is placed again).
 static bool FinishedForGood(const JobRecord& j, const Allocation& a) {
   return a.attempt == j.attempt && a.state == AllocState::kSucceeded && !j.spec.service;
 }
@@ -3337,8 +3337,6 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
   DeviceUse used;
   for (const auto& [id, a] : allocations_)
     if (a.HoldsDevices()) used.Add(a.placement);
-  auto& milli_used = used.milli;
-  auto& mig_used = used.mig;
   std::map<std::string, std::vector<const Binding*>> by_job;
   for (const auto& b : plan.bindings) by_job[b.job].push_back(&b);
   for (const auto& [jid, binds] : by_job) {
@@ -3353,8 +3351,9 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       if ((a.attempt == j.attempt && a.Live()) || FinishedForGood(j, a)) taken.insert(a.task);
     }
     // Validate every binding of the job against current occupancy; all or nothing.
-    auto milli = milli_used;
-    auto mig = mig_used;
+    DeviceUse trial = used;
+    auto& milli = trial.milli;
+    auto& mig = trial.mig;
     bool ok = true;
     std::string why;
     for (const Binding* b : binds) {
@@ -3394,8 +3393,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
                    why.c_str());
       continue;
     }
-    milli_used = std::move(milli);
-    mig_used = std::move(mig);
+    used = std::move(trial);
     std::map<std::string, TaskAllocation> placed;
     for (const auto& aid : j.allocations) {
       const Allocation& a = allocations_.at(aid);
