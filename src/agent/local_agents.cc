@@ -3,24 +3,9 @@
 #include <random>
 
 #include "agent/inventory.h"
+#include "common/rng.h"
 
 namespace tessera::agent {
-
-namespace {
-
-// 128 bits from the system's entropy (not the boot ids' seeded generator: a test's fixed
-// seed must not make a guessable token).
-std::string NewLogsToken() {
-  static const char kHex[] = "0123456789abcdef";
-  std::random_device rd;
-  std::string s;
-  for (int i = 0; i < 4; ++i) {
-    for (uint32_t v = rd(), k = 0; k < 8; ++k, v >>= 4) s += kHex[v & 15];
-  }
-  return s;
-}
-
-}  // namespace
 
 StatusOr<std::unique_ptr<LocalAgents>> LocalAgents::Start(const LocalAgentsOptions& options) {
   auto nodes = LoadInventory(options.inventory);
@@ -41,7 +26,7 @@ StatusOr<std::unique_ptr<LocalAgents>> LocalAgents::Start(const LocalAgentsOptio
     ao.boot_id = NewBootId(rng);
     ao.lease_seconds = options.lease_seconds;
     ao.srun_program = options.srun_program;
-    ao.logs_token = options.logs_token.empty() ? NewLogsToken() : options.logs_token;
+    ao.logs_token = options.logs_token.empty() ? SecureRandomHex(16) : options.logs_token;
     ao.log = options.log;
     auto a = Agent::Create(std::move(ao));
     if (!a.ok()) return a.status().WithContext("local agent " + node.name);

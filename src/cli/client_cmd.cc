@@ -13,11 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <random>
 #include <sstream>
 #include <thread>
 
 #include "cli/command.h"
+#include "common/rng.h"
 #include "model/codec.h"
 #include "server/api.h"
 
@@ -121,12 +121,7 @@ Response Call(const ClientFlags& f, const std::string& method, const std::string
 }
 
 // A key no other submission has: 128 random bits.
-std::string RandomKey() {
-  std::random_device rd;
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "cli-%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  return buf;
-}
+std::string RandomKey() { return "cli-" + SecureRandomHex(16); }
 
 // Prints the error and sets the exit code; returns true when the call succeeded.
 bool Check(const ClientFlags& f, const Response& r) {

@@ -1,5 +1,7 @@
 #include "common/rng.h"
 
+#include <random>
+
 namespace tessera {
 namespace {
 uint64_t SplitMix64(uint64_t& x) {
@@ -38,6 +40,20 @@ uint64_t Rng::Below(uint64_t n) {
     }
   }
   return static_cast<uint64_t>(m >> 64);
+}
+
+std::string SecureRandomHex(size_t bytes) {
+  static const char kHex[] = "0123456789abcdef";
+  std::random_device rd("/dev/urandom");
+  std::string out;
+  out.reserve(bytes * 2);
+  uint32_t word = 0;
+  for (size_t i = 0; i < bytes; ++i, word >>= 8) {
+    if (i % 4 == 0) word = rd();
+    out += kHex[(word >> 4) & 15];
+    out += kHex[word & 15];
+  }
+  return out;
 }
 
 }  // namespace tessera

@@ -6,7 +6,9 @@
 // plans and simulations byte-for-byte reproducible. Not thread-safe; one per cycle/run.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace tessera {
 
@@ -21,5 +23,9 @@ class Rng {
  private:
   uint64_t s_[4];
 };
+
+// `bytes` bytes from the OS's entropy (never an Rng: its seed may be fixed), as lowercase
+// hex: secrets and keys no one may guess (API tokens, logs tokens, idempotency keys).
+std::string SecureRandomHex(size_t bytes);
 
 }  // namespace tessera

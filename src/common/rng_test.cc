@@ -33,5 +33,15 @@ TEST(RngTest, SequenceIsPinned) {
   EXPECT_EQ(r.Next(), 0x99ec5f36cb75f2b4ULL);
 }
 
+// Secrets: the length asked, hex only, and never the same twice.
+TEST(SecureRandomHex, GivesFreshHexOfTheLengthAsked) {
+  for (size_t bytes : {1, 3, 16, 32}) {
+    const std::string a = SecureRandomHex(bytes);
+    EXPECT_EQ(a.size(), 2 * bytes);
+    EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos) << a;
+  }
+  EXPECT_NE(SecureRandomHex(16), SecureRandomHex(16));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -4,9 +4,8 @@
 
 #include <openssl/evp.h>
 
-#include <fstream>
-
 #include "common/hostlist.h"
+#include "common/rng.h"
 
 namespace tessera::server {
 
@@ -42,18 +41,7 @@ std::string Sha256Hex(const std::string& data) {
   return out;
 }
 
-std::string NewToken() {
-  unsigned char buf[32] = {};
-  std::ifstream in("/dev/urandom", std::ios::binary);
-  in.read(reinterpret_cast<char*>(buf), sizeof(buf));
-  static const char* hex = "0123456789abcdef";
-  std::string out = "tsr_";
-  for (unsigned char c : buf) {
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
-  return out;
-}
+std::string NewToken() { return "tsr_" + SecureRandomHex(32); }
 
 void TokenRegistry::Add(TokenEntry e) {
   std::lock_guard<std::mutex> l(mu_);
