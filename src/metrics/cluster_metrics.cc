@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "model/eviction.h"
+
 namespace tessera::metrics {
 namespace {
 
@@ -154,10 +156,8 @@ ClusterMetrics::ClusterMetrics() {
                    "LostInSlurm, StuckInSlurm).",
                    std::array<std::string, 1>{"reason"}));
   // Every reason's series exists before its first eviction (increase() sees the first one).
-  for (const char* reason :
-       {"Preempted", "Reclaimed", "Drained", "NodeLost", "NodeRestarted", "Evicted", "NodeFailed",
-        "PreemptedBySlurm", "KilledBySlurm", "CancelledInSlurm", "LostInSlurm", "StuckInSlurm"})
-    evictions_total_->Add({reason}, 0);
+  for (const auto& reasons : {kTesseraEvictionReasons, kPoolEvictionReasons})
+    for (std::string_view reason : reasons) evictions_total_->Add({std::string(reason)}, 0);
   store_failures_total_ = Must(r.AddCounter(
       "tessera_store_commit_failures_total",
       "Store commits that failed and made the server refuse a request (a full disk, an "

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "common/hostlist.h"
+#include "model/eviction.h"
 #include "model/labels.h"
 
 namespace tessera::server {
@@ -2805,12 +2806,9 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
         // shut down with its tasks): not the task's failure. An eviction: onEviction, no
         // retry counted, no back-off. A pool that runs tasks itself (Slurm) gives its own
         // reason (a failed node) and words.
-        // (From a fixed set: it names events and a metric's label.)
-        static const std::set<std::string> kPoolReasons = {"NodeFailed",    "PreemptedBySlurm",
-                                                           "KilledBySlurm", "CancelledInSlurm",
-                                                           "LostInSlurm",   "StuckInSlurm"};
+        // (From a fixed set: it names events and a metric's label; model/eviction.h.)
         std::string why = t.value("reason", "");
-        if (!why.empty() && !kPoolReasons.count(why)) why = "Evicted";
+        if (!why.empty() && !IsPoolEvictionReason(why)) why = "Evicted";
         OnTaskLoss(ops, j, true, why.empty() ? "Evicted" : why,
                    "task " + std::to_string(a.task) +
                        (why.empty() ? " on " + node_name + " was stopped by its agent" : "") +
