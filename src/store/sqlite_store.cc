@@ -330,21 +330,27 @@ class SqliteStore final : public Store {
   }
 
   // PASSIVE checkpoints never block the writer; the WAL restarts from its beginning at the
-  // next commit once every frame is in the database file.
+  // next commit once every frame is in the database file. One that could not copy every
+  // frame (commits or a reader in the way) is tried again shortly, commits or not: else the
+  // last writes before a quiet spell would stay in the WAL until the next burst.
   void CheckpointLoop() {
+    bool behind = false;
     for (;;) {
       {
         std::unique_lock<std::mutex> l(ckpt_mu_);
-        ckpt_cv_.wait(l, [&] { return ckpt_stopping_ || ckpt_wanted_; });
+        auto asked = [&] { return ckpt_stopping_ || ckpt_wanted_; };
+        if (behind)
+          ckpt_cv_.wait_for(l, std::chrono::milliseconds(100), asked);
+        else
+          ckpt_cv_.wait(l, asked);
         if (ckpt_stopping_) return;
+        ckpt_wanted_ = false;  // a commit from now on asks again
       }
       int log = 0, done = 0;
       int rc = sqlite3_wal_checkpoint_v2(cdb_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
       if (rc != SQLITE_OK && rc != SQLITE_BUSY)
         std::fprintf(stderr, "tessera store: checkpoint: %s\n", sqlite3_errmsg(cdb_));
-      std::lock_guard<std::mutex> l(ckpt_mu_);
-      ckpt_wanted_ = false;
-      ++checkpoints_;
+      behind = rc == SQLITE_BUSY || (rc == SQLITE_OK && done < log);
     }
   }
 
@@ -450,7 +456,6 @@ class SqliteStore final : public Store {
   std::mutex ckpt_mu_;  // guards the three below
   std::condition_variable ckpt_cv_;
   bool ckpt_wanted_ = false, ckpt_stopping_ = false;
-  int64_t checkpoints_ = 0;
   std::thread checkpointer_;
   int lock_fd_ = -1;  // <dir>/tessera.lock, flock'ed while the store is open
 };
