@@ -6,6 +6,17 @@
 
 namespace tessera::slurm {
 
+bool PlacingAgainMayHelp(const std::string& slurm_reason) {
+  // Slurm's reasons (squeue(1), "JOB REASON CODES") that are about nodes or the queue; the
+  // rest are limits, dependencies or times that move with the job.
+  static const char* const kAboutNodes[] = {
+      "Resources",     "Priority",          "ReqNodeNotAvail", "NodeDown",      "Nodes_required",
+      "PartitionDown", "PartitionInactive", "Reservation",     "BadConstraints"};
+  for (const char* p : kAboutNodes)
+    if (slurm_reason.rfind(p, 0) == 0) return true;
+  return false;
+}
+
 JobInfo JobInfoFromSpec(const spec::JobSpec& spec) {
   JobInfo info;
   info.tasks = spec.job.TaskCount();
@@ -252,7 +263,10 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
   std::map<std::string, const AllocationStatus*> by_alloc;
   for (const AllocationStatus& s : *statuses) by_alloc[s.allocation] = &s;
   std::vector<TaskReport> reports;
-  std::vector<std::pair<std::string, std::string>> stuck;  // gang key, why
+  struct Stuck {
+    std::string key, slurm_reason, why;
+  };
+  std::vector<Stuck> stuck;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = gangs_.begin(); it != gangs_.end();) {
@@ -264,13 +278,15 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
       }
       AllocationStatus st = *s->second;
       const auto pending_for = now - g.dispatched_at;
-      if (st.phase == AllocationPhase::kPending && g.requeue_why.empty() && !g.stays_pending &&
-          !g.stop_requested && options_.pending_timeout.count() > 0 &&
+      if (st.phase == AllocationPhase::kPending && !g.stays_pending.empty())
+        st.message += ": " + g.stays_pending;
+      if (st.phase == AllocationPhase::kPending && g.requeue_why.empty() &&
+          g.stays_pending.empty() && !g.stop_requested && options_.pending_timeout.count() > 0 &&
           pending_for >= options_.pending_timeout && st.reason.rfind("JobHeld", 0) != 0) {
         using std::chrono::duration_cast;
         using std::chrono::seconds;
         stuck.push_back(
-            {it->first,
+            {it->first, st.reason,
              st.message + " for " + std::to_string(duration_cast<seconds>(pending_for).count()) +
                  " s, past the Slurm pool's pending timeout (" +
                  std::to_string(duration_cast<seconds>(options_.pending_timeout).count()) +
@@ -289,6 +305,9 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
         reports.push_back({d.allocation, d.job, d.task, st.phase, st.exit_code, st.message,
                            st.external_id, st.state});
       }
+      // Started or ended for good: the next time it is stuck is a first time again.
+      if (st.phase == AllocationPhase::kRunning || (IsTerminal(st.phase) && g.requeue_why.empty()))
+        replaced_.erase(g.job);
       if (IsTerminal(st.phase)) {
         for (const auto& [t, d] : g.tasks) gang_of_.erase(d.allocation);
         it = gangs_.erase(it);
@@ -300,7 +319,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
   for (const TaskReport& r : reports) sink_(r);
   // Stuck in Slurm's queue: handed back, if the job's policy places it again (the lookup
   // may take the server's lock: called without ours).
-  for (const auto& [key, why] : stuck) {
+  for (const auto& [key, slurm_reason, why] : stuck) {
     std::string job;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -312,10 +331,19 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = gangs_.find(key);
     if (it == gangs_.end()) continue;
-    if (info && info->restart_on_eviction) {
-      it->second.requeue_why = why;
+    Gang& g = it->second;
+    if (!info || !info->restart_on_eviction) {
+      g.stays_pending = "its onEviction is FailJob (sbatch --no-requeue): left in Slurm's queue";
+    } else if (!PlacingAgainMayHelp(slurm_reason)) {
+      g.stays_pending =
+          "a Slurm limit, not its nodes: left in Slurm's queue (placing it again "
+          "would not lift it)";
+    } else if (replaced_[g.job] >= options_.max_pending_replacements) {
+      g.stays_pending = "left in Slurm's queue after " + std::to_string(replaced_[g.job]) +
+                        " placements that Slurm kept pending";
     } else {
-      it->second.stays_pending = true;  // as long as Slurm takes
+      ++replaced_[g.job];
+      g.requeue_why = why;
     }
   }
 }

@@ -91,7 +91,16 @@ struct ServerAdapterOptions {
   // A gang pending in Slurm this long after its sbatch is cancelled there and handed back to
   // be placed again (see above); 0 = never.
   std::chrono::milliseconds pending_timeout{std::chrono::minutes(5)};
+  // Past this many such cancels in a row, a job is left in Slurm's queue: whatever keeps it
+  // there is not the nodes Tessera chose.
+  int max_pending_replacements = 3;
 };
+
+// Whether Slurm's pending reason is about the nodes the job was given or the jobs ahead of it
+// there (Resources, Priority, ReqNodeNotAvail, a partition down...), which placing it again
+// may avoid; not a limit of its account, QOS or partition (AssocGrpGRES, QOSMaxGRESPerUser,
+// PartitionTimeLimit...), which holds wherever it goes.
+bool PlacingAgainMayHelp(const std::string& slurm_reason);
 
 class SlurmServerBackend : public server::Backend {
  public:
@@ -133,8 +142,9 @@ class SlurmServerBackend : public server::Backend {
     // Set when it stayed pending past options_.pending_timeout: why it is cancelled in Slurm
     // and handed back (its tasks' message once Slurm confirms the cancel).
     std::string requeue_why;
-    bool stays_pending = false;  // past the timeout, but its policy would not place it again
-    bool cancelled = false;      // the scancel (stop_requested or requeue_why) went through
+    // Past the timeout, but left in Slurm's queue: why (added to its tasks' message).
+    std::string stays_pending;
+    bool cancelled = false;  // the scancel (stop_requested or requeue_why) went through
     // Per task allocation: what was reported last (a pending job's reason may change).
     std::map<std::string, std::pair<AllocationPhase, std::string>> reported;
   };
@@ -148,6 +158,7 @@ class SlurmServerBackend : public server::Backend {
   std::condition_variable cv_;
   std::map<std::string, Gang> gangs_;           // by "<job>#<attempt>"
   std::map<std::string, std::string> gang_of_;  // task allocation -> gang key
+  std::map<std::string, int> replaced_;         // job -> cancels for pending, in a row
   bool stopping_ = false;
   bool paused_ = false;
   std::thread worker_;

@@ -207,6 +207,69 @@ TEST_F(AdapterTest, HeldOrNoRequeueJobsStayPendingInSlurm) {
   }
 }
 
+// A Slurm limit (its account's, QOS's or partition's) holds wherever the job is placed: past
+// the timeout it is left in Slurm's queue, and its tasks' message says why.
+TEST_F(AdapterTest, AJobPendingOnASlurmLimitIsLeftInSlurmsQueue) {
+  runner->Reply("sbatch", {0, "42", ""});
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "PENDING", 0, "QOSMaxGRESPerUser"));
+  adapter.Launch(Task(0, "node1"));
+  adapter.Launch(Task(1, "node2"));
+  const auto t0 = Clock::now();
+  for (int m = 0; m <= 30; m += 5) adapter.Step(t0 + std::chrono::minutes(m));
+  EXPECT_EQ(runner->Count("scancel"), 0);
+  EXPECT_TRUE(adapter.Tracks("a-001"));
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().phase, AllocationPhase::kPending);
+  EXPECT_EQ(reports.back().message,
+            "Slurm job 42 PENDING (QOSMaxGRESPerUser): a Slurm limit, not its nodes: left in "
+            "Slurm's queue (placing it again would not lift it)");
+}
+
+TEST(PlacingAgainMayHelp, NodesAndQueueYesLimitsNo) {
+  for (const char* r : {"Resources", "Priority", "ReqNodeNotAvail, UnavailableNodes:node3",
+                        "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved", "PartitionDown"})
+    EXPECT_TRUE(PlacingAgainMayHelp(r)) << r;
+  for (const char* r : {"QOSMaxGRESPerUser", "AssocGrpGRES", "PartitionTimeLimit",
+                        "PartitionNodeLimit", "Dependency", "BeginTime", "InvalidAccount", ""})
+    EXPECT_FALSE(PlacingAgainMayHelp(r)) << r;
+}
+
+// Placed again three times and kept pending each time: whatever holds it is not the nodes
+// Tessera chose, so the fourth attempt is left in Slurm's queue instead of going round again.
+TEST_F(AdapterTest, AJobIsPlacedAgainAtMostThreeTimesInARow) {
+  for (int attempt = 1; attempt <= 4; ++attempt) {
+    SCOPED_TRACE(attempt);
+    server::Dispatch t0 = Task(0, "node1"), t1 = Task(1, "node2");
+    t0.allocation = "r" + std::to_string(attempt) + "-0";
+    t1.allocation = "r" + std::to_string(attempt) + "-1";
+    t0.attempt = t1.attempt = attempt;
+    runner->Reply("sbatch", {0, "42", ""});
+    runner->Reply("squeue", Squeue("tessera:train:" + t0.allocation, "PENDING", 0, "Resources"));
+    runner->Reply("scancel", {0, "", ""});
+    adapter.Launch(t0);
+    adapter.Launch(t1);
+    const auto start = Clock::now();
+    adapter.Step(start);
+    adapter.Step(start + std::chrono::seconds(300));
+    if (attempt <= 3) {
+      runner->Reply("squeue", Squeue("tessera:train:" + t0.allocation, "CANCELLED", 15));
+      adapter.Step(start + std::chrono::seconds(301));
+      EXPECT_EQ(runner->Count("scancel"), attempt);
+      EXPECT_FALSE(adapter.Tracks(t0.allocation));
+      EXPECT_EQ(reports.back().phase, AllocationPhase::kKilled);
+    } else {
+      for (int m = 6; m <= 60; m += 6) adapter.Step(start + std::chrono::minutes(m));
+      EXPECT_EQ(runner->Count("scancel"), 3);
+      EXPECT_TRUE(adapter.Tracks(t0.allocation));
+      EXPECT_EQ(reports.back().phase, AllocationPhase::kPending);
+      EXPECT_NE(reports.back().message.find(
+                    "left in Slurm's queue after 3 placements that Slurm kept pending"),
+                std::string::npos)
+          << reports.back().message;
+    }
+  }
+}
+
 TEST_F(AdapterTest, RefusedSubmissionFailsEveryTask) {
   runner->Reply("sbatch", {1, "",
                            "sbatch: error: Batch job submission failed: Requested node "
