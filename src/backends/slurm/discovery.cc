@@ -60,7 +60,8 @@ bool SlurmNodeSchedulable(const SlurmNode& node) {
 
 std::vector<Node> NodesFromSlurm(const std::vector<SlurmNode>& nodes,
                                  const DiscoveryOptions& options,
-                                 const std::map<std::string, NodeUsage>& own) {
+                                 const std::map<std::string, NodeUsage>& own,
+                                 const std::map<std::string, SlurmPartition>& partitions) {
   std::vector<Node> out;
   for (const SlurmNode& sn : nodes) {
     std::vector<std::string> parts;
@@ -83,6 +84,18 @@ std::vector<Node> NodesFromSlurm(const std::vector<SlurmNode>& nodes,
       n.labels["slurm.partition." + p] = "true";
     }
     n.labels["slurm.partition"] = joined;
+    // Slurm starts nothing in a DOWN partition and takes nothing into a DRAIN or INACTIVE one.
+    std::string down;
+    bool any_up = false;
+    for (const std::string& p : parts) {
+      auto it = partitions.find(p);
+      if (it == partitions.end() || Upper(it->second.state) == "UP") {
+        any_up = true;
+      } else {
+        down += (down.empty() ? "" : ",") + p + "=" + Upper(it->second.state);
+      }
+    }
+    if (!any_up) n.labels["slurm.partition.down"] = down;
     for (const std::string& f : sn.features) n.labels["slurm.feature." + f] = "true";
     n.labels["slurm.state"] = Lower(sn.state);
     if (!sn.reason.empty()) n.labels["slurm.reason"] = sn.reason;
@@ -115,7 +128,7 @@ std::vector<Node> NodesFromSlurm(const std::vector<SlurmNode>& nodes,
     }
     if (foreign_gpus > 0) n.labels["slurm.gpus.foreign"] = std::to_string(foreign_gpus);
     n.ready = SlurmNodeReady(sn);
-    n.unschedulable = !SlurmNodeSchedulable(sn);
+    n.unschedulable = !SlurmNodeSchedulable(sn) || !any_up;
     out.push_back(std::move(n));
   }
   std::sort(out.begin(), out.end(), [](const Node& a, const Node& b) { return a.name < b.name; });

@@ -47,9 +47,13 @@ struct NodeUsage {
 };
 
 // `own`: per node, what Tessera's running Slurm jobs hold (as requested from Slurm).
+// `partitions`: their states by name (scontrol show partition); a node none of whose served
+// partitions is UP takes no new work there (unschedulable, labelled slurm.partition.down).
+// A partition missing from it counts as UP.
 std::vector<Node> NodesFromSlurm(const std::vector<SlurmNode>& nodes,
                                  const DiscoveryOptions& options,
-                                 const std::map<std::string, NodeUsage>& own);
+                                 const std::map<std::string, NodeUsage>& own,
+                                 const std::map<std::string, SlurmPartition>& partitions = {});
 
 // The GRES type of each GPU device index of a node, in Tessera's device order.
 std::vector<std::string> GpuTypes(const SlurmNode& node);

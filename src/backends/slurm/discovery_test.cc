@@ -89,6 +89,29 @@ TEST(Discovery, PartitionFilterAndOrder) {
   EXPECT_EQ(nodes[1].name, "b");
 }
 
+// A node whose every partition is DOWN, DRAIN or INACTIVE takes no new work: unschedulable,
+// saying which; one UP partition is enough.
+TEST(Discovery, NodesWithNoUpPartitionAreUnschedulable) {
+  SlurmNode a = MakeNode("a", "idle"), b = MakeNode("b", "idle"), c = MakeNode("c", "idle");
+  a.partitions = {"debug", "gpu"};
+  b.partitions = {"debug", "batch"};
+  c.partitions = {"new"};  // not in scontrol's answer (yet): as UP
+  std::map<std::string, SlurmPartition> parts;
+  for (const auto& [name, state] :
+       {std::pair<std::string, std::string>{"debug", "DOWN"}, {"gpu", "DRAIN"}, {"batch", "UP"}}) {
+    parts[name].name = name;
+    parts[name].state = state;
+  }
+  auto nodes = NodesFromSlurm({a, b, c}, {}, {}, parts);
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_TRUE(nodes[0].unschedulable);
+  EXPECT_EQ(nodes[0].labels.at("slurm.partition.down"), "debug=DOWN,gpu=DRAIN");
+  EXPECT_TRUE(nodes[0].ready);  // its running jobs go on
+  EXPECT_FALSE(nodes[1].unschedulable);
+  EXPECT_EQ(nodes[1].labels.count("slurm.partition.down"), 0u);
+  EXPECT_FALSE(nodes[2].unschedulable);
+}
+
 TEST(Discovery, ForeignUsageIsSubtractedOwnIsNot) {
   // Captured: node1 runs a foreign job (1 CPU, 100 MiB, 3 GPUs); node4 is drained.
   auto sinfo = ParseSinfoJson(testing::Testdata("sinfo_drain_foreign.json"));

@@ -56,7 +56,7 @@ StatusOr<std::vector<Node>> SlurmPool::Discover() {
   }
   std::vector<SlurmNode> nodes;
   for (const auto& [name, n] : inventory_) nodes.push_back(n);
-  return NodesFromSlurm(nodes, options_.discovery, own);
+  return NodesFromSlurm(nodes, options_.discovery, own, partitions_);
 }
 
 void SlurmPool::NameFailedNodesLocked(AllocationStatus& st) {
