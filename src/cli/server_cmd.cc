@@ -26,6 +26,9 @@ void AddServerCommands(CLI::App& app) {
                   "tokens file: tokens: [{name, role, queues, token|sha256}]");
   cmd->add_flag("--local-agent", flags->local_agent,
                 "start in-process node agents (the seed's inventory)");
+  cmd->add_flag("--agent-logs-any-host", flags->agent_logs_any_host,
+                "take any logsUrl from node agents, not only one naming the address they "
+                "connect from (agents serving logs on another network, or behind NAT)");
   cmd->add_option("--seed", flags->seed, "seed of the scheduling randomness")
       ->check(kSeed)
       ->capture_default_str();

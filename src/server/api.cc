@@ -3,6 +3,7 @@
 #include "common/file_chunk.h"
 #include "common/int_param.h"
 #include "common/listen_socket.h"
+#include "server/logs_url.h"
 #include "server/observability_routes.h"
 
 #include <httplib.h>
@@ -518,21 +519,42 @@ void ApiServer::Routes() {
         Reply(res, 201, out);
       }));
   s.Post("/v1/agents/register",
-         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+         Authed(cp, [&cp, this](const Principal& p, const httplib::Request& req,
+                                httplib::Response& res) {
            auto body = AgentBody(req);
            if (!body.ok()) return Fail(res, body.status());
+           if (Status st = CheckAgentLogsUrl(req, *body); !st.ok()) return Fail(res, st);
            auto r = cp.RegisterAgent(p, *body);
            if (!r.ok()) return Fail(res, r.status());
            Reply(res, 200, *r);
          }));
   s.Post(R"(/v1/agents/([^/]+)/heartbeat)",
-         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+         Authed(cp, [&cp, this](const Principal& p, const httplib::Request& req,
+                                httplib::Response& res) {
            auto body = AgentBody(req);
            if (!body.ok()) return Fail(res, body.status());
+           if (Status st = CheckAgentLogsUrl(req, *body); !st.ok()) return Fail(res, st);
            auto r = cp.Heartbeat(p, req.matches[1], *body);
            if (!r.ok()) return Fail(res, r.status());
            Reply(res, 200, *r);
          }));
+}
+
+Status ApiServer::CheckAgentLogsUrl(const httplib::Request& req, const Json& body) {
+  if (options_.agent_logs_any_host || !body.contains("logsUrl") || !body["logsUrl"].is_string())
+    return Status::Ok();
+  std::pair<std::string, std::string> key{body["logsUrl"].get<std::string>(), req.remote_addr};
+  if (key.first.empty()) return Status::Ok();  // serves no logs (a Slurm pool's nodes)
+  {
+    std::lock_guard<std::mutex> l(logs_urls_mu_);
+    if (logs_urls_ok_.count(key)) return Status::Ok();
+  }
+  Status st = CheckLogsUrlNamesPeer(key.first, key.second);
+  if (!st.ok()) return st;
+  std::lock_guard<std::mutex> l(logs_urls_mu_);
+  if (logs_urls_ok_.size() >= 100000) logs_urls_ok_.clear();  // bounded; refilled as asked
+  logs_urls_ok_.insert(std::move(key));
+  return Status::Ok();
 }
 
 }  // namespace tessera::server

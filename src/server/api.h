@@ -8,14 +8,18 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "server/control_plane.h"
 
 namespace httplib {
 class Server;
-}
+struct Request;
+}  // namespace httplib
 
 namespace tessera::server {
 
@@ -27,6 +31,9 @@ struct ApiOptions {
   // GET /v1/jobs/{id}/logs?follow=true answers at once when there are new bytes or the task
   // ended, else after waiting this long for either (long poll).
   int64_t logs_follow_wait_ms = 10000;
+  // Take any logsUrl from agents, not only one naming the address they connect from
+  // (logs_url.h): for agents that serve logs on another network, or behind NAT.
+  bool agent_logs_any_host = false;
 };
 
 // A request path's route pattern for metrics: "/v1/jobs/{name}/logs" for /v1/jobs/x/logs;
@@ -52,6 +59,11 @@ class ApiServer {
   std::atomic<bool> stopping_{false};  // ends long polls early
   // Long polls waiting now: each holds one of the server's threads (see the logs route).
   std::atomic<int> following_{0};
+  // (logsUrl, peer) pairs that passed CheckLogsUrlNamesPeer: every heartbeat carries the URL,
+  // and a host name is not resolved again for each.
+  std::mutex logs_urls_mu_;
+  std::set<std::pair<std::string, std::string>> logs_urls_ok_;
+  Status CheckAgentLogsUrl(const httplib::Request& req, const Json& body);
 };
 
 // The OpenAPI 3 document served at /openapi.json.

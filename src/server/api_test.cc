@@ -655,6 +655,56 @@ class FakeAgentLogs {
   std::thread thread_;
 };
 
+// A node agent's logsUrl must name the address it connects from: the server fetches task logs
+// there for whoever asks, so another host would let a compromised node send the server's
+// requests anywhere it can reach (SSRF). --agent-logs-any-host lifts the check.
+TEST_F(ApiTest, AnAgentsLogsUrlMustNameTheAddressItConnectsFrom) {
+  const std::string agent = "agent-token-0123456789";
+  auto reg = [](const std::string& url) {
+    return Json{{"node", {{"name", "n1"}, {"cpu", 8}, {"memory", "64Gi"}}},
+                {"agentVersion", "test"},
+                {"bootId", "b1"},
+                {"logsUrl", url}}
+        .dump();
+  };
+  Resp r = Do("POST", "/v1/agents/register", agent, reg("http://10.9.9.9:9101"));
+  EXPECT_EQ(r.status, 400) << r.raw;
+  EXPECT_EQ(
+      r.body["error"]
+          .value("message", "")
+          .rfind("logsUrl: \"http://10.9.9.9:9101\": host 10.9.9.9 is not the address this agent "
+                 "connects from (127.0.0.1)",
+                 0),
+      0u)
+      << r.raw;
+  EXPECT_EQ(cp_->ListNodes(kAdmin)["items"].size(), 0u);
+  for (const char* bad : {"file:///etc/passwd", "http://127.0.0.1:9101/admin?x=",
+                          "http://user@127.0.0.1:9101", "http://:9101", "gopher://127.0.0.1:1"}) {
+    Resp b = Do("POST", "/v1/agents/register", agent, reg(bad));
+    EXPECT_EQ(b.status, 400) << bad << ": " << b.raw;
+    EXPECT_NE(b.raw.find("logsUrl: "), std::string::npos) << b.raw;
+  }
+  for (const char* good :
+       {"http://127.0.0.1:9101", "http://127.0.0.1:9101/", "https://localhost:9101", ""}) {
+    Resp g = Do("POST", "/v1/agents/register", agent, reg(good));
+    EXPECT_EQ(g.status, 200) << good << ": " << g.raw;
+  }
+  ASSERT_EQ(Do("POST", "/v1/agents/register", agent, reg("http://127.0.0.1:9101")).status, 200);
+  // A heartbeat moving it elsewhere is refused too (before the control plane sees it).
+  Resp hb = Do("POST", "/v1/agents/n1/heartbeat", agent,
+               Json{{"bootId", "b1"}, {"logsUrl", "http://169.254.169.254:80"}}.dump());
+  EXPECT_EQ(hb.status, 400) << hb.raw;
+  EXPECT_NE(hb.raw.find("host 169.254.169.254 is not the address"), std::string::npos) << hb.raw;
+  // Agents that serve logs on another network: the server's --agent-logs-any-host.
+  api_->Stop();
+  ApiOptions ao;
+  ao.port = 0;
+  ao.agent_logs_any_host = true;
+  api_ = std::make_unique<ApiServer>(*cp_, ao);
+  ASSERT_TRUE(api_->Start().ok());
+  EXPECT_EQ(Do("POST", "/v1/agents/register", agent, reg("http://10.9.9.9:9101")).status, 200);
+}
+
 // A waiting follow holds a server thread: at most a quarter of them (16 of 64) wait at once;
 // the others answer at once with Retry-After (the CLI then asks again a second later), and
 // heartbeats keep threads to be served on.

@@ -93,6 +93,7 @@ Status RunServer(const ServerFlags& flags) {
   }
   if (api.port < 0 || api.port > 65535)
     return InvalidArgument("--listen: bad port in \"" + host_port + "\"");
+  api.agent_logs_any_host = flags.agent_logs_any_host;
 
   auto t0 = std::chrono::steady_clock::now();
   store::SqliteOptions so;

@@ -20,6 +20,7 @@ struct ServerFlags {
   std::string bootstrap_dir;  // "" = examples/seed when it exists
   std::string auth_config;    // optional
   bool local_agent = false;
+  bool agent_logs_any_host = false;  // ApiOptions::agent_logs_any_host
   bool synchronous_full = true;
   uint64_t seed = 1;
   // Event retention (docs/lifecycle.md); 0 = no bound.
