@@ -1754,10 +1754,11 @@ StatusOr<std::vector<std::string>> SbatchNodeNames(const std::string& val, const
 
 namespace {
 
-// One walk for checking and expanding sbatch's filename patterns; `array_only`: %A and %a
-// only, everything else copied as written (for Slurm to expand).
+// One walk for checking and expanding sbatch's filename patterns; `for_slurm`: only what
+// Slurm would get wrong (%x, and %A and %a of an array element), everything else copied as
+// written for Slurm to expand.
 StatusOr<std::string> SlurmFilename(const std::string& pattern, const SlurmFilenameFields& f,
-                                    bool array_only = false) {
+                                    bool for_slurm = false) {
   std::string out;
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] != '%') {
@@ -1769,7 +1770,7 @@ StatusOr<std::string> SlurmFilename(const std::string& pattern, const SlurmFilen
     while (i < pattern.size() && std::isdigit(static_cast<unsigned char>(pattern[i])))
       width = std::min<size_t>(width * 10 + static_cast<size_t>(pattern[i++] - '0'), 10);
     if (i >= pattern.size()) return InvalidArgument("\"" + pattern + "\" ends in an unfinished %");
-    if (array_only && pattern[i] != 'A' && pattern[i] != 'a') {
+    if (for_slurm && pattern[i] != 'x' && (!f.array || (pattern[i] != 'A' && pattern[i] != 'a'))) {
       out += pattern.substr(at, i + 1 - at);
       continue;
     }
@@ -1901,9 +1902,11 @@ std::string ExpandSlurmFilename(const std::string& pattern, const SlurmFilenameF
   return r.ok() ? *r : pattern;  // checked when the script was parsed
 }
 
-std::string ExpandArrayFilename(const std::string& pattern, const ArrayElement& a) {
+std::string ExpandForSlurm(const std::string& pattern, const std::string& job_name,
+                           const std::optional<ArrayElement>& array) {
   SlurmFilenameFields f;
-  f.array = a;
+  f.job_name = job_name;
+  f.array = array;
   auto r = SlurmFilename(pattern, f, true);
   return r.ok() ? *r : pattern;
 }

@@ -177,9 +177,11 @@ struct SlurmFilenameFields {
 };
 Status CheckSlurmFilename(const std::string& pattern, const std::string& path);
 std::string ExpandSlurmFilename(const std::string& pattern, const SlurmFilenameFields& f);
-// Only %A and %a expanded, the rest kept for Slurm to expand: an array element runs on Slurm
-// as a job of its own, for which Slurm would write its own id and 4294967294.
-std::string ExpandArrayFilename(const std::string& pattern, const ArrayElement& a);
+// For a job run on a Slurm pool: %x expanded to the job's name (Slurm's job is named
+// tessera-<job>), and for an array element %A and %a (it runs on Slurm as a job of its own,
+// for which Slurm would write its own id and 4294967294); the rest kept for Slurm to expand.
+std::string ExpandForSlurm(const std::string& pattern, const std::string& job_name,
+                           const std::optional<ArrayElement>& array);
 
 // The jobs of an array submission (`s.array_indices` not empty): one per index, named
 // <name>_<index>, each with `array` set and SLURM_ARRAY_* in its environment. `name`: the

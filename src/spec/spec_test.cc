@@ -1237,8 +1237,10 @@ TEST(Spec, ArrayElementsAndTheirFiles) {
 
   SlurmFilenameFields f{42, "sweep", "n1", "alice", 0, 0, e.array};
   EXPECT_EQ(ExpandSlurmFilename("o-%A_%a-%j-%3a", f), "o-40_4-42-004");
-  EXPECT_EQ(ExpandArrayFilename("o-%A_%a-%j-%%a", *e.array), "o-40_4-%j-%%a")
+  EXPECT_EQ(ExpandForSlurm("o-%A_%a-%j-%%a-%x", "sweep", e.array), "o-40_4-%j-%%a-sweep")
       << "the rest is Slurm's to expand";
+  EXPECT_EQ(ExpandForSlurm("o-%A_%a-%x", "one", std::nullopt), "o-%A_%a-one")
+      << "not an array: %A and %a are Slurm's";
   f.array.reset();  // not in an array: as Slurm 22.05 writes them
   EXPECT_EQ(ExpandSlurmFilename("o-%A_%a", f), "o-42_4294967294");
 

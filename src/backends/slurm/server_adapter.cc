@@ -17,7 +17,7 @@ bool PlacingAgainMayHelp(const std::string& slurm_reason) {
   return false;
 }
 
-JobInfo JobInfoFromSpec(const spec::JobSpec& spec) {
+JobInfo JobInfoFromSpec(const spec::JobSpec& spec, const std::string& job) {
   JobInfo info;
   info.tasks = spec.job.TaskCount();
   info.exclusive = spec.job.exclusive;
@@ -40,12 +40,13 @@ JobInfo JobInfoFromSpec(const spec::JobSpec& spec) {
     // Slurm sets these itself, from what it was told.
     info.env.erase("SLURM_NTASKS");
     info.env.erase("SLURM_NNODES");
-    if (spec.array) {
-      if (!t.stdout_file.empty())
-        info.stdout_file = spec::ExpandArrayFilename(t.stdout_file, *spec.array);
-      if (t.stderr_file != t.stdout_file)
-        info.stderr_file = spec::ExpandArrayFilename(t.stderr_file, *spec.array);
-    }
+    // Given to sbatch as --output/--error (over the script's own lines): Slurm would name
+    // the job tessera-<job> in %x, and an array element's %A and %a its own.
+    const std::string name = spec.array ? spec.array->name : job;
+    if (!t.stdout_file.empty())
+      info.stdout_file = spec::ExpandForSlurm(t.stdout_file, name, spec.array);
+    if (t.stderr_file != t.stdout_file)
+      info.stderr_file = spec::ExpandForSlurm(t.stderr_file, name, spec.array);
   } else {
     info.command = t.command;
   }

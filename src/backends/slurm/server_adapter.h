@@ -50,8 +50,9 @@ struct JobInfo {
   std::optional<int64_t> time_limit_seconds;
   int32_t processes_per_task = 1;
   bool exclusive = false;  // Job::exclusive: sbatch --exclusive
-  // An array element's own -o / -e (sbatch --array), with %A and %a expanded: each element
-  // runs as a Slurm job of its own, for which Slurm would write its own id and 4294967294.
+  // The script's own -o / -e, given to sbatch as --output / --error, with %x expanded to the
+  // job's name (Slurm's job is tessera-<job>) and, for an array element, %A and %a (it runs
+  // as a Slurm job of its own, for which Slurm would write its own id and 4294967294).
   // "" where the script names no such stream (or -e is -o's).
   std::string stdout_file, stderr_file;
   // The job's onEviction restarts it (not FailJob): it may be placed again when Slurm keeps
@@ -64,8 +65,8 @@ struct JobInfo {
 // its --time as the limit; any other job runs its first task group's command once per
 // task (jobs whose groups run different commands are not supported on Slurm yet). An array
 // element's SLURM_ARRAY_* come in its environment (--export): Slurm passes them unchanged
-// to a job that is not an array.
-JobInfo JobInfoFromSpec(const spec::JobSpec& spec);
+// to a job that is not an array. `job`: the server's job name.
+JobInfo JobInfoFromSpec(const spec::JobSpec& spec, const std::string& job);
 
 struct TaskReport {
   std::string allocation;  // the server's per-task allocation id

@@ -288,7 +288,7 @@ TEST(JobInfoFromSpec, SbatchScriptAndCommand) {
       "#SBATCH --gres=gpu:a100:2\n#SBATCH -t 10\nsrun hostname\n";
   auto spec = spec::ParseSbatchScript(script);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  JobInfo info = JobInfoFromSpec(*spec);
+  JobInfo info = JobInfoFromSpec(*spec, "mpi");
   EXPECT_EQ(info.tasks, 2);  // one Tessera task per node
   EXPECT_EQ(info.processes_per_task, 4);
   EXPECT_EQ(info.script, script);  // the original, unchanged
@@ -298,18 +298,32 @@ TEST(JobInfoFromSpec, SbatchScriptAndCommand) {
   EXPECT_FALSE(info.exclusive);
   auto whole = spec::ParseSbatchScript("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --exclusive\ntrue\n");
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
-  EXPECT_TRUE(JobInfoFromSpec(*whole).exclusive);  // sbatch is told --exclusive
+  EXPECT_TRUE(JobInfoFromSpec(*whole, "whole").exclusive);  // sbatch is told --exclusive
 
   spec::JobSpec plain;
   plain.job.groups.resize(1);
   plain.job.groups[0].replicas = 3;
   plain.templates.push_back({{"python3", "train.py"}, "", {{"A", "1"}}, "/w", "", "", ""});
-  JobInfo p = JobInfoFromSpec(plain);
+  JobInfo p = JobInfoFromSpec(plain, "plain");
   EXPECT_EQ(p.tasks, 3);
   EXPECT_EQ(p.command, (std::vector<std::string>{"python3", "train.py"}));
   EXPECT_EQ(p.working_dir, "/w");
   EXPECT_EQ(p.processes_per_task, 1);
   EXPECT_TRUE(p.script.empty());
+}
+
+// Slurm names the job tessera-<job> (squeue tells Tessera's jobs apart): a script's %x is
+// expanded by Tessera to the name the user gave, and its -o / -e go to sbatch as options.
+TEST(JobInfoFromSpec, PercentXIsTheJobsOwnName) {
+  auto s = spec::ParseSbatchScript(
+      "#!/bin/bash\n#SBATCH -J train\n#SBATCH -o logs/%x-%j.out\n#SBATCH -e %x.%A.%a.err\ntrue\n");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  JobInfo info = JobInfoFromSpec(*s, "train");
+  EXPECT_EQ(info.stdout_file, "logs/train-%j.out");
+  EXPECT_EQ(info.stderr_file, "train.%A.%a.err") << "not an array: %A and %a are Slurm's";
+  auto none = spec::ParseSbatchScript("#!/bin/bash\ntrue\n");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(JobInfoFromSpec(*none, "x").stdout_file, "");  // Tessera's own files
 }
 
 // An array element runs on Slurm as a job of its own: its SLURM_ARRAY_* go in its --export,
@@ -321,6 +335,7 @@ TEST(JobInfoFromSpec, AnArrayElementsEnvironmentAndFiles) {
     std::string stdout_file, stderr_file;
   } cases[] = {
       {"#SBATCH -o out-%A_%a-%j.log\n", "out-7_3-%j.log", ""},  // stderr goes with stdout
+      {"#SBATCH -o %x-%a.out\n", "arr-3.out", ""},              // the array's name
       {"#SBATCH -e err-%a\n", "slurm-7_3.out", "err-3"},
       {"#SBATCH -o o-%a\n#SBATCH -e e-%a\n", "o-3", "e-3"},
       {"", "", ""},  // Tessera's own log files (JobOutputFiles)
@@ -331,7 +346,7 @@ TEST(JobInfoFromSpec, AnArrayElementsEnvironmentAndFiles) {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     auto elements = spec::ArrayElements(*s, "arr", 7);
     ASSERT_TRUE(elements.ok()) << elements.status().ToString();
-    JobInfo info = JobInfoFromSpec(elements->back());
+    JobInfo info = JobInfoFromSpec(elements->back(), "arr_3");
     EXPECT_EQ(info.stdout_file, c.stdout_file) << c.directives;
     EXPECT_EQ(info.stderr_file, c.stderr_file) << c.directives;
     EXPECT_EQ(info.env.at("SLURM_ARRAY_TASK_ID"), "3");

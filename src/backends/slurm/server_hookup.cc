@@ -93,7 +93,8 @@ class SlurmPoolHookup::Backend final : public server::Backend {
       return FailedPrecondition("slurm pool " + o.pool +
                                 " keeps no task output (the server runs without a Slurm "
                                 "logs directory)");
-    OutputFiles f = JobOutputFiles(o.logs_dir, d.job, d.attempt, JobInfoFromSpec(job).script);
+    OutputFiles f =
+        JobOutputFiles(o.logs_dir, d.job, d.attempt, JobInfoFromSpec(job, d.job).script);
     const std::string& path = stream == "stderr" ? f.stderr_path : f.stdout_path;
     if (path.empty())
       return FailedPrecondition("job " + d.job + " runs on Slurm with its script's own " +
@@ -232,7 +233,7 @@ StatusOr<std::unique_ptr<SlurmPoolHookup>> SlurmPoolHookup::Start(server::Contro
         if (!view.ok() || !view->contains("spec")) return std::nullopt;
         auto spec = spec::JobSpecFromJson((*view)["spec"], "spec");
         if (!spec.ok()) return std::nullopt;
-        return JobInfoFromSpec(*spec);
+        return JobInfoFromSpec(*spec, job);
       },
       [self](const TaskReport& r) { self->OnReport(r); }, ao);
 

@@ -379,7 +379,7 @@ TEST_F(SlurmIntegrationTest, SbatchScriptThroughTheServerBackend) {
         std::make_shared<SlurmPool>(runner_, SlurmPoolOptions{}),
         [&](const std::string& job) -> std::optional<JobInfo> {
           if (job != "mpi") return std::nullopt;
-          return JobInfoFromSpec(*spec);
+          return JobInfoFromSpec(*spec, job);
         },
         [&](const TaskReport& r) {
           std::lock_guard<std::mutex> lock(mu);
