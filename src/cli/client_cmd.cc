@@ -1,5 +1,5 @@
-// The CLI client: submit, get, describe, cancel, hold, release, events, logs, apply, token,
-// bench-submit.
+// The CLI client: submit, get, describe, cancel, hold, release, scale, events, logs, apply,
+// token, bench-submit.
 // kubectl/squeue-like tables; -o json|yaml|wide. Exit codes (docs/cli.md): 0 ok, 1 the
 // server refused or failed the request, 2 usage error, 3 the server could not be reached.
 #include <httplib.h>
@@ -1097,6 +1097,49 @@ void AddClientCommands(CLI::App& app) {
         for (const auto& j : items)
           std::printf("job/%s %s\n", S(j, "name").c_str(),
                       std::string(what) == "hold" ? "held" : "released");
+      }
+    });
+  }
+
+  // scale (kubectl scale): a Deployment's replicas. `NAME`, `deployment/NAME` (also
+  // `deploy/`, `deployment.apps/`) or `deployment NAME`, as kubectl takes them.
+  {
+    auto names = std::make_shared<std::vector<std::string>>();
+    auto replicas = std::make_shared<int64_t>(-1);
+    CLI::App* c = app.add_subcommand(
+        "scale",
+        "set a Deployment's replicas (kubectl scale): fewer stop the highest-numbered ones");
+    c->add_option("names", *names, "Deployment names (NAME or deployment/NAME)")->required();
+    c->add_option("--replicas", *replicas, "the replicas it should have (0 stops them all)")
+        ->required();
+    AddCommon(c, *f, false);
+    c->callback([f, names, replicas] {
+      auto deployment = [](const std::string& kind) {
+        return kind == "deployment" || kind == "deployments" || kind == "deploy" ||
+               kind == "deployment.apps";
+      };
+      std::vector<std::string> jobs;
+      // `scale deployment NAME...`: the kind first, as kubectl takes it.
+      const bool kind_first = names->size() > 1 && deployment(names->front());
+      for (size_t i = kind_first ? 1 : 0; i < names->size(); ++i) {
+        const std::string& n = (*names)[i];
+        const size_t slash = n.find('/');
+        if (slash == std::string::npos) {
+          jobs.push_back(n);
+        } else if (deployment(n.substr(0, slash)) && slash + 1 < n.size()) {
+          jobs.push_back(n.substr(slash + 1));
+        } else {
+          std::fprintf(stderr, "error: \"%s\": only Deployments scale (NAME or deployment/NAME)\n",
+                       n.c_str());
+          SetExitCode(2);
+          return;
+        }
+      }
+      for (const std::string& n : jobs) {
+        auto r = Call(*f, "POST", "/v1/jobs/" + Esc(n) + "/scale",
+                      Json{{"replicas", *replicas}}.dump(), "application/json");
+        if (!Check(*f, r)) continue;
+        std::printf("deployment.apps/%s scaled\n", S(r.body, "name").c_str());
       }
     });
   }

@@ -474,7 +474,7 @@ void ClusterMetrics::Update(const ClusterView& view) {
       // Waits the user chose (a hold, a dependency, an array's throttle) are not the
       // scheduler's: they would page whoever watches how long jobs wait for resources.
       static constexpr std::string_view kChosen[] = {
-          "Held", "Dependency", "DependencyNeverSatisfied", "JobArrayTaskLimit"};
+          "Held", "Dependency", "DependencyNeverSatisfied", "JobArrayTaskLimit", "ScaledToZero"};
       if (std::find(std::begin(kChosen), std::end(kChosen), reason) == std::end(kChosen))
         q->second.oldest = std::max(q->second.oldest, view.now - queued_at);
     }
@@ -484,7 +484,7 @@ void ClusterMetrics::Update(const ClusterView& view) {
   std::map<LabelValues<2>, double> replicas, replicas_running;
   for (const JobStatus& j : view.jobs) {
     known.insert(j.id);
-    if (j.service_replicas > 0) {
+    if (j.service) {
       replicas[{j.queue, j.id}] = j.service_replicas;
       replicas_running[{j.queue, j.id}] = j.service_running;
     }

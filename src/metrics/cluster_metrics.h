@@ -39,7 +39,9 @@ struct JobStatus {
   std::string pending_reason;  // PendingReason::code while pending ("Insufficient", ...)
   int64_t submit_time = 0;     // seconds
   int64_t pending_since = -1;  // when it last became pending (requeue); -1: submit_time
-  // A service (Deployment): the replicas it asks and those running; 0 for other jobs.
+  // A service (Deployment): the replicas it asks (0 once scaled to zero) and those running;
+  // 0 for other jobs.
+  bool service = false;
   int32_t service_replicas = 0, service_running = 0;
 };
 

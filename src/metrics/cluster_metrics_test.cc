@@ -385,6 +385,7 @@ TEST_F(ClusterMetricsTest, PendingReasonFallsBackToThePlan) {
 // and finished services have no series.
 TEST_F(ClusterMetricsTest, ServicesExportTheirReplicasAskedAndRunning) {
   JobStatus svc{"small", "infer", "running", "", 10, -1};
+  svc.service = true;
   svc.service_replicas = 3;
   svc.service_running = 1;
   view_.jobs.push_back(svc);
@@ -394,6 +395,12 @@ TEST_F(ClusterMetricsTest, ServicesExportTheirReplicasAskedAndRunning) {
   EXPECT_EQ(SeriesValue(text, "tessera_service_replicas_running{queue=\"infer\",job=\"small\"}"),
             "1");
   EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"ml\",job=\"waiting\"}"), "absent");
+  // Scaled to zero (tessera scale): asked 0, as kube_deployment_spec_replicas says 0.
+  view_.jobs.back().service_replicas = 0;
+  view_.jobs.back().service_running = 0;
+  m_.Update(view_);
+  text = "\n" + m_.RenderText();
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"infer\",job=\"small\"}"), "0");
   view_.jobs.back() = {"small", "infer", "cancelled", "", 10, -1};
   m_.Update(view_);
   text = "\n" + m_.RenderText();

@@ -36,7 +36,7 @@ std::string RouteTemplate(const std::string& path) {
     at = slash + 1;
   }
   static const std::map<std::string_view, std::set<std::string_view>> kNamed = {
-      {"jobs", {"", "cancel", "hold", "release", "describe", "logs"}},
+      {"jobs", {"", "cancel", "hold", "release", "scale", "describe", "logs"}},
       {"nodes", {"", "cordon", "uncordon", "drain"}},
       {"agents", {"heartbeat"}},
       {"queues", {""}},
@@ -84,6 +84,26 @@ StatusOr<FileChunk> ReadOutputFile(const std::string& path, int64_t offset) {
     return NotFound("no output yet: " + chunk.status().message() +
                     " (the task has not started, or did not write there)");
   return FailedPrecondition("the task's output: " + chunk.status().message());
+}
+
+// The body of POST /v1/jobs/{name}/scale: {"replicas": N}, N a JSON integer (kubectl's
+// Scale subresource takes an int32: "3" or 3.0 is refused, not guessed at), no other key.
+StatusOr<int64_t> ScaleReplicas(const std::string& text) {
+  Status checked = spec::CheckText(text);
+  if (!checked.ok()) return checked;
+  auto body = ParseJson(text);
+  if (!body.ok()) return body.status().WithContext("body");
+  if (!body->is_object())
+    return InvalidArgument("body: expected an object {\"replicas\": N}, got " + body->dump());
+  ObjectReader r(*body, "");
+  const Json* n = r.Get("replicas");
+  TESSERA_RETURN_IF_ERROR(r.Finish());
+  if (n == nullptr) return InvalidArgument("replicas: required ({\"replicas\": N})");
+  if (n->is_number_unsigned() && n->get<uint64_t>() > uint64_t{INT64_MAX})
+    return InvalidArgument("replicas: too large, got " + n->dump());
+  if (!n->is_number_integer())
+    return InvalidArgument("replicas: expected an integer, got " + n->dump());
+  return n->get<int64_t>();
 }
 
 StatusOr<Principal> Auth(ControlPlane& cp, const httplib::Request& req) {
@@ -298,6 +318,15 @@ void ApiServer::Routes() {
   s.Post(R"(/v1/jobs/([^/]+)/(hold|release))",
          Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
            auto r = cp.Hold(p, req.matches[1], req.matches[2] == "hold");
+           if (!r.ok()) return Fail(res, r.status());
+           Reply(res, 200, *r);
+         }));
+  // kubectl scale: a Deployment's replicas (docs/api.md).
+  s.Post(R"(/v1/jobs/([^/]+)/scale)",
+         Authed(cp, [&cp](const Principal& p, const httplib::Request& req, httplib::Response& res) {
+           auto n = ScaleReplicas(req.body);
+           if (!n.ok()) return Fail(res, n.status());
+           auto r = cp.Scale(p, req.matches[1], *n);
            if (!r.ok()) return Fail(res, r.status());
            Reply(res, 200, *r);
          }));

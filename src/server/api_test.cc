@@ -499,11 +499,11 @@ TEST_F(ApiTest, OpenApiDocumentDescribesTheVersionedPaths) {
   Resp r = Do("GET", "/openapi.json", "");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.body["openapi"], "3.0.3");
-  for (const char* p :
-       {"/v1/jobs", "/v1/jobs/{name}", "/v1/jobs/{name}/describe", "/v1/jobs/{name}/cancel",
-        "/v1/events", "/v1/queues", "/v1/priorityclasses", "/v1/nodes", "/v1/pools", "/v1/audit",
-        "/v1/tokens", "/v1/agents/register", "/v1/agents/{node}/heartbeat", "/v1/queues/{name}",
-        "/v1/priorityclasses/{name}", "/v1/tokens/{name}"})
+  for (const char* p : {"/v1/jobs", "/v1/jobs/{name}", "/v1/jobs/{name}/describe",
+                        "/v1/jobs/{name}/cancel", "/v1/jobs/{name}/scale", "/v1/events",
+                        "/v1/queues", "/v1/priorityclasses", "/v1/nodes", "/v1/pools", "/v1/audit",
+                        "/v1/tokens", "/v1/agents/register", "/v1/agents/{node}/heartbeat",
+                        "/v1/queues/{name}", "/v1/priorityclasses/{name}", "/v1/tokens/{name}"})
     EXPECT_TRUE(r.body["paths"].contains(p)) << p;
 }
 
@@ -1383,6 +1383,100 @@ TEST(CliSubmit, ARequestWithoutAnAnswerIsSentAgainWithTheSameKey) {
   ASSERT_EQ(keys.size(), 2u);
   EXPECT_FALSE(keys[0].empty());
   EXPECT_EQ(keys[0], keys[1]) << "the retry carries the first request's key";
+}
+
+// POST /v1/jobs/{name}/scale: the job's view, or an error that names what is wrong; a team
+// scales its own queue's Deployments only, and every scale is audited. `tessera scale` takes
+// NAME or deployment/NAME, as kubectl does, and prints as kubectl does.
+TEST_F(ApiTest, ScaleAnswersTheJobOrNamesWhatIsWrong) {
+  const std::string root = "root-token-0123456789", a = "team-a-token-0123456789",
+                    b = "team-b-token-0123456789";
+  const std::string web =
+      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, annotations: "
+      "{tessera.io/queue: training}}\nspec:\n  replicas: 2\n  template:\n    spec:\n"
+      "      containers:\n      - name: s\n        command: [serve]\n";
+  ASSERT_EQ(Do("POST", "/v1/jobs", a, web).status, 201);
+  ASSERT_EQ(Do("POST", "/v1/jobs", a, Job("batch", "training")).status, 201);
+  Resp ok = Do("POST", "/v1/jobs/web/scale", a, R"({"replicas": 4})");
+  ASSERT_EQ(ok.status, 200) << ok.raw;
+  EXPECT_EQ(ok.body["name"], "web");
+  EXPECT_EQ(ok.body["tasks"], 4);
+  EXPECT_EQ(Do("GET", "/v1/jobs/web", a).body["tasks"], 4);
+  EXPECT_EQ(Do("POST", "/v1/jobs/web/scale", a, R"({"replicas": 4})").status, 200);
+  struct Case {
+    const char* name;
+    std::string path, token, body;
+    int status;
+    std::string message;
+  } cases[] = {
+      {"a batch job", "/v1/jobs/batch/scale", a, R"({"replicas": 3})", 400,
+       "job \"batch\" is a tessera.io/v1 Job: only a Deployment (apps/v1) scales"},
+      {"negative", "/v1/jobs/web/scale", a, R"({"replicas": -1})", 400,
+       "replicas: must be 0..100000 (the tasks a job may have), got -1"},
+      {"over the bound", "/v1/jobs/web/scale", a, R"({"replicas": 100001})", 400,
+       "replicas: must be 0..100000 (the tasks a job may have), got 100001"},
+      {"far over", "/v1/jobs/web/scale", a, R"({"replicas": 18446744073709551615})", 400,
+       "replicas: too large, got 18446744073709551615"},
+      {"a string", "/v1/jobs/web/scale", a, R"({"replicas": "3"})", 400,
+       "replicas: expected an integer, got \"3\""},
+      {"a fraction", "/v1/jobs/web/scale", a, R"({"replicas": 2.5})", 400,
+       "replicas: expected an integer, got 2.5"},
+      {"missing", "/v1/jobs/web/scale", a, "{}", 400, "replicas: required ({\"replicas\": N})"},
+      {"unknown key", "/v1/jobs/web/scale", a, R"({"replicas": 3, "replica": 3})", 400,
+       "replica: unknown field"},
+      {"repeated key", "/v1/jobs/web/scale", a, R"({"replicas": 3, "replicas": 5})", 400,
+       "body: malformed JSON: key \"replicas\" repeats within an object"},
+      {"not an object", "/v1/jobs/web/scale", a, "[3]", 400,
+       "body: expected an object {\"replicas\": N}, got [3]"},
+      {"unknown job", "/v1/jobs/nope/scale", a, R"({"replicas": 3})", 404,
+       "job \"nope\" not found"},
+      {"another team's", "/v1/jobs/web/scale", b, R"({"replicas": 3})", 404,
+       "job \"web\" not found"},
+      {"an agent", "/v1/jobs/web/scale", "agent-token-0123456789", R"({"replicas": 3})", 403,
+       "agent tokens may not scale jobs"},
+  };
+  for (const Case& c : cases) {
+    Resp r = Do("POST", c.path, c.token, c.body);
+    EXPECT_EQ(r.status, c.status) << c.name << ": " << r.raw;
+    EXPECT_EQ(r.body.value("/error/message"_json_pointer, std::string()), c.message)
+        << c.name << ": " << r.raw;
+  }
+  EXPECT_EQ(Do("GET", "/v1/jobs/web", root).body["tasks"], 4) << "no refusal changed it";
+  std::vector<std::string> audit;
+  const Json records = Do("GET", "/v1/audit", root).body;  // (a temporary's items would dangle)
+  for (const auto& x : records["items"])
+    audit.push_back(x["principal"].get<std::string>() + " " + x["action"].get<std::string>() + " " +
+                    x["object"].get<std::string>() + " " + x["result"].get<std::string>());
+  EXPECT_EQ(std::count(audit.begin(), audit.end(), "team-a scale job/web ok"), 1)
+      << "scaled once (the same count again writes nothing)";
+  EXPECT_EQ(std::count(audit.begin(), audit.end(),
+                       "agent POST /v1/jobs/web/scale denied: agent tokens may not scale jobs"),
+            1);
+
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest): the CLI part is skipped";
+  auto run = [&](const std::string& args) {
+    return CaptureCommand(std::string(bin) + " " + args + " --server " + api_->url() + " --token " +
+                          a + " 2>&1");
+  };
+  for (const auto& [args, tasks] :
+       std::vector<std::pair<std::string, int>>{{"scale deployment/web --replicas 3", 3},
+                                                {"scale web --replicas=1", 1},
+                                                {"scale deployment web --replicas 0", 0}}) {
+    auto [rc, out] = run(args);
+    EXPECT_EQ(rc, 0) << args << ": " << out;
+    EXPECT_EQ(out, "deployment.apps/web scaled\n") << args;
+    EXPECT_EQ(Do("GET", "/v1/jobs/web", root).body["tasks"], tasks) << args;
+  }
+  auto [rc_kind, out_kind] = run("scale job/web --replicas 2");
+  EXPECT_EQ(rc_kind, 2) << out_kind;
+  EXPECT_NE(out_kind.find("only Deployments scale"), std::string::npos) << out_kind;
+  auto [rc_batch, out_batch] = run("scale batch --replicas 2");
+  EXPECT_EQ(rc_batch, 1) << out_batch;
+  EXPECT_EQ(out_batch,
+            "Error from server (InvalidArgument): job \"batch\" is a tessera.io/v1 Job: only a "
+            "Deployment (apps/v1) scales\n");
 }
 
 }  // namespace

@@ -954,6 +954,7 @@ const char* ControlPlane::HeldBack(const JobRecord& j, int64_t now,
 
 const char* ControlPlane::HeldBack(const JobRecord& j, int64_t now) const {
   if (j.state != JobState::kPending) return "";
+  if (j.spec.job.TaskCount() == 0) return "ScaledToZero";  // a Deployment scaled to 0
   if (!j.held_by.empty()) return "Held";
   if (DependencyWait w = WaitingOn(j); w.on)
     return w.never ? "DependencyNeverSatisfied" : "Dependency";
@@ -1067,6 +1068,10 @@ Json ControlPlane::JobView(const JobRecord& j, bool describe,
   };
   if (next_task) {
     back_off(next_task->second, "task " + std::to_string(next_task->first) + " ");
+  } else if (job.TaskCount() == 0 && (j.state == JobState::kPending || active)) {
+    o["pendingReason"] = {{"code", "ScaledToZero"},
+                          {"message", "scaled to 0 replicas: nothing runs until `tessera scale " +
+                                          j.id() + " --replicas N`"}};
   } else if (const std::string held = HeldBack(j, Now()); held == "Held") {
     o["pendingReason"] = {{"code", "Held"},
                           {"message", "held by " + j.held_by + ": `tessera release " + j.id() +
@@ -1665,6 +1670,58 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& given, 
   return v;
 }
 
+StatusOr<Json> ControlPlane::Scale(const Principal& p, const std::string& given, int64_t replicas) {
+  if (p.role == Role::kAgent) return PermissionDenied("agent tokens may not scale jobs");
+  if (replicas < 0 || replicas > spec::kMaxTasksPerJob)
+    return InvalidArgument("replicas: must be 0.." + std::to_string(spec::kMaxTasksPerJob) +
+                           " (the tasks a job may have), got " + std::to_string(replicas));
+  std::lock_guard<std::mutex> l(mu_);
+  const std::string id = ByJobId(given);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !Visible(p, it->second))
+    return NotFound("job \"" + given + "\" not found");
+  JobRecord& j = it->second;
+  Job& job = j.spec.job;
+  // A Deployment is one task group of independent replicas; a gang's size is part of what
+  // its program was written for, so only Deployments scale (as kubectl scale).
+  if (j.spec.source != "apps/v1 Deployment" || job.groups.size() != 1)
+    return InvalidArgument("job \"" + id + "\" is a " + j.spec.source +
+                           ": only a Deployment (apps/v1) scales");
+  if (IsTerminal(j.state))
+    return FailedPrecondition("job \"" + id + "\" already finished (" + JobStateName(j.state) +
+                              "): submit it again to run it");
+  if (j.state == JobState::kTerminating && IsTerminal(j.after_termination))
+    return FailedPrecondition("job \"" + id + "\" is being stopped (" +
+                              JobStateName(j.after_termination) + ")");
+  const int32_t from = job.TaskCount(), to = static_cast<int32_t>(replicas);
+  if (to == from) return JobView(j, false);  // nothing to do
+  job.groups[0].replicas = to;
+  std::vector<store::Op> ops;
+  std::vector<std::string> stopped;
+  for (const auto& aid : j.allocations) {
+    Allocation& a = allocations_.at(aid);
+    if (a.task < to || (a.state != AllocState::kAssigned && a.state != AllocState::kRunning))
+      continue;
+    a.message = "scaled down to " + std::to_string(to) + " replica(s) by " + p.name;
+    StopAllocation(ops, a);
+    stopped.push_back(std::to_string(a.task));
+  }
+  // A replica scaled away does not come back after its back-off; one scaled up again later is
+  // a new replica, placed at once.
+  std::erase_if(j.task_backoff, [&](const auto& e) { return e.first >= to; });
+  j.pending = {};  // the next cycle says what the replicas it has now wait for, if any
+  j.infeasible = false;
+  ops.push_back(JobOp(j));
+  AddEvent(ops, "Normal", "Scaled", "job/" + id,
+           "scaled from " + std::to_string(from) + " to " + std::to_string(to) + " replicas by " +
+               p.name + (stopped.empty() ? "" : "; stopping replica(s) " + Join(stopped, ", ")));
+  AddAudit(ops, p, "scale", "job/" + id, "ok");
+  TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  Json v = JobView(j, false);
+  Kick();
+  return v;
+}
+
 StatusOr<Json> ControlPlane::ListEvents(const Principal& p, const std::string& job, int64_t after,
                                         size_t limit, const std::string& given,
                                         const std::string& type) {
@@ -1855,8 +1912,8 @@ StatusOr<Json> ControlPlane::DrainNode(const Principal& p, const std::string& na
   std::lock_guard<std::mutex> l(mu_);
   std::set<std::string> affected;
   int64_t tasks = 0;
-  for (const Allocation* a : AllocationsOn(name))
-    if (a->Live()) affected.insert(a->job), ++tasks;
+  for (const Allocation* a : AllocationsOn(name))  // (a replica scaled away stops already)
+    if (a->Live() && !ScaledAway(*a)) affected.insert(a->job), ++tasks;
   std::vector<store::Op> ops;
   Json evicted = Json::array();
   for (const auto& jid : affected) {
@@ -2187,6 +2244,11 @@ void ControlPlane::Terminate(std::vector<store::Op>& ops, JobRecord& j, JobState
       next == JobState::kCancelled || next == JobState::kFailed || reason == "TaskFailed";
   AddEvent(ops, warn ? "Warning" : "Normal", reason, "job/" + j.id(), j.message);
   if (any || !MaybeFinishTermination(ops, j)) ops.push_back(JobOp(j));
+}
+
+bool ControlPlane::ScaledAway(const Allocation& a) const {
+  auto j = jobs_.find(a.job);
+  return j != jobs_.end() && a.task >= j->second.spec.job.TaskCount();
 }
 
 int32_t ControlPlane::RunningTasks(const JobRecord& j) const {
@@ -2605,7 +2667,8 @@ StatusOr<Json> ControlPlane::RegisterAgent(const Principal& p, const Json& body)
       a.finished_at = Now();
       a.message = "agent restarted (new boot id)";
       ops.push_back(AllocOp(a));
-      if (was_running || jobs_.count(a.job)) affected.insert(a.job);
+      // (A replica scaled away was being stopped: its end is no loss to its job.)
+      if ((was_running || jobs_.count(a.job)) && !ScaledAway(a)) affected.insert(a.job);
     }
     for (const auto& jid : affected) {
       auto j = jobs_.find(jid);
@@ -2931,6 +2994,10 @@ void ControlPlane::CheckNodes() {
       a.state = AllocState::kLost;
       a.message = "node " + name + " not ready";
       ops.push_back(AllocOp(a));
+      // A replica scaled away was being stopped for good: nothing of its job to restart. (It
+      // holds its devices until its agent is back and confirms it gone, or the node is
+      // deleted, as any task lost.)
+      if (ScaledAway(a)) continue;
       NoteEvictions("NodeLost", 1);
       lost[a.job].insert(a.task);
       int64_t& stopped = affected[a.job];
@@ -3044,6 +3111,39 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
     job.attained_gpu_milli_seconds = j.attained_gpu_milli_seconds;
     std::vector<const Allocation*> hold =
         holding.count(id) ? holding.at(id) : std::vector<const Allocation*>{};
+    // Every allocation still holding devices that the engine accounts for (and may evict)
+    // but never places: a one-task placeholder.
+    auto placeholder = [&](const Allocation* a) {
+      Job ph;
+      ph.id = id + "#" + a->id;
+      ph.queue = job.queue;
+      ph.priority_class = job.priority_class;
+      ph.priority = job.priority;
+      ph.submit_time = job.submit_time;
+      ph.submit_seq = job.submit_seq;
+      // (A replica scaled away has no group of its own any more: a Deployment has one.)
+      TaskGroup g = a->task < job.TaskCount() ? job.GroupOfTask(a->task) : job.groups.back();
+      g.replicas = 1;
+      ph.groups.push_back(g);
+      ph.min_available = 1;
+      ph.preemptible =
+          job.preemptible && a->state != AllocState::kStopping && a->state != AllocState::kLost;
+      ph.terminating = a->state == AllocState::kStopping;
+      // An exclusive job's tasks keep its nodes its own while they run or stop.
+      ph.exclusive = job.exclusive;
+      ph.grace_period_seconds = job.grace_period_seconds;
+      ph.allocations = {a->placement};
+      ph.start_time = j.run_started_at >= 0 ? j.run_started_at : j.created_at;
+      owner[ph.id] = id;
+      s.jobs.push_back(std::move(ph));
+    };
+    // Replicas a Deployment was scaled down from, still stopping: placeholders beside the
+    // job, which the engine sees as the replicas it has now.
+    std::erase_if(hold, [&](const Allocation* a) {
+      if (a->task < job.TaskCount()) return false;
+      placeholder(a);
+      return true;
+    });
     bool pending = j.state == JobState::kPending;
     if (pending) {
       // Backing off after a failure (RestartJob), or lost with a node whose agent may still
@@ -3051,6 +3151,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
       if (!*HeldBack(j, Now(), limited)) s.jobs.push_back(job);
       if (hold.empty()) continue;
     }
+    if (job.TaskCount() == 0) continue;  // scaled to zero: nothing to place or account for
     // A job exactly as the engine models it: each live task of the current attempt placed once.
     // (Its tasks restarted alone back off below; the job's own back-off is only ever pending.)
     bool exact = j.state == JobState::kScheduled || j.state == JobState::kRunning;
@@ -3086,7 +3187,8 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
     // node, if that one is gone), so the job's other missing tasks are topped up without it.
     for (const auto& aid : j.allocations) {
       const Allocation& a = allocations_.at(aid);
-      if (!exact || job.allocations[a.task] || a.attempt != j.attempt) continue;
+      if (!exact || a.task >= job.TaskCount() || job.allocations[a.task] || a.attempt != j.attempt)
+        continue;
       auto c = j.task_backoff.find(a.task);
       if (!FinishedForGood(j, a) && (c == j.task_backoff.end() || c->second.until <= Now()))
         continue;
@@ -3119,31 +3221,8 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
       s.jobs.push_back(std::move(job));
       continue;
     }
-    // Otherwise every allocation still holding devices becomes a one-task placeholder that
-    // the engine accounts for (and may evict) but never places.
-    for (const Allocation* a : hold) {
-      Job ph;
-      ph.id = id + "#" + a->id;
-      ph.queue = job.queue;
-      ph.priority_class = job.priority_class;
-      ph.priority = job.priority;
-      ph.submit_time = job.submit_time;
-      ph.submit_seq = job.submit_seq;
-      TaskGroup g = job.GroupOfTask(a->task);
-      g.replicas = 1;
-      ph.groups.push_back(g);
-      ph.min_available = 1;
-      ph.preemptible =
-          job.preemptible && a->state != AllocState::kStopping && a->state != AllocState::kLost;
-      ph.terminating = a->state == AllocState::kStopping;
-      // An exclusive job's tasks keep its nodes its own while they run or stop.
-      ph.exclusive = job.exclusive;
-      ph.grace_period_seconds = job.grace_period_seconds;
-      ph.allocations = {a->placement};
-      ph.start_time = j.run_started_at >= 0 ? j.run_started_at : j.created_at;
-      owner[ph.id] = id;
-      s.jobs.push_back(std::move(ph));
-    }
+    // Otherwise every allocation still holding devices becomes a placeholder.
+    for (const Allocation* a : hold) placeholder(a);
   }
   s.Canonicalize();
   return s;
@@ -3169,6 +3248,7 @@ Status ControlPlane::RunCycle() {
         // (One being stopped for good is not expected to serve; one restarting is.)
         const bool ending = j.state == JobState::kTerminating && IsTerminal(j.after_termination);
         if (!j.spec.service || IsTerminal(j.state) || ending) continue;
+        summaries.back().service = true;
         summaries.back().service_replicas = j.spec.job.TaskCount();
         summaries.back().service_running = RunningTasks(j);
       }

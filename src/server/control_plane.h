@@ -184,8 +184,9 @@ struct JobSummary {
   int64_t run_started_at = -1;  // the current attempt's start; -1 while pending
   // Why it waits when the engine does not see it (BackOff, NodeLost); "": the engine's reason.
   std::string pending_reason;
-  // A service's replicas (a Deployment's): how many it asks, how many run (0 for other jobs
-  // and for services finished or being stopped for good).
+  // A service's replicas (a Deployment's): how many it asks (0 once scaled to zero), how
+  // many run (0 for other jobs and for services finished or being stopped for good).
+  bool service = false;  // an unfinished service, not being stopped for good
   int32_t service_replicas = 0, service_running = 0;
 };
 
@@ -285,6 +286,15 @@ class ControlPlane {
   // `scontrol hold` / `release`. FailedPrecondition for a job that is not pending, or (to
   // release) not held.
   StatusOr<Json> Hold(const Principal& p, const std::string& id, bool hold);
+  // Sets the replicas of a Deployment (`kubectl scale`), durably, with a `Scaled` event.
+  // More: the new replicas (the next task indexes) are placed as any task of the job still
+  // to place (queue limits and shares apply). Fewer: the highest-numbered replicas are
+  // stopped, as a StatefulSet scales down, through their pool's backend as cancel stops
+  // them; their devices are free once their node confirms them gone. 0 keeps the job
+  // (pending reason ScaledToZero) with nothing to run. The same count changes nothing.
+  // InvalidArgument for a job that is not a Deployment or a count outside 0..kMaxTasksPerJob;
+  // FailedPrecondition for one finished or being stopped for good.
+  StatusOr<Json> Scale(const Principal& p, const std::string& id, int64_t replicas);
   // A finished job is removed with its allocations and events (its name is free again); an
   // unfinished one is cancelled (as Cancel).
   StatusOr<Json> DeleteJob(const Principal& p, const std::string& id);
@@ -440,10 +450,13 @@ class ControlPlane {
   // job's queue is not charged for it beside the job's next attempt. Once the node is ready
   // again its devices count until its agent reports the task gone.
   bool WrittenOff(const Allocation& a) const;
-  // The job's first allocation that still holds devices (a task not confirmed gone), if any:
-  // a finished job is not deleted while there is one.
+  // A replica its Deployment no longer has (scaled down: its task index is past the job's
+  // replicas): being stopped for good, not a task lost or failed to restart.
+  bool ScaledAway(const Allocation& a) const;
   // Its current attempt's tasks that run (reported running by their node).
   int32_t RunningTasks(const JobRecord& j) const;
+  // The job's first allocation that still holds devices (a task not confirmed gone), if any:
+  // a finished job is not deleted while there is one.
   const Allocation* StillHolding(const JobRecord& j) const;
   // GPU milli that placements of `job` count for its queue and its service: their devices',
   // or, for an exclusive job, every healthy GPU of each node they are on (the engine charges

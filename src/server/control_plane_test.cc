@@ -2936,5 +2936,183 @@ TEST_F(ControlPlaneStore, ARefusedWriteMakesTheServerReadOnlyNotDead) {
   EXPECT_NE(job->value("/pendingReason/code"_json_pointer, ""), "Held") << job->dump();
 }
 
+// ---- tessera scale: a Deployment's replicas ----
+
+// The tasks a node is told to run (its heartbeat's answer), by task: allocation id.
+std::map<int, std::string> Desired(const Json& answer, const std::string& job) {
+  std::map<int, std::string> out;
+  for (const auto& a : answer["allocations"])
+    if (a["job"] == job) out[a["task"].get<int>()] = a["allocation"];
+  return out;
+}
+
+// Scaled up, the new replicas (the next task indexes) are placed beside the ones that serve;
+// scaled down, the highest-numbered stop, and their GPUs go to a job that waited for them
+// once their node confirms them gone (never before: no GPU serves two processes).
+TEST_F(ControlPlaneTest, ScalingADeploymentPlacesNewReplicasAndStopsTheHighest) {
+  real_engine_ = true;
+  Reopen();
+  const int64_t epoch = Epoch("node-a");  // 8 GPUs
+  ASSERT_TRUE(cp_->Submit(kAdmin, kDeployment).ok());
+  Json running = StartAll("node-a", epoch, 3);
+  auto up = cp_->Scale(kAdmin, "svc", 5);
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  EXPECT_EQ((*up)["tasks"], 5);
+  EXPECT_EQ((*up)["state"], "Running");
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  std::map<int, std::string> serving = Desired(Beat("node-a", epoch, running), "svc");
+  ASSERT_EQ(serving.size(), 5u);
+  EXPECT_EQ(serving.rbegin()->first, 4) << "tasks 3 and 4 are the new replicas";
+  running = Json::array();
+  for (const auto& [task, id] : serving) running.push_back(Task(id, "running"));
+  Beat("node-a", epoch, running);
+  EXPECT_EQ(Job("svc")["runningTasks"], 5);
+  EXPECT_EQ(Job("svc")["attempt"], 1) << "the serving replicas were not restarted";
+
+  ASSERT_TRUE(cp_->Scale(kAdmin, "svc", 2).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("grab", 1, 6)).ok());  // needs the 3 stopped GPUs
+  // The node runs only replicas 0 and 1 now; 2, 3 and 4 are being stopped.
+  EXPECT_EQ(Desired(Beat("node-a", epoch, running), "svc"),
+            (std::map<int, std::string>{{0, serving[0]}, {1, serving[1]}}));
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("grab"), "Pending") << "the stopping replicas still hold their GPUs";
+  Json j = Job("svc");
+  EXPECT_EQ(j["tasks"], 2);
+  EXPECT_EQ(j["state"], "Running");
+  EXPECT_EQ(j["spec"]["job"]["tasks"][0]["replicas"], 2) << "describe shows the new count";
+  for (const auto& a : j["allocations"]) {
+    if (a["task"] >= 2 && a["attempt"] == 1 && a["state"] != "Killed") {
+      EXPECT_EQ(a["message"], "scaled down to 2 replica(s) by admin") << a;
+    }
+  }
+  const Json& last = j["events"].back();
+  EXPECT_EQ(last["reason"], "Scaled");
+  EXPECT_EQ(last["message"], "scaled from 5 to 2 replicas by admin; stopping replica(s) 2, 3, 4");
+  // The agent has stopped them: their GPUs are free, and the waiting job gets them.
+  Beat("node-a", epoch, {Task(serving[0], "running"), Task(serving[1], "running")});
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(State("grab"), "Scheduled");
+  j = Job("svc");
+  EXPECT_EQ(j["runningTasks"], 2);
+  EXPECT_EQ(j["state"], "Running");
+  EXPECT_EQ(j["taskRestarts"], 0) << "replicas scaled away are not restarted";
+  auto r = Reasons("svc");
+  EXPECT_EQ(std::count(r.begin(), r.end(), "Scaled"), 2);
+  // Nothing more is placed for it: it has what it asks.
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Desired(Beat("node-a", epoch), "svc").size(), 2u);
+}
+
+// Scaled past its queue's limit, the replicas beyond it wait with the engine's reason; the
+// queue is never charged more than its limit, however many cycles run.
+TEST_F(ControlPlaneTest, ScalingPastTheQueueLimitLeavesTheNewReplicasPending) {
+  real_engine_ = true;
+  Reopen();
+  ASSERT_TRUE(cp_->Apply(kAdmin,
+                         "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: "
+                         "{name: capped}\nspec: {capability: {nvidia.com/gpu: 4}}\n")
+                  .ok());
+  const int64_t epoch = Epoch("node-a");  // 8 GPUs: room enough but for the limit
+  std::string doc = kDeployment;
+  doc.replace(doc.find("{name: svc}"), 11, "{name: svc, annotations: {tessera.io/queue: capped}}");
+  ASSERT_TRUE(cp_->Submit(kAdmin, doc).ok());
+  Json running = StartAll("node-a", epoch, 3);
+  ASSERT_TRUE(cp_->Scale(kAdmin, "svc", 6).ok());
+  auto in_use = [&] {
+    const Json queues = cp_->ListQueues(kAdmin);  // (a temporary's items would dangle)
+    for (const auto& q : queues["items"])
+      if (q["name"] == "capped") return q["gpuMilliInUse"].get<int64_t>();
+    return int64_t{-1};
+  };
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    ASSERT_TRUE(cp_->RunCycle().ok());
+    EXPECT_EQ(Desired(Beat("node-a", epoch, running), "svc").size(), 4u) << "cycle " << cycle;
+    EXPECT_EQ(in_use(), 4000) << "cycle " << cycle;
+  }
+  const Json j = Job("svc");
+  EXPECT_EQ(j["state"], "Running");
+  EXPECT_EQ(j["tasks"], 6);
+  EXPECT_EQ(j["pendingReason"]["code"], "QueueOverLimit") << j.dump();
+}
+
+// Only a Deployment scales, to a count within the bound on a job's tasks; a job another
+// queue's member may not see does not exist for it; the same count changes nothing.
+TEST_F(ControlPlaneTest, ScaleRefusesWhatIsNotADeploymentAndIsANoOpAtTheSameCount) {
+  ASSERT_TRUE(cp_->Submit(kAdmin, kDeployment).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("batch", 2, 1)).ok());
+  Status batch = cp_->Scale(kAdmin, "batch", 3).status();
+  EXPECT_EQ(batch.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(batch.message(),
+            "job \"batch\" is a tessera.io/v1 Job: only a Deployment (apps/v1) scales");
+  EXPECT_EQ(Job("batch")["tasks"], 2);
+  for (int64_t n : {int64_t{-1}, spec::kMaxTasksPerJob + 1}) {
+    Status bad = cp_->Scale(kAdmin, "svc", n).status();
+    EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << n;
+    EXPECT_EQ(bad.message(),
+              "replicas: must be 0..100000 (the tasks a job may have), got " + std::to_string(n));
+  }
+  EXPECT_EQ(cp_->Scale(kAdmin, "nope", 2).status().code(), StatusCode::kNotFound);
+  const Principal other{"team", Role::kMember, {"training"}};
+  EXPECT_EQ(cp_->Scale(other, "svc", 2).status().code(), StatusCode::kNotFound);
+  const Principal agent{"agent", Role::kAgent, {}};
+  EXPECT_EQ(cp_->Scale(agent, "svc", 2).status().code(), StatusCode::kPermissionDenied);
+  const Principal member{"ml", Role::kMember, {"default"}};
+  auto audit_size = [&] { return (*cp_->ListAudit(kAdmin, 0, 10000))["items"].size(); };
+  const size_t audited = audit_size();
+  auto same = cp_->Scale(member, "svc", 3);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ((*same)["tasks"], 3);
+  auto r = Reasons("svc");
+  EXPECT_EQ(std::count(r.begin(), r.end(), "Scaled"), 0) << "the same count writes nothing";
+  EXPECT_EQ(audit_size(), audited);
+  ASSERT_TRUE(cp_->Scale(member, "svc", 4).ok());
+  EXPECT_EQ(audit_size(), audited + 1);
+  EXPECT_EQ((*cp_->ListAudit(kAdmin, 0, 10000))["items"].back()["action"], "scale");
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "svc").ok());
+  Status done = cp_->Scale(kAdmin, "svc", 2).status();
+  EXPECT_EQ(done.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(done.message().find("already finished (Cancelled)"), std::string::npos)
+      << done.message();
+}
+
+// The new count is stored: a restarted server keeps it, places nothing for replicas scaled
+// away, and a Deployment scaled to zero stays, Running with nothing to run, until scaled up.
+TEST_F(ControlPlaneTest, AScaledDeploymentKeepsItsCountAcrossARestartAndMayScaleToZero) {
+  real_engine_ = true;
+  Reopen();
+  const int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, kDeployment).ok());
+  Json running = StartAll("node-a", epoch, 3);
+  ASSERT_TRUE(cp_->Scale(kAdmin, "svc", 1).ok());
+  Reopen();
+  EXPECT_EQ(Job("svc")["tasks"], 1);
+  EXPECT_EQ(Job("svc")["spec"]["job"]["tasks"][0]["replicas"], 1);
+  auto r = Reasons("svc");
+  EXPECT_EQ(std::count(r.begin(), r.end(), "Scaled"), 1);
+  const Json answer = Beat("node-a", epoch, running);
+  ASSERT_EQ(Desired(answer, "svc").size(), 1u);
+  const std::string kept = Desired(answer, "svc").begin()->second;
+  Beat("node-a", epoch, {Task(kept, "running")});  // the agent stopped the others
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Desired(Beat("node-a", epoch, {Task(kept, "running")}), "svc").size(), 1u);
+
+  ASSERT_TRUE(cp_->Scale(kAdmin, "svc", 0).ok());
+  Reopen();  // zero replicas are stored as such
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Desired(Beat("node-a", epoch, {Task(kept, "running")}), "svc").empty());
+  Beat("node-a", epoch, {});
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json j = Job("svc");
+  EXPECT_EQ(j["state"], "Running") << "scaled to zero is neither Completed nor Failed";
+  EXPECT_EQ(j["tasks"], 0);
+  EXPECT_EQ(j["runningTasks"], 0);
+  EXPECT_EQ(j["pendingReason"]["code"], "ScaledToZero") << j.dump();
+  EXPECT_TRUE(Desired(Beat("node-a", epoch), "svc").empty());
+  ASSERT_TRUE(cp_->Scale(kAdmin, "svc", 2).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_EQ(Desired(Beat("node-a", epoch), "svc").size(), 2u);
+  EXPECT_FALSE(Job("svc").contains("pendingReason")) << Job("svc").dump();
+}
+
 }  // namespace
 }  // namespace tessera::server

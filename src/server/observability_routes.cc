@@ -92,6 +92,7 @@ void ObserveCycleInto(metrics::ClusterMetrics& m, const Snapshot& snapshot, cons
     s.submit_time = j.created_at;
     s.pending_since = j.queued_at;
     s.pending_reason = j.pending_reason;
+    s.service = j.service;
     s.service_replicas = j.service_replicas;
     s.service_running = j.service_running;
     view.jobs.push_back(std::move(s));

@@ -19,6 +19,15 @@ std::string Job(const std::string& name, int gpus) {
          std::to_string(gpus) + "}\n      command: [sleep, '1']\n";
 }
 
+// A Deployment of queue `infer`, each replica one GPU.
+std::string Deployment(const std::string& name, int replicas) {
+  return "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: " + name +
+         ", annotations: {tessera.io/queue: infer}}\nspec:\n  replicas: " +
+         std::to_string(replicas) +
+         "\n  template:\n    spec:\n      containers:\n      - name: s\n"
+         "        command: [serve]\n        resources: {limits: {nvidia.com/gpu: 1}}\n";
+}
+
 // Whether the process's metrics now hold this exact sample line: "name{labels} value".
 ::testing::AssertionResult Exports(const std::string& sample) {
   const std::string text = ProcessMetrics().RenderText();
@@ -280,13 +289,7 @@ TEST_F(ObservabilityRoutes, EveryJobStateIsExportedAtZeroWhenNoJobIsInIt) {
 TEST_F(ObservabilityRoutes, AServiceExportsItsReplicasAskedAndRunning) {
   ASSERT_NO_FATAL_FAILURE(Open("obs_service", "infer"));
   const int64_t epoch = AddNode("n1");  // room for one replica
-  ASSERT_TRUE(cp_->Submit(kAdmin,
-                          "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: chat, "
-                          "annotations: {tessera.io/queue: infer}}\nspec:\n  replicas: 2\n"
-                          "  template:\n    spec:\n      containers:\n      - name: s\n"
-                          "        command: [serve]\n"
-                          "        resources: {limits: {nvidia.com/gpu: 1}}\n")
-                  .ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, Deployment("chat", 2)).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
   EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",job=\"chat\"} 2"));
   EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",job=\"chat\"} 0"));
@@ -296,6 +299,22 @@ TEST_F(ObservabilityRoutes, AServiceExportsItsReplicasAskedAndRunning) {
   ASSERT_TRUE(cp_->Cancel(kAdmin, "chat").ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
   EXPECT_FALSE(Exports("tessera_service_replicas{queue=\"infer\",job=\"chat\"} 2"));
+}
+
+// `tessera scale` reaches the metrics at the next cycle: the new count asked, and 0 (not no
+// series) for a service scaled to zero, as kube_deployment_spec_replicas says 0.
+TEST_F(ObservabilityRoutes, AScaledServiceExportsItsNewReplicaCount) {
+  ASSERT_NO_FATAL_FAILURE(Open("obs_scaled", "infer"));
+  ASSERT_TRUE(cp_->Submit(kAdmin, Deployment("grow", 2)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",job=\"grow\"} 2"));
+  ASSERT_TRUE(cp_->Scale(kAdmin, "grow", 4).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",job=\"grow\"} 4"));
+  ASSERT_TRUE(cp_->Scale(kAdmin, "grow", 0).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",job=\"grow\"} 0"));
+  EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",job=\"grow\"} 0"));
 }
 
 }  // namespace

@@ -79,6 +79,11 @@ const std::string& OpenApiJson() {
     "/v1/jobs/{name}/release": {
       "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
       "post": {"summary": "release a held job: it is scheduled again (scontrol release)", "responses": {"200": {"description": "released", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/jobs/{name}/scale": {
+      "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
+      "post": {"summary": "set a Deployment's replicas (kubectl scale): more are placed as pending tasks; fewer stop the highest-numbered; 0 keeps the job with none (pending reason ScaledToZero); the same count changes nothing",
+               "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["replicas"], "additionalProperties": false, "properties": {"replicas": {"type": "integer", "minimum": 0, "maximum": 100000}}}}}},
+               "responses": {"200": {"description": "scaled (or already at that count)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}}, "400": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
     "/v1/jobs/{name}/logs": {
       "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}},
                      {"name": "task", "in": "query", "schema": {"type": "integer", "default": 0}},

@@ -2383,9 +2383,22 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
   ObjectReader r(v, path);
   const Json* job = r.Get("job");
   if (job == nullptr) return InvalidArgument(r.Path("job") + ": required");
-  auto j = JobFromJson(*job, r.Path("job"));
+  // A Deployment scaled to zero (`tessera scale --replicas 0`) keeps its one task group with
+  // no replicas, which the model's job shape refuses (a job to place has tasks): read with
+  // one, then none again.
+  Json model = *job;
+  const bool scaled_to_zero =
+      v.is_object() && v.value("source", "") == "apps/v1 Deployment" && model.is_object() &&
+      model.contains("tasks") && model["tasks"].is_array() && model["tasks"].size() == 1 &&
+      model["tasks"][0].is_object() && model["tasks"][0].value("replicas", Json(1)) == Json(0);
+  if (scaled_to_zero) model["tasks"][0]["replicas"] = 1;
+  auto j = JobFromJson(model, r.Path("job"));
   if (!j.ok()) return j.status();
   s.job = std::move(*j);
+  if (scaled_to_zero) {
+    s.job.groups[0].replicas = 0;
+    s.job.allocations.clear();
+  }
   TESSERA_RETURN_IF_ERROR(
       ForEach(r.Get("templates"), r.Path("templates"), [&](const Json& t, const std::string& p) {
         TaskTemplate tt;
