@@ -556,15 +556,14 @@ TEST_F(HookupTest, SlurmWritesOutputWhereTheServerReadsIt) {
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   EXPECT_EQ(src->file, err);
 
-  // The script names its own output: Slurm writes there, and the logs endpoint says so.
-  auto r = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J own\n#SBATCH -o /tmp/own.out\ntrue\n");
+  // The script names its own output: Slurm writes there (given as --output, %x being the
+  // job's own name, docs/slurm.md), stderr with it, and the logs endpoint says so.
+  auto r = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH -J own\n#SBATCH -o /tmp/%x-%j.out\ntrue\n");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(Until([&] { return slurm_->Count() == 2; }));
   argv = slurm_->LastSbatch();
-  for (const auto& a : argv) {
-    EXPECT_NE(a.rfind("--output", 0), 0u) << a;
-    EXPECT_NE(a.rfind("--error", 0), 0u) << a;
-  }
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--output=/tmp/own-%j.out"), argv.end());
+  for (const auto& a : argv) EXPECT_NE(a.rfind("--error", 0), 0u) << a;
   src = cp_->LogsSourceOf(kAdmin, "own", 0, "", "stdout");
   ASSERT_FALSE(src.ok());
   EXPECT_EQ(src.status().code(), StatusCode::kFailedPrecondition);
