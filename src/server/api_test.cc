@@ -1410,7 +1410,8 @@ TEST_F(ApiTest, ScaleAnswersTheJobOrNamesWhatIsWrong) {
     std::string message;
   } cases[] = {
       {"a batch job", "/v1/jobs/batch/scale", a, R"({"replicas": 3})", 400,
-       "job \"batch\" is a tessera.io/v1 Job: only a Deployment (apps/v1) scales"},
+       "job \"batch\" is not a Deployment (submitted as tessera.io/v1 Job): only a Deployment "
+       "(apps/v1) scales"},
       {"negative", "/v1/jobs/web/scale", a, R"({"replicas": -1})", 400,
        "replicas: must be 0..100000 (the tasks a job may have), got -1"},
       {"over the bound", "/v1/jobs/web/scale", a, R"({"replicas": 100001})", 400,
@@ -1475,8 +1476,8 @@ TEST_F(ApiTest, ScaleAnswersTheJobOrNamesWhatIsWrong) {
   auto [rc_batch, out_batch] = run("scale batch --replicas 2");
   EXPECT_EQ(rc_batch, 1) << out_batch;
   EXPECT_EQ(out_batch,
-            "Error from server (InvalidArgument): job \"batch\" is a tessera.io/v1 Job: only a "
-            "Deployment (apps/v1) scales\n");
+            "Error from server (InvalidArgument): job \"batch\" is not a Deployment (submitted "
+            "as tessera.io/v1 Job): only a Deployment (apps/v1) scales\n");
 }
 
 }  // namespace

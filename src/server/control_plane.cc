@@ -1685,8 +1685,8 @@ StatusOr<Json> ControlPlane::Scale(const Principal& p, const std::string& given,
   // A Deployment is one task group of independent replicas; a gang's size is part of what
   // its program was written for, so only Deployments scale (as kubectl scale).
   if (j.spec.source != "apps/v1 Deployment" || job.groups.size() != 1)
-    return InvalidArgument("job \"" + id + "\" is a " + j.spec.source +
-                           ": only a Deployment (apps/v1) scales");
+    return InvalidArgument("job \"" + id + "\" is not a Deployment (submitted as " + j.spec.source +
+                           "): only a Deployment (apps/v1) scales");
   if (IsTerminal(j.state))
     return FailedPrecondition("job \"" + id + "\" already finished (" + JobStateName(j.state) +
                               "): submit it again to run it");

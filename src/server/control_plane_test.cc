@@ -3043,7 +3043,8 @@ TEST_F(ControlPlaneTest, ScaleRefusesWhatIsNotADeploymentAndIsANoOpAtTheSameCoun
   Status batch = cp_->Scale(kAdmin, "batch", 3).status();
   EXPECT_EQ(batch.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(batch.message(),
-            "job \"batch\" is a tessera.io/v1 Job: only a Deployment (apps/v1) scales");
+            "job \"batch\" is not a Deployment (submitted as tessera.io/v1 Job): only a Deployment "
+            "(apps/v1) scales");
   EXPECT_EQ(Job("batch")["tasks"], 2);
   for (int64_t n : {int64_t{-1}, spec::kMaxTasksPerJob + 1}) {
     Status bad = cp_->Scale(kAdmin, "svc", n).status();
