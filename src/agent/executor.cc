@@ -359,6 +359,19 @@ Status Executor::Start(const TaskSpec& spec) {
   }
   const std::string workdir = spec.working_dir.empty() ? own_workdir : spec.working_dir;
   if (!IsDir(workdir)) return fail("workingDir: " + workdir + " is not a directory");
+  if (id.switch_user) {
+    // Said here, in the task's status, rather than as a bare exit code 126 from the task's
+    // process: a work dir below a folder only root may search (/root, a server's 0700 data
+    // dir) keeps every such task out of its own folder, script and srun.
+    if (int e = AccessAs(id, own_workdir, X_OK); e != 0)
+      return fail("the task's folder " + own_workdir + " cannot be reached as " + id.Describe() +
+                  ": " + std::strerror(e) +
+                  " (every folder above the agent's --work-dir must be searchable by the "
+                  "task's user: docs/agent.md, \"Task identity\")");
+    if (int e = workdir == own_workdir ? 0 : AccessAs(id, workdir, X_OK); e != 0)
+      return fail("workingDir: " + workdir + " cannot be entered as " + id.Describe() + ": " +
+                  std::strerror(e));
+  }
   std::vector<std::string> args = spec.command;
   std::string exe;
   if (!spec.script.empty()) {

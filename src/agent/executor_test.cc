@@ -833,6 +833,42 @@ TEST(TaskIdentityTest, AnAgentThatIsNotRootCannotSwitchUsers) {
   EXPECT_NE(message.find("not root, and cannot switch users"), std::string::npos) << message;
 }
 
+// A work dir below a folder the task's user may not search (as /root, or a server's 0700
+// data dir under `--local-agent`) fails the task saying so, as does a workingDir it may not
+// enter, instead of a bare exit code from the task's process.
+TEST_F(ExecutorTest, AFolderTheTasksUserCannotReachFailsItClearly) {
+  SKIP_UNLESS_ROOT();
+  const fs::path closed = dir_ / "root-only";
+  fs::create_directories(closed);
+  fs::permissions(closed, fs::perms::owner_all);
+  ExecutorOptions o = Options();
+  o.work_dir = (closed / "agent").string();
+  Executor hidden(o);
+  TaskSpec s = Shell("a-hidden", "id -u");
+  s.run_as.user = 65534;
+  ASSERT_TRUE(hidden.Start(s).ok());
+  TaskStatus st = StatusOf(hidden, "a-hidden");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_EQ(st.message, "the task's folder " + o.work_dir +
+                            "/tasks/a-hidden/work cannot be reached as uid 65534 (nobody), gid " +
+                            std::to_string(NobodyGroup()) + ", groups " +
+                            std::to_string(NobodyGroup()) +
+                            ": Permission denied (every folder above the agent's --work-dir must "
+                            "be searchable by the task's user: docs/agent.md, \"Task identity\")");
+
+  Executor ex(Options());
+  TaskSpec wd = Shell("a-wd", "id -u");
+  wd.run_as.user = 65534;
+  wd.working_dir = closed.string();
+  ASSERT_TRUE(ex.Start(wd).ok());
+  st = StatusOf(ex, "a-wd");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_NE(st.message.find("workingDir: " + closed.string() +
+                            " cannot be entered as uid 65534 (nobody)"),
+            std::string::npos)
+      << st.message;
+}
+
 // sbatch -o / -e are opened with the task's rights: a user cannot have the agent's root
 // write where the user may not.
 TEST_F(ExecutorTest, OutputFilesAreOpenedAsTheTasksUser) {

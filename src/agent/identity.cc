@@ -156,6 +156,22 @@ const char* DropPrivileges(const TaskIdentity& id) {
   return nullptr;
 }
 
+int AccessAs(const TaskIdentity& id, const std::string& path, int mode) {
+  if (!id.switch_user) return ::access(path.c_str(), mode) == 0 ? 0 : errno;
+  const char* p = path.c_str();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls: the agent is threaded. errno values fit an exit status.
+    if (DropPrivileges(id) != nullptr || ::access(p, mode) != 0) ::_exit(errno & 0xff);
+    ::_exit(0);
+  }
+  if (pid < 0) return errno;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return errno;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
+}
+
 int OpenAs(const TaskIdentity& id, const std::string& path, int flags, mode_t mode) {
   if (!id.switch_user) return ::open(path.c_str(), flags, mode);
   int sv[2];

@@ -53,6 +53,11 @@ StatusOr<TaskIdentity> ResolveTaskIdentity(const RunAs& run_as, const std::strin
 // else the name of the call that failed (errno says why). Async-signal-safe.
 const char* DropPrivileges(const TaskIdentity& id);
 
+// access(path, mode) as `id` (its real ids), in a child that drops to it: 0, or the errno
+// (e.g. EACCES where a folder above `path` may not be searched by it). For an identity
+// that does not switch, a plain access.
+int AccessAs(const TaskIdentity& id, const std::string& path, int mode);
+
 // open(path, flags, mode) as `id` (sbatch -o/-e: the task's files, opened with its rights,
 // not the agent's), through a child that drops to it and passes the descriptor back. The
 // descriptor, or -1 with errno set. For an identity that does not switch, a plain open.
