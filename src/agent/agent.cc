@@ -80,6 +80,16 @@ StatusOr<TaskSpec> SpecFromJson(const Json& a, const std::string& path) {
       spec.env[k] = v.get<std::string>();
     }
   }
+  // Who the task runs as. One the agent cannot read fails that task (never runs it as the
+  // agent's own user instead), and not the answer, as an empty command.
+  if (a.contains("securityContext")) {
+    auto run_as = RunAsFromJson(a["securityContext"], path + ".securityContext");
+    if (run_as.ok())
+      spec.run_as = std::move(*run_as);
+    else
+      spec.unreadable = run_as.status().message();
+  }
+  TESSERA_RETURN_IF_ERROR(str("submitter", spec.submitter, false));
   if (a.contains("cpu")) {
     auto m = JsonMilli(a["cpu"], path + ".cpu");
     if (!m.ok()) return m.status();
@@ -112,6 +122,26 @@ StatusOr<TaskSpec> SpecFromJson(const Json& a, const std::string& path) {
     }
   }
   return spec;
+}
+
+// What the agent's tasks run as, said once at start (docs/agent.md, "Task identity").
+std::string IdentityNotice(const IdentityPolicy& p) {
+  const bool root = ::geteuid() == 0;
+  std::string s = "tasks run as ";
+  s += p.run_as_submitter ? "their submitters' Unix accounts (--run-as-submitter)"
+                          : "this agent's own user (uid " + std::to_string(::geteuid()) + ")";
+  s += " unless their securityContext names a runAsUser";
+  if (!root) return s + "; not root: a task asking for another user fails";
+  if (!p.allow_root_tasks)
+    return s + (p.run_as_submitter ? "; none runs as root (uid 0)"
+                                   : "; that is root, and no task runs as root "
+                                     "(--allow-root-tasks=false): only tasks that name a "
+                                     "runAsUser other than 0 run here");
+  if (p.run_as_submitter) return s + "; tasks may run as root (--allow-root-tasks)";
+  return s +
+         "; that is root: every task of every tenant runs as root here (use "
+         "--run-as-submitter, or give jobs a runAsUser, and --allow-root-tasks=false on "
+         "shared nodes)";
 }
 
 // The logs endpoint reads at most this much per request (docs/agent.md).
@@ -187,6 +217,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   eo.srun_program = a->opt_.srun_program;
   eo.task_retention_seconds = a->opt_.task_retention_seconds;
   eo.max_finished_tasks = a->opt_.max_finished_tasks;
+  eo.identity = a->opt_.identity;
   Agent* self = a.get();
   eo.log = [self](const std::string& m) { self->Log(m); };
   eo.lease_file = a->LeaseFile();
@@ -227,6 +258,7 @@ Status Agent::Start() {
         ") from an earlier agent run");
   TESSERA_RETURN_IF_ERROR(StartLogsServer());
   Log("cgroup limits " + executor_->cgroup_status());
+  Log(IdentityNotice(opt_.identity));
   std::lock_guard<std::mutex> lock(mu_);
   stop_ = false;
   running_ = true;

@@ -58,6 +58,7 @@ struct AgentOptions {
   std::string srun_program;                     // see ExecutorOptions
   int64_t task_retention_seconds = 24 * 3600;   // see ExecutorOptions
   int64_t max_finished_tasks = 1000;            // see ExecutorOptions
+  IdentityPolicy identity;                      // see ExecutorOptions
   std::function<int64_t()> wall_clock;          // seconds since the epoch; default: system clock
   std::function<void(const std::string&)> log;  // default: stderr
 };

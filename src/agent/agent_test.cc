@@ -283,6 +283,41 @@ TEST_F(AgentTest, WrongTokenIsReportedAndRetried) {
   EXPECT_EQ(agent->registrations(), 0);
 }
 
+// The identity travels in the heartbeat answer (securityContext, submitter): one the agent
+// cannot read fails that task alone, with the field's path, never running it as the agent.
+TEST_F(AgentTest, RunsEachTaskAsItsAllocationSays) {
+  FakeServer server;
+  Json bad = Alloc("a-bad", "touch ran");
+  bad["securityContext"] = {{"runAsUser", -1}};
+  server.Want("gpu-node-1", bad);
+  Json unknown = Alloc("a-unknown", "touch ran");
+  unknown["submitter"] = "tessera-no-such-user";
+  server.Want("gpu-node-1", unknown);
+  Json nobody = Alloc("a-nobody", "id -u");
+  nobody["securityContext"] = {{"runAsUser", 65534}};
+  nobody["submitter"] = "tessera-no-such-user";  // (runAsUser wins)
+  if (::geteuid() == 0) server.Want("gpu-node-1", nobody);
+  AgentOptions o = Options(server.url());
+  o.identity.run_as_submitter = true;
+  auto agent = StartAgent(o);
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-bad") == "failed"; }));
+  EXPECT_EQ(server.LastStateOf("a-bad")["message"],
+            "allocations[0].securityContext.runAsUser: must be between 0 and 2147483647, "
+            "inclusive, got -1");
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-unknown") == "failed"; }));
+  EXPECT_NE(server.LastStateOf("a-unknown")["message"].get<std::string>().find(
+                "user \"tessera-no-such-user\" (the job's submitter) does not exist on node "
+                "gpu-node-1"),
+            std::string::npos)
+      << server.LastStateOf("a-unknown");
+  EXPECT_FALSE(fs::exists(dir_ / "tasks/a-bad/ran"));
+  EXPECT_FALSE(fs::exists(dir_ / "tasks/a-unknown/ran"));
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to check a task run as uid 65534";
+  ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-nobody") == "succeeded"; }))
+      << server.LastStateOf("a-nobody");
+  EXPECT_EQ(Slurp(dir_.string() + "/tasks/a-nobody/stdout"), "65534\n");
+}
+
 TEST_F(AgentTest, RunsDesiredTasksReportsExitServesLogsAndSamplesUtilisation) {
   FakeServer server;
   server.Want("gpu-node-1", Alloc("a-1", "echo hello from $RANK; exit 7"));

@@ -104,6 +104,25 @@ size_t FormatInt(char* buf, long n) {
 
 void WriteStr(int fd, const char* s) { WriteAll(fd, s, std::strlen(s)); }
 
+// errno as text, for the task child's last words (strerror is not async-signal-safe).
+void WriteErrno(int fd, int e) {
+  switch (e) {
+    case EACCES:
+      return WriteStr(fd, "Permission denied");
+    case EPERM:
+      return WriteStr(fd, "Operation not permitted");
+    case ENOENT:
+      return WriteStr(fd, "No such file or directory");
+    case ENOTDIR:
+      return WriteStr(fd, "Not a directory");
+    case EINVAL:
+      return WriteStr(fd, "Invalid argument");
+  }
+  char buf[24];
+  WriteStr(fd, "errno ");
+  WriteAll(fd, buf, FormatInt(buf, e));
+}
+
 // Why the agent (or the task's monitor) stopped the task in `task_dir`: the first line of
 // its `stopped` file; "" when none was.
 std::string StopReason(const std::string& task_dir) {
@@ -240,9 +259,13 @@ Executor::Executor(ExecutorOptions options) : opt_(std::move(options)) {
     };
   }
   ::mkdir(opt_.work_dir.c_str(), 0755);
-  // Tasks' output and environments are their owners' alone: not for other users here.
-  ::mkdir((opt_.work_dir + "/tasks").c_str(), 0700);
-  ::chmod((opt_.work_dir + "/tasks").c_str(), 0700);
+  // Tasks' output and environments are their owners' alone: not for other users here. An
+  // agent run as root may run tasks as other users (ResolveTaskIdentity), who must be able
+  // to enter their own folders below: it may not be listed, and each folder is 0700 (0711,
+  // its files the task's own, for a task run as another user).
+  const mode_t tasks_mode = ::geteuid() == 0 ? 0711 : 0700;
+  ::mkdir((opt_.work_dir + "/tasks").c_str(), tasks_mode);
+  ::chmod((opt_.work_dir + "/tasks").c_str(), tasks_mode);
   // cgroup v2 limits, where this machine lets us (TaskCgroups says why not).
   cgroups_ = TaskCgroups::Open(opt_.cgroup_mount, opt_.cgroup_parent);
 }
@@ -312,12 +335,43 @@ Status Executor::Start(const TaskSpec& spec) {
     Record(*p);
     return Status::Ok();
   };
+  if (!spec.unreadable.empty()) return fail(spec.unreadable);
   if (spec.command.empty() && spec.script.empty())
     return fail("command: empty (the job gives no program to run)");
   auto denv = DeviceEnvironment(opt_.node, spec.devices);
   if (!denv.ok()) return fail(denv.status().message());
-  const std::string workdir = spec.working_dir.empty() ? dir : spec.working_dir;
+  // Who the task runs as: decided before anything is written for it.
+  auto identity = ResolveTaskIdentity(spec.run_as, spec.submitter, opt_.identity, opt_.node.name);
+  if (!identity.ok()) return fail(identity.status().message());
+  const TaskIdentity id = *identity;
+  std::string own_workdir = dir;
+  if (id.switch_user) {
+    // The folder keeps the agent's records (task.json names the process group the agent
+    // signals; exit; stopped), so it stays the agent's: the task may enter it, not list or
+    // change it. What the task writes is its own: its log files, its script, and `work`,
+    // its working directory when none is given.
+    ::chmod(dir.c_str(), 0711);
+    own_workdir = dir + "/work";
+    if ((::mkdir(own_workdir.c_str(), 0700) != 0 && errno != EEXIST) ||
+        ::chown(own_workdir.c_str(), id.uid, id.gid) != 0)
+      return fail("cannot give " + own_workdir + " to " + id.Describe() + ": " +
+                  std::strerror(errno));
+  }
+  const std::string workdir = spec.working_dir.empty() ? own_workdir : spec.working_dir;
   if (!IsDir(workdir)) return fail("workingDir: " + workdir + " is not a directory");
+  if (id.switch_user) {
+    // Said here, in the task's status, rather than as a bare exit code 126 from the task's
+    // process: a work dir below a folder only root may search (/root, a server's 0700 data
+    // dir) keeps every such task out of its own folder, script and srun.
+    if (int e = AccessAs(id, own_workdir, X_OK); e != 0)
+      return fail("the task's folder " + own_workdir + " cannot be reached as " + id.Describe() +
+                  ": " + std::strerror(e) +
+                  " (every folder above the agent's --work-dir must be searchable by the "
+                  "task's user: docs/agent.md, \"Task identity\")");
+    if (int e = workdir == own_workdir ? 0 : AccessAs(id, workdir, X_OK); e != 0)
+      return fail("workingDir: " + workdir + " cannot be entered as " + id.Describe() + ": " +
+                  std::strerror(e));
+  }
   std::vector<std::string> args = spec.command;
   std::string exe;
   if (!spec.script.empty()) {
@@ -326,6 +380,8 @@ Status Executor::Start(const TaskSpec& spec) {
     exe = std::filesystem::absolute(dir + "/script").string();
     if (Status st = WriteFileWhole(exe, spec.script, 0755, Durability::kProcessCrash); !st.ok())
       return fail(st.message());
+    if (id.switch_user && (::chown(exe.c_str(), id.uid, id.gid) != 0 || ::chmod(exe.c_str(), 0700)))
+      return fail("cannot give " + exe + " to " + id.Describe() + ": " + std::strerror(errno));
     args.insert(args.begin(), exe);
   } else {
     exe = ResolveExecutable(spec.command[0], spec.env);
@@ -334,6 +390,11 @@ Status Executor::Start(const TaskSpec& spec) {
 
   // Environment: the agent's, then the allocation's, then what the agent alone knows.
   std::map<std::string, std::string> env = EnvironForTasks();
+  if (id.switch_user && !id.name.empty()) {
+    // The agent's own (root's) would point the task at a home it cannot use.
+    env["USER"] = env["LOGNAME"] = id.name;
+    env["HOME"] = id.home;
+  }
   for (const auto& [k, v] : spec.env) env[k] = v;
   for (const auto& [k, v] : *denv) env[k] = v;
   env["TESSERA_ALLOCATION"] = spec.allocation;
@@ -388,13 +449,22 @@ Status Executor::Start(const TaskSpec& spec) {
     const std::string& file = *user_file[k];
     if (file.empty()) {
       std_fd[k] = ::open(own.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      // The task's own, so that it can write them (by path too), and no other user's.
+      if (id.switch_user && std_fd[k] >= 0 &&
+          (::fchown(std_fd[k], id.uid, id.gid) != 0 || ::fchmod(std_fd[k], 0600) != 0)) {
+        const std::string why = std::strerror(errno);
+        for (int fd : std_fd)
+          if (fd >= 0) ::close(fd);
+        return fail("cannot give " + own + " to " + id.Describe() + ": " + why);
+      }
       continue;
     }
     const std::string path = file[0] == '/' ? file : workdir + "/" + file;
     // O_NOFOLLOW: the agent often runs as root, and a relative path may land in a shared
     // world-writable directory (/tmp) where another user could plant a link. The checked
-    // descriptor is the one the task gets.
-    std_fd[k] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+    // descriptor is the one the task gets. Opened with the task's rights, not the agent's:
+    // a task run as a user writes where that user may, not wherever root may.
+    std_fd[k] = OpenAs(id, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (std_fd[k] < 0) {
       const std::string why = std::strerror(errno);
       if (k == 1 && std_fd[0] >= 0) ::close(std_fd[0]);
@@ -425,6 +495,8 @@ Status Executor::Start(const TaskSpec& spec) {
   const char* stopped_c = stopped_path.c_str();
   const int64_t grace = std::max<int64_t>(0, spec.grace_period_seconds);
   const pid_t agent_group = ::getpgrp();  // where the monitor steps to before its last kill
+  const std::string who = id.Describe();
+  const char* who_c = who.c_str();
 
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -460,13 +532,36 @@ Status Executor::Start(const TaskSpec& spec) {
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      // Groups, group, then user: the monitor stays the agent's, to record the end and
+      // stop the group; only the task drops to its identity.
+      if (const char* call = DropPrivileges(id)) {
+        const int e = errno;
+        WriteStr(2, "tessera: cannot run the task as ");
+        WriteStr(2, who_c);
+        WriteStr(2, ": ");
+        WriteStr(2, call);
+        WriteStr(2, ": ");
+        WriteErrno(2, e);
+        WriteStr(2, "\n");
+        ::_exit(126);
+      }
       if (::chdir(wd) != 0) {
-        WriteStr(2, "tessera: cannot enter working directory\n");
+        const int e = errno;
+        WriteStr(2, "tessera: cannot enter working directory ");
+        WriteStr(2, wd);
+        WriteStr(2, " as ");
+        WriteStr(2, who_c);
+        WriteStr(2, ": ");
+        WriteErrno(2, e);
+        WriteStr(2, "\n");
         ::_exit(126);
       }
       ::execve(exe_c, argv.data(), envp.data());
+      const int e = errno;
       WriteStr(2, "tessera: exec failed: ");
       WriteStr(2, exe_c);
+      WriteStr(2, ": ");
+      WriteErrno(2, e);
       WriteStr(2, "\n");
       ::_exit(127);
     }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "agent/cgroup.h"
+#include "agent/identity.h"
 #include "common/status.h"
 #include "model/job.h"
 #include "model/node.h"
@@ -47,6 +48,13 @@ struct TaskSpec {
   int64_t grace_period_seconds = 30;
   int64_t cpu_milli = 0;     // cgroup cpu.max when > 0
   int64_t memory_bytes = 0;  // cgroup memory.max when > 0
+  // Who the task runs as (ResolveTaskIdentity): its securityContext, and the user name of
+  // the principal that submitted its job (the account used with --run-as-submitter).
+  RunAs run_as;
+  std::string submitter;
+  // A field of the allocation the agent could not read (its securityContext): the task
+  // fails with this message rather than run otherwise than asked.
+  std::string unreadable;
 };
 
 enum class TaskState { kRunning, kSucceeded, kFailed, kKilled };
@@ -99,6 +107,8 @@ struct ExecutorOptions {
   // The `tessera` binary: an sbatch task (SLURM_JOB_ID in its environment) finds it first on
   // its PATH as `srun` (agent/srun.h). "" = no srun.
   std::string srun_program;
+  // Which Unix identity tasks may and must run as (docs/agent.md, "Task identity").
+  IdentityPolicy identity;
 };
 
 class Executor {

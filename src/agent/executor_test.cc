@@ -1,8 +1,12 @@
 #include "agent/executor.h"
 #include "agent/test_support.h"
 
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -628,6 +633,268 @@ TEST_F(ExecutorTest, CgroupStatusIsExplained) {
   off.cgroup_parent = "-";
   Executor none(off);
   EXPECT_EQ(none.cgroup_status(), "disabled by configuration");
+}
+
+}  // namespace
+}  // namespace tessera::agent
+
+// ---- Task identity (docs/agent.md, "Task identity") ----
+
+namespace tessera::agent {
+namespace {
+
+// Switching users needs root: this machine's tests and CI run as root; elsewhere the tests
+// that switch say why they skip.
+#define SKIP_UNLESS_ROOT()                                                                 \
+  if (::geteuid() != 0)                                                                    \
+  GTEST_SKIP() << "needs root: only an agent run as root switches a task to another user " \
+                  "(run the agent tests as root to check it)"
+
+uid_t OwnerOf(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
+}
+
+// The primary group of uid 65534 (nobody) here: 65534 where it has no account.
+gid_t NobodyGroup() {
+  const passwd* pw = ::getpwuid(65534);
+  return pw != nullptr ? pw->pw_gid : 65534;
+}
+
+// A task with runAsUser runs as that uid (it writes `id -u` to its log), and its log files
+// and working directory are its own, so that it can write them.
+TEST_F(ExecutorTest, ATaskRunsAsItsRunAsUserAndOwnsItsLogs) {
+  SKIP_UNLESS_ROOT();
+  Executor ex(Options());
+  TaskSpec s = Shell("a-uid",
+                     "id -u; id -g; echo made > made-here && echo wrote >> "
+                     "\"$(dirname \"$PWD\")/stdout\"; id -u >&2");
+  s.run_as.user = 65534;
+  ASSERT_TRUE(ex.Start(s).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  const TaskStatus st = StatusOf(ex, "a-uid");
+  EXPECT_EQ(st.state, TaskState::kSucceeded) << st.message << Slurp(ex.LogPath("a-uid", "stderr"));
+  EXPECT_EQ(Slurp(ex.LogPath("a-uid", "stdout")),
+            "65534\n" + std::to_string(NobodyGroup()) + "\nwrote\n");
+  EXPECT_EQ(Slurp(ex.LogPath("a-uid", "stderr")), "65534\n");
+  EXPECT_EQ(OwnerOf(ex.LogPath("a-uid", "stdout")), 65534u);
+  EXPECT_EQ(OwnerOf(ex.LogPath("a-uid", "stderr")), 65534u);
+  const std::string work = dir_.string() + "/tasks/a-uid/work";
+  EXPECT_EQ(OwnerOf(work), 65534u);
+  EXPECT_EQ(OwnerOf(work + "/made-here"), 65534u);
+  // The agent's records stay its own: a task could otherwise rewrite the process group the
+  // agent signals.
+  EXPECT_EQ(OwnerOf(dir_.string() + "/tasks/a-uid/task.json"), 0u);
+  EXPECT_EQ(OwnerOf(dir_.string() + "/tasks/a-uid"), 0u);
+}
+
+// runAsGroup and supplementalGroups: the task's gid and groups (setgroups before setgid
+// before setuid).
+TEST_F(ExecutorTest, RunAsGroupAndSupplementalGroupsAreApplied) {
+  SKIP_UNLESS_ROOT();
+  Executor ex(Options());
+  TaskSpec s = Shell("a-groups", "id -g; id -G");
+  s.run_as.user = 65534;
+  s.run_as.group = 4141;
+  s.run_as.supplemental_groups = {4242, 4343};
+  ASSERT_TRUE(ex.Start(s).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  EXPECT_EQ(StatusOf(ex, "a-groups").state, TaskState::kSucceeded);
+  std::istringstream out(Slurp(ex.LogPath("a-groups", "stdout")));
+  std::string gid, groups;
+  std::getline(out, gid);
+  std::getline(out, groups);
+  EXPECT_EQ(gid, "4141");
+  std::set<std::string> got;
+  std::istringstream words(groups);
+  for (std::string g; words >> g;) got.insert(g);
+  EXPECT_TRUE(got.count("4141") && got.count("4242") && got.count("4343")) << groups;
+  EXPECT_FALSE(got.count("0")) << "kept root's group: " << groups;
+}
+
+// With --run-as-submitter a task runs as its submitter's account, with its home; a name the
+// node does not know fails the task with a message naming the user and the node, and the
+// task never runs (not as root, not at all).
+TEST_F(ExecutorTest, RunAsSubmitterUsesTheAccountAndFailsForAnUnknownName) {
+  ExecutorOptions o = Options();
+  o.identity.run_as_submitter = true;
+  Executor ex(o);
+  TaskSpec unknown = Shell("a-unknown", "touch ran");
+  unknown.submitter = "tessera-no-such-user";
+  ASSERT_TRUE(ex.Start(unknown).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  const TaskStatus st = StatusOf(ex, "a-unknown");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_EQ(st.exit_code, 127);
+  EXPECT_NE(st.message.find("user \"tessera-no-such-user\" (the job's submitter) does not exist "
+                            "on node n1"),
+            std::string::npos)
+      << st.message;
+  EXPECT_NE(Slurp(ex.LogPath("a-unknown", "stderr")).find("tessera-no-such-user"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_ / "tasks/a-unknown/ran"));
+  EXPECT_FALSE(fs::exists(dir_ / "tasks/a-unknown/work/ran"));
+
+  if (::geteuid() != 0) return;  // (switching to nobody needs root)
+  TaskSpec nobody = Shell("a-nobody", "id -u; echo \"$USER $HOME\"");
+  nobody.submitter = "nobody";
+  ASSERT_TRUE(ex.Start(nobody).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  const passwd* pw = ::getpwnam("nobody");
+  ASSERT_NE(pw, nullptr);
+  EXPECT_EQ(Slurp(ex.LogPath("a-nobody", "stdout")),
+            std::to_string(pw->pw_uid) + "\nnobody " + pw->pw_dir + "\n");
+  // A runAsUser wins over the submitter.
+  TaskSpec given = Shell("a-given", "id -u");
+  given.submitter = "tessera-no-such-user";
+  given.run_as.user = 4444;  // a uid without an account: Kubernetes allows it
+  ASSERT_TRUE(ex.Start(given).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  EXPECT_EQ(Slurp(ex.LogPath("a-given", "stdout")), "4444\n") << StatusOf(ex, "a-given").message;
+}
+
+// uid 0 is refused unless the agent allows root tasks: asked for, or by running as the
+// agent's own root; runAsNonRoot refuses it whatever the agent allows.
+TEST_F(ExecutorTest, RootIsRefusedUnlessAllowed) {
+  ExecutorOptions o = Options();
+  o.identity.allow_root_tasks = false;
+  Executor ex(o);
+  TaskSpec root = Shell("a-root", "touch ran");
+  root.run_as.user = 0;
+  ASSERT_TRUE(ex.Start(root).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  TaskStatus st = StatusOf(ex, "a-root");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_NE(st.message.find("the task would run as root (uid 0): securityContext.runAsUser 0; "
+                            "the agent on node n1 runs no task as root unless started with "
+                            "--allow-root-tasks"),
+            std::string::npos)
+      << st.message;
+  EXPECT_FALSE(fs::exists(dir_ / "tasks/a-root/ran"));
+
+  if (::geteuid() != 0) return;
+  // The agent's own user is root: a task that asks for nothing is refused too.
+  ASSERT_TRUE(ex.Start(Shell("a-as-agent", "touch ran")).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  st = StatusOf(ex, "a-as-agent");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_NE(st.message.find("the agent's own user (uid 0)"), std::string::npos) << st.message;
+
+  // Allowed (the default): as before, a task runs as the agent's root...
+  Executor allowed(Options());
+  TaskSpec plain = Shell("a-plain", "id -u");
+  ASSERT_TRUE(allowed.Start(plain).ok());
+  // ...unless it says runAsNonRoot.
+  TaskSpec non_root = Shell("a-non-root", "touch ran");
+  non_root.run_as.non_root = true;
+  ASSERT_TRUE(allowed.Start(non_root).ok());
+  ASSERT_TRUE(allowed.WaitAll(20000));
+  EXPECT_EQ(Slurp(allowed.LogPath("a-plain", "stdout")), "0\n");
+  st = StatusOf(allowed, "a-non-root");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_NE(st.message.find("securityContext.runAsNonRoot: the task would run as the agent's "
+                            "own user (uid 0), which is root on node n1"),
+            std::string::npos)
+      << st.message;
+}
+
+// An agent that is not root cannot switch users: a task asking for another user fails and
+// says so (checked in a child that gives up root, when the tests run as root).
+TEST(TaskIdentityTest, AnAgentThatIsNotRootCannotSwitchUsers) {
+  RunAs other;
+  other.user = 4444;
+  std::string message;
+  if (::geteuid() != 0) {
+    auto id = ResolveTaskIdentity(other, "", {}, "n1");
+    ASSERT_FALSE(id.ok());
+    message = id.status().message();
+  } else {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::string m = "still root";
+      if (::setgroups(0, nullptr) == 0 && ::setgid(65534) == 0 && ::setuid(65534) == 0) {
+        auto id = ResolveTaskIdentity(other, "", {}, "n1");
+        m = id.ok() ? "resolved" : id.status().message();
+      }
+      (void)!::write(fds[1], m.data(), m.size());
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    char buf[512];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) > 0;) message.append(buf, n);
+    ::close(fds[0]);
+    ::waitpid(pid, nullptr, 0);
+  }
+  EXPECT_NE(message.find("cannot run the task as uid 4444"), std::string::npos) << message;
+  EXPECT_NE(message.find("the agent on node n1 runs as uid"), std::string::npos) << message;
+  EXPECT_NE(message.find("not root, and cannot switch users"), std::string::npos) << message;
+}
+
+// A work dir below a folder the task's user may not search (as /root, or a server's 0700
+// data dir under `--local-agent`) fails the task saying so, as does a workingDir it may not
+// enter, instead of a bare exit code from the task's process.
+TEST_F(ExecutorTest, AFolderTheTasksUserCannotReachFailsItClearly) {
+  SKIP_UNLESS_ROOT();
+  const fs::path closed = dir_ / "root-only";
+  fs::create_directories(closed);
+  fs::permissions(closed, fs::perms::owner_all);
+  ExecutorOptions o = Options();
+  o.work_dir = (closed / "agent").string();
+  Executor hidden(o);
+  TaskSpec s = Shell("a-hidden", "id -u");
+  s.run_as.user = 65534;
+  ASSERT_TRUE(hidden.Start(s).ok());
+  TaskStatus st = StatusOf(hidden, "a-hidden");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_EQ(st.message, "the task's folder " + o.work_dir +
+                            "/tasks/a-hidden/work cannot be reached as uid 65534 (nobody), gid " +
+                            std::to_string(NobodyGroup()) + ", groups " +
+                            std::to_string(NobodyGroup()) +
+                            ": Permission denied (every folder above the agent's --work-dir must "
+                            "be searchable by the task's user: docs/agent.md, \"Task identity\")");
+
+  Executor ex(Options());
+  TaskSpec wd = Shell("a-wd", "id -u");
+  wd.run_as.user = 65534;
+  wd.working_dir = closed.string();
+  ASSERT_TRUE(ex.Start(wd).ok());
+  st = StatusOf(ex, "a-wd");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_NE(st.message.find("workingDir: " + closed.string() +
+                            " cannot be entered as uid 65534 (nobody)"),
+            std::string::npos)
+      << st.message;
+}
+
+// sbatch -o / -e are opened with the task's rights: a user cannot have the agent's root
+// write where the user may not.
+TEST_F(ExecutorTest, OutputFilesAreOpenedAsTheTasksUser) {
+  SKIP_UNLESS_ROOT();
+  const fs::path closed = dir_ / "root-only", open = dir_ / "anyone";
+  fs::create_directories(closed);
+  fs::create_directories(open);
+  fs::permissions(closed, fs::perms::owner_all);
+  fs::permissions(open, fs::perms::all);
+  Executor ex(Options());
+  TaskSpec denied = Shell("a-denied", "echo hi");
+  denied.run_as.user = 65534;
+  denied.stdout_file = (closed / "out.log").string();
+  ASSERT_TRUE(ex.Start(denied).ok());
+  TaskSpec allowed = Shell("a-allowed", "echo hi");
+  allowed.run_as.user = 65534;
+  allowed.stdout_file = (open / "out.log").string();
+  ASSERT_TRUE(ex.Start(allowed).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  const TaskStatus st = StatusOf(ex, "a-denied");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_EQ(st.message, "-o: cannot open " + (closed / "out.log").string() + ": Permission denied");
+  EXPECT_FALSE(fs::exists(closed / "out.log"));
+  EXPECT_EQ(StatusOf(ex, "a-allowed").state, TaskState::kSucceeded);
+  EXPECT_EQ(Slurp((open / "out.log").string()), "hi\n");
+  EXPECT_EQ(OwnerOf((open / "out.log").string()), 65534u);
 }
 
 }  // namespace

@@ -51,6 +51,10 @@ struct AgentFlags {
   std::string output = "json";
   bool stop_tasks_on_exit = false;
   std::string cgroup_parent;
+  bool run_as_submitter = false;
+  // --allow-root-tasks[=true|false]; not given: off with --run-as-submitter, else on.
+  bool allow_root_tasks = false;
+  bool allow_root_tasks_given = false;
 };
 
 // The node as the inventory file declares it, else as discovered (NVML when present).
@@ -176,6 +180,11 @@ int RunAgent(const AgentFlags& f) {
   o.lease_seconds = f.lease_seconds;
   o.cgroup_parent = f.cgroup_parent;
   o.srun_program = SelfProgram();
+  o.identity.run_as_submitter = f.run_as_submitter;
+  // Without --run-as-submitter, tasks run as the agent as they always did (root, most
+  // often): refusing root then would refuse every task. An operator who asks for
+  // per-user tasks gets no root ones unless they allow them (docs/agent.md).
+  o.identity.allow_root_tasks = f.allow_root_tasks_given ? f.allow_root_tasks : !f.run_as_submitter;
   auto colon = f.logs_listen.rfind(':');
   o.logs_host = colon == std::string::npos ? f.logs_listen : f.logs_listen.substr(0, colon);
   o.logs_port = colon == std::string::npos ? 0 : std::atoi(f.logs_listen.c_str() + colon + 1);
@@ -290,11 +299,21 @@ void AddAgentCommands(CLI::App& app) {
       "no CPU/memory limits)");
   cmd->add_flag("--stop-tasks-on-exit", f->stop_tasks_on_exit,
                 "On SIGTERM/SIGINT also stop every task");
+  cmd->add_flag("--run-as-submitter", f->run_as_submitter,
+                "Run each task without a securityContext runAsUser as the Unix account named "
+                "by its submitter, as slurmd does (needs root)");
+  CLI::Option* allow_root =
+      cmd->add_flag("--allow-root-tasks", f->allow_root_tasks,
+                    "Whether tasks may run as root, uid 0 (--allow-root-tasks=false refuses "
+                    "them; default: false with --run-as-submitter, else true)");
   cmd->add_flag("--discover", f->discover,
                 "Print this node's inventory (NVML or --inventory) and exit");
   cmd->add_option("-o,--output", f->output, "Output of --discover: json or table")
       ->check(CLI::IsMember({"json", "table"}));
-  cmd->callback([f] { SetExitCode(f->discover ? RunDiscover(*f) : RunAgent(*f)); });
+  cmd->callback([f, allow_root] {
+    f->allow_root_tasks_given = allow_root->count() > 0;
+    SetExitCode(f->discover ? RunDiscover(*f) : RunAgent(*f));
+  });
 
   CLI::App* srun = app.add_subcommand(
       "srun",

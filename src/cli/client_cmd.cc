@@ -19,6 +19,7 @@
 #include "cli/command.h"
 #include "common/rng.h"
 #include "model/codec.h"
+#include "model/run_as.h"
 #include "server/api.h"
 
 namespace tessera::cli {
@@ -967,6 +968,28 @@ void AddClientCommands(CLI::App& app) {
                         ? "from the job's first start, through its retries"
                         : "per attempt, from when it first ran");
       std::printf("User:           %s\n", S(j, "user").c_str());
+      // Who its tasks run as on Tessera's own nodes (docs/agent.md, "Task identity"), per
+      // task group when the groups differ.
+      {
+        const Json templates = j["spec"].value("templates", Json::array());
+        const Json tasks = j["spec"]["job"].value("tasks", Json::array());
+        std::vector<std::pair<std::string, std::string>> groups;  // (task group, identity)
+        for (size_t g = 0; g < templates.size(); ++g) {
+          auto run_as = RunAsFromJson(templates[g].value("securityContext", Json::object()), "");
+          std::string text = run_as.ok() ? DescribeRunAs(*run_as) : "";
+          if (text.empty())
+            text =
+                "the agent's choice (the submitter's account with --run-as-submitter, else "
+                "the agent's own user)";
+          groups.emplace_back(g < tasks.size() ? S(tasks[g], "name") : std::to_string(g), text);
+        }
+        const bool same = std::all_of(groups.begin(), groups.end(),
+                                      [&](const auto& x) { return x.second == groups[0].second; });
+        for (size_t i = 0; i < groups.size() && (i == 0 || !same); ++i)
+          std::printf("%s%s%s\n", i == 0 ? "Run as:         " : "                ",
+                      same ? "" : ("task " + groups[i].first + ": ").c_str(),
+                      groups[i].second.c_str());
+      }
       std::printf("State:          %s\n", S(j, "state").c_str());
       std::printf("Attempt:        %s", S(j, "attempt").c_str());
       if (j.value("taskRestarts", 0) > 0)

@@ -1276,7 +1276,8 @@ TEST_F(ApiTest, CliDescribePrintsEveryPart) {
                           "action: RestartJob}, {event: TaskCompleted, action: CompleteJob}]\n"
                           "  tasks:\n  - {name: w, replicas: 1, policies: "
                           "[{event: PodFailed, action: RestartTask}], template: {spec: "
-                          "{containers: [{name: c, command: [x], resources: {limits: "
+                          "{securityContext: {runAsUser: 65534, runAsNonRoot: true}, "
+                          "containers: [{name: c, command: [x], resources: {limits: "
                           "{nvidia.com/gpu: 1}}}]}}}\n")
                   .ok());
   ASSERT_TRUE(cp_->Submit(kAdmin,
@@ -1287,8 +1288,15 @@ TEST_F(ApiTest, CliDescribePrintsEveryPart) {
     auto [rc, out] = CaptureCommand(std::string(bin) + " describe job " + name + " --server " +
                                     api_->url() + " --token root-token-0123456789 2>&1");
     EXPECT_EQ(rc, 0) << out;
-    for (const char* part : {"Name:", "Restart policy:", "Allocations:", "Events:"})
+    for (const char* part : {"Name:", "Run as:", "Restart policy:", "Allocations:", "Events:"})
       EXPECT_NE(out.find(part), std::string::npos) << name << ": no " << part << "\n" << out;
+    // Who its tasks run as on Tessera's nodes: the securityContext, else the agent decides.
+    EXPECT_NE(out.find(name == "coded" ? "Run as:         uid 65534, runAsNonRoot\n"
+                                       : "Run as:         the agent's choice (the submitter's "
+                                         "account with --run-as-submitter, else the agent's "
+                                         "own user)\n"),
+              std::string::npos)
+        << out;
     if (name == "coded") {
       EXPECT_NE(out.find("exitCode 137=RestartJob TaskCompleted=CompleteJob"), std::string::npos)
           << out;

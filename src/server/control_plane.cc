@@ -306,6 +306,11 @@ Status ControlPlane::Load() {
     a.stderr_file = j.value("stderrFile", "");
     a.cpu_limit_milli = j.value("cpuLimitMilli", int64_t{0});
     a.memory_limit_bytes = j.value("memoryLimitBytes", int64_t{0});
+    if (j.contains("securityContext")) {
+      auto run_as = RunAsFromJson(j["securityContext"], "securityContext");
+      if (!run_as.ok()) return run_as.status();
+      a.run_as = std::move(*run_as);
+    }
     auto it = jobs_.find(a.job);
     if (it != jobs_.end()) it->second.allocations.push_back(a.id);
     int64_t n = std::strtoll(a.id.c_str() + 2, nullptr, 10);
@@ -423,6 +428,7 @@ Json ControlPlane::AllocView(const Allocation& a) const {
   if (!a.stderr_file.empty()) o["stderrFile"] = a.stderr_file;
   if (a.cpu_limit_milli > 0) o["cpuLimitMilli"] = a.cpu_limit_milli;
   if (a.memory_limit_bytes > 0) o["memoryLimitBytes"] = a.memory_limit_bytes;
+  if (!a.run_as.empty()) o["securityContext"] = RunAsToJson(a.run_as);
   return o;
 }
 
@@ -2940,6 +2946,12 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
         a.memory_limit_bytes > 0 ? a.memory_limit_bytes : a.placement.memory_bytes;
     if (cpu > 0) allocs.back()["cpu"] = std::to_string(cpu) + "m";
     if (memory > 0) allocs.back()["memory"] = std::to_string(memory);
+    // Who the task runs as (docs/agent.md, "Task identity"): the template's securityContext,
+    // and the submitter, whose account an agent with --run-as-submitter uses otherwise.
+    // Absent, as from an older server: the agent's own user.
+    if (!a.run_as.empty()) allocs.back()["securityContext"] = RunAsToJson(a.run_as);
+    if (auto ji = jobs_.find(a.job); ji != jobs_.end() && !ji->second.user.empty())
+      allocs.back()["submitter"] = ji->second.user;
   }
   return Json{{"allocations", allocs}, {"heartbeatSeconds", options_.heartbeat_seconds}};
 }
@@ -3504,6 +3516,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
         a.working_dir = tt.working_dir;
         a.cpu_limit_milli = tt.cpu_limit_milli;
         a.memory_limit_bytes = tt.memory_limit_bytes;
+        a.run_as = tt.run_as;
         const spec::SlurmFilenameFields f{j.seq,
                                           j.spec.array ? j.spec.array->name : j.id(),
                                           a.placement.node,

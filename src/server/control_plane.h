@@ -69,6 +69,8 @@ struct Allocation {
   std::string stdout_file, stderr_file;  // sbatch -o / -e, expanded (empty: none)
   // The cgroup caps the agent sets: the template's limits where given, else the request.
   int64_t cpu_limit_milli = 0, memory_limit_bytes = 0;
+  // The identity the template asks for (securityContext); empty: the agent decides.
+  RunAs run_as;
 
   // Still occupies its devices (until an agent confirms the process is gone).
   bool HoldsDevices() const {

@@ -573,6 +573,43 @@ TEST_F(ControlPlaneTest, TheAgentCapsATaskAtItsKubernetesLimits) {
   EXPECT_EQ(Beat("node-a", epoch)["allocations"][0]["memory"], std::to_string(8LL << 30));
 }
 
+// Who a task runs as travels to the agent in its allocation: the template's
+// securityContext, and the submitter's name (for --run-as-submitter). A job without one
+// sends no securityContext, as before (an agent then runs it as it always did).
+TEST_F(ControlPlaneTest, TheAgentIsToldWhoATaskRunsAs) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: v1\nkind: Pod\nmetadata: {name: nobody}\nspec:\n  "
+                          "restartPolicy: Never\n  securityContext: {runAsUser: 65534, "
+                          "supplementalGroups: [100]}\n  containers:\n  - {name: c, command: "
+                          "[x], securityContext: {runAsGroup: 65534, runAsNonRoot: true}}\n")
+                  .ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("plain", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const Json want = {{"runAsUser", 65534},
+                     {"runAsGroup", 65534},
+                     {"runAsNonRoot", true},
+                     {"supplementalGroups", {100}}};
+  auto by_job = [&] {
+    std::map<std::string, Json> out;
+    const Json desired = Beat("node-a", epoch);
+    for (const auto& a : desired["allocations"]) out[a["job"]] = a;
+    return out;
+  };
+  auto sent = by_job();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent["nobody"]["securityContext"], want);
+  EXPECT_EQ(sent["nobody"]["submitter"], "admin");
+  EXPECT_FALSE(sent["plain"].contains("securityContext"));
+  EXPECT_EQ(sent["plain"]["submitter"], "admin");
+  // describe shows it, on the allocation and the stored template.
+  const Json j = Job("nobody");
+  EXPECT_EQ(j["allocations"][0]["securityContext"], want);
+  EXPECT_EQ(j["spec"]["templates"][0]["securityContext"], want);
+  Reopen();  // kept with the allocation
+  EXPECT_EQ(by_job()["nobody"]["securityContext"], want);
+}
+
 TEST_F(ControlPlaneTest, LifecycleScheduledRunningSucceededWithTorchrunEnv) {
   int64_t epoch = Epoch("node-a");
   Epoch("node-b");

@@ -168,6 +168,14 @@ struct PodInfo {
   std::optional<int64_t> active_deadline;
   std::string restart_policy = "Always";
   std::vector<TopologySpreadConstraint> spread;  // topologySpreadConstraints
+  // securityContext of the pod and of its first container (the one the agent runs), merged
+  // in ReadPodSpec; where each field was given, for the error of a merged conflict.
+  struct Identity {
+    RunAs run_as;
+    std::string user_path, non_root_path;
+  };
+  Identity pod_identity;
+  std::vector<Identity> container_identities;  // one per container
   struct SpreadSelector;
   std::vector<std::shared_ptr<const SpreadSelector>> spread_selectors;  // one per constraint
 };
@@ -233,6 +241,70 @@ Status CheckRequestsWithinLimits(const Json& requests, const Json& limits,
   return Status::Ok();
 }
 
+// A Kubernetes securityContext: the identity fields read (RunAsFromJson checks them as
+// Kubernetes does), the others accepted and ignored (the agent runs processes, not
+// containers), anything else refused. supplementalGroups is the pod's alone, as in
+// Kubernetes.
+Status ReadSecurityContext(const Json& v, const std::string& path, bool pod,
+                           PodInfo::Identity& out) {
+  if (!v.is_object()) return TypeError(path, "an object", v);
+  static const std::set<std::string> kPodIgnored = {"seLinuxOptions",
+                                                    "windowsOptions",
+                                                    "fsGroup",
+                                                    "fsGroupChangePolicy",
+                                                    "sysctls",
+                                                    "seccompProfile",
+                                                    "appArmorProfile",
+                                                    "supplementalGroupsPolicy",
+                                                    "seLinuxChangePolicy"};
+  static const std::set<std::string> kContainerIgnored = {"capabilities",
+                                                          "privileged",
+                                                          "seLinuxOptions",
+                                                          "windowsOptions",
+                                                          "readOnlyRootFilesystem",
+                                                          "allowPrivilegeEscalation",
+                                                          "procMount",
+                                                          "seccompProfile",
+                                                          "appArmorProfile"};
+  Json identity = Json::object();
+  for (const auto& [k, x] : v.items()) {
+    if (k == "runAsUser" || k == "runAsGroup" || k == "runAsNonRoot" ||
+        (pod && k == "supplementalGroups")) {
+      identity[k] = x;
+    } else if (!(pod ? kPodIgnored : kContainerIgnored).count(k)) {
+      return InvalidArgument(path + "." + k + ": unknown field" +
+                             (k == "supplementalGroups"
+                                  ? " (a pod's, as in Kubernetes: give it in the pod's "
+                                    "spec.securityContext)"
+                                  : ""));
+    }
+  }
+  auto r = RunAsFromJson(identity, path);
+  if (!r.ok()) return r.status();
+  out.run_as = std::move(*r);
+  if (out.run_as.user) out.user_path = path + ".runAsUser";
+  if (out.run_as.non_root) out.non_root_path = path + ".runAsNonRoot";
+  return Status::Ok();
+}
+
+// The identity the agent gets: the container's fields over the pod's, as Kubernetes merges
+// a pod's and a container's securityContext.
+StatusOr<RunAs> MergeIdentity(const PodInfo::Identity& pod, const PodInfo::Identity& container) {
+  RunAs r = pod.run_as;
+  const RunAs& c = container.run_as;
+  if (c.user) r.user = c.user;
+  if (c.group) r.group = c.group;
+  r.non_root = r.non_root || c.non_root;
+  if (r.non_root && r.user == 0) {
+    const std::string& non_root =
+        container.non_root_path.empty() ? pod.non_root_path : container.non_root_path;
+    const std::string& user = c.user ? container.user_path : pod.user_path;
+    return InvalidArgument(non_root + ": true, but " + user + " is 0 (root): the task could " +
+                           "never start");
+  }
+  return r;
+}
+
 Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskTemplate* tmpl) {
   TaskRequest& req = pod.request;
   int64_t cpu_limit = -1, memory_limit = -1;  // -1: this container gives none
@@ -293,9 +365,12 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
   };
   add_limit(pod.cpu_limit_milli, cpu_limit);
   add_limit(pod.memory_limit_bytes, memory_limit);
-  Ignore(r, {"ports", "volumeMounts", "imagePullPolicy", "securityContext", "livenessProbe",
-             "readinessProbe", "startupProbe", "terminationMessagePath", "terminationMessagePolicy",
-             "stdin", "tty"});
+  PodInfo::Identity identity;
+  if (const Json* sc = r.Get("securityContext"))
+    TESSERA_RETURN_IF_ERROR(ReadSecurityContext(*sc, r.Path("securityContext"), false, identity));
+  pod.container_identities.push_back(std::move(identity));
+  Ignore(r, {"ports", "volumeMounts", "imagePullPolicy", "livenessProbe", "readinessProbe",
+             "startupProbe", "terminationMessagePath", "terminationMessagePolicy", "stdin", "tty"});
   if (r.Has("envFrom")) return Unsupported(r, "envFrom", "processes get literal env values only");
   TESSERA_RETURN_IF_ERROR(r.Finish());
   if (tmpl != nullptr) {
@@ -530,9 +605,19 @@ Status ReadPodSpec(const Json& spec, const std::string& path, PodInfo& out) {
                                std::to_string(k) + "]");
   std::string scheduler;
   TESSERA_RETURN_IF_ERROR(r.String("schedulerName", scheduler));
-  Ignore(r, {"volumes", "serviceAccountName", "serviceAccount", "hostNetwork", "hostIPC",
-             "dnsPolicy", "imagePullSecrets", "securityContext", "shmSize", "enableServiceLinks",
-             "subdomain", "hostname"});
+  if (const Json* sc = r.Get("securityContext"))
+    TESSERA_RETURN_IF_ERROR(
+        ReadSecurityContext(*sc, r.Path("securityContext"), true, out.pod_identity));
+  // Every container's is checked, as Kubernetes would refuse to start any of them; the
+  // first container's is the one that runs.
+  for (size_t i = 0; i < out.container_identities.size(); ++i) {
+    auto run_as = MergeIdentity(out.pod_identity, out.container_identities[i]);
+    if (!run_as.ok()) return run_as.status();
+    if (i == 0) out.tmpl.run_as = std::move(*run_as);
+  }
+  Ignore(r,
+         {"volumes", "serviceAccountName", "serviceAccount", "hostNetwork", "hostIPC", "dnsPolicy",
+          "imagePullSecrets", "shmSize", "enableServiceLinks", "subdomain", "hostname"});
   return r.Finish();
 }
 
@@ -1200,7 +1285,7 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
                                  ".restartPolicy: one per job here: give it as "
                                  "spec.restartPolicy");
         Json proc = Json::object();
-        for (const char* k : {"command", "env", "workingDir"})
+        for (const char* k : {"command", "env", "workingDir", "securityContext"})
           if (t.contains(k)) {
             proc[k] = t[k];
             t.erase(k);
@@ -1209,6 +1294,11 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
         TESSERA_RETURN_IF_ERROR(pr.StringList("command", tt.command));
         TESSERA_RETURN_IF_ERROR(pr.StringMap("env", tt.env));
         TESSERA_RETURN_IF_ERROR(pr.String("workingDir", tt.working_dir));
+        if (const Json* sc = pr.Get("securityContext")) {
+          auto run_as = RunAsFromJson(*sc, pr.Path("securityContext"));
+          if (!run_as.ok()) return run_as.status();
+          tt.run_as = std::move(*run_as);
+        }
       }
       s.templates.push_back(tt);
     }
@@ -2347,6 +2437,7 @@ Json JobSpecToJson(const JobSpec& s) {
     if (!tt.stderr_file.empty()) x["stderrFile"] = tt.stderr_file;
     if (tt.cpu_limit_milli > 0) x["cpuLimit"] = FormatMilli(tt.cpu_limit_milli);
     if (tt.memory_limit_bytes > 0) x["memoryLimit"] = std::to_string(tt.memory_limit_bytes);
+    if (!tt.run_as.empty()) x["securityContext"] = RunAsToJson(tt.run_as);
     t.push_back(x);
   }
   j["templates"] = t;
@@ -2412,6 +2503,11 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
         TESSERA_RETURN_IF_ERROR(tr.String("stderrFile", tt.stderr_file));
         TESSERA_RETURN_IF_ERROR(tr.Milli("cpuLimit", tt.cpu_limit_milli));
         TESSERA_RETURN_IF_ERROR(tr.Bytes("memoryLimit", tt.memory_limit_bytes));
+        if (const Json* sc = tr.Get("securityContext")) {
+          auto run_as = RunAsFromJson(*sc, tr.Path("securityContext"));
+          if (!run_as.ok()) return run_as.status();
+          tt.run_as = std::move(*run_as);
+        }
         s.templates.push_back(std::move(tt));
         return tr.Finish();
       }));

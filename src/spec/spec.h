@@ -22,6 +22,7 @@
 #include "model/codec.h"
 #include "model/job.h"
 #include "model/queue.h"
+#include "model/run_as.h"
 
 namespace tessera::spec {
 
@@ -62,6 +63,10 @@ struct TaskTemplate {
   // Kubernetes resources.limits for CPU and memory (0: none given): the agent's cgroup caps
   // the task there instead of at the request it was scheduled by, as the kubelet does.
   int64_t cpu_limit_milli = 0, memory_limit_bytes = 0;
+  // Kubernetes securityContext: the pod's runAsUser/runAsGroup/runAsNonRoot with the first
+  // container's over them, and the pod's supplementalGroups. Empty: the agent decides
+  // (its own user, or the submitter's account with --run-as-submitter: docs/agent.md).
+  RunAs run_as;
   friend bool operator==(const TaskTemplate&, const TaskTemplate&) = default;
 };
 

@@ -514,6 +514,91 @@ TEST(Spec, TopologySpreadConstraintsRefusedAsKubernetesRefusesThem) {
                 "tessera");
 }
 
+// securityContext: the container's runAsUser/runAsGroup/runAsNonRoot over the pod's, the
+// pod's supplementalGroups, as Kubernetes merges them; the other fields accepted and ignored.
+// The identity is kept with the job as stored, and the Volcano and Tessera shapes carry it.
+TEST(Spec, SecurityContextGivesTheTasksIdentity) {
+  auto r = ParseDocuments(
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+      "  securityContext: {runAsUser: 1000, runAsGroup: 2000, supplementalGroups: [3000, 3001], "
+      "fsGroup: 7}\n"
+      "  containers:\n"
+      "  - {name: a, command: [x], securityContext: {runAsUser: 65534, runAsNonRoot: true, "
+      "allowPrivilegeEscalation: false}}\n"
+      "  - {name: b, command: [y], securityContext: {runAsUser: 5}}\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const RunAs want{65534, 2000, true, {3000, 3001}};
+  EXPECT_EQ((*r)[0].job.templates[0].run_as, want);  // the first container's, which runs
+  auto back = JobSpecFromJson(JobSpecToJson((*r)[0].job), "spec");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->templates[0].run_as, want);
+
+  // Without one the agent decides; the stored job says nothing.
+  auto plain = PodWith("restartPolicy: Never");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE((*plain)[0].job.templates[0].run_as.empty());
+  EXPECT_FALSE(JobSpecToJson((*plain)[0].job)["templates"][0].contains("securityContext"));
+
+  auto volcano = ParseDocuments(
+      "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n"
+      "  tasks:\n  - {name: w, replicas: 1, template: {spec: {securityContext: {runAsUser: 42}, "
+      "containers: [{name: c, command: [x]}]}}}\n");
+  ASSERT_TRUE(volcano.ok()) << volcano.status().ToString();
+  EXPECT_EQ((*volcano)[0].job.templates[0].run_as.user, 42);
+  auto own = ParseDocuments(
+      "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec:\n"
+      "  tasks:\n  - {name: w, replicas: 1, command: [x], securityContext: {runAsUser: 7, "
+      "supplementalGroups: [8]}}\n");
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_EQ((*own)[0].job.templates[0].run_as, (RunAs{7, std::nullopt, false, {8}}));
+}
+
+// Refused as Kubernetes refuses them, naming the field: ids outside 0..2147483647, ids that
+// are not integers, runAsNonRoot with runAsUser 0 (also across the pod and its container),
+// supplementalGroups on a container (a pod's field), unknown fields.
+TEST(Spec, SecurityContextRefusedAsKubernetesRefusesIt) {
+  const std::string sc = "spec.securityContext";
+  const std::string csc = "spec.containers[0].securityContext";
+  auto pod = [](const std::string& pod_sc, const std::string& container_sc) {
+    return ParseDocuments(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+        "  securityContext: " +
+        pod_sc + "\n  containers: [{name: c, command: [x], securityContext: " + container_sc +
+        "}]\n");
+  };
+  ExpectRefused(pod("{runAsUser: -1}", "{}"),
+                sc + ".runAsUser: must be between 0 and 2147483647, inclusive, got -1", "negative");
+  ExpectRefused(pod("{}", "{runAsGroup: 2147483648}"),
+                csc + ".runAsGroup: must be between 0 and 2147483647, inclusive", "too large");
+  ExpectRefused(pod("{supplementalGroups: [1, -5]}", "{}"),
+                sc + ".supplementalGroups[1]: must be between 0 and 2147483647", "group");
+  ExpectRefused(pod("{runAsUser: \"1000\"}", "{}"), sc + ".runAsUser: expected an integer",
+                "a string");
+  ExpectRefused(pod("{runAsNonRoot: true, runAsUser: 0}", "{}"),
+                sc + ".runAsNonRoot: true, but " + sc + ".runAsUser is 0 (root)", "pod level");
+  ExpectRefused(pod("{runAsNonRoot: true}", "{runAsUser: 0}"),
+                sc + ".runAsNonRoot: true, but " + csc + ".runAsUser is 0 (root)",
+                "container's user under the pod's runAsNonRoot");
+  ExpectRefused(pod("{runAsUser: 0}", "{runAsNonRoot: true}"),
+                csc + ".runAsNonRoot: true, but " + sc + ".runAsUser is 0 (root)",
+                "pod's user under the container's runAsNonRoot");
+  ExpectRefused(pod("{}", "{supplementalGroups: [1]}"),
+                csc + ".supplementalGroups: unknown field (a pod's", "container groups");
+  ExpectRefused(pod("{runAsUsr: 1}", "{}"), sc + ".runAsUsr: unknown field", "typo");
+  // A container's user overrides the pod's: runAsNonRoot holds over a non-root container.
+  EXPECT_TRUE(pod("{runAsNonRoot: true, runAsUser: 1}", "{runAsUser: 2}").ok());
+  // Every container is checked, not only the one that runs, as Kubernetes would refuse to
+  // start any of them.
+  ExpectRefused(ParseDocuments("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+                               "  securityContext: {runAsNonRoot: true}\n"
+                               "  containers:\n  - {name: a, command: [x], securityContext: "
+                               "{runAsUser: 1}}\n"
+                               "  - {name: b, command: [y], securityContext: {runAsUser: 0}}\n"),
+                "spec.securityContext.runAsNonRoot: true, but "
+                "spec.containers[1].securityContext.runAsUser is 0",
+                "second container");
+}
+
 TEST(Spec, KubernetesWorkloads) {
   auto dep = ParseDocuments(SeedFile("inference-deployment.yaml"));
   ASSERT_TRUE(dep.ok());
