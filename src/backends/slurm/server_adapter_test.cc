@@ -303,7 +303,10 @@ TEST(JobInfoFromSpec, SbatchScriptAndCommand) {
   spec::JobSpec plain;
   plain.job.groups.resize(1);
   plain.job.groups[0].replicas = 3;
-  plain.templates.push_back({{"python3", "train.py"}, "", {{"A", "1"}}, "/w", "", "", ""});
+  plain.templates.emplace_back();
+  plain.templates[0].command = {"python3", "train.py"};
+  plain.templates[0].env = {{"A", "1"}};
+  plain.templates[0].working_dir = "/w";
   JobInfo p = JobInfoFromSpec(plain, "plain");
   EXPECT_EQ(p.tasks, 3);
   EXPECT_EQ(p.command, (std::vector<std::string>{"python3", "train.py"}));
