@@ -303,8 +303,8 @@ Status Agent::StartLogsServer() {
     if (!authorised(req, res)) return;
     const std::string alloc = req.matches[1];
     const std::string stream = req.has_param("stream") ? req.get_param_value("stream") : "stdout";
-    const std::string path = ex->LogPath(alloc, stream);
-    if (path.empty()) return RefuseLogs(res, 400, "bad allocation id or stream (stdout|stderr)");
+    if (ex->LogPath(alloc, stream).empty())
+      return RefuseLogs(res, 400, "bad allocation id or stream (stdout|stderr)");
     // Refused, not clamped: a negative or garbled value is the caller's bug, better said than
     // answered with bytes from somewhere else. A limit past 8 MiB is read as 8 MiB.
     auto param = [&req](const char* name, int64_t def) -> StatusOr<int64_t> {
@@ -315,8 +315,10 @@ Status Agent::StartLogsServer() {
     if (!offset.ok()) return RefuseLogs(res, 400, offset.status().message());
     auto limit = param("limit", kLogChunkDefault);
     if (!limit.ok()) return RefuseLogs(res, 400, limit.status().message());
-    auto chunk = ReadFileChunk(path, *offset, std::min(*limit, kLogChunkMax));
+    auto chunk = ex->ReadLog(alloc, stream, *offset, std::min(*limit, kLogChunkMax));
     if (!chunk.ok()) {
+      if (chunk.status().code() == StatusCode::kPermissionDenied)
+        return RefuseLogs(res, 403, chunk.status().message());
       // Removed by the retention: gone for good, and the caller is told why (410).
       if (std::string notice = ex->RemovalNotice(alloc); !notice.empty())
         return RefuseLogs(res, 410, notice);

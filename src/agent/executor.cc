@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -287,6 +288,21 @@ std::string Executor::LogPath(const std::string& allocation, const std::string& 
   return TaskDir(allocation) + "/" + stream;
 }
 
+StatusOr<FileChunk> Executor::ReadLog(const std::string& allocation, const std::string& stream,
+                                      int64_t offset, int64_t limit) const {
+  const std::string path = LogPath(allocation, stream);
+  if (path.empty()) return InvalidArgument("bad allocation id or stream (stdout|stderr)");
+  // "<stream>.id": the device and inode of the user's file it links to (Start). A link
+  // without one is from an agent before this check: read as then.
+  std::optional<FileId> id;
+  if (std::ifstream in(path + ".id"); in) {
+    FileId f;
+    if (!(in >> f.dev >> f.ino)) return FailedPrecondition(path + ".id: unreadable");
+    id = f;
+  }
+  return ReadFileChunk(path, offset, limit, id ? &*id : nullptr);
+}
+
 void Executor::Record(Proc& p) const {
   nlohmann::json j = {{"allocation", p.st.allocation},
                       {"job", p.st.job},
@@ -475,6 +491,18 @@ Status Executor::Start(const TaskSpec& spec) {
     // work dir is relative under `--data-dir data`).
     if (::symlink(std::filesystem::absolute(path).c_str(), own.c_str()) != 0)
       Log("allocation " + spec.allocation + ": cannot link " + own + ": " + std::strerror(errno));
+    // Which file that is (ReadLog reads it only while the path leads there).
+    struct stat fst {};
+    if (::fstat(std_fd[k], &fst) != 0 ||
+        !WriteFileWhole(own + ".id",
+                        std::to_string(fst.st_dev) + " " + std::to_string(fst.st_ino) + "\n", 0644,
+                        Durability::kProcessCrash)
+             .ok()) {
+      const std::string why = std::strerror(errno);
+      for (int fd : std_fd)
+        if (fd >= 0) ::close(fd);
+      return fail("cannot record which file " + path + " is: " + why);
+    }
   }
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const int out = std_fd[0], err = std_fd[1];

@@ -23,6 +23,7 @@
 
 #include "agent/cgroup.h"
 #include "agent/identity.h"
+#include "common/file_chunk.h"
 #include "common/status.h"
 #include "model/job.h"
 #include "model/node.h"
@@ -148,6 +149,11 @@ class Executor {
 
   // Log files; "" when the allocation id is malformed.
   std::string LogPath(const std::string& allocation, const std::string& stream) const;
+  // A piece of a task's log (ReadFileChunk). An sbatch -o / -e file is read only while its
+  // path still leads to the file the task was given: the task may own the folder it is in,
+  // and the agent reading it may be root.
+  StatusOr<FileChunk> ReadLog(const std::string& allocation, const std::string& stream,
+                              int64_t offset, int64_t limit) const;
   // What TaskCgroups::Open said: "enabled: <parent>", "unavailable: <why>; ...", or
   // "disabled by configuration". The agent logs it at start.
   const std::string& cgroup_status() const { return cgroups_.status(); }

@@ -897,5 +897,38 @@ TEST_F(ExecutorTest, OutputFilesAreOpenedAsTheTasksUser) {
   EXPECT_EQ(OwnerOf((open / "out.log").string()), 65534u);
 }
 
+// A task run as a user owns the folder its -o file is in: it may swap the file for a link to
+// one only root may read, or for a FIFO. The agent (root) reads its log only while the path
+// still leads to the file the task was given, and never blocks on a FIFO.
+TEST_F(ExecutorTest, ALogFileSwappedAfterTheStartIsNotRead) {
+  SKIP_UNLESS_ROOT();
+  const fs::path open = dir_ / "anyone", secret = dir_ / "secret";
+  fs::create_directories(open);
+  fs::permissions(open, fs::perms::all);
+  { std::ofstream(secret) << "root only\n"; }
+  fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write);
+  Executor ex(Options());
+  TaskSpec t = Shell("a-swap", "echo hi");
+  t.run_as.user = 65534;
+  t.stdout_file = (open / "out.log").string();
+  ASSERT_TRUE(ex.Start(t).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  auto before = ex.ReadLog("a-swap", "stdout", 0, 100);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(before->data, "hi\n");
+  fs::remove(open / "out.log");
+  fs::create_symlink(secret, open / "out.log");
+  auto swapped = ex.ReadLog("a-swap", "stdout", 0, 100);
+  ASSERT_FALSE(swapped.ok());
+  EXPECT_EQ(swapped.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(swapped.status().message().find("is no longer the file the task was given"),
+            std::string::npos)
+      << swapped.status().message();
+  fs::remove(open / "out.log");
+  ASSERT_EQ(::mkfifo((open / "out.log").c_str(), 0666), 0);
+  auto fifo = ex.ReadLog("a-swap", "stdout", 0, 100);  // returns: does not wait for a writer
+  EXPECT_FALSE(fifo.ok());
+}
+
 }  // namespace
 }  // namespace tessera::agent

@@ -10,8 +10,9 @@
 
 namespace tessera {
 
-StatusOr<FileChunk> ReadFileChunk(const std::string& path, int64_t offset, int64_t limit) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+StatusOr<FileChunk> ReadFileChunk(const std::string& path, int64_t offset, int64_t limit,
+                                  const FileId* expect) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int e = errno;
     if (e == ENOENT) return NotFound(path + " does not exist");
@@ -21,6 +22,12 @@ StatusOr<FileChunk> ReadFileChunk(const std::string& path, int64_t offset, int64
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return FailedPrecondition(path + " is not a regular file");
+  }
+  if (expect &&
+      !(FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)} == *expect)) {
+    ::close(fd);
+    return PermissionDenied(path + " is no longer the file the task was given (replaced " +
+                            "after the task started): not read");
   }
   FileChunk out;
   out.size = st.st_size;
