@@ -480,7 +480,11 @@ Status Executor::Start(const TaskSpec& spec) {
     // world-writable directory (/tmp) where another user could plant a link. The checked
     // descriptor is the one the task gets. Opened with the task's rights, not the agent's:
     // a task run as a user writes where that user may, not wherever root may.
-    std_fd[k] = OpenAs(id, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+    // O_NONBLOCK: a FIFO put there with no reader would hold the agent in open(); once open,
+    // the task's writes block as usual.
+    std_fd[k] =
+        OpenAs(id, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (std_fd[k] >= 0) ::fcntl(std_fd[k], F_SETFL, ::fcntl(std_fd[k], F_GETFL) & ~O_NONBLOCK);
     if (std_fd[k] < 0) {
       const std::string why = std::strerror(errno);
       if (k == 1 && std_fd[0] >= 0) ::close(std_fd[0]);
