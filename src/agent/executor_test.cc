@@ -463,6 +463,12 @@ TEST_F(ExecutorTest, ATaskStopsOnItsOwnWhenItsAgentsLeaseLapses) {
   ASSERT_TRUE(WaitFor([&] { return fs::exists(dir_.string() + "/tasks/a-orphan/exit"); }));
   Executor next(o);
   ASSERT_TRUE(next.Recover().ok());
+  // (The monitor writes the exit file just before it exits: on a loaded machine the next
+  // agent may still find it alive, and sees the end at a later poll.)
+  ASSERT_TRUE(WaitFor([&] {
+    next.Poll();
+    return StatusOf(next, "a-orphan").state != TaskState::kRunning;
+  }));
   const TaskStatus st = StatusOf(next, "a-orphan");
   EXPECT_EQ(st.state, TaskState::kKilled);
   EXPECT_EQ(st.message.rfind("stopped: agent gone (its lease lapsed)", 0), 0u) << st.message;
@@ -928,6 +934,13 @@ TEST_F(ExecutorTest, ALogFileSwappedAfterTheStartIsNotRead) {
   ASSERT_EQ(::mkfifo((open / "out.log").c_str(), 0666), 0);
   auto fifo = ex.ReadLog("a-swap", "stdout", 0, 100);  // returns: does not wait for a writer
   EXPECT_FALSE(fifo.ok());
+  // Nor does a FIFO given as -o hold the agent's start (no reader: the task fails to open it).
+  TaskSpec to_fifo = Shell("a-fifo", "echo hi");
+  to_fifo.run_as.user = 65534;
+  to_fifo.stdout_file = (open / "out.log").string();
+  ASSERT_TRUE(ex.Start(to_fifo).ok());
+  ASSERT_TRUE(ex.WaitAll(20000));
+  EXPECT_EQ(StatusOf(ex, "a-fifo").state, TaskState::kFailed);
 }
 
 }  // namespace
