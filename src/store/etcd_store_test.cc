@@ -76,6 +76,28 @@ TEST_F(EtcdStoreTest, ATransactionOverEtcdsLimitsIsRefusedClearly) {
   EXPECT_TRUE((*s)->Write({Op::Put("jobs/big", std::string(1400 << 10, 'v'))}).ok());
 }
 
+// With the limits docs/store.md asks for (etcd --max-txn-ops 20064 --max-request-bytes
+// 32 MiB, and the same told to the store), a transaction as big as the server's compactions
+// (20000 deletes and a few puts) goes through.
+TEST(EtcdStoreRaisedLimits, ACompactionSizedTransactionGoesThrough) {
+  if (!EtcdProcess::Available()) GTEST_SKIP() << "no etcd binary on PATH";
+  EtcdProcess etcd({"--max-txn-ops", "20064", "--max-request-bytes", "33554432"});
+  ASSERT_TRUE(etcd.Start()) << "etcd did not start; see " << etcd.log();
+  EtcdOptions o;
+  o.endpoints = {etcd.endpoint()};
+  o.max_txn_ops = 20064;
+  o.max_request_bytes = 33554432;
+  auto s = OpenEtcdStore(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<Op> ops;
+  for (int i = 0; i < 20000; ++i)
+    ops.push_back(Op::Delete("events/" + std::to_string(1000000 + i)));
+  ops.push_back(Op::Put("counters/events", "21000"));
+  auto r = (*s)->Write(ops);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*(*s)->Get("counters/events"))->value, "21000");
+}
+
 // etcd down: a transaction fails Unavailable (retryable), naming the endpoint; nothing is
 // acknowledged. etcd back on its data: the same store writes again.
 TEST_F(EtcdStoreTest, EtcdDownIsUnavailableThenWorksWhenBack) {

@@ -59,7 +59,8 @@ class EtcdProcess {
   }
   static bool Available() { return !Binary().empty(); }
 
-  EtcdProcess() {
+  // `extra`: more etcd flags (e.g. --max-txn-ops).
+  explicit EtcdProcess(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
     dir_ = (std::filesystem::temp_directory_path() /
             ("tessera_etcd_" + std::to_string(::getpid()) + "_" + std::to_string(++Counter())))
                .string();
@@ -101,6 +102,7 @@ class EtcdProcess {
                                      "zap",
                                      "--log-outputs",
                                      log()};
+    args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -158,6 +160,7 @@ class EtcdProcess {
     static int n = 0;
     return n;
   }
+  std::vector<std::string> extra_;
   std::string dir_;
   int client_port_ = -1, peer_port_ = -1;
   pid_t pid_ = -1;
