@@ -317,7 +317,8 @@ TEST(ServerIntegration, EtcdStoreFailsOverToAStandbyAfterKillNine) {
   ServerProcess b(binary, (base / "b").string(), flags);
   ASSERT_TRUE(b.Spawn());
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  EXPECT_NE(ReadFile((base / "server.log").string()).find("waiting to lead"), std::string::npos);
+  EXPECT_NE(ReadFile((base / "server.log").string()).find("waiting to lead: held by "),
+            std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(base / "b" / "server.url")) << "a standby serves nothing";
   a.Kill(SIGKILL);
   const auto killed = std::chrono::steady_clock::now();

@@ -229,8 +229,8 @@ class EtcdStoreImpl final : public EtcdStore {
         auto holder = Unbase64((*held)["kvs"][0].value("value", ""));
         std::string h = holder.ok() ? *holder : "?";
         if (h != announced_holder) {
-          std::fprintf(stderr, "tessera store: waiting to lead: %s held by %s (etcd %s)\n",
-                       leader_key_.c_str(), h.c_str(), reads_.endpoint().c_str());
+          std::fprintf(stderr, "tessera store: waiting to lead: held by %s (%s, etcd %s)\n",
+                       h.c_str(), leader_key_.c_str(), reads_.endpoint().c_str());
           announced_holder = h;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(options_.standby_poll_ms));
@@ -251,7 +251,10 @@ class EtcdStoreImpl final : public EtcdStore {
                        {"value", Base64(id_)},
                        {"lease", std::to_string(id)}}}}}}};
       auto won = writes_.Call("/v3/kv/txn", txn);
-      if (!won.ok()) return won.status().WithContext("etcd store: taking the election key");
+      if (!won.ok()) {
+        (void)lease_.Call("/v3/lease/revoke", {{"ID", std::to_string(id)}});  // else it lasts a TTL
+        return won.status().WithContext("etcd store: taking the election key");
+      }
       NoteHeader(*won);
       if (!won->value("succeeded", false)) {  // another got there first
         (void)lease_.Call("/v3/lease/revoke", {{"ID", std::to_string(id)}});
