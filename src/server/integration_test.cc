@@ -338,6 +338,19 @@ TEST(ServerIntegration, EtcdStoreFailsOverToAStandbyAfterKillNine) {
   httplib::Client ca2(a.url());
   auto again = ca2.Get("/v1/jobs/kept", {{"Authorization", "Bearer " + token}});
   EXPECT_TRUE(again && again->status == 200) << (again ? again->body : "no answer");
+  // etcd down: the first write that fails makes the leader exit (status 75) rather than stay
+  // read-only holding the leadership; with etcd back it leads again and has the job.
+  etcd.Kill();
+  (void)ca2.Post("/v1/jobs/kept/cancel", {{"Authorization", "Bearer " + token}}, "{}",
+                 "application/json");
+  EXPECT_EQ(a.WaitExit(5000), 75);
+  EXPECT_NE(ReadFile((base / "server.log").string()).find("the etcd store failed a write"),
+            std::string::npos);
+  ASSERT_TRUE(etcd.Start()) << "etcd did not restart; see " << etcd.log();
+  ASSERT_TRUE(a.Start()) << "server a did not come back after etcd; see " << (base / "server.log");
+  httplib::Client ca3(a.url());
+  auto back = ca3.Get("/v1/jobs/kept", {{"Authorization", "Bearer " + token}});
+  EXPECT_TRUE(back && back->status == 200) << (back ? back->body : "no answer");
   // Its lease gone (revoked here, as etcd does when renewals stop getting through): the
   // server exits at once, status 75, for its supervisor to restart it as a standby.
   httplib::Client ce(etcd.endpoint());

@@ -182,6 +182,23 @@ Status RunServer(const ServerFlags& flags) {
   cpo.on_cycle = ObserveCycleForMetrics;  // /metrics (observability_routes.h)
   cpo.on_stop = [] { FlushCostAccrual(ProcessMetrics()); };
   cpo.on_store_error = ObserveStoreErrorForMetrics;
+  if (!flags.store.empty()) {
+    // A read-only leader would hold the leadership for ever, and its standbys would never
+    // take over; and a write whose answer was lost may have been applied, which this
+    // server's memory would not know. So once etcd failed a write (unreachable, no quorum),
+    // this server goes; whoever leads next (itself, restarted) reloads what etcd holds. A
+    // transaction refused for its size would fail again after a restart: it stays read-only.
+    cpo.on_store_error = [](const Status& why, bool read_only) {
+      ObserveStoreErrorForMetrics(why, read_only);
+      if (!why.retryable()) return;
+      std::fprintf(stderr,
+                   "tessera server: the etcd store failed a write (%s); exiting so that a "
+                   "standby, or this server restarted, leads and reloads what etcd holds\n",
+                   why.ToString().c_str());
+      std::fflush(stderr);
+      std::_Exit(kExitLostLeadership);
+    };
+  }
   cpo.on_evictions = [](const std::string& reason, int64_t tasks) {
     ProcessMetrics().ObserveEvictions(reason, tasks);
   };
