@@ -65,6 +65,18 @@ Status EnsureToken(ControlPlane& cp, const std::string& data_dir, Role role,
   return Status::Ok();
 }
 
+// Ends a server on the etcd store at once, for its supervisor to restart it: it comes back
+// as a standby, or leads again and reloads what etcd holds. Nothing it has not stored was
+// acknowledged; what it holds in memory must not be served any longer.
+[[noreturn]] void ExitToStandBy(const char* what, const Status& why) {
+  std::fprintf(stderr,
+               "tessera server: %s (%s); exiting (status %d) so that a supervisor restarts this "
+               "server: it comes back as a standby, or leads and reloads what etcd holds\n",
+               what, why.ToString().c_str(), kExitLostLeadership);
+  std::fflush(stderr);
+  std::_Exit(kExitLostLeadership);
+}
+
 // SQLite in --data-dir, or etcd (--store etcd://...): then this returns once this server
 // leads, and the process exits when it stops leading, so that a supervisor restarts it as
 // a standby (a deposed leader must not go on serving what it holds in memory).
@@ -97,12 +109,7 @@ StatusOr<std::unique_ptr<store::Store>> OpenStore(const ServerFlags& flags,
   eo.max_txn_ops = static_cast<size_t>(flags.etcd_max_txn_ops);
   eo.max_request_bytes = static_cast<size_t>(flags.etcd_max_request_bytes);
   eo.on_lost_leadership = [](const Status& why) {
-    std::fprintf(stderr,
-                 "tessera server: lost the leadership of the etcd store (%s); exiting so that "
-                 "a supervisor restarts this server as a standby\n",
-                 why.ToString().c_str());
-    std::fflush(stderr);
-    std::_Exit(kExitLostLeadership);
+    ExitToStandBy("lost the leadership of the etcd store", why);
   };
   // SIGINT/SIGTERM are blocked (taken by sigwait later): a standby looks for them itself.
   eo.stop_waiting = [stop_signals] {
@@ -190,13 +197,7 @@ Status RunServer(const ServerFlags& flags) {
     // transaction refused for its size would fail again after a restart: it stays read-only.
     cpo.on_store_error = [](const Status& why, bool read_only) {
       ObserveStoreErrorForMetrics(why, read_only);
-      if (!why.retryable()) return;
-      std::fprintf(stderr,
-                   "tessera server: the etcd store failed a write (%s); exiting so that a "
-                   "standby, or this server restarted, leads and reloads what etcd holds\n",
-                   why.ToString().c_str());
-      std::fflush(stderr);
-      std::_Exit(kExitLostLeadership);
+      if (why.retryable()) ExitToStandBy("the etcd store failed a write", why);
     };
   }
   cpo.on_evictions = [](const std::string& reason, int64_t tasks) {
