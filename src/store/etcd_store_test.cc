@@ -76,6 +76,26 @@ TEST_F(EtcdStoreTest, ATransactionOverEtcdsLimitsIsRefusedClearly) {
   EXPECT_TRUE((*s)->Write({Op::Put("jobs/big", std::string(1400 << 10, 'v'))}).ok());
 }
 
+// A store told larger limits than its etcd has: etcd's refusal comes back ResourceExhausted,
+// saying what the store was told.
+TEST_F(EtcdStoreTest, AnEtcdWithLowerLimitsThanToldRefusesClearly) {
+  EtcdOptions o = Options("a");
+  o.max_txn_ops = 1000;
+  auto s = OpenEtcdStore(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<Op> many;
+  for (int i = 0; i < 200; ++i) many.push_back(Op::Put("jobs/" + std::to_string(i), "x"));
+  auto r = (*s)->Write(many);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("too many operations"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("--etcd-max-txn-ops 1000"), std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE((*s)->Leading());
+  EXPECT_TRUE((*s)->Write({Op::Put("jobs/a", "1")}).ok());
+}
+
 // With the limits docs/store.md asks for (etcd --max-txn-ops 20064 --max-request-bytes
 // 32 MiB, and the same told to the store), a transaction as big as the server's compactions
 // (20000 deletes and a few puts) goes through.
