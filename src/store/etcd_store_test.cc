@@ -17,6 +17,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using testing::EtcdProcess;
 
+// jobs/0 .. jobs/<n-1>
+std::vector<Op> Puts(int n) {
+  std::vector<Op> ops;
+  for (int i = 0; i < n; ++i) ops.push_back(Op::Put("jobs/" + std::to_string(i), "x"));
+  return ops;
+}
+
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -58,8 +65,7 @@ TEST(EtcdUrl, ParsesEndpointsAndRefusesOthers) {
 TEST_F(EtcdStoreTest, ATransactionOverEtcdsLimitsIsRefusedClearly) {
   auto s = OpenEtcdStore(Options("a"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  std::vector<Op> many;
-  for (int i = 0; i < 200; ++i) many.push_back(Op::Put("jobs/" + std::to_string(i), "x"));
+  std::vector<Op> many = Puts(200);
   auto r = (*s)->Write(many);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
@@ -83,8 +89,7 @@ TEST_F(EtcdStoreTest, AnEtcdWithLowerLimitsThanToldRefusesClearly) {
   o.max_txn_ops = 1000;
   auto s = OpenEtcdStore(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  std::vector<Op> many;
-  for (int i = 0; i < 200; ++i) many.push_back(Op::Put("jobs/" + std::to_string(i), "x"));
+  std::vector<Op> many = Puts(200);
   auto r = (*s)->Write(many);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
