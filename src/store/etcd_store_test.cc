@@ -231,6 +231,32 @@ TEST_F(EtcdStoreTest, ALostLeaseIsNoticedAndReported) {
   EXPECT_NE(r.status().message().find("not the leader"), std::string::npos);
 }
 
+// etcd unreachable for longer than the lease TTL: the keepalive gives up (etcd will have
+// dropped the lease, and a standby may lead), reports it, and every later write is refused
+// even once etcd is back.
+TEST_F(EtcdStoreTest, NoRenewalForATtlLosesTheLeadership) {
+  std::atomic<int> lost{0};
+  std::string why;
+  EtcdOptions o = Options("server-a");
+  o.on_lost_leadership = [&](const Status& s) {
+    why = s.message();
+    lost++;
+  };
+  auto s = OpenEtcdStore(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  etcd_.Kill();
+  const auto killed = Clock::now();
+  for (int i = 0; i < 100 && lost.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(lost.load(), 1);
+  EXPECT_LT(SecondsSince(killed), 2 + 1.5) << "lease TTL 2 s";
+  EXPECT_NE(why.find("could not be renewed for 2 s"), std::string::npos) << why;
+  ASSERT_TRUE(etcd_.Start()) << "etcd did not restart; see " << etcd_.log();
+  auto r = (*s)->Write({Op::Put("jobs/a", "1")});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not the leader"), std::string::npos);
+}
+
 // A standby can be told to stop waiting (the server, on SIGTERM while standing by).
 TEST_F(EtcdStoreTest, AStandbyCanStopWaiting) {
   auto a = OpenEtcdStore(Options("server-a"));
