@@ -82,6 +82,22 @@ std::string DefaultId() {
   return std::string(host) + ":" + std::to_string(::getpid());
 }
 
+// What went wrong, in words (cpp-httplib's own names are one word: "Connection", "Read").
+std::string Failure(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection:
+      return "cannot connect";
+    case httplib::Error::ConnectionTimeout:
+      return "connecting timed out";
+    case httplib::Error::Read:
+      return "no reply (timed out or connection closed)";
+    case httplib::Error::Write:
+      return "cannot send the request";
+    default:
+      return httplib::to_string(e);
+  }
+}
+
 // One connection to etcd, moving to the next endpoint when one cannot be reached. Calls are
 // serialized (one request at a time per Gateway).
 class Gateway {
@@ -126,7 +142,7 @@ class Gateway {
       // short does not parse as JSON, and Decode says Unavailable.)
       if (!res || first_line) client_.reset();  // a cut stream: a new connection next time
       if (status == 0 || (!res && reply.empty())) {
-        last_error = "etcd " + ep + path + ": " + httplib::to_string(res.error());
+        last_error = "etcd " + ep + path + ": " + Failure(res.error());
         current_ = (current_ + 1) % endpoints_.size();
         continue;
       }
