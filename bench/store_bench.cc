@@ -29,13 +29,12 @@ Store* Sqlite() {
 }
 
 Store* Etcd() {
-  static testing::EtcdProcess* etcd = nullptr;
+  // Destroyed in reverse order: the store (revoking its lease) before its etcd is stopped.
+  static testing::EtcdProcess etcd;
   static std::unique_ptr<Store> s = []() -> std::unique_ptr<Store> {
-    if (!testing::EtcdProcess::Available()) return nullptr;
-    etcd = new testing::EtcdProcess();  // lives as long as the program
-    if (!etcd->Start()) return nullptr;
+    if (!testing::EtcdProcess::Available() || !etcd.Start()) return nullptr;
     EtcdOptions o;
-    o.endpoints = {etcd->endpoint()};
+    o.endpoints = {etcd.endpoint()};
     auto st = OpenEtcdStore(o);
     return st.ok() ? std::unique_ptr<Store>(std::move(*st)) : nullptr;
   }();
