@@ -15,6 +15,22 @@ void AddServerCommands(CLI::App& app) {
       "server", "run the control plane: REST API, durable state, scheduling loop");
   cmd->add_option("--data-dir", flags->data_dir, "state directory (SQLite tessera.db, tokens)")
       ->capture_default_str();
+  cmd->add_option("--store", flags->store,
+                  "etcd://HOST:PORT[,HOST:PORT...]: keep the state in etcd, several servers of "
+                  "which one leads (docs/store.md); default: SQLite in --data-dir")
+      ->default_str("");
+  cmd->add_option("--etcd-prefix", flags->etcd_prefix,
+                  "etcd key prefix of this cluster's state and election key")
+      ->capture_default_str();
+  cmd->add_option("--etcd-lease-seconds", flags->etcd_lease_seconds,
+                  "leader lease TTL: a standby takes over this long after the leader dies")
+      ->capture_default_str();
+  cmd->add_option("--etcd-max-txn-ops", flags->etcd_max_txn_ops,
+                  "the etcd's --max-txn-ops (larger transactions are refused here, clearly)")
+      ->capture_default_str();
+  cmd->add_option("--etcd-max-request-bytes", flags->etcd_max_request_bytes,
+                  "the etcd's --max-request-bytes")
+      ->capture_default_str();
   cmd->add_option("--listen", flags->listen, "HOST:PORT to serve the API on (port 0: any)")
       ->capture_default_str();
   cmd->add_option("--config", flags->engine_config,

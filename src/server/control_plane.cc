@@ -162,20 +162,26 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Open(std::unique_ptr<store
 
 Status ControlPlane::Load() {
   std::lock_guard<std::mutex> l(mu_);
+  // In pages: a distributed store answers one request per page, not one of every event.
+  constexpr size_t kPage = 5000;
   auto each = [&](const std::string& prefix, auto fn) -> Status {
-    auto kvs = store_->Range(prefix);
-    if (!kvs.ok()) return kvs.status();
-    for (const auto& kv : *kvs) {
-      Json j;
-      try {
-        j = Json::parse(kv.value);
-      } catch (const std::exception& e) {
-        return Internal("store key " + kv.key + ": corrupt JSON: " + e.what());
+    std::string after;
+    for (;;) {
+      auto kvs = store_->Range(prefix, after, kPage);
+      if (!kvs.ok()) return kvs.status();
+      for (const auto& kv : *kvs) {
+        Json j;
+        try {
+          j = Json::parse(kv.value);
+        } catch (const std::exception& e) {
+          return Internal("store key " + kv.key + ": corrupt JSON: " + e.what());
+        }
+        Status st = fn(kv.key, j);
+        if (!st.ok()) return st.WithContext("store key " + kv.key);
       }
-      Status st = fn(kv.key, j);
-      if (!st.ok()) return st.WithContext("store key " + kv.key);
+      if (kvs->size() < kPage) return Status::Ok();
+      after = kvs->back().key;
     }
-    return Status::Ok();
   };
   TESSERA_RETURN_IF_ERROR(each("pcs/", [&](const std::string&, const Json& j) -> Status {
     auto pc = PriorityClassFromJson(j, "");

@@ -18,6 +18,7 @@
 
 #include "common/rng.h"
 #include "model/codec.h"
+#include "store/etcd_test_process.h"
 
 extern char** environ;
 
@@ -40,7 +41,9 @@ class ServerProcess {
   ~ServerProcess() { Kill(SIGKILL); }
 
   // Starts the server and waits until it answers; returns false on timeout.
-  bool Start() {
+  bool Start() { return Spawn() && WaitReady(); }
+  // Starts the server process without waiting (a standby does not answer until it leads).
+  bool Spawn() {
     std::filesystem::remove(dir_ + "/server.url");
     std::string src = std::getenv("TESSERA_SOURCE_DIR") ? std::getenv("TESSERA_SOURCE_DIR") : ".";
     std::vector<std::string> args = {
@@ -57,7 +60,9 @@ class ServerProcess {
     posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     int rc = posix_spawn(&pid_, binary_.c_str(), &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return false;
+    return rc == 0;
+  }
+  bool WaitReady() {
     for (int i = 0; i < 300; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       url_ = ReadFile(dir_ + "/server.url");
@@ -77,6 +82,18 @@ class ServerProcess {
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
+  }
+  // The exit status once the process has exited by itself within `ms`; -1 otherwise.
+  int WaitExit(int ms) {
+    for (int i = 0; pid_ > 0 && i < ms / 20; ++i) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
   }
   const std::string& url() const { return url_; }
   const std::string& token() const { return token_; }
@@ -264,6 +281,87 @@ TEST(ServerIntegration, KillNineUnderConcurrentSubmissionsLosesNothingAcknowledg
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   ExpectNoDoubleAllocation(server, total_placed);
   server.Kill(SIGTERM);
+  std::filesystem::remove_all(base);
+}
+
+// Two servers on one etcd (--store etcd://): the second waits as a standby while the first
+// leads; the first is killed -9 and the second takes over, with the job the first accepted,
+// after at most the lease TTL. Then the first comes back on its own data dir and finds it too.
+TEST(ServerIntegration, EtcdStoreFailsOverToAStandbyAfterKillNine) {
+  const char* binary = std::getenv("TESSERA_BINARY");
+  if (binary == nullptr || !std::filesystem::exists(binary))
+    GTEST_SKIP() << "TESSERA_BINARY not set or missing";
+  if (!store::testing::EtcdProcess::Available())
+    GTEST_SKIP() << "no etcd binary on PATH: install etcd-server (scripts/deps.d/etcd.list)";
+  store::testing::EtcdProcess etcd;
+  ASSERT_TRUE(etcd.Start()) << "etcd did not start; see " << etcd.log();
+  auto base =
+      std::filesystem::temp_directory_path() / ("tessera_etcd_srv_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  const std::vector<std::string> flags = {"--store", "etcd://" + etcd.host_port(),
+                                          "--etcd-lease-seconds", "2"};
+  ServerProcess a(binary, (base / "a").string(), flags);
+  ASSERT_TRUE(a.Start()) << "server a did not come up; see " << (base / "server.log");
+  const std::string token = a.token();
+  ASSERT_FALSE(token.empty());
+  httplib::Client ca(a.url());
+  auto r = ca.Post(
+      "/v1/jobs", {{"Authorization", "Bearer " + token}},
+      R"({"apiVersion":"tessera.io/v1","kind":"Job","metadata":{"name":"kept"},)"
+      R"("spec":{"queue":"debug","tasks":[{"replicas":1,"resources":{"cpu":1,"memory":"1Gi"},)"
+      R"("command":["sleep","60"]}]}})",
+      "application/json");
+  ASSERT_TRUE(r && r->status == 201) << (r ? r->body : "no answer");
+
+  ServerProcess b(binary, (base / "b").string(), flags);
+  ASSERT_TRUE(b.Spawn());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_NE(ReadFile((base / "server.log").string()).find("waiting to lead: held by "),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(base / "b" / "server.url")) << "a standby serves nothing";
+  a.Kill(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(b.WaitReady()) << "the standby did not take over; see " << (base / "server.log");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::printf("standby serving %.2f s after the leader was killed -9 (lease TTL 2 s)\n", took);
+  EXPECT_LT(took, 6.0);
+  // The admin token's hash is in etcd; the file is only in a's data dir.
+  EXPECT_FALSE(std::filesystem::exists(base / "b" / "admin.token"));
+  httplib::Client cb(b.url());
+  auto job = cb.Get("/v1/jobs/kept", {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(job && job->status == 200) << (job ? job->body : "no answer");
+
+  b.Kill(SIGKILL);
+  ASSERT_TRUE(a.Start()) << "server a did not come back; see " << (base / "server.log");
+  httplib::Client ca2(a.url());
+  auto again = ca2.Get("/v1/jobs/kept", {{"Authorization", "Bearer " + token}});
+  EXPECT_TRUE(again && again->status == 200) << (again ? again->body : "no answer");
+  // etcd down: the first write that fails makes the leader exit (status 75) rather than stay
+  // read-only holding the leadership; with etcd back it leads again and has the job.
+  etcd.Kill();
+  (void)ca2.Post("/v1/jobs/kept/cancel", {{"Authorization", "Bearer " + token}}, "{}",
+                 "application/json");
+  EXPECT_EQ(a.WaitExit(5000), 75);
+  EXPECT_NE(ReadFile((base / "server.log").string()).find("the etcd store failed a write"),
+            std::string::npos);
+  ASSERT_TRUE(etcd.Start()) << "etcd did not restart; see " << etcd.log();
+  ASSERT_TRUE(a.Start()) << "server a did not come back after etcd; see " << (base / "server.log");
+  httplib::Client ca3(a.url());
+  auto back = ca3.Get("/v1/jobs/kept", {{"Authorization", "Bearer " + token}});
+  EXPECT_TRUE(back && back->status == 200) << (back ? back->body : "no answer");
+  // Its lease gone (revoked here, as etcd does when renewals stop getting through): the
+  // server exits at once, status 75, for its supervisor to restart it as a standby.
+  httplib::Client ce(etcd.endpoint());
+  auto leases = ce.Post("/v3/lease/leases", "{}", "application/json");
+  ASSERT_TRUE(leases && leases->status == 200);
+  const Json listed = Json::parse(leases->body);
+  for (const auto& l : listed["leases"])
+    ce.Post("/v3/lease/revoke", Json{{"ID", l["ID"]}}.dump(), "application/json");
+  EXPECT_EQ(a.WaitExit(5000), 75);
+  EXPECT_NE(ReadFile((base / "server.log").string()).find("lost the leadership"),
+            std::string::npos);
   std::filesystem::remove_all(base);
 }
 

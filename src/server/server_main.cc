@@ -16,6 +16,7 @@
 #include "common/write_file.h"
 #include "server/api.h"
 #include "server/hooks.h"
+#include "store/etcd_store.h"
 
 namespace tessera::server {
 namespace {
@@ -64,6 +65,76 @@ Status EnsureToken(ControlPlane& cp, const std::string& data_dir, Role role,
   return Status::Ok();
 }
 
+// Ends a server on the etcd store at once, for its supervisor to restart it: it comes back
+// as a standby, or leads again and reloads what etcd holds. Nothing it has not stored was
+// acknowledged; what it holds in memory must not be served any longer.
+[[noreturn]] void ExitToStandBy(const char* what, const Status& why) {
+  std::fprintf(stderr,
+               "tessera server: %s (%s); exiting (status %d) so that a supervisor restarts this "
+               "server: it comes back as a standby, or leads and reloads what etcd holds\n",
+               what, why.ToString().c_str(), kExitLostLeadership);
+  std::fflush(stderr);
+  std::_Exit(kExitLostLeadership);
+}
+
+// SQLite in --data-dir, or etcd (--store etcd://...): then this returns once this server
+// leads, and the process exits when it stops leading, so that a supervisor restarts it as
+// a standby (a deposed leader must not go on serving what it holds in memory).
+StatusOr<std::unique_ptr<store::Store>> OpenStore(const ServerFlags& flags,
+                                                  const sigset_t& stop_signals) {
+  if (flags.store.empty()) {
+    store::SqliteOptions so;
+    so.synchronous_full = flags.synchronous_full;
+    auto st = store::OpenSqliteStore(flags.data_dir, so);
+    if (!st.ok()) return st.status();
+    return std::move(*st);
+  }
+  // The data dir keeps this server's own files (tokens, server.url), as with SQLite: its
+  // user's alone when created here.
+  std::error_code ec;
+  if (std::filesystem::create_directories(flags.data_dir, ec) && !ec)
+    ::chmod(flags.data_dir.c_str(), 0700);
+  if (ec) return Unavailable("cannot create data dir " + flags.data_dir + ": " + ec.message());
+  auto endpoints = store::ParseEtcdUrl(flags.store);
+  if (!endpoints.ok()) return endpoints.status();
+  if (flags.etcd_lease_seconds < 1) return InvalidArgument("--etcd-lease-seconds: must be >= 1");
+  if (flags.etcd_max_txn_ops < 2 || flags.etcd_max_request_bytes < 1024)
+    return InvalidArgument("--etcd-max-txn-ops, --etcd-max-request-bytes: too small");
+  if (flags.etcd_prefix.empty() || flags.etcd_prefix.back() != '/')
+    return InvalidArgument("--etcd-prefix: must end with '/', got \"" + flags.etcd_prefix + "\"");
+  store::EtcdOptions eo;
+  eo.endpoints = *endpoints;
+  eo.prefix = flags.etcd_prefix;
+  eo.lease_seconds = flags.etcd_lease_seconds;
+  eo.max_txn_ops = static_cast<size_t>(flags.etcd_max_txn_ops);
+  eo.max_request_bytes = static_cast<size_t>(flags.etcd_max_request_bytes);
+  eo.on_lost_leadership = [](const Status& why) {
+    ExitToStandBy("lost the leadership of the etcd store", why);
+  };
+  // SIGINT/SIGTERM are blocked (taken by sigwait later): a standby looks for them itself.
+  eo.stop_waiting = [stop_signals] {
+    sigset_t pending;
+    sigpending(&pending);
+    for (int sig : {SIGINT, SIGTERM})
+      if (sigismember(&stop_signals, sig) && sigismember(&pending, sig)) return true;
+    return false;
+  };
+  // The control plane's biggest transactions: a compaction deletes up to 20000 records in
+  // one (control_plane.cc), deleting a job takes its events with it.
+  constexpr int64_t kBiggestTxn = 20000 + 64;
+  if (flags.etcd_max_txn_ops < kBiggestTxn)
+    std::fprintf(stderr,
+                 "tessera server: warning: --etcd-max-txn-ops %lld: compactions and job deletes "
+                 "write up to %lld keys in one transaction, and one refused leaves the server "
+                 "read-only; start etcd with --max-txn-ops=%lld --max-request-bytes=33554432 "
+                 "and pass the same here (docs/store.md, Limits)\n",
+                 static_cast<long long>(flags.etcd_max_txn_ops),
+                 static_cast<long long>(kBiggestTxn), static_cast<long long>(kBiggestTxn));
+  auto st = store::OpenEtcdStore(eo);
+  if (!st.ok()) return st.status().WithContext("--store " + flags.store);
+  return std::unique_ptr<store::Store>(std::move(*st));
+}
+
 }  // namespace
 
 std::vector<PoolStarter>& PoolHooks() {
@@ -95,11 +166,9 @@ Status RunServer(const ServerFlags& flags) {
     return InvalidArgument("--listen: bad port in \"" + host_port + "\"");
   api.agent_logs_any_host = flags.agent_logs_any_host;
 
-  auto t0 = std::chrono::steady_clock::now();
-  store::SqliteOptions so;
-  so.synchronous_full = flags.synchronous_full;
-  auto st = store::OpenSqliteStore(flags.data_dir, so);
+  auto st = OpenStore(flags, set);
   if (!st.ok()) return st.status();
+  auto t0 = std::chrono::steady_clock::now();
   EngineConfig ec = DefaultEngineConfig();
   if (!flags.engine_config.empty()) {
     auto c = LoadEngineConfig(flags.engine_config);
@@ -120,6 +189,17 @@ Status RunServer(const ServerFlags& flags) {
   cpo.on_cycle = ObserveCycleForMetrics;  // /metrics (observability_routes.h)
   cpo.on_stop = [] { FlushCostAccrual(ProcessMetrics()); };
   cpo.on_store_error = ObserveStoreErrorForMetrics;
+  if (!flags.store.empty()) {
+    // A read-only leader would hold the leadership for ever, and its standbys would never
+    // take over; and a write whose answer was lost may have been applied, which this
+    // server's memory would not know. So once etcd failed a write (unreachable, no quorum),
+    // this server goes; whoever leads next (itself, restarted) reloads what etcd holds. A
+    // transaction refused for its size would fail again after a restart: it stays read-only.
+    cpo.on_store_error = [](const Status& why, bool read_only) {
+      ObserveStoreErrorForMetrics(why, read_only);
+      if (why.retryable()) ExitToStandBy("the etcd store failed a write", why);
+    };
+  }
   cpo.on_evictions = [](const std::string& reason, int64_t tasks) {
     ProcessMetrics().ObserveEvictions(reason, tasks);
   };
@@ -204,13 +284,12 @@ Status RunServer(const ServerFlags& flags) {
   if (Status st = WriteSecret(flags.data_dir + "/server.url", server.url()); !st.ok())
     std::fprintf(stderr, "tessera server: warning: %s\n", st.ToString().c_str());
   auto counts = (*cp)->counts();
-  std::fprintf(
-      stderr,
-      "tessera server: listening on %s (data dir %s: %zu jobs, %zu events, %zu allocations, "
-      "%zu nodes loaded in "
-      "%lld ms)\n",
-      server.url().c_str(), flags.data_dir.c_str(), counts.jobs, counts.events, counts.allocations,
-      counts.nodes, static_cast<long long>(loaded));
+  std::fprintf(stderr,
+               "tessera server: listening on %s (data dir %s, store %s: %zu jobs, %zu events, %zu "
+               "allocations, %zu nodes loaded in %lld ms)\n",
+               server.url().c_str(), flags.data_dir.c_str(),
+               flags.store.empty() ? "sqlite" : flags.store.c_str(), counts.jobs, counts.events,
+               counts.allocations, counts.nodes, static_cast<long long>(loaded));
   if (!admin_token.empty())
     std::fprintf(stderr,
                  "tessera server: admin token in %s/admin.token (the CLI reads it from there)\n",

@@ -1,10 +1,10 @@
 // RunServer: what `tessera server` does, as a library function (tests and benchmarks reuse it).
 //
-// Opens the store under data_dir, loads the engine config, restores every record, applies
-// the bootstrap documents (queues, priority classes), makes sure an admin and an agent
-// token exist (written to <data_dir>/admin.token and agent.token, mode 0600, when the
-// server generated them), serves the API, writes <data_dir>/server.url, and runs until
-// SIGINT/SIGTERM. Not thread-safe; one per process.
+// Opens the store (SQLite under data_dir, or etcd: then it first waits to lead), loads the engine
+// config, restores every record, applies the bootstrap documents (queues, priority classes), makes
+// sure an admin and an agent token exist (written to <data_dir>/admin.token and agent.token, mode
+// 0600, when the server generated them), serves the API, writes <data_dir>/server.url, and runs
+// until SIGINT/SIGTERM. Not thread-safe; one per process.
 #pragma once
 
 #include <string>
@@ -15,6 +15,14 @@ namespace tessera::server {
 
 struct ServerFlags {
   std::string data_dir = "data";
+  // "" = SQLite in data_dir; "etcd://HOST:PORT[,HOST:PORT...]" = etcd, several servers of
+  // which one leads (docs/store.md). The tokens and server.url files stay in data_dir.
+  std::string store;
+  std::string etcd_prefix = "/tessera/";
+  int64_t etcd_lease_seconds = 10;
+  // What the etcd allows (its --max-txn-ops, --max-request-bytes); see docs/store.md.
+  int64_t etcd_max_txn_ops = 128;
+  int64_t etcd_max_request_bytes = 1536 * 1024;
   std::string listen = "127.0.0.1:8080";
   std::string engine_config;  // optional
   std::string bootstrap_dir;  // "" = examples/seed when it exists
@@ -29,6 +37,10 @@ struct ServerFlags {
   int64_t event_ttl_seconds = 14 * 24 * 3600;
   int64_t finished_job_ttl_seconds = 7 * 24 * 3600;
 };
+
+// The exit status of a server whose etcd store stopped leading (EX_TEMPFAIL): restart it,
+// it comes back as a standby.
+inline constexpr int kExitLostLeadership = 75;
 
 Status RunServer(const ServerFlags& flags);
 

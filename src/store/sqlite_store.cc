@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "store/store.h"
+#include "store/txn_internal.h"
 
 namespace tessera::store {
 namespace {
@@ -71,12 +72,6 @@ Status Exec(sqlite3* db, const char* sql) {
   }
   return Status::Ok();
 }
-
-struct Pending {
-  std::vector<Compare> compares;
-  std::vector<Op> ops;
-  std::promise<StatusOr<TxnResult>> done;
-};
 
 class SqliteStore final : public Store {
  public:
@@ -206,7 +201,7 @@ class SqliteStore final : public Store {
 
   std::future<StatusOr<TxnResult>> Queue(std::vector<Compare> compares, std::vector<Op> ops,
                                          bool announced) {
-    auto p = std::make_unique<Pending>();
+    auto p = std::make_unique<PendingTxn>();
     p->compares = std::move(compares);
     p->ops = std::move(ops);
     auto fut = p->done.get_future();
@@ -271,7 +266,7 @@ class SqliteStore final : public Store {
  private:
   // Applies one logical transaction inside the open physical one. Returns FailedPrecondition
   // on a failed compare (caller rolls back to the savepoint).
-  Status ApplyOne(Pending& p, int64_t revision, Stmt& get_rev, Stmt& put, Stmt& del) {
+  Status ApplyOne(PendingTxn& p, int64_t revision, Stmt& get_rev, Stmt& put, Stmt& del) {
     for (const Compare& c : p.compares) {
       get_rev.Reset();
       get_rev.Blob(1, c.key);
@@ -285,11 +280,7 @@ class SqliteStore final : public Store {
       // it pins stops every checkpoint, and the WAL grows for ever.
       get_rev.Reset();
       if (have != c.mod_revision) {
-        return FailedPrecondition(c.mod_revision == 0
-                                      ? c.key + ": already exists"
-                                      : c.key + ": modified concurrently (revision " +
-                                            std::to_string(have) + ", expected " +
-                                            std::to_string(c.mod_revision) + ")");
+        return CompareFailed(c, have);
       }
     }
     for (const Op& op : p.ops) {
@@ -372,7 +363,7 @@ class SqliteStore final : public Store {
     const auto window = std::chrono::microseconds(options_.group_commit_window_us);
     size_t last_batch = 1;
     for (;;) {
-      std::vector<std::unique_ptr<Pending>> batch;
+      std::vector<std::unique_ptr<PendingTxn>> batch;
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
@@ -445,7 +436,7 @@ class SqliteStore final : public Store {
   std::mutex rmu_;  // guards rdb_
   std::mutex mu_;   // guards queue_, revision_, stats_, stopping_
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Pending>> queue_;
+  std::deque<std::unique_ptr<PendingTxn>> queue_;
   int64_t revision_ = 0;
   int64_t announced_ = 0;  // transactions announced and not yet queued (or withdrawn)
   Stats stats_;

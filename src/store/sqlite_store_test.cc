@@ -17,42 +17,6 @@ std::string TempDir(const std::string& name) {
   return dir.string();
 }
 
-TEST(SqliteStore, PutGetRangeAndRevisions) {
-  std::string dir = TempDir("basic");
-  auto s = OpenSqliteStore(dir);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  Store& st = **s;
-  EXPECT_EQ(st.Revision(), 0);
-  auto r1 = st.Write({Op::Put("jobs/a", "1"), Op::Put("jobs/b", "2"), Op::Put("nodes/x", "n")});
-  ASSERT_TRUE(r1.ok());
-  EXPECT_EQ(r1->revision, 1);
-  auto r2 = st.Write({Op::Put("jobs/c", "3"), Op::Delete("jobs/a")});
-  ASSERT_TRUE(r2.ok());
-  EXPECT_EQ(r2->revision, 2);
-
-  auto b = st.Get("jobs/b");
-  ASSERT_TRUE(b.ok() && b->has_value());
-  EXPECT_EQ((*b)->value, "2");
-  EXPECT_EQ((*b)->mod_revision, 1);
-  auto a = st.Get("jobs/a");
-  ASSERT_TRUE(a.ok());
-  EXPECT_FALSE(a->has_value());
-
-  auto all = st.Range("jobs/");
-  ASSERT_TRUE(all.ok());
-  ASSERT_EQ(all->size(), 2u);
-  EXPECT_EQ((*all)[0].key, "jobs/b");
-  EXPECT_EQ((*all)[1].key, "jobs/c");
-  auto page = st.Range("jobs/", "jobs/b", 10);
-  ASSERT_TRUE(page.ok());
-  ASSERT_EQ(page->size(), 1u);
-  EXPECT_EQ((*page)[0].key, "jobs/c");
-  auto limited = st.Range("", "", 1);
-  ASSERT_TRUE(limited.ok());
-  EXPECT_EQ(limited->size(), 1u);
-  std::filesystem::remove_all(dir);
-}
-
 // One process per data dir: a second open is refused, naming the holder, until the first
 // store is closed (a second server would overwrite what the first acknowledged).
 TEST(SqliteStore, ASecondOpenOfTheDataDirIsRefused) {
@@ -104,62 +68,6 @@ TEST(SqliteStore, AWalWithoutItsDatabaseIsRefused) {
       std::string::npos)
       << s.status().message();
   EXPECT_TRUE(std::filesystem::exists(dir + "/tessera.db-wal"));  // nothing was dropped
-  std::filesystem::remove_all(dir);
-}
-
-TEST(SqliteStore, CompareGuardsTheWholeTransaction) {
-  std::string dir = TempDir("cas");
-  auto s = OpenSqliteStore(dir);
-  ASSERT_TRUE(s.ok());
-  Store& st = **s;
-  ASSERT_TRUE(st.Txn({{"jobs/a", 0}}, {Op::Put("jobs/a", "v1")}).ok());
-  // Create-if-absent fails the second time and writes nothing (not even the other key).
-  auto again = st.Txn({{"jobs/a", 0}}, {Op::Put("jobs/a", "v2"), Op::Put("jobs/other", "x")});
-  ASSERT_FALSE(again.ok());
-  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(again.status().message().find("jobs/a"), std::string::npos);
-  EXPECT_FALSE(st.Get("jobs/other")->has_value());
-  EXPECT_EQ((*st.Get("jobs/a"))->value, "v1");
-  // Optimistic update with the right revision succeeds, with a stale one fails.
-  int64_t rev = (*st.Get("jobs/a"))->mod_revision;
-  EXPECT_TRUE(st.Txn({{"jobs/a", rev}}, {Op::Put("jobs/a", "v3")}).ok());
-  EXPECT_FALSE(st.Txn({{"jobs/a", rev}}, {Op::Put("jobs/a", "v4")}).ok());
-  EXPECT_EQ((*st.Get("jobs/a"))->value, "v3");
-  std::filesystem::remove_all(dir);
-}
-
-TEST(SqliteStore, ConcurrentWritersShareCommitsAndSurviveReopen) {
-  std::string dir = TempDir("group");
-  constexpr int kThreads = 16, kEach = 100;
-  {
-    auto s = OpenSqliteStore(dir);
-    ASSERT_TRUE(s.ok());
-    Store& st = **s;
-    std::vector<std::thread> threads;
-    std::atomic<int> failures{0};
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        for (int i = 0; i < kEach; ++i) {
-          std::string k = "jobs/t" + std::to_string(t) + "-" + std::to_string(i);
-          if (!st.Txn({{k, 0}}, {Op::Put(k, "x")}).ok()) failures++;
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
-    EXPECT_EQ(failures.load(), 0);
-    auto stats = st.GetStats();
-    EXPECT_EQ(stats.transactions, kThreads * kEach);
-    EXPECT_LE(stats.commits, stats.transactions);
-    std::printf("group commit: %lld transactions in %lld physical commits\n",
-                static_cast<long long>(stats.transactions), static_cast<long long>(stats.commits));
-    EXPECT_EQ(st.Revision(), kThreads * kEach);
-  }
-  auto s = OpenSqliteStore(dir);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ((*s)->Revision(), kThreads * kEach);
-  auto all = (*s)->Range("jobs/");
-  ASSERT_TRUE(all.ok());
-  EXPECT_EQ(all->size(), static_cast<size_t>(kThreads * kEach));
   std::filesystem::remove_all(dir);
 }
 
