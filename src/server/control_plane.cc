@@ -468,10 +468,10 @@ Event& ControlPlane::AddEvent(std::vector<store::Op>& ops, const std::string& ty
   return stored;
 }
 
-void ControlPlane::TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j) {
+void ControlPlane::TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j, size_t budget) {
   size_t max = options_.max_events_per_job;
-  if (max == 0 || j.events.size() <= max) return;
-  size_t drop = j.events.size() - max;
+  if (max == 0 || j.events.size() <= max || budget == 0) return;
+  size_t drop = std::min(j.events.size() - max, budget);
   for (size_t i = 0; i < drop; ++i) {
     events_.erase(j.events[i]);
     ops.push_back(store::Op::Delete("events/" + Pad(j.events[i], 16)));
@@ -485,14 +485,44 @@ store::Op ControlPlane::EventSeqOp() const {
   return store::Op::Put("counters/events", std::to_string(next_event_seq_));
 }
 
+size_t ControlPlane::WriteBudget(size_t want) const {
+  const size_t max = store_->MaxWritesPerTxn();
+  return max == 0 ? want : std::min(want, max);
+}
+
+Status ControlPlane::ShedEventsToFit(JobRecord& j) {
+  // The record, its allocations, FinishDeletes' three counters and an audit record go in one
+  // transaction.
+  const size_t max = WriteBudget(std::numeric_limits<size_t>::max());
+  const size_t fixed = 1 + j.allocations.size() + 4;
+  while (fixed < max && j.events.size() > max - fixed) {
+    std::vector<store::Op> ops;
+    const size_t drop = std::min(j.events.size() - (max - fixed), max - 1);  // + the counter
+    for (size_t i = 0; i < drop; ++i) {
+      events_.erase(j.events[i]);
+      ops.push_back(store::Op::Delete("events/" + Pad(j.events[i], 16)));
+    }
+    j.events.erase(j.events.begin(), j.events.begin() + static_cast<ptrdiff_t>(drop));
+    ops.push_back(EventSeqOp());
+    TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
+  }
+  return Status::Ok();
+}
+
 size_t ControlPlane::CompactEvents(bool per_job) {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<store::Op> ops;
+  // Bounded work per call (one store transaction, with the event counter); the next cycle
+  // goes on.
+  const size_t budget = std::max<size_t>(WriteBudget(20000), 2) - 1;
   if (per_job)
-    for (auto& [id, j] : jobs_) TrimJobEvents(ops, j);
+    for (auto& [id, j] : jobs_) {
+      if (ops.size() >= budget) break;
+      TrimJobEvents(ops, j, budget - ops.size());
+      if (!ops.empty() && ops.back().key == "counters/events") ops.pop_back();  // added once, below
+    }
   const int64_t cutoff = Now() - options_.event_ttl_seconds;
-  // Bounded work per call (one store transaction); the next cycle goes on.
-  while (!events_.empty() && ops.size() < 20000) {
+  while (!events_.empty() && ops.size() < budget) {
     auto it = events_.begin();
     bool over = options_.max_events > 0 && events_.size() > options_.max_events;
     bool expired = options_.event_ttl_seconds > 0 && it->second.time < cutoff;
@@ -521,8 +551,9 @@ size_t ControlPlane::CompactFinishedJobs() {
   std::vector<std::string> gone;
   std::optional<Dependents> waited;
   // Bounded work per call (one store transaction); the next cycle goes on.
-  for (auto it = jobs_.begin(); it != jobs_.end() && ops.size() < 20000; ++it) {
-    const JobRecord& j = it->second;
+  const size_t budget = std::max<size_t>(WriteBudget(20000), 4) - 3;  // FinishDeletes' counters
+  for (auto it = jobs_.begin(); it != jobs_.end() && ops.size() < budget; ++it) {
+    JobRecord& j = it->second;
     if (!IsTerminal(j.state) || j.finished_at < 0) continue;
     std::optional<int64_t> ttl = j.spec.ttl_seconds_after_finished;  // 0: at once
     if (!ttl && options_.finished_job_ttl_seconds > 0) ttl = options_.finished_job_ttl_seconds;
@@ -531,6 +562,10 @@ size_t ControlPlane::CompactFinishedJobs() {
     if (StillHolding(j) != nullptr) continue;
     if (!waited) waited = WaitedOn();
     if (waited->count({j.id(), j.seq})) continue;  // until its dependents are placed
+    if (ops.size() + 1 + j.allocations.size() + j.events.size() > budget) {
+      if (!ops.empty()) break;  // what is gathered goes first
+      if (!ShedEventsToFit(j).ok()) return 0;
+    }
     DeleteJobOps(j, ops);
     gone.push_back(it->first);
   }
@@ -622,6 +657,7 @@ StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& gi
                                   " (--dependency); it can be deleted once they have been "
                                   "scheduled or have ended");
       Json out = {{"name", id}, {"state", JobStateName(j.state)}, {"deleted", true}};
+      TESSERA_RETURN_IF_ERROR(ShedEventsToFit(j));  // (and its audit record: below)
       std::vector<store::Op> ops;
       DeleteJobOps(j, ops);
       FinishDeletes(ops);

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -406,7 +407,15 @@ class ControlPlane {
   Event& AddEvent(std::vector<store::Op>& ops, const std::string& type, const std::string& reason,
                   const std::string& object, const std::string& message);
   // Drops a job's oldest events beyond max_events_per_job.
-  void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j);
+  // Drops the job's oldest events beyond --max-events-per-job, at most `budget` of them.
+  void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j,
+                     size_t budget = std::numeric_limits<size_t>::max());
+  // The writes one store transaction may carry, at most `want` (Store::MaxWritesPerTxn).
+  size_t WriteBudget(size_t want) const;
+  // Deleting a job is one transaction of its record, allocations and events: on a store that
+  // takes fewer writes per transaction (etcd's limit), its oldest events go first, in
+  // transactions of their own (they record what happened; they are not state).
+  Status ShedEventsToFit(JobRecord& j);
   store::Op EventSeqOp() const;
   void NoteStoreResult(const Status& s);  // for store_health(); mu_ held
   // While frozen (mu_ held): why, naming the store's error; and what agents are answered.

@@ -2841,11 +2841,15 @@ class FullDiskStore : public store::Store {
   explicit FullDiskStore(std::unique_ptr<store::Store> s) : s_(std::move(s)) {}
   std::future<StatusOr<store::TxnResult>> TxnAsync(std::vector<store::Compare> c,
                                                    std::vector<store::Op> ops) override {
-    if (!full) return s_->TxnAsync(std::move(c), std::move(ops));
+    largest = std::max(largest.load(), ops.size());
+    if (!full && (max_writes == 0 || ops.size() <= max_writes))
+      return s_->TxnAsync(std::move(c), std::move(ops));
     std::promise<StatusOr<store::TxnResult>> p;
-    p.set_value(Unavailable("sqlite: COMMIT: database or disk is full"));
+    p.set_value(full ? Unavailable("sqlite: COMMIT: database or disk is full")
+                     : ResourceExhausted("over the store's writes per transaction"));
     return p.get_future();
   }
+  size_t MaxWritesPerTxn() override { return max_writes; }
   StatusOr<std::optional<store::KeyValue>> Get(const std::string& k) override { return s_->Get(k); }
   StatusOr<std::vector<store::KeyValue>> Range(const std::string& p, const std::string& a,
                                                size_t l) override {
@@ -2854,6 +2858,9 @@ class FullDiskStore : public store::Store {
   int64_t Revision() override { return s_->Revision(); }
   Stats GetStats() override { return s_->GetStats(); }
   std::atomic<bool> full{false};
+  // As etcd's --max-txn-ops: a transaction of more writes is refused (0: no limit).
+  std::atomic<size_t> max_writes{0};
+  std::atomic<size_t> largest{0};  // the most writes a transaction carried
 
  private:
   std::unique_ptr<store::Store> s_;
@@ -2889,6 +2896,36 @@ class ControlPlaneStore : public ::testing::Test {
 
 // A submission the store refuses gets 503, is logged and counted (on_store_error), and the
 // store's health says so until a write succeeds again.
+// A store that takes few writes per transaction (etcd's --max-txn-ops): deleting a job with
+// more events than that, and compacting many finished jobs, go in transactions that fit.
+TEST_F(ControlPlaneStore, DeletesAndCompactionsFitTheStoresWritesPerTransaction) {
+  disk_->max_writes = 16;
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("chatty", 1, 1)).ok());
+  for (int i = 0; i < 20; ++i) {  // 40 events
+    ASSERT_TRUE(cp_->Hold(kAdmin, "chatty", true).ok());
+    ASSERT_TRUE(cp_->Hold(kAdmin, "chatty", false).ok());
+  }
+  ASSERT_TRUE(cp_->Cancel(kAdmin, "chatty").ok());
+  auto deleted = cp_->DeleteJob(kAdmin, "chatty");
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_EQ(cp_->GetJob(kAdmin, "chatty", false).status().code(), StatusCode::kNotFound);
+  auto events = cp_->store().Range("events/");
+  ASSERT_TRUE(events.ok());
+  for (const auto& kv : *events) EXPECT_EQ(kv.value.find("job/chatty"), std::string::npos);
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "brief-" + std::to_string(i);
+    ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc(name, 1, 1, "  ttlSecondsAfterFinished: 0\n")).ok());
+    ASSERT_TRUE(cp_->Cancel(kAdmin, name).ok());
+  }
+  size_t gone = 0;
+  for (int round = 0; round < 20; ++round) gone += cp_->CompactFinishedJobs();
+  EXPECT_EQ(gone, 12u);
+  EXPECT_EQ((*cp_->ListJobs(kAdmin, {}))["items"].size(), 0u);
+  EXPECT_LE(disk_->largest.load(), 16u);
+  EXPECT_FALSE(cp_->frozen());
+  EXPECT_EQ(reported_, 0);
+}
+
 TEST_F(ControlPlaneStore, ARefusedWriteIsReportedUntilOneSucceeds) {
   EXPECT_TRUE(cp_->store_health().error.empty());
   disk_->full = true;

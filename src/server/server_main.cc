@@ -98,8 +98,10 @@ StatusOr<std::unique_ptr<store::Store>> OpenStore(const ServerFlags& flags,
   auto endpoints = store::ParseEtcdUrl(flags.store);
   if (!endpoints.ok()) return endpoints.status();
   if (flags.etcd_lease_seconds < 1) return InvalidArgument("--etcd-lease-seconds: must be >= 1");
-  if (flags.etcd_max_txn_ops < 2 || flags.etcd_max_request_bytes < 1024)
-    return InvalidArgument("--etcd-max-txn-ops, --etcd-max-request-bytes: too small");
+  if (flags.etcd_max_txn_ops < 16 || flags.etcd_max_request_bytes < 65536)
+    return InvalidArgument(
+        "--etcd-max-txn-ops, --etcd-max-request-bytes: at least 16 and 65536 (etcd's defaults "
+        "are 128 and 1572864)");
   if (flags.etcd_prefix.empty() || flags.etcd_prefix.back() != '/')
     return InvalidArgument("--etcd-prefix: must end with '/', got \"" + flags.etcd_prefix + "\"");
   store::EtcdOptions eo;
@@ -119,17 +121,16 @@ StatusOr<std::unique_ptr<store::Store>> OpenStore(const ServerFlags& flags,
       if (sigismember(&stop_signals, sig) && sigismember(&pending, sig)) return true;
     return false;
   };
-  // The control plane's biggest transactions: a compaction deletes up to 20000 records in
-  // one (control_plane.cc), deleting a job takes its events with it.
-  constexpr int64_t kBiggestTxn = 20000 + 64;
-  if (flags.etcd_max_txn_ops < kBiggestTxn)
+  // Compactions and job deletes are split to fit (Store::MaxWritesPerTxn); what is not is a
+  // scheduling cycle's bindings and a cancel or drain: a key per task placed or stopped.
+  constexpr int64_t kComfortable = 4096;
+  if (flags.etcd_max_txn_ops < kComfortable)
     std::fprintf(stderr,
-                 "tessera server: warning: --etcd-max-txn-ops %lld: compactions and job deletes "
-                 "write up to %lld keys in one transaction, and one refused leaves the server "
-                 "read-only; start etcd with --max-txn-ops=%lld --max-request-bytes=33554432 "
-                 "and pass the same here (docs/store.md, Limits)\n",
-                 static_cast<long long>(flags.etcd_max_txn_ops),
-                 static_cast<long long>(kBiggestTxn), static_cast<long long>(kBiggestTxn));
+                 "tessera server: warning: --etcd-max-txn-ops %lld: a scheduling cycle, cancel "
+                 "or drain writes a key per task it places or stops in one transaction, and one "
+                 "refused leaves the server read-only; run etcd with --max-txn-ops=20064 "
+                 "--max-request-bytes=33554432 and pass the same here (docs/store.md, Limits)\n",
+                 static_cast<long long>(flags.etcd_max_txn_ops));
   auto st = store::OpenEtcdStore(eo);
   if (!st.ok()) return st.status().WithContext("--store " + flags.store);
   return std::unique_ptr<store::Store>(std::move(*st));

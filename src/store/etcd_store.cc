@@ -342,6 +342,10 @@ class EtcdStoreImpl final : public EtcdStore {
   }
 
   int64_t Revision() override { return revision_.load(); }
+  // Each transaction also re-puts the election key (one etcd operation).
+  size_t MaxWritesPerTxn() override {
+    return options_.max_txn_ops > 1 ? options_.max_txn_ops - 1 : 1;
+  }
 
   Stats GetStats() override {
     std::lock_guard<std::mutex> l(mu_);

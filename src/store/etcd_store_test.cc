@@ -76,7 +76,9 @@ TEST_F(EtcdStoreTest, ATransactionOverEtcdsLimitsIsRefusedClearly) {
   EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(big.status().message().find("--max-request-bytes"), std::string::npos)
       << big.status().message();
-  // Just under both limits goes through (127 writes and the election key's put).
+  // Just under both limits goes through (127 writes and the election key's put), what the
+  // store tells the server it may batch (Store::MaxWritesPerTxn).
+  EXPECT_EQ((*s)->MaxWritesPerTxn(), 127u);
   many.resize(127);
   EXPECT_TRUE((*s)->Write(many).ok());
   EXPECT_TRUE((*s)->Write({Op::Put("jobs/big", std::string(1400 << 10, 'v'))}).ok());

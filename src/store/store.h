@@ -83,6 +83,9 @@ class Store {
                                                 size_t limit = 0) = 0;
   // The revision of the last committed transaction.
   virtual int64_t Revision() = 0;
+  // The most writes one transaction may carry (etcd's --max-txn-ops, less what the store adds
+  // itself); 0 = no limit. Deletes and compactions that may be split go in batches this size.
+  virtual size_t MaxWritesPerTxn() { return 0; }
 
   // Counters of physical commits, for the benchmark and tests of group commit.
   struct Stats {
