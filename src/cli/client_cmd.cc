@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +46,14 @@ std::string Esc(const std::string& s) {
     }
   }
   return out;
+}
+
+// A job named as `get jobs -o name` prints it ("job/train"), or as submit and cancel say it:
+// the name itself (a job name has no '/').
+std::string JobArg(const std::string& arg) {
+  for (const char* kind : {"job/", "jobs/"})
+    if (arg.rfind(kind, 0) == 0) return arg.substr(std::strlen(kind));
+  return arg;
 }
 
 std::string Trim(std::string s) {
@@ -494,7 +503,7 @@ void AddCommon(CLI::App* c, ClientFlags& f, bool output = true) {
   c->add_option(
       "--token", f.token,
       "bearer token (default $TESSERA_TOKEN, $TESSERA_TOKEN_FILE, or ./data/admin.token)");
-  if (output) c->add_option("-o,--output", f.output, "json | yaml | wide");
+  if (output) c->add_option("-o,--output", f.output, "json | yaml | wide (get: also name)");
 }
 
 // ---- bench-submit ----
@@ -780,8 +789,16 @@ void AddClientCommands(CLI::App& app) {
     c->add_option("--limit", *limit, "at most this many (events: the newest)");
     AddCommon(c, *f);
     c->callback([f, what, name, queue, state, limit] {
-      if (!ValidOutput(*f)) return;
       std::string k = *what;
+      // kubectl's -o name: KIND/NAME per line, for scripts (`tessera cancel` takes job/NAME).
+      const bool names_only = f->output == "name";
+      if (names_only && k == "events") {
+        std::fprintf(stderr, "error: -o name: events have no name\n");
+        SetExitCode(2);
+        return;
+      }
+      if (names_only) f->output.clear();
+      if (!ValidOutput(*f)) return;
       bool jobs = k == "jobs" || k == "job";
       if (!jobs && (!queue->empty() || !state->empty())) {
         std::fprintf(stderr, "error: --queue and --state filter jobs only, not %s\n", k.c_str());
@@ -834,6 +851,16 @@ void AddClientCommands(CLI::App& app) {
       if (items.empty() && !name->empty()) {
         std::fprintf(stderr, "error: %s \"%s\" not found\n", plural.c_str(), name->c_str());
         SetExitCode(1);
+        return;
+      }
+      if (names_only) {
+        const char* singular = jobs                     ? "job"
+                               : k.starts_with("node")  ? "node"
+                               : k.starts_with("queue") ? "queue"
+                               : k == "pools"           ? "pool"
+                               : k.starts_with("token") ? "token"
+                                                        : "priorityclass";
+        for (const auto& x : items) std::printf("%s/%s\n", singular, S(x, "name").c_str());
         return;
       }
       // A named object alone, as kubectl prints it; a list otherwise.
@@ -943,7 +970,7 @@ void AddClientCommands(CLI::App& app) {
     c->callback([f, kind, name] {
       if (!ValidOutput(*f)) return;
       if (kind->starts_with("node")) return DescribeNode(*f, *name);
-      auto r = Call(*f, "GET", "/v1/jobs/" + Esc(*name) + "/describe");
+      auto r = Call(*f, "GET", "/v1/jobs/" + Esc(JobArg(*name)) + "/describe");
       if (!Check(*f, r)) return;
       if (PrintStructured(*f, r.body)) return;
       const Json& j = r.body;
@@ -1087,11 +1114,11 @@ void AddClientCommands(CLI::App& app) {
   {
     auto names = std::make_shared<std::vector<std::string>>();
     CLI::App* c = app.add_subcommand("cancel", "cancel jobs (SIGTERM, grace period, SIGKILL)");
-    c->add_option("names", *names, "job names")->required();
+    c->add_option("names", *names, "job names (NAME or job/NAME)")->required();
     AddCommon(c, *f, false);
     c->callback([f, names] {
       for (const auto& n : *names) {
-        auto r = Call(*f, "POST", "/v1/jobs/" + Esc(n) + "/cancel");
+        auto r = Call(*f, "POST", "/v1/jobs/" + Esc(JobArg(n)) + "/cancel");
         if (!Check(*f, r)) continue;
         // A job array's name cancels every unfinished job of it: one line each.
         const Json items = r.body.contains("items") ? r.body["items"] : Json::array({r.body});
@@ -1109,11 +1136,11 @@ void AddClientCommands(CLI::App& app) {
         what, std::string(what) == "hold"
                   ? "hold pending jobs: not scheduled until released (scontrol hold)"
                   : "release held jobs: scheduled again (scontrol release)");
-    c->add_option("names", *names, "job names")->required();
+    c->add_option("names", *names, "job names (NAME or job/NAME)")->required();
     AddCommon(c, *f, false);
     c->callback([f, names, what] {
       for (const auto& n : *names) {
-        auto r = Call(*f, "POST", "/v1/jobs/" + Esc(n) + "/" + what);
+        auto r = Call(*f, "POST", "/v1/jobs/" + Esc(JobArg(n)) + "/" + what);
         if (!Check(*f, r)) continue;
         // A job array's name holds or releases its jobs: one line each.
         const Json items = r.body.contains("items") ? r.body["items"] : Json::array({r.body});
@@ -1300,6 +1327,7 @@ void AddClientCommands(CLI::App& app) {
         ->excludes("--previous");
     AddCommon(c, *f, false);
     c->callback([f, job, task, stream, follow, previous, pinned] {
+      *job = JobArg(*job);
       std::string base =
           "/v1/jobs/" + Esc(*job) + "/logs?task=" + std::to_string(*task) + "&stream=" + *stream;
       if (*previous) {

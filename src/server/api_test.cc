@@ -1072,6 +1072,12 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   EXPECT_EQ(out_jobs.substr(out_jobs.find('\n') + 1).substr(out_jobs.find("REASON")), "Held\n")
       << out_jobs;
   ASSERT_TRUE(cp_->Hold(kAdmin, "a3", false).ok());
+  // kubectl's -o name, which the job commands take back.
+  EXPECT_EQ(run("get jobs -o name"), (std::pair<int, std::string>{0, "job/a1\njob/a2\njob/a3\n"}));
+  EXPECT_EQ(run("get queues debug -o name"), (std::pair<int, std::string>{0, "queue/debug\n"}));
+  EXPECT_EQ(run("get events -o name").first, 2);
+  EXPECT_EQ(run("hold job/a3"), (std::pair<int, std::string>{0, "job/a3 held\n"}));
+  EXPECT_EQ(run("release jobs/a3"), (std::pair<int, std::string>{0, "job/a3 released\n"}));
   // A name picks one object of every kind; structured, it is the object itself (kubectl).
   auto [rc_q, out_q] = CaptureCommand(cli + "get queues debug" + server + " -o json");
   ASSERT_EQ(rc_q, 0) << out_q;
