@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -16,11 +15,10 @@
 #include <sstream>
 #include <thread>
 
+#include "common/capture_command.h"
 #include "common/rng.h"
 #include "model/codec.h"
 #include "store/etcd_test_process.h"
-
-extern char** environ;
 
 namespace tessera::server {
 namespace {
@@ -50,17 +48,10 @@ class ServerProcess {
         binary_,    "server",      "--data-dir",  dir_,
         "--listen", "127.0.0.1:0", "--bootstrap", src + "/examples/seed"};
     args.insert(args.end(), extra_.begin(), extra_.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    std::string log =
-        (std::filesystem::path(dir_).parent_path() / "server.log").string();  // beside the data dir
-    posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int rc = posix_spawn(&pid_, binary_.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    return rc == 0;
+    // stderr beside the data dir
+    pid_ = SpawnInBackground(std::move(args),
+                             (std::filesystem::path(dir_).parent_path() / "server.log").string());
+    return pid_ > 0;
   }
   bool WaitReady() {
     for (int i = 0; i < 300; ++i) {

@@ -7,7 +7,6 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
+#include "common/capture_command.h"
 
 namespace tessera::store::testing {
 
@@ -103,20 +102,8 @@ class EtcdProcess {
                                      "--log-outputs",
                                      log()};
     args.insert(args.end(), extra_.begin(), extra_.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, (dir_ + "/stderr.log").c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-      pid_ = -1;
-      return false;
-    }
+    pid_ = SpawnInBackground(std::move(args), dir_ + "/stderr.log", "/dev/null");
+    if (pid_ < 0) return false;
     httplib::Client c(client);
     c.set_connection_timeout(std::chrono::milliseconds(200));
     c.set_read_timeout(std::chrono::milliseconds(1000));

@@ -4,9 +4,7 @@
 // exit codes, output, cancel, and a kill -9 of the server mid-run (no loss, no duplicate).
 // Under ctest the cluster is the slurm_cluster fixture; run directly, this binary starts and
 // stops it. Skips, saying why, where Slurm cannot run.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,8 +24,6 @@
 
 #include "backends/slurm/live_cluster.h"
 #include "common/capture_command.h"
-
-extern char** environ;
 
 namespace tessera::slurm {
 namespace {
@@ -72,15 +68,8 @@ class Server {
                                      ClusterDir() + "/slurm.conf",
                                      "--slurm-sync-seconds",
                                      "1"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return false;
+    pid_ = SpawnInBackground(std::move(args), log_);
+    if (pid_ < 0) return false;
     for (int i = 0; i < 300; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       url_ = Trim(ReadFile(data_ + "/server.url"));
