@@ -175,13 +175,8 @@ TEST(ServerIntegration, AuthConfigNamingAnUnknownQueueIsRefusedAtStart) {
   const std::string cmd = std::string("timeout 60 ") + binary + " server --data-dir " +
                           (base / "data").string() + " --listen 127.0.0.1:0 --bootstrap " + src +
                           "/examples/seed --auth-config " + cfg + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  const int status = ::pclose(p);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124) << out;
+  const auto [status, out] = CaptureCommand(cmd);  // -1: did not exit normally
+  EXPECT_TRUE(status > 0 && status != 124) << out;
   EXPECT_NE(out.find("token \"alice\": queues: unknown queue \"nosuchq\" (known: "),
             std::string::npos)
       << out;
