@@ -468,15 +468,23 @@ Event& ControlPlane::AddEvent(std::vector<store::Op>& ops, const std::string& ty
   return stored;
 }
 
-void ControlPlane::TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j, size_t budget) {
-  size_t max = options_.max_events_per_job;
-  if (max == 0 || j.events.size() <= max || budget == 0) return;
-  size_t drop = std::min(j.events.size() - max, budget);
-  for (size_t i = 0; i < drop; ++i) {
+size_t ControlPlane::ExcessEvents(const JobRecord& j) const {
+  const size_t max = options_.max_events_per_job;
+  return max == 0 || j.events.size() <= max ? 0 : j.events.size() - max;
+}
+
+void ControlPlane::DropOldestEvents(std::vector<store::Op>& ops, JobRecord& j, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
     events_.erase(j.events[i]);
     ops.push_back(store::Op::Delete("events/" + Pad(j.events[i], 16)));
   }
-  j.events.erase(j.events.begin(), j.events.begin() + static_cast<ptrdiff_t>(drop));
+  j.events.erase(j.events.begin(), j.events.begin() + static_cast<ptrdiff_t>(n));
+}
+
+void ControlPlane::TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j) {
+  const size_t drop = ExcessEvents(j);
+  if (drop == 0) return;
+  DropOldestEvents(ops, j, drop);
   ops.push_back(EventSeqOp());
 }
 
@@ -497,12 +505,8 @@ Status ControlPlane::ShedEventsToFit(JobRecord& j) {
   const size_t fixed = 1 + j.allocations.size() + 4;
   while (fixed < max && j.events.size() > max - fixed) {
     std::vector<store::Op> ops;
-    const size_t drop = std::min(j.events.size() - (max - fixed), max - 1);  // + the counter
-    for (size_t i = 0; i < drop; ++i) {
-      events_.erase(j.events[i]);
-      ops.push_back(store::Op::Delete("events/" + Pad(j.events[i], 16)));
-    }
-    j.events.erase(j.events.begin(), j.events.begin() + static_cast<ptrdiff_t>(drop));
+    // (One write of the transaction is the event counter.)
+    DropOldestEvents(ops, j, std::min(j.events.size() - (max - fixed), max - 1));
     ops.push_back(EventSeqOp());
     TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   }
@@ -518,8 +522,7 @@ size_t ControlPlane::CompactEvents(bool per_job) {
   if (per_job)
     for (auto& [id, j] : jobs_) {
       if (ops.size() >= budget) break;
-      TrimJobEvents(ops, j, budget - ops.size());
-      if (!ops.empty() && ops.back().key == "counters/events") ops.pop_back();  // added once, below
+      DropOldestEvents(ops, j, std::min(ExcessEvents(j), budget - ops.size()));
     }
   const int64_t cutoff = Now() - options_.event_ttl_seconds;
   while (!events_.empty() && ops.size() < budget) {

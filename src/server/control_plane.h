@@ -406,10 +406,12 @@ class ControlPlane {
   // Helpers below run with mu_ held.
   Event& AddEvent(std::vector<store::Op>& ops, const std::string& type, const std::string& reason,
                   const std::string& object, const std::string& message);
-  // Drops a job's oldest events beyond max_events_per_job.
-  // Drops the job's oldest events beyond --max-events-per-job, at most `budget` of them.
-  void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j,
-                     size_t budget = std::numeric_limits<size_t>::max());
+  // Drops a job's oldest events beyond max_events_per_job, with the event counter.
+  void TrimJobEvents(std::vector<store::Op>& ops, JobRecord& j);
+  // How many events the job has beyond --max-events-per-job.
+  size_t ExcessEvents(const JobRecord& j) const;
+  // Drops the job's `n` oldest events, from memory and (ops) the store.
+  void DropOldestEvents(std::vector<store::Op>& ops, JobRecord& j, size_t n);
   // The writes one store transaction may carry, at most `want` (Store::MaxWritesPerTxn).
   size_t WriteBudget(size_t want) const;
   // Deleting a job is one transaction of its record, allocations and events: on a store that
