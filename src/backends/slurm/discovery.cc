@@ -89,10 +89,10 @@ std::vector<Node> NodesFromSlurm(const std::vector<SlurmNode>& nodes,
     bool any_up = false;
     for (const std::string& p : parts) {
       auto it = partitions.find(p);
-      if (it == partitions.end() || Upper(it->second.state) == "UP") {
+      if (it == partitions.end() || it->second.state == "UP") {
         any_up = true;
       } else {
-        down += (down.empty() ? "" : ",") + p + "=" + Upper(it->second.state);
+        down += (down.empty() ? "" : ",") + p + "=" + it->second.state;
       }
     }
     if (!any_up) n.labels["slurm.partition.down"] = down;
