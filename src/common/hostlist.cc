@@ -89,4 +89,52 @@ std::string JoinHostlist(const std::vector<std::string>& hosts) {
   return s;
 }
 
+namespace {
+
+// "gpu007" -> {"gpu", "007"}; a name not ending in a digit has no number.
+std::pair<std::string, std::string> SplitTrailingNumber(const std::string& name) {
+  size_t i = name.size();
+  while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9') --i;
+  // Past 18 digits the value would not fit an int64; such a name stays whole.
+  if (name.size() - i > 18) i = name.size();
+  return {name.substr(0, i), name.substr(i)};
+}
+
+bool Padded(const std::string& num) { return num.size() > 1 && num[0] == '0'; }
+
+}  // namespace
+
+std::string CompressHostlist(const std::vector<std::string>& hosts) {
+  std::string out;
+  for (size_t i = 0; i < hosts.size();) {
+    auto [prefix, num] = SplitTrailingNumber(hosts[i]);
+    // The neighbours that can share this name's bracket: same prefix, and a number that
+    // ExpandHostlist writes back the same (it pads to the width of a range's low end).
+    std::vector<std::string> nums{num};
+    size_t j = i + 1;
+    for (; !num.empty() && j < hosts.size(); ++j) {
+      auto [p, n] = SplitTrailingNumber(hosts[j]);
+      if (p != prefix || n.empty()) break;
+      if ((Padded(n) || Padded(num)) && n.size() != num.size()) break;
+      nums.push_back(n);
+    }
+    if (!out.empty()) out += ",";
+    if (nums.size() == 1) {
+      out += hosts[i];
+    } else {
+      std::string ranges;
+      for (size_t k = 0; k < nums.size();) {
+        size_t end = k;
+        while (end + 1 < nums.size() && std::stoll(nums[end + 1]) == std::stoll(nums[end]) + 1)
+          ++end;
+        ranges += (ranges.empty() ? "" : ",") + nums[k] + (end > k ? "-" + nums[end] : "");
+        k = end + 1;
+      }
+      out += prefix + "[" + ranges + "]";
+    }
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace tessera

@@ -19,5 +19,11 @@ StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& expr,
                                                   size_t max_names = 100000);
 // The inverse, as a plain comma-separated list (Slurm accepts it).
 std::string JoinHostlist(const std::vector<std::string>& hosts);
+// The inverse in Slurm's compact form, as SLURM_JOB_NODELIST carries it: neighbours that
+// differ only in a trailing number share one bracket, ascending runs as ranges
+// ({gpu1,gpu2,gpu3,gpu5,cpu1} -> "gpu[1-3,5],cpu1"), zero padding kept. The order is kept,
+// not sorted as Slurm does: scripts take the first name as the rank-0 host.
+// ExpandHostlist(CompressHostlist(h)) == h.
+std::string CompressHostlist(const std::vector<std::string>& hosts);
 
 }  // namespace tessera

@@ -27,6 +27,32 @@ TEST(Hostlist, ExpandAndJoin) {
   EXPECT_EQ(JoinHostlist({"node1", "node3"}), "node1,node3");
 }
 
+// SLURM_JOB_NODELIST's form: neighbours share a bracket, order kept, and it reads back.
+TEST(Hostlist, CompressesInOrderAndReadsBack) {
+  struct Case {
+    std::vector<std::string> hosts;
+    std::string want;
+  } cases[] = {
+      {{}, ""},
+      {{"node1"}, "node1"},
+      {{"gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-5"}, "gpu-node-[1-3,5]"},
+      {{"n9", "n10", "n11"}, "n[9-11]"},
+      {{"n08", "n09", "n10", "n7"}, "n[08-10],n7"},  // a different width starts a new name
+      {{"n3", "n1", "n2"}, "n[3,1-2]"},              // the first stays first
+      {{"login", "gpu1", "gpu2", "cpu1"}, "login,gpu[1-2],cpu1"},
+      {{"a1-ib", "a2-ib"}, "a1-ib,a2-ib"},  // only a trailing number is shared
+      {{"x1234567890123456789", "x1234567890123456790"},
+       "x1234567890123456789,x1234567890123456790"},  // too long for a number: kept whole
+  };
+  for (const Case& c : cases) {
+    const std::string got = CompressHostlist(c.hosts);
+    EXPECT_EQ(got, c.want);
+    auto back = ExpandHostlist(got);
+    ASSERT_TRUE(back.ok()) << got;
+    EXPECT_EQ(*back, c.hosts) << got;
+  }
+}
+
 TEST(Hostlist, RefusesWhatItCannotRead) {
   struct Case {
     std::string expr, words;

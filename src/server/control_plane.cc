@@ -3420,7 +3420,7 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
     env["SLURM_JOB_ID"] = std::to_string(j.seq);
     env["SLURM_JOBID"] = env["SLURM_JOB_ID"];
     env["SLURM_JOB_NAME"] = j.spec.array ? j.spec.array->name : j.id();  // an array's: -J
-    env["SLURM_JOB_NODELIST"] = Join(nodes, ",");
+    env["SLURM_JOB_NODELIST"] = CompressHostlist(nodes);
     env["SLURM_NODELIST"] = env["SLURM_JOB_NODELIST"];
     env["SLURM_JOB_NUM_NODES"] = std::to_string(j.spec.job.TaskCount());
     env["SLURM_NODEID"] = std::to_string(task);

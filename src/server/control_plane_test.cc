@@ -691,7 +691,7 @@ TEST_F(ControlPlaneTest, SbatchTasksGetSlurmsEnvironment) {
   }
   EXPECT_EQ(env["0"]["SLURM_JOB_ID"], env["1"]["SLURM_JOB_ID"]);
   const std::string list = env["0"]["SLURM_JOB_NODELIST"];
-  EXPECT_TRUE(list == "node-a,node-b" || list == "node-b,node-a") << list;
+  EXPECT_TRUE(list == "node-a,node-b" || list == "node-b,node-a") << list;  // no shared number
   // Each copy of the script knows its own node, as under slurmd.
   EXPECT_NE(env["0"]["SLURMD_NODENAME"], env["1"]["SLURMD_NODENAME"]);
   EXPECT_NE(list.find(env["0"]["SLURMD_NODENAME"].get<std::string>()), std::string::npos);
