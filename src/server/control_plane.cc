@@ -645,10 +645,9 @@ StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& gi
   {
     std::lock_guard<std::mutex> l(mu_);
     id = ByJobId(given);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || !Visible(p, it->second))
-      return NotFound("job \"" + given + "\" not found");
-    JobRecord& j = it->second;
+    auto found = VisibleJob(p, id, given);
+    if (!found.ok()) return found.status();
+    JobRecord& j = **found;
     if (IsTerminal(j.state)) {
       if (const Allocation* a = StillHolding(j))
         return FailedPrecondition("job \"" + id + "\" has a task still stopping on node " +
@@ -837,6 +836,14 @@ Status ControlPlane::Delete(const Principal& p, const std::string& kind, const s
 
 bool ControlPlane::Visible(const Principal& p, const JobRecord& j) const {
   return p.MayUseQueue(j.spec.job.queue);
+}
+
+StatusOr<JobRecord*> ControlPlane::VisibleJob(const Principal& p, const std::string& id,
+                                              const std::string& given) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !Visible(p, it->second))
+    return NotFound("job \"" + given + "\" not found");
+  return &it->second;
 }
 
 const std::vector<std::string>* ControlPlane::AllowedPriorityClasses(
@@ -1537,11 +1544,9 @@ std::string ControlPlane::ByJobId(const std::string& id, bool whole_array) const
 
 StatusOr<Json> ControlPlane::GetJob(const Principal& p, const std::string& given, bool describe) {
   std::lock_guard<std::mutex> l(mu_);
-  const std::string id = ByJobId(given);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || !Visible(p, it->second))
-    return NotFound("job \"" + given + "\" not found");
-  return JobView(it->second, describe);
+  auto found = VisibleJob(p, ByJobId(given), given);
+  if (!found.ok()) return found.status();
+  return JobView(**found, describe);
 }
 
 StatusOr<Json> ControlPlane::ListJobs(const Principal& p, const ListOptions& o) {
@@ -1612,9 +1617,9 @@ StatusOr<Json> ControlPlane::Cancel(const Principal& p, const std::string& given
     Kick();
     return Json{{"name", id}, {"items", items}};
   }
-  if (it == jobs_.end() || !Visible(p, it->second))
-    return NotFound("job \"" + given + "\" not found");
-  JobRecord& j = it->second;
+  auto found = VisibleJob(p, id, given);
+  if (!found.ok()) return found.status();
+  JobRecord& j = **found;
   if (IsTerminal(j.state))
     return FailedPrecondition("job \"" + id + "\" already finished (" +
                               std::string(JobStateName(j.state)) + "); `tessera delete job " + id +
@@ -1704,9 +1709,9 @@ StatusOr<Json> ControlPlane::Hold(const Principal& p, const std::string& given, 
     if (!hold) Kick();
     return Json{{"name", id}, {"items", items}};
   }
-  if (it == jobs_.end() || !Visible(p, it->second))
-    return NotFound("job \"" + given + "\" not found");
-  JobRecord& j = it->second;
+  auto found = VisibleJob(p, id, given);
+  if (!found.ok()) return found.status();
+  JobRecord& j = **found;
   if (hold && j.state != JobState::kPending)
     return FailedPrecondition(
         "job \"" + id + "\" is " + JobStateName(j.state) + ": only a pending job can be held" +
@@ -1728,10 +1733,9 @@ StatusOr<Json> ControlPlane::Scale(const Principal& p, const std::string& given,
                            " (the tasks a job may have), got " + std::to_string(replicas));
   std::lock_guard<std::mutex> l(mu_);
   const std::string id = ByJobId(given);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || !Visible(p, it->second))
-    return NotFound("job \"" + given + "\" not found");
-  JobRecord& j = it->second;
+  auto found = VisibleJob(p, id, given);
+  if (!found.ok()) return found.status();
+  JobRecord& j = **found;
   Job& job = j.spec.job;
   // A Deployment is one task group of independent replicas; a gang's size is part of what
   // its program was written for, so only Deployments scale (as kubectl scale).
@@ -1806,10 +1810,9 @@ StatusOr<Json> ControlPlane::ListEvents(const Principal& p, const std::string& j
     return it != jobs_.end() && Visible(p, it->second);
   };
   if (!of_job.empty()) {
-    auto it = jobs_.find(of_job);
-    if (it == jobs_.end() || !Visible(p, it->second))
-      return NotFound("job \"" + of_job + "\" not found");
-    for (int64_t s : it->second.events)
+    auto found = VisibleJob(p, of_job, of_job);
+    if (!found.ok()) return found.status();
+    for (int64_t s : (*found)->events)
       if (const Event& e = events_.at(s); s > after && items.size() < limit && wanted(e))
         items.push_back(EventToJson(e));
   } else {
@@ -2216,10 +2219,9 @@ StatusOr<ControlPlane::LogsSource> ControlPlane::LogsSourceOf(const Principal& p
                                                               const std::string& stream) {
   std::lock_guard<std::mutex> l(mu_);
   const std::string id = ByJobId(given);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || !Visible(p, it->second))
-    return NotFound("job \"" + given + "\" not found");
-  const JobRecord& j = it->second;
+  auto found = VisibleJob(p, id, given);
+  if (!found.ok()) return found.status();
+  const JobRecord& j = **found;
   if (task < 0 || task >= j.spec.job.TaskCount())
     return InvalidArgument("task: job \"" + id + "\" has " +
                            std::to_string(j.spec.job.TaskCount()) + " task(s)");

@@ -543,6 +543,10 @@ class ControlPlane {
   const JobRecord* JobBySeq(int64_t seq) const;  // the job of that sbatch number (nullptr: none)
   // The elements of the job array named `name` that `p` may see (none: no such array).
   std::vector<JobRecord*> VisibleArray(const Principal& p, const std::string& name);
+  // The job `id` (already through ByJobId) if `p` may see it, else NotFound naming `given`:
+  // a job in a queue the caller cannot see reads exactly as a missing one.
+  StatusOr<JobRecord*> VisibleJob(const Principal& p, const std::string& id,
+                                  const std::string& given);
   // Pending elements held back by their array's throttle (--array=...%N) at `now`: past the
   // elements that run (Scheduled, Running, Terminating) and, in index order, the pending ones
   // nothing else holds back, up to N. Of `array` only, or of every array (0).
