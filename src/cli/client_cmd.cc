@@ -159,6 +159,11 @@ bool Check(const ClientFlags& f, const Response& r) {
     }
   }
   std::fprintf(stderr, "Error from server (%s): %s\n", code.c_str(), msg.c_str());
+  // A server started with its own --data-dir writes its admin token there, not in ./data.
+  if (r.status == 401 && Token(f).empty())
+    std::fprintf(stderr,
+                 "hint: no token was sent: give --token, $TESSERA_TOKEN or $TESSERA_TOKEN_FILE "
+                 "(`tessera server` writes its admin token to DATA_DIR/admin.token)\n");
   SetExitCode(1);
   return false;
 }

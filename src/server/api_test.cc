@@ -1049,6 +1049,27 @@ TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
 
 // `tessera get` filters every kind as it says (or refuses a filter it cannot apply),
 // `submit` reads every file before it sends any, `delete` removes queues and revokes tokens.
+// A 401 with no token sent says where one comes from (a server with its own --data-dir
+// keeps its admin token there, where the CLI does not look).
+TEST_F(ApiTest, CliWithoutATokenSaysWhereOneComesFrom) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  const std::string bare = (std::filesystem::path(dir_) / "no-token-here").string();
+  std::filesystem::create_directories(bare);
+  const std::string cmd = "cd '" + bare + "' && env -u TESSERA_TOKEN -u TESSERA_TOKEN_FILE " + bin +
+                          " get jobs --server " + api_->url();
+  auto [rc, out] = CaptureCommand(cmd + " 2>&1");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("Error from server (Unauthenticated)"), std::string::npos) << out;
+  EXPECT_NE(out.find("hint: no token was sent"), std::string::npos) << out;
+  EXPECT_NE(out.find("DATA_DIR/admin.token"), std::string::npos) << out;
+  // A token that was sent and refused gets no hint: the problem is the token.
+  auto [rc2, out2] = CaptureCommand(cmd + " --token wrong-token-0123456789 2>&1");
+  EXPECT_EQ(rc2, 1) << out2;
+  EXPECT_EQ(out2.find("hint:"), std::string::npos) << out2;
+}
+
 TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   const char* bin = std::getenv("TESSERA_BINARY");
   if (bin == nullptr || !std::filesystem::exists(bin))
