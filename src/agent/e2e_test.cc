@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -253,6 +254,17 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
   auto anon = direct.Get("/v1/logs/" + alloc);
   ASSERT_TRUE(anon) << logs_url;
   EXPECT_EQ(anon->status, 401) << anon->body;
+  // describe shows who the task runs as, as its agent reported it: the agent's own user here.
+  const passwd* me = ::getpwuid(::getuid());
+  ASSERT_NE(me, nullptr);
+  std::string described;
+  ASSERT_TRUE(WaitFor([&] {
+    described = CaptureCommand(bin_ + " describe job e2e-run --server " + url_ + " --token " +
+                               admin_ + " 2>&1")
+                    .second;
+    return described.find(std::string(" ") + me->pw_name + "   Running") != std::string::npos;
+  })) << described;
+  EXPECT_NE(described.find("DEVICES   USER"), std::string::npos) << described;
   // A job without workingDir runs in its task's own folder on the node, not a shared one.
   EXPECT_NE(Call("GET", "/v1/jobs/e2e-run/logs?task=0")
                 ->body.find("hello-e2e in " + (dir_ / "agent" / "tasks").string() + "/"),

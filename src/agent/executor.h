@@ -72,6 +72,10 @@ struct TaskStatus {
   int64_t finished_at = 0;
   std::string message;
   bool stopping = false;  // SIGTERM sent
+  // Who the task runs as, once decided (uid -1: not yet, or it failed before): reported so
+  // that `describe` shows the identity chosen, not only the one asked for.
+  int64_t uid = -1, gid = -1;
+  std::string user;  // "" for a uid the node's user database does not know
   std::vector<DeviceAssignment> devices;
 };
 

@@ -1079,11 +1079,16 @@ void AddClientCommands(CLI::App& app) {
       if (j["allocations"].empty()) std::printf("  <none>\n");
       std::vector<std::vector<std::string>> rows;
       for (const auto& a : j["allocations"]) {
+        // Who it ran as, as its agent reported (Run as: above is what was asked).
+        const Json ran = a.value("runAs", Json::object());
+        const std::string user = !ran.contains("uid")     ? "<unknown>"
+                                 : S(ran, "user").empty() ? "uid " + S(ran, "uid")
+                                                          : S(ran, "user");
         rows.push_back({"  " + S(a, "id"), S(a, "task"), S(a, "attempt"), S(a["placement"], "node"),
-                        DeviceIndices(a["placement"]), S(a, "state"), S(a, "message")});
+                        DeviceIndices(a["placement"]), user, S(a, "state"), S(a, "message")});
       }
       if (!rows.empty())
-        Table({"  ID", "TASK", "ATTEMPT", "NODE", "DEVICES", "STATE", "MESSAGE"}, rows);
+        Table({"  ID", "TASK", "ATTEMPT", "NODE", "DEVICES", "USER", "STATE", "MESSAGE"}, rows);
       PrintEventsSection(j["events"]);
     });
   }

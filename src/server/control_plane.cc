@@ -317,6 +317,11 @@ Status ControlPlane::Load() {
       if (!run_as.ok()) return run_as.status();
       a.run_as = std::move(*run_as);
     }
+    if (const auto r = j.find("runAs"); r != j.end() && r->is_object()) {
+      a.ran_uid = r->value("uid", int64_t{-1});
+      a.ran_gid = r->value("gid", int64_t{-1});
+      a.ran_user = r->value("user", "");
+    }
     auto it = jobs_.find(a.job);
     if (it != jobs_.end()) it->second.allocations.push_back(a.id);
     int64_t n = std::strtoll(a.id.c_str() + 2, nullptr, 10);
@@ -435,6 +440,7 @@ Json ControlPlane::AllocView(const Allocation& a) const {
   if (a.cpu_limit_milli > 0) o["cpuLimitMilli"] = a.cpu_limit_milli;
   if (a.memory_limit_bytes > 0) o["memoryLimitBytes"] = a.memory_limit_bytes;
   if (!a.run_as.empty()) o["securityContext"] = RunAsToJson(a.run_as);
+  if (a.ran_uid >= 0) o["runAs"] = {{"uid", a.ran_uid}, {"gid", a.ran_gid}, {"user", a.ran_user}};
   return o;
 }
 
@@ -2786,10 +2792,25 @@ Status CheckHeartbeatTypes(const Json& body) {
                                      {"powerMilliwatts", kNumber},
                                      {"healthy", kBool}}));
   if (body.contains("tasks") && body["tasks"].is_array())
-    for (size_t i = 0; i < body["tasks"].size(); ++i)
+    for (size_t i = 0; i < body["tasks"].size(); ++i) {
+      const Json& t = body["tasks"][i];
+      const std::string path = "tasks[" + std::to_string(i) + "]";
       TESSERA_RETURN_IF_ERROR(check(
-          body["tasks"][i], "tasks[" + std::to_string(i) + "]",
+          t, path,
           {{"state", kString}, {"exitCode", kNumber}, {"message", kString}, {"reason", kString}}));
+      if (!t.contains("runAs")) continue;
+      const Json& r = t["runAs"];
+      TESSERA_RETURN_IF_ERROR(
+          check(r, path + ".runAs", {{"uid", kNumber}, {"gid", kNumber}, {"user", kString}}));
+      for (const char* id : {"uid", "gid"})
+        if (!r.contains(id) || !r[id].is_number_integer() || r[id].get<int64_t>() < 0 ||
+            r[id].get<int64_t>() > std::numeric_limits<uint32_t>::max())
+          return InvalidArgument(path + ".runAs." + id + ": expected a Unix id (0.." +
+                                 std::to_string(std::numeric_limits<uint32_t>::max()) + "), got " +
+                                 (r.contains(id) ? r[id].dump() : "nothing"));
+      if (r.value("user", "").size() > 256)
+        return InvalidArgument(path + ".runAs.user: longer than 256 characters");
+    }
   return Status::Ok();
 }
 
@@ -2849,6 +2870,7 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
     }
   }
   std::set<std::string> reported;
+  std::vector<const Allocation*> ran_as_changed;
   if (body.contains("tasks") && body["tasks"].is_array()) {
     for (const auto& t : body["tasks"]) {
       if (!t.is_object() || !t.contains("allocation") || !t["allocation"].is_string()) continue;
@@ -2858,6 +2880,16 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
       if (ai == allocations_.end() || ai->second.placement.node != node_name) continue;
       Allocation& a = ai->second;
       if (state == "running") reported.insert(aid);
+      if (const auto r = t.find("runAs"); r != t.end()) {
+        const int64_t uid = r->value("uid", int64_t{-1}), gid = r->value("gid", int64_t{-1});
+        const std::string user = r->value("user", "");
+        if (uid != a.ran_uid || gid != a.ran_gid || user != a.ran_user) {
+          a.ran_uid = uid;
+          a.ran_gid = gid;
+          a.ran_user = user;
+          ran_as_changed.push_back(&a);  // written below unless this heartbeat writes it anyway
+        }
+      }
       auto ji = jobs_.find(a.job);
       // The job has started once a task of its attempt runs, also one that was over before
       // any heartbeat saw it running (a quick task: it went from assigned to final).
@@ -2947,6 +2979,11 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
       }
     }
   }
+  // (Once per key: etcd refuses a transaction that writes one key twice.)
+  for (const Allocation* a : ran_as_changed)
+    if (std::none_of(ops.begin(), ops.end(),
+                     [&](const store::Op& op) { return op.key == "allocs/" + a->id; }))
+      ops.push_back(AllocOp(*a));
   // Allocations being stopped that the agent no longer runs are gone.
   for (Allocation* each : AllocationsOn(node_name)) {
     Allocation& a = *each;

@@ -938,6 +938,35 @@ TEST_F(ControlPlaneTest, AHeartbeatWithAWronglyTypedFieldChangesNothing) {
   EXPECT_EQ(State("j"), "Running") << "the failure in the same body was not taken either";
 }
 
+// The identity an agent reports a task runs as is kept with the allocation (describe shows
+// it beside what was asked), survives a restart, and a malformed one is refused, named.
+TEST_F(ControlPlaneTest, TheIdentityATaskRunsAsIsKeptWithItsAllocation) {
+  const int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("j", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const std::string id = Beat("node-a", epoch)["allocations"][0]["allocation"];
+  Json t = Task(id, "running");
+  t["runAs"] = {{"uid", 1000}, {"gid", 100}, {"user", "alice"}};
+  Beat("node-a", epoch, Json::array({t}));  // its first report: running, and as whom
+  const Json want = {{"uid", 1000}, {"gid", 100}, {"user", "alice"}};
+  EXPECT_EQ(Job("j")["allocations"][0]["runAs"], want);
+  EXPECT_EQ(State("j"), "Running");
+  Reopen();
+  EXPECT_EQ(Job("j")["allocations"][0]["runAs"], want);
+  for (const auto& [bad, why] : std::vector<std::pair<Json, std::string>>{
+           {{{"uid", -1}, {"gid", 100}},
+            "tasks[0].runAs.uid: expected a Unix id (0..4294967295), got -1"},
+           {{{"uid", 1}}, "tasks[0].runAs.gid: expected a Unix id (0..4294967295), got nothing"},
+           {{{"uid", 1}, {"gid", 1}, {"user", 7}}, "tasks[0].runAs.user: expected a string, got 7"},
+           {"root", "tasks[0].runAs: expected an object"}}) {
+    Json b = Task(id, "running");
+    b["runAs"] = bad;
+    auto r = cp_->Heartbeat(kAdmin, "node-a", Json{{"epoch", epoch}, {"tasks", Json::array({b})}});
+    EXPECT_EQ(r.status().message(), why);
+  }
+  EXPECT_EQ(Job("j")["allocations"][0]["runAs"], want);
+}
+
 // A node its agent registers runs at most 110 tasks unless it says otherwise (kubelet's
 // maxPods): a job of 100,000 10m-CPU tasks must not swamp one agent. (Nodes registered
 // otherwise, e.g. a Slurm pool's, have no such limit.)
