@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "common/status.h"
@@ -40,6 +41,13 @@ class Backend {
   virtual StatusOr<std::string> LogFile(const spec::JobSpec& job, const Dispatch& d,
                                         const std::string& stream) const {
     return std::string();
+  }
+  // Nodes of this pool that would refuse `job` whatever is free there (a Slurm partition's
+  // AllowAccounts, AllowGroups, AllowQos...), each with why: the engine keeps the job off
+  // them. Called with the control plane's lock held, for every pending job each cycle:
+  // answer from what is known, never wait.
+  virtual std::map<std::string, std::string> RefusingNodes(const spec::JobSpec& job) const {
+    return {};
   }
 };
 

@@ -3176,8 +3176,26 @@ void ControlPlane::Loop() {
   }
 }
 
+namespace {
+
+// Keeps a job's tasks off `nodes`: hostname NotIn them, ANDed into every required node
+// affinity term of the job's placement and of each group's own (one term if none).
+void KeepOff(Job& job, const std::vector<std::string>& nodes) {
+  const NodeSelectorRequirement off{kHostnameLabel, NodeSelectorRequirement::Op::kNotIn, nodes};
+  auto add = [&](Placement& p) {
+    if (p.affinity.required.empty()) p.affinity.required.emplace_back();
+    for (NodeSelectorTerm& t : p.affinity.required) t.match_expressions.push_back(off);
+  };
+  add(job.placement);
+  for (TaskGroup& g : job.groups)
+    if (g.placement) add(*g.placement);
+}
+
+}  // namespace
+
 Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
-                                     std::vector<Binding>* in_place) const {
+                                     std::vector<Binding>* in_place,
+                                     std::map<std::string, std::string>* refused) const {
   Snapshot s;
   for (const auto& [name, n] : nodes_) {
     s.nodes.push_back(n.node);
@@ -3244,7 +3262,29 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
     if (pending) {
       // Backing off after a failure (RestartJob), or lost with a node whose agent may still
       // be stopping its tasks: nothing of it to place yet.
-      if (!*HeldBack(j, Now(), limited)) s.jobs.push_back(job);
+      if (!*HeldBack(j, Now(), limited)) {
+        // Nodes whose pool would refuse it (a Slurm partition's access rules): kept off them,
+        // and why goes into its pending reason. (Pools list their own nodes only.)
+        std::vector<std::string> off;
+        std::map<std::string, std::vector<std::string>> by_why;
+        for (const auto& [pool, backend] : backends_)
+          for (auto& [node, why] : backend->RefusingNodes(j.spec)) {
+            off.push_back(node);
+            by_why[why].push_back(node);
+          }
+        if (off.empty()) {
+          s.jobs.push_back(job);
+        } else {
+          std::sort(off.begin(), off.end());
+          Job kept = job;
+          KeepOff(kept, off);
+          s.jobs.push_back(std::move(kept));
+          std::string words;
+          for (const auto& [why, nodes] : by_why)
+            words += (words.empty() ? "" : "; ") + JoinHostlist(nodes) + ": " + why;
+          if (refused != nullptr) (*refused)[id] = words;
+        }
+      }
       if (hold.empty()) continue;
     }
     if (job.TaskCount() == 0) continue;  // scaled to zero: nothing to place or account for
@@ -3333,7 +3373,8 @@ Status ControlPlane::RunCycle() {
   int64_t cycle;
   {
     std::lock_guard<std::mutex> l(mu_);
-    snap = BuildSnapshot(owner, &in_place);
+    refused_.clear();
+    snap = BuildSnapshot(owner, &in_place, &refused_);
     now = Now();
     if (options_.on_cycle) {
       summaries.reserve(jobs_.size());
@@ -3723,6 +3764,9 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     JobRecord& j = ji->second;
     j.pending = d.reason != nullptr ? *d.reason : PendingReason{};
     j.infeasible = d.outcome == Outcome::kInfeasible;
+    if (auto r = refused_.find(d.job); r != refused_.end())
+      j.pending.message += (j.pending.message.empty() ? "" : " ") +
+                           std::string("Refused by its pool on ") + r->second + ".";
     const PendingReason& why = j.pending;
     // The event's message is the dedupe key: a restart finds it in the job's events (Load).
     std::string message = std::string(OutcomeName(d.outcome)) + ": " + why.code +

@@ -496,8 +496,11 @@ class ControlPlane {
   void OnTaskSucceeded(std::vector<store::Op>& ops, JobRecord& j, int32_t task);
   Status Commit(std::vector<store::Op> ops);
   // `in_place`: tasks whose back-off is over, to restart on the devices they kept.
+  // `refused` (may be null) gets, per pending job that some pool refuses on some of its
+  // nodes (Backend::RefusingNodes), those nodes and why, in words.
   Snapshot BuildSnapshot(std::map<std::string, std::string>& placeholder_owner,
-                         std::vector<Binding>* in_place = nullptr) const;
+                         std::vector<Binding>* in_place = nullptr,
+                         std::map<std::string, std::string>* refused = nullptr) const;
   // `bound` (may be null) gets each attempt the plan bound.
   Status ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& placeholder_owner,
                    std::vector<JobBound>* bound);
@@ -599,6 +602,8 @@ class ControlPlane {
   std::map<int64_t, AuditRecord> audit_;
   std::map<std::string, std::shared_ptr<Backend>> backends_;
   std::shared_ptr<Backend> default_backend_;
+  // The last cycle's BuildSnapshot `refused`: added to those jobs' pending reasons.
+  std::map<std::string, std::string> refused_;
   int64_t next_job_seq_ = 1, next_event_seq_ = 1, next_alloc_ = 1, next_audit_seq_ = 1;
 
   // The scheduling loop.

@@ -1,5 +1,9 @@
 #include "backends/slurm/sbatch.h"
 
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
 #include <sstream>
@@ -99,7 +103,166 @@ bool IsOwnedDirective(const std::string& args) {
   return false;
 }
 
+// The words of a script's leading #SBATCH lines, in order (Slurm reads no further; a word
+// starting with '#' ends its line's options).
+std::vector<std::string> DirectiveWords(const std::string& script) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < script.size()) {
+    size_t end = script.find('\n', pos);
+    if (end == std::string::npos) end = script.size();
+    std::string line = script.substr(pos, end - pos);
+    pos = end + 1;
+    size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    if (line[first] != '#') break;
+    if (line.rfind("#SBATCH", 0) != 0) continue;
+    std::istringstream words(line.substr(7));
+    for (std::string w; words >> w && w[0] != '#';) out.push_back(w);
+  }
+  return out;
+}
+
+// Sets who's account and QOS from sbatch options (-A X, -AX, --account=X, --account X; the
+// same for -q/--qos); a later option wins, as in sbatch.
+void ReadAccountAndQos(const std::vector<std::string>& words, SlurmIdentity& who) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    auto value = [&](const std::string& long_name, const std::string& short_name) {
+      std::optional<std::string> v;
+      if ((w == long_name || w == short_name) && i + 1 < words.size()) {
+        v = words[++i];
+      } else if (w.rfind(long_name + "=", 0) == 0) {
+        v = w.substr(long_name.size() + 1);
+      } else if (w.size() > 2 && w.rfind(short_name, 0) == 0) {
+        v = w.substr(2);
+      }
+      return v;
+    };
+    if (auto a = value("--account", "-A")) {
+      who.account = *a;
+    } else if (auto q = value("--qos", "-q")) {
+      who.qos = *q;
+    }
+  }
+}
+
+std::string Joined(const std::vector<std::string>& list) {
+  std::string out;
+  for (const std::string& s : list) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
 }  // namespace
+
+Submitter CurrentSubmitter() {
+  Submitter s;
+  const uid_t uid = geteuid();
+  s.privileged = uid == 0;
+  s.user = std::to_string(uid);
+  std::vector<char> buf(1 << 16);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) return s;
+  s.user = pw.pw_name;
+  // As slurmctld: the primary group and every group that lists the user.
+  int n = 64;
+  std::vector<gid_t> gids(n);
+  while (getgrouplist(pw.pw_name, pw.pw_gid, gids.data(), &n) < 0) gids.resize(n);
+  gids.resize(n);
+  std::vector<char> gbuf(1 << 16);
+  for (gid_t gid : gids) {
+    group gr{};
+    group* g = nullptr;
+    if (getgrgid_r(gid, &gr, gbuf.data(), gbuf.size(), &g) == 0 && g != nullptr)
+      s.groups.push_back(g->gr_name);
+  }
+  std::sort(s.groups.begin(), s.groups.end());
+  s.groups.erase(std::unique(s.groups.begin(), s.groups.end()), s.groups.end());
+  return s;
+}
+
+std::string PartitionRefuses(const SlurmPartition& p, const SlurmIdentity& who) {
+  auto has = [](const std::vector<std::string>& list, const std::string& s) {
+    return std::find(list.begin(), list.end(), s) != list.end();
+  };
+  // Slurm lets root use any partition whatever its AllowGroups (slurm.conf).
+  if (p.allow_groups && !who.submitter.privileged &&
+      std::none_of(who.submitter.groups.begin(), who.submitter.groups.end(),
+                   [&](const std::string& g) { return has(*p.allow_groups, g); })) {
+    return "refuses user " + who.submitter.user + " (AllowGroups=" + Joined(*p.allow_groups) +
+           ": none of its groups)";
+  }
+  // Allow* and Deny* exclude each other: Slurm ignores Deny* where Allow* is set.
+  if (!who.account.empty()) {
+    if (p.allow_accounts ? !has(*p.allow_accounts, who.account)
+                         : has(p.deny_accounts, who.account)) {
+      return "refuses account " + who.account + " (" +
+             (p.allow_accounts ? "AllowAccounts=" + Joined(*p.allow_accounts)
+                               : "DenyAccounts=" + Joined(p.deny_accounts)) +
+             ")";
+    }
+  }
+  if (!who.qos.empty()) {
+    if (p.allow_qos ? !has(*p.allow_qos, who.qos) : has(p.deny_qos, who.qos)) {
+      return "refuses QOS " + who.qos + " (" +
+             (p.allow_qos ? "AllowQos=" + Joined(*p.allow_qos) : "DenyQos=" + Joined(p.deny_qos)) +
+             ")";
+    }
+  }
+  return "";
+}
+
+SlurmIdentity JobIdentity(const std::string& script, const SbatchOptions& options) {
+  SlurmIdentity who;
+  ReadAccountAndQos(DirectiveWords(script), who);
+  ReadAccountAndQos(options.extra_args, who);  // sbatch's command line wins over the script
+  who.submitter = options.submitter ? *options.submitter : CurrentSubmitter();
+  return who;
+}
+
+std::map<std::string, std::string> RefusingNodes(
+    const SlurmIdentity& who, const std::map<std::string, SlurmNode>& inventory,
+    const std::map<std::string, SlurmPartition>& partitions,
+    const std::vector<std::string>& served) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, node] : inventory) {
+    std::string why;
+    bool open = false, admitted = false;
+    for (const std::string& part : node.partitions) {
+      if (!served.empty() && std::find(served.begin(), served.end(), part) == served.end())
+        continue;
+      auto p = partitions.find(part);
+      if (p == partitions.end()) {  // not described: nothing to judge it by
+        admitted = true;
+        break;
+      }
+      if (p->second.state != "UP" || p->second.hidden) continue;
+      open = true;
+      const std::string refuses = PartitionRefuses(p->second, who);
+      if (refuses.empty()) {
+        admitted = true;
+        break;
+      }
+      why += (why.empty() ? "Slurm partition " : "; partition ") + part + " " + refuses;
+    }
+    if (open && !admitted) out[name] = why;
+  }
+  return out;
+}
+
+bool IsAccessRefusal(const Status& s) {
+  if (s.ok() || s.retryable()) return false;
+  const std::string& m = s.message();
+  // ChoosePartition's words (PartitionRefuses), then sbatch's (Slurm 22.05).
+  for (const char* phrase :
+       {": refuses ", "Invalid account or account/partition combination",
+        "QOS not permitted to use this partition", "group not permitted to use this partition",
+        "Requested partition configuration not available now"}) {
+    if (m.find(phrase) != std::string::npos) return true;
+  }
+  return false;
+}
 
 std::string SlurmJobName(const std::string& job) { return "tessera-" + job; }
 
@@ -127,24 +290,12 @@ OutputFiles JobOutputFiles(const std::string& dir, const std::string& job, int32
                            const std::string& script) {
   OutputFiles f;
   if (dir.empty()) return f;
-  // Which streams the script names in its leading #SBATCH block (Slurm reads no further).
+  // Which streams the script names in its leading #SBATCH block.
   bool output = false, error = false;
-  size_t pos = 0;
-  while (pos < script.size()) {
-    size_t end = script.find('\n', pos);
-    if (end == std::string::npos) end = script.size();
-    std::string line = script.substr(pos, end - pos);
-    pos = end + 1;
-    size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos) continue;
-    if (line[first] != '#') break;
-    if (line.rfind("#SBATCH", 0) != 0) continue;
-    std::istringstream words(line.substr(7));
-    for (std::string w; words >> w && w[0] != '#';) {
-      std::string name = w.substr(0, w.find('='));
-      output = output || name == "--output" || (w.size() >= 2 && w.compare(0, 2, "-o") == 0);
-      error = error || name == "--error" || (w.size() >= 2 && w.compare(0, 2, "-e") == 0);
-    }
+  for (const std::string& w : DirectiveWords(script)) {
+    std::string name = w.substr(0, w.find('='));
+    output = output || name == "--output" || (w.size() >= 2 && w.compare(0, 2, "-o") == 0);
+    error = error || name == "--error" || (w.size() >= 2 && w.compare(0, 2, "-e") == 0);
   }
   const std::string base = dir + "/" + job + "." + std::to_string(attempt);
   if (!output) f.stdout_path = base + ".out";
@@ -284,7 +435,8 @@ StatusOr<std::string> ChoosePartition(const DispatchRequest& req,
                                       const std::vector<std::string>& nodes,
                                       const std::map<std::string, SlurmNode>& inventory,
                                       const std::map<std::string, SlurmPartition>& partitions,
-                                      const std::vector<std::string>& served) {
+                                      const std::vector<std::string>& served,
+                                      const SlurmIdentity& who) {
   // Slurm counts time limits in whole minutes (rounded up), as SlurmDuration says.
   const std::optional<int64_t> limit =
       req.time_limit_seconds ? std::optional<int64_t>(CeilDiv(*req.time_limit_seconds, 60) * 60)
@@ -299,6 +451,7 @@ StatusOr<std::string> ChoosePartition(const DispatchRequest& req,
     if (it == partitions.end()) return "not listed by scontrol show partition";
     const SlurmPartition& p = it->second;
     if (p.state != "UP") return "State=" + p.state;
+    if (std::string refuses = PartitionRefuses(p, who); !refuses.empty()) return refuses;
     if (limit && p.max_time_seconds && *p.max_time_seconds < *limit) {
       return "MaxTime=" + SlurmDuration(*p.max_time_seconds) +
              " is less than the job's --time=" + SlurmDuration(*limit);
@@ -369,7 +522,8 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
     return InvalidArgument("dispatch.time_limit_seconds: must be > 0, got " +
                            std::to_string(*req.time_limit_seconds));
   }
-  auto partition = ChoosePartition(req, layout->nodes, inventory, partitions, options.partitions);
+  auto partition = ChoosePartition(req, layout->nodes, inventory, partitions, options.partitions,
+                                   JobIdentity(req.script, options));
   if (!partition.ok()) return partition.status();
   const auto& components = layout->components;
   SbatchCommand cmd;

@@ -32,12 +32,53 @@
 
 namespace tessera::slurm {
 
+// The Unix user that runs sbatch (the server's own), as a partition's AllowGroups sees it.
+struct Submitter {
+  std::string user;
+  std::vector<std::string> groups;  // names: its primary group and the others (getgrouplist)
+  bool privileged = false;          // root: Slurm lets it use any partition whatever AllowGroups
+};
+// The process's own user (geteuid), resolved as slurmctld does (getpwuid, getgrouplist).
+Submitter CurrentSubmitter();
+
+// Who a Slurm job is, as a partition's AllowAccounts/DenyAccounts, AllowQos/DenyQos and
+// AllowGroups see it. An empty account or QOS is Slurm's default for the user (its
+// association's, known only to slurmdbd): not checked here.
+struct SlurmIdentity {
+  std::string account;
+  std::string qos;
+  Submitter submitter;
+};
+
+// Why partition `p` refuses `who` ("AllowAccounts=ml,vision does not list account cv"); ""
+// when it admits it.
+std::string PartitionRefuses(const SlurmPartition& p, const SlurmIdentity& who);
+
 struct SbatchOptions {
   std::vector<std::string> extra_args;  // e.g. {"--account=ml", "--qos=high"}, before placement
   // The partitions the pool serves (DiscoveryOptions::partitions), the only ones it picks
   // on its own; empty = every partition.
   std::vector<std::string> partitions;
+  // Who runs sbatch; nullopt = the process's own user (CurrentSubmitter()).
+  std::optional<Submitter> submitter;
 };
+
+// The job's account and QOS as Slurm will read them: extra_args' (-A/--account, -q/--qos),
+// which sbatch's command line gives, over the script's leading #SBATCH lines.
+SlurmIdentity JobIdentity(const std::string& script, const SbatchOptions& options);
+
+// For each node of `inventory` in a served partition (`served`, empty = all) where
+// partitions could take new work (UP, not hidden) but every one of them refuses `who`:
+// why, in words ("partition acct refuses account cv: AllowAccounts=ml,vision"). Nodes
+// with no such partition at all are not listed (discovery marks them unschedulable).
+std::map<std::string, std::string> RefusingNodes(
+    const SlurmIdentity& who, const std::map<std::string, SlurmNode>& inventory,
+    const std::map<std::string, SlurmPartition>& partitions,
+    const std::vector<std::string>& served);
+
+// Whether a failed dispatch is a partition refusing the job's account, QOS or group
+// (ChoosePartition's, or sbatch's own words): another partition or node may take it.
+bool IsAccessRefusal(const Status& s);
 
 struct SbatchCommand {
   std::vector<std::string> argv;  // "sbatch", "--parsable", ...
@@ -61,7 +102,8 @@ StatusOr<std::map<std::string, NodeUsage>> SlurmUsage(
 
 // The partition for a job on `nodes` (docs/slurm.md, "Partition"). A partition is usable
 // when it holds every one of the nodes, is UP (never DOWN, DRAIN or INACTIVE), its MaxTime
-// allows the job's time limit (when the job has one) and its MaxNodes the node count.
+// allows the job's time limit (when the job has one), its MaxNodes the node count, and it
+// admits the job (PartitionRefuses: account, QOS, submitter's groups).
 //   1. The request's own partition, if usable; if not, an error saying why.
 //   2. Else the cluster's default partition (Default=YES), if served and usable.
 //   3. Else, of the served, usable, not hidden partitions: the highest PriorityTier (the
@@ -73,7 +115,8 @@ StatusOr<std::string> ChoosePartition(const DispatchRequest& request,
                                       const std::vector<std::string>& nodes,
                                       const std::map<std::string, SlurmNode>& inventory,
                                       const std::map<std::string, SlurmPartition>& partitions,
-                                      const std::vector<std::string>& served);
+                                      const std::vector<std::string>& served,
+                                      const SlurmIdentity& who = {});
 
 // The script with Tessera-decided #SBATCH directives turned into "# [tessera] #SBATCH ..."
 // comments. Only the leading comment block counts, as in Slurm.

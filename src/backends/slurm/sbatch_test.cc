@@ -413,5 +413,146 @@ TEST(Tag, RoundTrip) {
   EXPECT_EQ(SlurmDuration(3600), "0-01:00:00");
 }
 
+// The account and QOS a job runs under: the script's leading #SBATCH lines, then
+// --slurm-sbatch-arg (sbatch's command line), which wins; later options win.
+TEST(JobIdentity, ScriptThenExtraArgs) {
+  SbatchOptions o;
+  o.submitter = Submitter{"svc", {"svc"}, false};
+  SlurmIdentity who = JobIdentity(
+      "#!/bin/sh\n#SBATCH -A ml --qos=high\n#SBATCH -q low # a comment -A no\necho\n#SBATCH -A "
+      "late\n",
+      o);
+  EXPECT_EQ(who.account, "ml");
+  EXPECT_EQ(who.qos, "low");
+  EXPECT_EQ(who.submitter.user, "svc");
+  o.extra_args = {"--account", "cv", "-qhigh"};
+  who = JobIdentity("#!/bin/sh\n#SBATCH --account=ml\n", o);
+  EXPECT_EQ(who.account, "cv");
+  EXPECT_EQ(who.qos, "high");
+  EXPECT_EQ(JobIdentity("", SbatchOptions{{"-Avision"}, {}, o.submitter}).account, "vision");
+  EXPECT_EQ(JobIdentity("", SbatchOptions{{}, {}, o.submitter}).account, "");  // Slurm's default
+}
+
+TEST(PartitionRefuses, AllowDenyAndAll) {
+  using List = std::vector<std::string>;
+  SlurmPartition all;  // every list ALL: admits anyone
+  all.name = "all";
+  SlurmPartition acct = all;
+  acct.allow_accounts = List{"ml", "vision"};
+  acct.deny_accounts = {"ml"};  // ignored: AllowAccounts is set (Slurm takes one or the other)
+  SlurmPartition deny = all;
+  deny.deny_accounts = {"bad"};
+  deny.deny_qos = {"low"};
+  SlurmPartition qos = all;
+  qos.allow_qos = List{"high"};
+  SlurmPartition grp = all;
+  grp.allow_groups = List{"hpc", "admins"};
+  const Submitter svc{"svc", {"svc", "users"}, false};
+  const Submitter member{"ana", {"ana", "hpc"}, false};
+  const Submitter root{"root", {"root"}, true};
+  struct Case {
+    const SlurmPartition* p;
+    SlurmIdentity who;
+    std::string want;
+  };
+  const Case cases[] = {
+      {&all, {"any", "any", svc}, ""},
+      {&acct, {"ml", "", svc}, ""},
+      {&acct, {"cv", "", svc}, "refuses account cv (AllowAccounts=ml,vision)"},
+      {&acct, {"", "", svc}, ""},  // Slurm's default account: unknown here, not judged
+      {&deny, {"bad", "", svc}, "refuses account bad (DenyAccounts=bad)"},
+      {&deny, {"ml", "low", svc}, "refuses QOS low (DenyQos=low)"},
+      {&deny, {"ml", "high", svc}, ""},
+      {&qos, {"", "low", svc}, "refuses QOS low (AllowQos=high)"},
+      {&qos, {"", "high", svc}, ""},
+      {&qos, {"", "", svc}, ""},
+      {&grp, {"", "", svc}, "refuses user svc (AllowGroups=hpc,admins: none of its groups)"},
+      {&grp, {"", "", member}, ""},
+      {&grp, {"", "", root}, ""},  // root may use any partition whatever AllowGroups
+      {&acct, {"cv", "", root}, "refuses account cv (AllowAccounts=ml,vision)"},  // not accounts
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(PartitionRefuses(*c.p, c.who), c.want)
+        << c.p->name << " " << c.who.account << "/" << c.who.qos << "/" << c.who.submitter.user;
+}
+
+// A partition that refuses the job is passed over for one that takes it, even one the admin
+// prefers less; none left: the error says why, and reads as an access refusal.
+TEST(ChoosePartition, SkipsPartitionsThatRefuse) {
+  std::map<std::string, SlurmPartition> parts = Partitions();  // debug (default), gpu
+  parts["debug"].allow_accounts = std::vector<std::string>{"ml"};
+  SlurmIdentity cv{"cv", "", Submitter{"svc", {"svc"}, false}};
+  DispatchRequest r = Request({Bind(0, "node1", 1000, 1, {})});
+  auto got = ChoosePartition(r, {"node1"}, Inventory(), parts, {}, cv);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "gpu");
+  EXPECT_EQ(
+      *ChoosePartition(r, {"node1"}, Inventory(), parts, {}, SlurmIdentity{"ml", "", cv.submitter}),
+      "debug");
+  parts["gpu"].allow_groups = std::vector<std::string>{"hpc"};
+  got = ChoosePartition(r, {"node1"}, Inventory(), parts, {}, cv);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find(
+                "(debug: refuses account cv (AllowAccounts=ml); gpu: refuses user svc "
+                "(AllowGroups=hpc: none of its groups))"),
+            std::string::npos)
+      << got.status().message();
+  EXPECT_TRUE(IsAccessRefusal(got.status()));
+  // The script's own -A reaches the choice through BuildSbatch.
+  SbatchOptions o;
+  o.submitter = Submitter{"ana", {"hpc"}, false};
+  r.script = "#!/bin/sh\n#SBATCH -A cv\nsrun true\n";
+  auto cmd = BuildSbatch(r, Inventory(), parts, o);
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_NE(std::find(cmd->argv.begin(), cmd->argv.end(), "--partition=gpu"), cmd->argv.end());
+}
+
+TEST(IsAccessRefusal, SlurmWords) {
+  EXPECT_TRUE(IsAccessRefusal(FailedPrecondition(
+      "sbatch (exit 1): sbatch: error: Batch job submission failed: Invalid account or "
+      "account/partition combination specified")));
+  EXPECT_TRUE(IsAccessRefusal(FailedPrecondition(
+      "sbatch (exit 1): Batch job submission failed: User's group not permitted to use this "
+      "partition")));
+  EXPECT_TRUE(IsAccessRefusal(
+      FailedPrecondition("Batch job submission failed: Job's QOS not permitted to use this "
+                         "partition (gpu allows high not low)")));
+  EXPECT_FALSE(IsAccessRefusal(FailedPrecondition(
+      "sbatch (exit 1): Batch job submission failed: Requested node configuration is not "
+      "available")));
+  EXPECT_FALSE(IsAccessRefusal(Unavailable("Unable to contact slurm controller: refuses ")));
+}
+
+// Nodes where every served, open partition refuses the job; why, per partition.
+TEST(RefusingNodes, EveryOpenPartitionRefuses) {
+  std::map<std::string, SlurmNode> inv;
+  for (const char* n : {"node1", "node2", "node3", "node4"}) inv[n].name = n;
+  inv["node1"].partitions = {"acct"};
+  inv["node2"].partitions = {"acct", "open"};
+  inv["node3"].partitions = {"acct", "grp", "off"};
+  inv["node4"].partitions = {"off"};  // no open partition: discovery's business, not listed
+  std::map<std::string, SlurmPartition> parts;
+  for (const char* n : {"acct", "open", "grp", "off"}) {
+    parts[n].name = n;
+    parts[n].state = "UP";
+  }
+  parts["acct"].allow_accounts = std::vector<std::string>{"ml"};
+  parts["grp"].allow_groups = std::vector<std::string>{"hpc"};
+  parts["off"].state = "DOWN";
+  const Submitter svc{"svc", {"svc"}, false};
+  using Want = std::map<std::string, std::string>;
+  EXPECT_EQ(RefusingNodes({"cv", "", svc}, inv, parts, {}),
+            Want({{"node1", "Slurm partition acct refuses account cv (AllowAccounts=ml)"},
+                  {"node3",
+                   "Slurm partition acct refuses account cv (AllowAccounts=ml); partition grp "
+                   "refuses user svc (AllowGroups=hpc: none of its groups)"}}));
+  EXPECT_TRUE(RefusingNodes({"ml", "", svc}, inv, parts, {}).empty());  // acct takes ml
+  // A member of hpc: grp admits it on node3, acct still refuses cv on node1.
+  EXPECT_EQ(RefusingNodes({"cv", "", Submitter{"ana", {"hpc"}, false}}, inv, parts, {}),
+            Want({{"node1", "Slurm partition acct refuses account cv (AllowAccounts=ml)"}}));
+  // Served partitions only: node2's "open" is not served, so acct alone decides there.
+  EXPECT_EQ(RefusingNodes({"cv", "", svc}, inv, parts, {"acct"}).count("node2"), 1u);
+}
+
 }  // namespace
 }  // namespace tessera::slurm

@@ -10,8 +10,11 @@ bool PlacingAgainMayHelp(const std::string& slurm_reason) {
   // Slurm's reasons (squeue(1), "JOB REASON CODES") that are about nodes or the queue; the
   // rest are limits, dependencies or times that move with the job.
   static const char* const kAboutNodes[] = {
-      "Resources",     "Priority",          "ReqNodeNotAvail", "NodeDown",      "Nodes_required",
-      "PartitionDown", "PartitionInactive", "Reservation",     "BadConstraints"};
+      "Resources", "Priority", "ReqNodeNotAvail", "NodeDown", "Nodes_required", "PartitionDown",
+      "PartitionInactive", "Reservation", "BadConstraints",
+      // A partition that refuses the job's account or QOS (its rules, not a limit): another
+      // partition, on other nodes, may take it.
+      "AccountNotAllowed", "QOSNotAllowed"};
   for (const char* p : kAboutNodes)
     if (slurm_reason.rfind(p, 0) == 0) return true;
   return false;
@@ -151,6 +154,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     std::vector<server::Dispatch> never_run;  // stopped before it was dispatched
   };
   std::vector<Work> work;
+  std::vector<TaskReport> reported_refusals;  // sent once the lock is released
   bool any_dispatched = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -242,6 +246,23 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
       gangs_[w.key].not_before = now + options_.retry;
       continue;
     }
+    if (!id.ok() && IsAccessRefusal(id.status()) && info->restart_on_eviction) {
+      // A partition refuses the job (its rules changed since discovery): handed back to be
+      // placed again, as a job stuck in Slurm's queue is, and as often.
+      std::lock_guard<std::mutex> lock(mu_);
+      int& replaced = replaced_[job];
+      if (replaced < options_.max_pending_replacements) {
+        ++replaced;
+        for (const server::Dispatch& d : tasks) {
+          reported_refusals.push_back({d.allocation, d.job, d.task, AllocationPhase::kKilled, 0,
+                                       id.status().message() + ": to be placed again", "",
+                                       "REFUSED"});
+          gang_of_.erase(d.allocation);
+        }
+        gangs_.erase(w.key);
+        continue;
+      }
+    }
     if (!id.ok()) {  // Slurm refused it: every task fails with Slurm's words
       for (const server::Dispatch& d : tasks) {
         sink_({d.allocation, d.job, d.task, AllocationPhase::kFailed, 0, id.status().message(), "",
@@ -257,6 +278,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     gangs_[w.key].dispatched_at = now;
     any_dispatched = true;
   }
+  for (const TaskReport& r : reported_refusals) sink_(r);
   if (!any_dispatched) return;
 
   auto statuses = pool_->Poll();

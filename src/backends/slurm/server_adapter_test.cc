@@ -227,7 +227,8 @@ TEST_F(AdapterTest, AJobPendingOnASlurmLimitIsLeftInSlurmsQueue) {
 
 TEST(PlacingAgainMayHelp, NodesAndQueueYesLimitsNo) {
   for (const char* r : {"Resources", "Priority", "ReqNodeNotAvail, UnavailableNodes:node3",
-                        "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved", "PartitionDown"})
+                        "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved", "PartitionDown",
+                        "AccountNotAllowed", "QOSNotAllowed"})
     EXPECT_TRUE(PlacingAgainMayHelp(r)) << r;
   for (const char* r : {"QOSMaxGRESPerUser", "AssocGrpGRES", "PartitionTimeLimit",
                         "PartitionNodeLimit", "Dependency", "BeginTime", "InvalidAccount", ""})
@@ -280,6 +281,47 @@ TEST_F(AdapterTest, RefusedSubmissionFailsEveryTask) {
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].phase, AllocationPhase::kFailed);
   EXPECT_NE(reports[0].message.find("Requested node configuration"), std::string::npos);
+}
+
+// sbatch refuses the job's account, QOS or group (a partition's rules changed since
+// discovery): the tasks go back as evicted (state REFUSED) to be placed again, at most
+// max_pending_replacements times in a row; then the job fails with Slurm's words.
+TEST_F(AdapterTest, AnAccessRefusalIsPlacedAgainAFewTimesThenFails) {
+  runner->Reply("sbatch", {1, "",
+                           "sbatch: error: Batch job submission failed: Invalid account or "
+                           "account/partition combination specified\n"});
+  for (int attempt = 1; attempt <= 4; ++attempt) {
+    SCOPED_TRACE(attempt);
+    reports.clear();
+    server::Dispatch t0 = Task(0, "node1"), t1 = Task(1, "node2");
+    t0.allocation = "r" + std::to_string(attempt) + "-0";
+    t1.allocation = "r" + std::to_string(attempt) + "-1";
+    t0.attempt = t1.attempt = attempt;
+    adapter.Launch(t0);
+    adapter.Launch(t1);
+    adapter.Step(Clock::now());
+    ASSERT_EQ(reports.size(), 2u);
+    EXPECT_FALSE(adapter.Tracks(t0.allocation));
+    EXPECT_NE(reports[0].message.find("Invalid account"), std::string::npos);
+    if (attempt <= 3) {
+      EXPECT_EQ(reports[0].phase, AllocationPhase::kKilled);
+      EXPECT_EQ(reports[0].state, "REFUSED");
+    } else {
+      EXPECT_EQ(reports[0].phase, AllocationPhase::kFailed);
+    }
+  }
+  // A job that must not be placed again (onEviction FailJob) fails at once.
+  restart_on_eviction = false;
+  reports.clear();
+  server::Dispatch t = Task(0, "node1");
+  t.job = "train";
+  t.allocation = "nr-0";
+  t.attempt = 9;
+  tasks = 1;
+  adapter.Launch(t);
+  adapter.Step(Clock::now());
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].phase, AllocationPhase::kFailed);
 }
 
 TEST(JobInfoFromSpec, SbatchScriptAndCommand) {

@@ -58,6 +58,8 @@ Outcome OutcomeOf(AllocationPhase p, const std::string& slurm_state) {
       // Pending in Slurm too long (SlurmServerBackend's pending_timeout): cancelled there by
       // Tessera to be placed again (an eviction).
       if (slurm_state == "PENDING") return {"killed", "StuckInSlurm"};
+      // sbatch refused it (a partition's access rules changed since discovery): placed again.
+      if (slurm_state == "REFUSED") return {"killed", "RefusedBySlurm"};
       // CANCELLED that Tessera did not ask for ends the job (HeartbeatAll cancels it first);
       // should that cancel not happen, the event still says what Slurm did.
       if (slurm_state == "CANCELLED") return {"killed", "CancelledInSlurm"};
@@ -103,6 +105,11 @@ class SlurmPoolHookup::Backend final : public server::Backend {
                                      : "output file (#SBATCH -o)") +
                                 ": Slurm writes it there, where tessera logs does not read");
     return path;
+  }
+  // From the pool's last discovery, without calling Slurm (safe under the control plane's
+  // lock). Only a script's own #SBATCH -A/-q (and --slurm-sbatch-arg) name an account or QOS.
+  std::map<std::string, std::string> RefusingNodes(const spec::JobSpec& job) const override {
+    return h_.pool_->RefusingNodes(job.templates.empty() ? "" : job.templates.front().script);
   }
 
  private:

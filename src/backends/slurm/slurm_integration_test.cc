@@ -327,6 +327,92 @@ TEST_F(SlurmIntegrationTest, PartitionIsTheDefaultOrAnUpOneThatAllowsTheTimeLimi
     EXPECT_EQ(WaitTerminal(Alloc(job)).phase, AllocationPhase::kSucceeded) << job;
 }
 
+// Runs every Slurm client as another user (runuser), as a server that is not root would.
+class AsUserRunner : public CommandRunner {
+ public:
+  AsUserRunner(std::shared_ptr<CommandRunner> inner, std::string user)
+      : inner_(std::move(inner)), user_(std::move(user)) {}
+  StatusOr<CommandResult> Run(const std::vector<std::string>& argv,
+                              const std::string& input) override {
+    std::vector<std::string> full = {"runuser", "-u", user_, "--"};
+    full.insert(full.end(), argv.begin(), argv.end());
+    return inner_->Run(full, input);
+  }
+
+ private:
+  std::shared_ptr<CommandRunner> inner_;
+  std::string user_;
+};
+
+// A partition's AllowAccounts / AllowGroups, as Slurm 22.05 without slurmdbd applies them:
+// AllowAccounts other than ALL keeps every job pending (AccountNotAllowed), AllowGroups
+// refuses the sbatch of a user in none of the groups (root may use any partition).
+TEST_F(SlurmIntegrationTest, PartitionAccessRulesAreRespected) {
+  // "acct" is what the admin prefers (PriorityTier), but takes only account ml.
+  ScratchPartitions scratch({{"acct", "nodes=node[1-2] allowaccounts=ml prioritytier=10 state=up"},
+                             {"open", "nodes=node[1-2] state=up"},
+                             {"grp", "nodes=node[3-4] allowgroups=ALL state=up"}});
+  SlurmPoolOptions o;
+  o.discovery.partitions = {"acct", "open", "grp"};
+  SlurmPool pool(runner_, o);
+  ASSERT_TRUE(pool.Discover().ok());
+  const std::string cv = "#!/bin/sh\n#SBATCH -A cv\ntrue\n";
+  EXPECT_EQ(pool.RefusingNodes(cv).size(), 0u);  // "open" admits it on node1-2
+  DispatchRequest r = Request("cv", {Bind("cv", 0, "node1", 1000, {})}, {});
+  r.script = cv;
+  auto id = pool.Dispatch(r);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  SlurmCli cli(*runner_);
+  auto jobs = cli.Jobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  for (const SlurmJob& j : *jobs) {
+    if (ExternalId(j.job_id) == *id) {
+      EXPECT_EQ(j.partition, "open");
+    }
+  }
+  // (In "acct" it would wait forever: Slurm keeps it PENDING, AccountNotAllowed.)
+  EXPECT_EQ(WaitTerminal(r.allocation).phase, AllocationPhase::kSucceeded);
+
+  // Served "acct" alone: node1-2 refuse account cv, and a dispatch there says so.
+  o.discovery.partitions = {"acct"};
+  SlurmPool only_acct(runner_, o);
+  ASSERT_TRUE(only_acct.Discover().ok());
+  using Want = std::map<std::string, std::string>;
+  const std::string why = "Slurm partition acct refuses account cv (AllowAccounts=ml)";
+  EXPECT_EQ(only_acct.RefusingNodes(cv), Want({{"node1", why}, {"node2", why}}));
+  EXPECT_TRUE(only_acct.RefusingNodes("#!/bin/sh\n#SBATCH -A ml\ntrue\n").empty());
+  r.allocation = Alloc("cv-acct");
+  auto refused = only_acct.Dispatch(r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(IsAccessRefusal(refused.status())) << refused.status().ToString();
+
+  // AllowGroups, for real: sbatch as nobody, which is not in group root.
+  if (Shell("runuser -u nobody -- true 2>/dev/null") != 0)
+    GTEST_SKIP() << "runuser -u nobody does not work here";
+  o.discovery.partitions = {"grp"};
+  o.sbatch.submitter = Submitter{"nobody", {"nogroup"}, false};
+  SlurmPool as_nobody(std::make_shared<AsUserRunner>(runner_, "nobody"), o);
+  ASSERT_TRUE(as_nobody.Discover().ok());
+  EXPECT_TRUE(as_nobody.RefusingNodes("").empty());  // AllowGroups=ALL
+  // The rule changes between discovery and dispatch: sbatch refuses, and the pool reads the
+  // partitions again at once.
+  ASSERT_EQ(Shell("SLURM_CONF=" + ClusterDir() +
+                  "/slurm.conf scontrol update partitionname=grp allowgroups=root"),
+            0);
+  DispatchRequest g = Request("grp", {Bind("grp", 0, "node3", 1000, {})}, {"true"});
+  g.working_dir = "/tmp";
+  g.stdout_path = "/dev/null";
+  auto sbatch_refused = as_nobody.Dispatch(g);
+  ASSERT_FALSE(sbatch_refused.ok());
+  EXPECT_NE(sbatch_refused.status().message().find("group not permitted to use this partition"),
+            std::string::npos)
+      << sbatch_refused.status().ToString();
+  EXPECT_TRUE(IsAccessRefusal(sbatch_refused.status()));
+  const std::string grp_why =
+      "Slurm partition grp refuses user nobody (AllowGroups=root: none of its groups)";
+  EXPECT_EQ(as_nobody.RefusingNodes(""), Want({{"node3", grp_why}, {"node4", grp_why}}));
+}
+
 TEST_F(SlurmIntegrationTest, TesseraRestartAdoptsCancelsStaleAndNeverDuplicates) {
   DispatchRequest keep = Request("keep", {Bind("keep", 0, "node1", 1000, {0})}, {"sleep", "300"});
   DispatchRequest stale =

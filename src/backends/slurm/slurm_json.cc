@@ -356,6 +356,17 @@ StatusOr<std::vector<SlurmPartition>> ParseScontrolPartitions(const std::string&
     int64_t v = 0;
     if (ParseInt(get("MaxNodes"), v)) p.max_nodes = v;  // else UNLIMITED
     if (ParseInt(get("PriorityTier"), v)) p.priority_tier = v;
+    // scontrol prints AllowX=ALL when unrestricted, and DenyX only when set (in place of AllowX).
+    auto list = [&](const char* k) -> std::optional<std::vector<std::string>> {
+      const std::string value = get(k);
+      if (value.empty() || value == "ALL" || value == "(null)") return std::nullopt;
+      return Split(value, ',');
+    };
+    p.allow_accounts = list("AllowAccounts");
+    p.allow_groups = list("AllowGroups");
+    p.allow_qos = list("AllowQos");
+    p.deny_accounts = list("DenyAccounts").value_or(std::vector<std::string>{});
+    p.deny_qos = list("DenyQos").value_or(std::vector<std::string>{});
     out.push_back(std::move(p));
   }
   return out;

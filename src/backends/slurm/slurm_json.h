@@ -76,6 +76,10 @@ struct SlurmPartition {
   std::optional<int64_t> max_time_seconds;  // nullopt = UNLIMITED
   std::optional<int64_t> max_nodes;         // nullopt = UNLIMITED
   int64_t priority_tier = 1;
+  // Who may use it (slurm.conf AllowAccounts, AllowGroups, AllowQos): nullopt = ALL. Deny*
+  // apply only where the matching Allow* is ALL (Slurm takes one or the other).
+  std::optional<std::vector<std::string>> allow_accounts = {}, allow_groups = {}, allow_qos = {};
+  std::vector<std::string> deny_accounts = {}, deny_qos = {};
 };
 
 StatusOr<std::vector<SlurmNode>> ParseSinfoJson(const std::string& text);
@@ -90,7 +94,7 @@ StatusOr<SlurmJob> SlurmJobFromScontrol(const std::map<std::string, std::string>
 
 // `scontrol -a -o show partition`: one partition per line ("No partitions in the system"
 // reads as none). A line without PartitionName, State or a readable MaxTime is an error
-// naming the partition and field.
+// naming the partition and field. Access lists: "ALL", "" or a missing key is no restriction.
 StatusOr<std::vector<SlurmPartition>> ParseScontrolPartitions(const std::string& text);
 
 // A Slurm time ("UNLIMITED", "INFINITE", "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM",

@@ -164,6 +164,39 @@ TEST(ParseScontrolPartitions, Sample) {
   EXPECT_FALSE(ParseScontrolPartitions("PartitionName=x MaxTime=5\n").ok());  // no State
 }
 
+// Captured from the test cluster (Slurm 22.05) after
+//   scontrol create PartitionName=acct Nodes=node[1-2] AllowAccounts=ml,vision State=UP
+//   scontrol create PartitionName=deny Nodes=node[3-4] DenyAccounts=bad DenyQos=low State=UP
+//   scontrol create PartitionName=grp Nodes=node[3-4] AllowGroups=nogroup AllowQos=high State=UP
+// scontrol prints DenyX in place of AllowX when set, and AllowX=ALL when unrestricted.
+TEST(ParseScontrolPartitions, AccessLists) {
+  auto parts = ParseScontrolPartitions(Testdata("scontrol_partitions_access.txt"));
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  ASSERT_EQ(parts->size(), 4u);
+  const SlurmPartition& debug = (*parts)[0];
+  EXPECT_EQ(debug.allow_accounts, std::nullopt);  // ALL
+  EXPECT_EQ(debug.allow_groups, std::nullopt);
+  EXPECT_EQ(debug.allow_qos, std::nullopt);
+  EXPECT_TRUE(debug.deny_accounts.empty());
+  EXPECT_TRUE(debug.deny_qos.empty());
+  using List = std::vector<std::string>;
+  EXPECT_EQ((*parts)[1].allow_accounts, List({"ml", "vision"}));
+  EXPECT_EQ((*parts)[1].allow_qos, std::nullopt);
+  const SlurmPartition& deny = (*parts)[2];
+  EXPECT_EQ(deny.allow_accounts, std::nullopt);  // no AllowAccounts key at all
+  EXPECT_EQ(deny.deny_accounts, List({"bad"}));
+  EXPECT_EQ(deny.deny_qos, List({"low"}));
+  EXPECT_EQ((*parts)[3].allow_groups, List({"nogroup"}));
+  EXPECT_EQ((*parts)[3].allow_qos, List({"high"}));
+  EXPECT_EQ((*parts)[3].allow_accounts, std::nullopt);
+  // An empty or (null) list is no restriction either.
+  auto empty = ParseScontrolPartitions(
+      "PartitionName=x AllowGroups= AllowAccounts=(null) State=UP MaxTime=5\n");
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ((*empty)[0].allow_groups, std::nullopt);
+  EXPECT_EQ((*empty)[0].allow_accounts, std::nullopt);
+}
+
 TEST(ParseSlurmTime, Forms) {
   struct Case {
     std::string text;

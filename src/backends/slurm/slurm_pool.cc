@@ -10,6 +10,18 @@ SlurmPool::SlurmPool(std::shared_ptr<CommandRunner> runner, SlurmPoolOptions opt
     : runner_(std::move(runner)), cli_(*runner_), options_(std::move(options)) {
   // sbatch picks partitions among the served ones only.
   options_.sbatch.partitions = options_.discovery.partitions;
+  if (!options_.sbatch.submitter) options_.sbatch.submitter = CurrentSubmitter();
+}
+
+std::map<std::string, std::string> SlurmPool::RefusingNodes(const std::string& script) const {
+  const SlurmIdentity who = JobIdentity(script, options_.sbatch);
+  std::lock_guard<std::mutex> lock(access_mu_);
+  auto [it, added] = refusing_.try_emplace({who.account, who.qos});
+  if (added) {
+    it->second = slurm::RefusingNodes(who, access_inventory_, access_partitions_,
+                                      options_.sbatch.partitions);
+  }
+  return it->second;
 }
 
 size_t SlurmPool::tracked() const {
@@ -43,6 +55,10 @@ Status SlurmPool::RefreshInventoryLocked() {
     std::string name = n.name;
     inventory_[name] = std::move(n);
   }
+  std::lock_guard<std::mutex> access(access_mu_);
+  access_inventory_ = inventory_;
+  access_partitions_ = partitions_;
+  refusing_.clear();
   return Status::Ok();
 }
 
@@ -116,6 +132,9 @@ StatusOr<std::string> SlurmPool::Dispatch(const DispatchRequest& request) {
   auto id = cli_.Submit(cmd->argv, cmd->script);
   if (!id.ok()) {
     if (id.status().retryable()) uncertain_.insert(request.allocation);
+    // A partition's rules changed since discovery: read them again before the job is
+    // placed again (RefusingNodes) and dispatched again (ChoosePartition).
+    if (IsAccessRefusal(id.status())) (void)RefreshInventoryLocked();
     return id.status().WithContext("dispatch " + request.allocation);
   }
   Record r;

@@ -49,6 +49,12 @@ class SlurmPool : public PoolBackend {
   // How many allocations it tracks (tests, metrics).
   size_t tracked() const;
 
+  // The nodes that would refuse a job with this batch script ("" for a command), with why
+  // (RefusingNodes in sbatch.h: every served partition there refuses its account, QOS or
+  // the user that runs sbatch), as of the last discovery. Never waits for a Slurm call in
+  // progress: the server asks it for every pending job in every cycle.
+  std::map<std::string, std::string> RefusingNodes(const std::string& script) const;
+
  private:
   struct Record {
     std::string job;
@@ -73,6 +79,13 @@ class SlurmPool : public PoolBackend {
   std::map<std::string, Record> records_;             // by allocation
   std::set<std::string> uncertain_;                   // allocations whose sbatch answer was lost
   std::set<std::string> ended_untracked_;             // finished, not ours to track, reported once
+  // Copies of inventory_ and partitions_ for RefusingNodes, which must not wait on mu_ (held
+  // during Slurm calls), and its answers by account and QOS since they were taken.
+  mutable std::mutex access_mu_;
+  std::map<std::string, SlurmNode> access_inventory_;
+  std::map<std::string, SlurmPartition> access_partitions_;
+  mutable std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>>
+      refusing_;
 };
 
 }  // namespace tessera::slurm
