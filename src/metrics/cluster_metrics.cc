@@ -153,11 +153,13 @@ ClusterMetrics::ClusterMetrics() {
                    "(Drained), a node lost (NodeLost) or whose agent restarted "
                    "(NodeRestarted), tasks stopped by their agent (Evicted) or ended by a pool "
                    "(NodeFailed, PreemptedBySlurm, KilledBySlurm, CancelledInSlurm, "
-                   "LostInSlurm, StuckInSlurm).",
+                   "LostInSlurm, StuckInSlurm, RefusedBySlurm).",
                    std::array<std::string, 1>{"reason"}));
   // Every reason's series exists before its first eviction (increase() sees the first one).
-  for (const auto& reasons : {kTesseraEvictionReasons, kPoolEvictionReasons})
-    for (std::string_view reason : reasons) evictions_total_->Add({std::string(reason)}, 0);
+  for (std::string_view reason : kTesseraEvictionReasons)
+    evictions_total_->Add({std::string(reason)}, 0);
+  for (std::string_view reason : kPoolEvictionReasons)
+    evictions_total_->Add({std::string(reason)}, 0);
   store_failures_total_ = Must(r.AddCounter(
       "tessera_store_commit_failures_total",
       "Store commits that failed and made the server refuse a request (a full disk, an "

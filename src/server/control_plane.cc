@@ -3281,7 +3281,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
           s.jobs.push_back(std::move(kept));
           std::string words;
           for (const auto& [why, nodes] : by_why)
-            words += (words.empty() ? "" : "; ") + JoinHostlist(nodes) + ": " + why;
+            words += (words.empty() ? "" : "; ") + CompressHostlist(nodes) + ": " + why;
           if (refused != nullptr) (*refused)[id] = words;
         }
       }

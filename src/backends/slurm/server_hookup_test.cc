@@ -36,6 +36,12 @@ class FakeSlurm : public CommandRunner {
                            p + ": error: Unable to contact slurm controller (connect failure)"};
     if (p == "sinfo") return CommandResult{0, Sinfo(), ""};
     if (p == "squeue") return CommandResult{0, Squeue(), ""};
+    if (p == "sbatch" && refuse_sbatch > 0) {
+      --refuse_sbatch;
+      return CommandResult{1, "",
+                           "sbatch: error: Batch job submission failed: User's group not "
+                           "permitted to use this partition"};
+    }
     if (p == "sbatch") {
       int64_t id = next_id_++;
       std::string comment;
@@ -51,7 +57,7 @@ class FakeSlurm : public CommandRunner {
       return CommandResult{0, "", ""};
     }
     if (p == "scontrol" && std::find(argv.begin(), argv.end(), "partition") != argv.end())
-      return testing::OnePartition();
+      return partitions.empty() ? testing::OnePartition() : CommandResult{0, partitions, ""};
     if (p == "scontrol") return CommandResult{1, "", "slurm_load_jobs error: Invalid job id"};
     return Internal("FakeSlurm: unexpected " + p);
   }
@@ -96,7 +102,9 @@ class FakeSlurm : public CommandRunner {
     std::lock_guard<std::mutex> l(mu_);
     return last_script_;
   }
-  std::string drained;  // a node to show drained (set before Start)
+  std::string drained;     // a node to show drained (set before Start)
+  std::string partitions;  // scontrol show partition's answer (set before Start; "": one, open)
+  int refuse_sbatch = 0;   // the next this many sbatch calls are refused (a partition's rules)
 
  private:
   struct J {
@@ -533,6 +541,48 @@ TEST_F(HookupTest, SbatchNodelistAndExcludeChooseTheNodeSlurmIsGiven) {
       << ::testing::PrintToString(argv);
   EXPECT_NE(slurm_->LastScript().find("\n# [tessera] #SBATCH --exclude=node2\n"), std::string::npos)
       << slurm_->LastScript();
+}
+
+// A job whose account every partition of the pool refuses stays Pending, saying which nodes
+// refuse it and why (it is never sent to sbatch to fail there); an admitted one runs.
+TEST_F(HookupTest, AJobEveryPartitionRefusesWaitsSayingWhy) {
+  real_engine_ = true;
+  slurm_->partitions =
+      "PartitionName=debug AllowGroups=ALL AllowAccounts=ml,vision AllowQos=ALL Default=YES "
+      "Hidden=NO MaxNodes=UNLIMITED MaxTime=UNLIMITED Nodes=node[1-2] PriorityTier=1 "
+      "State=UP\n";
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Submit("refused", "#SBATCH -A cv\nsleep 60\n");
+  ASSERT_TRUE(Until([&] {
+    return Describe("refused")
+               .value("pendingReason", Json::object())
+               .value("message", "")
+               .find(
+                   "Refused by its pool on node[1-2]: Slurm partition debug refuses account cv "
+                   "(AllowAccounts=ml,vision)") != std::string::npos;
+  })) << Describe("refused").dump();
+  EXPECT_EQ(State("refused"), "Pending");
+  EXPECT_EQ(slurm_->Calls("sbatch"), 0);
+  Submit("admitted", "#SBATCH -A ml\nsleep 60\n");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; })) << Describe("admitted").dump();
+  EXPECT_EQ(State("refused"), "Pending");
+}
+
+// sbatch refusing a job on a partition's rules (changed since discovery) is an eviction
+// (`RefusedBySlurm`): the job is placed again, not failed.
+TEST_F(HookupTest, AnSbatchAccessRefusalPlacesTheJobAgain) {
+  slurm_->refuse_sbatch = 1;
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  Submit("again");
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; })) << Describe("again").dump();
+  EXPECT_EQ(slurm_->Calls("sbatch"), 2);
+  EXPECT_EQ(Describe("again").value("attempt", 0), 2);
+  const std::string events = Describe("again")["events"].dump();
+  EXPECT_NE(events.find("\"RefusedBySlurm\""), std::string::npos) << events;
+  EXPECT_NE(events.find("group not permitted to use this partition"), std::string::npos) << events;
+  EXPECT_NE(State("again"), "Failed");
 }
 
 // Slurm is told to write each job attempt's output under the logs directory, and the
