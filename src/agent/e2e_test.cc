@@ -136,7 +136,7 @@ class EndToEndTest : public ::testing::Test {
                                      "--work-dir",
                                      (dir_ / "agent").string(),
                                      "--lease-seconds",
-                                     "60"};
+                                     agent_lease_};
     args.insert(args.end(), extra.begin(), extra.end());
     agent_ = Spawn(args, (dir_ / "agent.log").string());
   }
@@ -158,7 +158,7 @@ class EndToEndTest : public ::testing::Test {
     return c.Get(path.c_str());
   }
   void Submit(const std::string& name, const std::string& script,
-              const std::string& restart_policy = "") {
+              const std::string& restart_policy = "", int grace_seconds = 30) {
     Json job = {{"apiVersion", "tessera.io/v1"},
                 {"kind", "Job"},
                 {"metadata", {{"name", name}}},
@@ -169,6 +169,7 @@ class EndToEndTest : public ::testing::Test {
                      {"resources", {{"cpu", 1}, {"memory", "1Gi"}, {"nvidia.com/gpu", 1}}},
                      {"command", {"/bin/sh", "-c", script}}}}}}}};
     if (!restart_policy.empty()) job["spec"]["restartPolicy"] = *ParseYaml(restart_policy);
+    job["spec"]["gracePeriodSeconds"] = grace_seconds;
     auto r = Call("POST", "/v1/jobs", job.dump());
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 201) << r->body;
@@ -221,6 +222,7 @@ class EndToEndTest : public ::testing::Test {
   }
 
   std::string bin_, src_, url_, admin_, agent_token_;
+  std::string agent_lease_ = "60";  // the agents' --lease-seconds
   fs::path dir_;
   int port_ = 0;
   pid_t server_ = -1, agent_ = -1, follow_ = -1;  // follow_: a `tessera logs -f`
@@ -460,10 +462,13 @@ TEST_F(EndToEndTest, TaskThatDiedWithTheAgentFollowsTheJobsPolicy) {
 // When the work dir is gone (a reinstalled node), the new agent holds nothing: the server
 // writes the old tasks off and the job's eviction policy restarts it.
 TEST_F(EndToEndTest, AgentThatLostItsWorkDirHasItsTasksRestarted) {
+  // The takeover below waits out the old agent's lease and the task's grace period: short
+  // ones keep the test at ~25 s instead of ~95 s.
+  agent_lease_ = "15";
   StartServer();
   StartAgent();
   const std::string journal = (dir_ / "journal").string();
-  Submit("e2e-wiped", Script(journal));
+  Submit("e2e-wiped", Script(journal), "", 2);
   ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 1; }))
       << Slurp((dir_ / "agent.log").string());
   const pid_t first = Starts(journal)[0];
@@ -475,8 +480,9 @@ TEST_F(EndToEndTest, AgentThatLostItsWorkDirHasItsTasksRestarted) {
   fs::rename(dir_ / "agent", dir_ / "agent.old");  // ...and to the work dir
   StartAgent();
   // A new work dir is another agent to the server, which cannot know the old tasks: it
-  // takes the node over once they have surely stopped (the old agent's lease 20 s, a
-  // heartbeat, the task's 30 s grace); by then the node was written off (NodeLost).
+  // takes the node over once they have surely stopped (the old agent's lease 15 s, a
+  // heartbeat, the task's 2 s grace, and at least 10 heartbeats); by then the node was
+  // written off (NodeLost).
   ASSERT_TRUE(WaitFor([&] { return HasEvent("NodeRestarted") || HasEvent("NodeLost"); }, 60))
       << Slurp((dir_ / "agent.log").string());
   ASSERT_TRUE(WaitFor([&] { return Starts(journal).size() == 2; }, 90))
