@@ -14,6 +14,11 @@ SlurmPool::SlurmPool(std::shared_ptr<CommandRunner> runner, SlurmPoolOptions opt
 }
 
 std::map<std::string, std::string> SlurmPool::RefusingNodes(const std::string& script) const {
+  {
+    // Most clusters restrict no partition: no script to read for every pending job.
+    std::lock_guard<std::mutex> lock(access_mu_);
+    if (!access_restricted_) return {};
+  }
   const SlurmIdentity who = JobIdentity(script, options_.sbatch);
   std::lock_guard<std::mutex> lock(access_mu_);
   auto [it, added] = refusing_.try_emplace({who.account, who.qos});
@@ -58,6 +63,11 @@ Status SlurmPool::RefreshInventoryLocked() {
   std::lock_guard<std::mutex> access(access_mu_);
   access_inventory_ = inventory_;
   access_partitions_ = partitions_;
+  access_restricted_ = std::any_of(partitions_.begin(), partitions_.end(), [](const auto& p) {
+    const SlurmPartition& s = p.second;
+    return s.allow_accounts || s.allow_groups || s.allow_qos || !s.deny_accounts.empty() ||
+           !s.deny_qos.empty();
+  });
   refusing_.clear();
   return Status::Ok();
 }

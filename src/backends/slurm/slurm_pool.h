@@ -84,6 +84,7 @@ class SlurmPool : public PoolBackend {
   mutable std::mutex access_mu_;
   std::map<std::string, SlurmNode> access_inventory_;
   std::map<std::string, SlurmPartition> access_partitions_;
+  bool access_restricted_ = false;  // some partition has an Allow* or Deny* list
   mutable std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>>
       refusing_;
 };
