@@ -126,8 +126,8 @@ Response Call(const ClientFlags& f, const std::string& method, const std::string
                       : method == "DELETE" ? c.Delete(path.c_str(), h)
                                            : c.Post(path.c_str(), h, body, content_type.c_str());
   if (!r) {
+    out.tls_error = IsTlsError(r.error());  // (before DescribeHttpError empties OpenSSL's queue)
     out.error = DescribeHttpError(c, r.error(), url, *tls);
-    out.tls_error = IsTlsError(r.error());
     // An HTTPS server drops a plain-HTTP request unanswered: say what that may be.
     if (r.error() == httplib::Error::Read && url.rfind("http://", 0) == 0)
       out.error += "; if that server serves HTTPS, use an https:// URL";

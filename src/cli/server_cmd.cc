@@ -47,6 +47,9 @@ void AddServerCommands(CLI::App& app) {
                 "take any logsUrl from node agents, not only one naming the address they "
                 "connect from (agents serving logs on another network, or behind NAT)");
   AddTlsServerFlags(cmd, flags->tls, "the API (every route)");
+  cmd->add_option("--tls-client-ca-file", flags->tls.client_ca_file,
+                  "mutual TLS: every client (CLI, agent, Prometheus) must present a certificate "
+                  "signed by a CA in this PEM file (docs/security.md)");
   cmd->add_option("--agent-cacert", flags->agent_cacert,
                   "PEM CA file to check agents serving logs over https:// (default: the "
                   "system's CAs)");

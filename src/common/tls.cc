@@ -41,6 +41,16 @@ std::string OpenSslReason() {
 // A server starts unattended: an encrypted key fails instead of prompting on a terminal.
 int NoPassphrase(char*, int, int, void*) { return -1; }
 
+// Whether the server this thread last shook hands with asked for a client certificate when
+// we had none. Under TLS 1.3 it refuses us only after the handshake, and the request then
+// fails reading or writing, as if the server had gone away: this tells the two apart.
+thread_local bool client_certificate_asked = false;
+
+int NoClientCertificate(SSL*, X509**, EVP_PKEY**) {
+  client_certificate_asked = true;
+  return 0;  // the handshake goes on without one
+}
+
 StatusOr<std::unique_ptr<FILE, FileCloser>> OpenPem(const std::string& flag,
                                                     const std::string& path) {
   std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "r"));
@@ -59,33 +69,50 @@ StatusOr<std::unique_ptr<X509, X509Free>> ReadCertificate(const std::string& fla
   return cert;
 }
 
-}  // namespace
-
-Status CheckTlsServerFiles(const TlsServerFiles& files) {
-  if (files.cert_file.empty() || files.key_file.empty())
-    return InvalidArgument(
-        "--tls-cert-file and --tls-key-file: HTTPS needs both, the certificate and its key");
-  auto cert = ReadCertificate("--tls-cert-file", files.cert_file);
+// A certificate and its own key, unencrypted; `what` says what needs both.
+Status CheckCertificateAndKey(const std::string& cert_flag, const std::string& cert_file,
+                              const std::string& key_flag, const std::string& key_file,
+                              const std::string& what) {
+  if (cert_file.empty() || key_file.empty())
+    return InvalidArgument(cert_flag + " and " + key_flag + ": " + what +
+                           " needs both, the certificate and its key");
+  auto cert = ReadCertificate(cert_flag, cert_file);
   if (!cert.ok()) return cert.status();
-  auto f = OpenPem("--tls-key-file", files.key_file);
+  auto f = OpenPem(key_flag, key_file);
   if (!f.ok()) return f.status();
   std::unique_ptr<EVP_PKEY, KeyFree> key(
       PEM_read_PrivateKey(f->get(), nullptr, NoPassphrase, nullptr));
   if (!key)
-    return InvalidArgument("--tls-key-file " + files.key_file +
-                           ": no unencrypted PEM private key in it (" + OpenSslReason() + ")");
+    return InvalidArgument(key_flag + " " + key_file + ": no unencrypted PEM private key in it (" +
+                           OpenSslReason() + ")");
   if (X509_check_private_key(cert->get(), key.get()) != 1) {
     ERR_clear_error();
-    return InvalidArgument("--tls-key-file " + files.key_file +
-                           ": not the private key of the certificate in " + files.cert_file +
-                           " (--tls-cert-file)");
+    return InvalidArgument(key_flag + " " + key_file +
+                           ": not the private key of the certificate in " + cert_file + " (" +
+                           cert_flag + ")");
   }
   return Status::Ok();
 }
 
+}  // namespace
+
 Status CheckCaFile(const std::string& flag, const std::string& path) {
   auto cert = ReadCertificate(flag, path);
   return cert.ok() ? Status::Ok() : cert.status();
+}
+
+Status CheckTlsServerFiles(const TlsServerFiles& files) {
+  TESSERA_RETURN_IF_ERROR(CheckCertificateAndKey("--tls-cert-file", files.cert_file,
+                                                 "--tls-key-file", files.key_file, "HTTPS"));
+  if (files.client_ca_file.empty()) return Status::Ok();
+  return CheckCaFile("--tls-client-ca-file", files.client_ca_file);
+}
+
+Status CheckTlsClientFiles(const TlsClientOptions& tls) {
+  if (!tls.ca_file.empty()) TESSERA_RETURN_IF_ERROR(CheckCaFile(tls.ca_flag, tls.ca_file));
+  if (tls.cert_file.empty() && tls.key_file.empty()) return Status::Ok();
+  return CheckCertificateAndKey("--client-certificate", tls.cert_file, "--client-key", tls.key_file,
+                                "a client certificate");
 }
 
 StatusOr<std::unique_ptr<httplib::Server>> NewHttpServer(const TlsServerFiles& files) {
@@ -94,10 +121,18 @@ StatusOr<std::unique_ptr<httplib::Server>> NewHttpServer(const TlsServerFiles& f
   // Our own context set-up rather than httplib's: TLS 1.2 at least, and no passphrase prompt.
   auto server = std::make_unique<httplib::SSLServer>([&files](SSL_CTX& ctx) {
     SSL_CTX_set_default_passwd_cb(&ctx, NoPassphrase);
-    return SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) == 1 &&
-           SSL_CTX_use_certificate_chain_file(&ctx, files.cert_file.c_str()) == 1 &&
-           SSL_CTX_use_PrivateKey_file(&ctx, files.key_file.c_str(), SSL_FILETYPE_PEM) == 1 &&
-           SSL_CTX_check_private_key(&ctx) == 1;
+    if (SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) != 1 ||
+        SSL_CTX_use_certificate_chain_file(&ctx, files.cert_file.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(&ctx, files.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(&ctx) != 1)
+      return false;
+    if (files.client_ca_file.empty()) return true;
+    if (SSL_CTX_load_verify_locations(&ctx, files.client_ca_file.c_str(), nullptr) != 1)
+      return false;
+    // Names the CAs to clients, so that one holding several certificates picks the right one.
+    SSL_CTX_set_client_CA_list(&ctx, SSL_load_client_CA_file(files.client_ca_file.c_str()));
+    SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    return true;
   });
   if (!server->is_valid())
     return InvalidArgument("--tls-cert-file " + files.cert_file + ", --tls-key-file " +
@@ -106,6 +141,9 @@ StatusOr<std::unique_ptr<httplib::Server>> NewHttpServer(const TlsServerFiles& f
 }
 
 void ApplyTls(httplib::Client& client, const TlsClientOptions& tls) {
+  // What IsTlsError reads is about this client's request, not an earlier one.
+  client_certificate_asked = false;
+  ERR_clear_error();
   SSL_CTX* ctx = client.ssl_context();
   if (ctx == nullptr) return;  // http://
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
@@ -113,11 +151,35 @@ void ApplyTls(httplib::Client& client, const TlsClientOptions& tls) {
     client.enable_server_certificate_verification(false);
   else if (!tls.ca_file.empty())
     client.set_ca_cert_path(tls.ca_file);
+  if (tls.cert_file.empty() || tls.key_file.empty()) {
+    SSL_CTX_set_client_cert_cb(ctx, NoClientCertificate);
+    return;
+  }
+  // (Checked by CheckTlsClientFiles; one that fails here is not sent, and a server that
+  // wants it says so.)
+  SSL_CTX_set_default_passwd_cb(ctx, NoPassphrase);
+  if (SSL_CTX_use_certificate_chain_file(ctx, tls.cert_file.c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(ctx, tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+    ERR_clear_error();
 }
 
+namespace {
+
+// A request that failed after its TLS handshake for a TLS reason: the server refused our
+// client certificate, or wanted one we did not have (it says so in an alert, TLS 1.3).
+bool RefusedAfterHandshake(httplib::Error error) {
+  if (error != httplib::Error::Read && error != httplib::Error::Write &&
+      error != httplib::Error::SSLConnection)
+    return false;
+  return client_certificate_asked || (error != httplib::Error::SSLConnection &&
+                                      ERR_GET_LIB(ERR_peek_last_error()) == ERR_LIB_SSL);
+}
+
+}  // namespace
+
 bool IsTlsError(httplib::Error error) {
-  return error == httplib::Error::SSLConnection || error == httplib::Error::SSLLoadingCerts ||
-         error == httplib::Error::SSLServerVerification;
+  return RefusedAfterHandshake(error) || error == httplib::Error::SSLConnection ||
+         error == httplib::Error::SSLLoadingCerts || error == httplib::Error::SSLServerVerification;
 }
 
 std::string DescribeHttpError(const httplib::Client& client, httplib::Error error,
@@ -125,6 +187,12 @@ std::string DescribeHttpError(const httplib::Client& client, httplib::Error erro
   const std::string trusted = tls.ca_file.empty()
                                   ? "this system's CAs"
                                   : "the CA in " + tls.ca_file + " (" + tls.ca_flag + ")";
+  if (client_certificate_asked && RefusedAfterHandshake(error)) {
+    ERR_clear_error();
+    return "TLS: " + url +
+           " wants a client certificate, and none was given (--client-certificate and "
+           "--client-key, or $TESSERA_CLIENT_CERT and $TESSERA_CLIENT_KEY)";
+  }
   switch (error) {
     case httplib::Error::SSLLoadingCerts:
       return "TLS: cannot load " + trusted + ": " + OpenSslReason();
@@ -144,10 +212,18 @@ std::string DescribeHttpError(const httplib::Client& client, httplib::Error erro
     case httplib::Error::SSLConnection: {
       const std::string why = OpenSslReason();
       return "TLS: handshake with " + url + " failed" + (why.empty() ? "" : " (" + why + ")") +
-             ": is it serving HTTPS on that port?";
+             ": is it serving HTTPS on that port?" +
+             (tls.cert_file.empty()
+                  ? ""
+                  : " Does it take the client certificate in " + tls.cert_file + "?");
     }
-    default:
-      return httplib::to_string(error);
+    default: {
+      if (!RefusedAfterHandshake(error)) return httplib::to_string(error);
+      return "TLS: " + url + " ended the connection (" + OpenSslReason() + ")" +
+             (tls.cert_file.empty()
+                  ? ""
+                  : ": does it take the client certificate in " + tls.cert_file + "?");
+    }
   }
 }
 

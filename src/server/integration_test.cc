@@ -486,5 +486,54 @@ TEST_F(TlsIntegration, FilesThatCannotServeStopTheServerAtStart) {
   }
 }
 
+// --tls-client-ca-file: a client without a certificate that CA signed is refused, and the CLI
+// says the server wants one; with --client-certificate (or $TESSERA_CLIENT_CERT) it gets in.
+TEST_F(TlsIntegration, MutualTlsNeedsAClientCertificateTheCaSigned) {
+  ServerProcess server(binary_, (base_ / "data").string(),
+                       {"--tls-cert-file", pki_.server_cert, "--tls-key-file", pki_.server_key,
+                        "--tls-client-ca-file", pki_.ca_cert});
+  TlsClientOptions tls;
+  tls.ca_file = pki_.ca_cert;
+  tls.cert_file = pki_.client_cert;
+  tls.key_file = pki_.client_key;
+  server.set_tls(tls);
+  ASSERT_TRUE(server.Start()) << ReadFile((base_ / "server.log").string());
+  const std::string get = "get jobs --server " + server.url() + " --token " + server.token() +
+                          " --cacert " + pki_.ca_cert;
+  auto [ok, ok_out] = Tessera(get + " --client-certificate " + pki_.client_cert + " --client-key " +
+                              pki_.client_key);
+  EXPECT_EQ(ok, 0) << ok_out;
+  auto [env, env_out] = Tessera(
+      get, "TESSERA_CLIENT_CERT=" + pki_.client_cert + " TESSERA_CLIENT_KEY=" + pki_.client_key);
+  EXPECT_EQ(env, 0) << env_out;
+
+  auto [none, none_out] = Tessera(get);
+  EXPECT_EQ(none, 3) << none_out;
+  EXPECT_NE(none_out.find("error: TLS: " + server.url() +
+                          " wants a client certificate, and none was given"),
+            std::string::npos)
+      << none_out;
+  // The server's own certificate is not one for a client (extendedKeyUsage serverAuth). (How
+  // it fails depends on timing under TLS 1.3: the refusal, or the connection closed first.)
+  auto [server_cert, server_cert_out] = Tessera(get + " --client-certificate " + pki_.server_cert +
+                                                " --client-key " + pki_.server_key);
+  EXPECT_EQ(server_cert, 3) << server_cert_out;
+  auto [half, half_out] = Tessera(get + " --client-certificate " + pki_.client_cert);
+  EXPECT_EQ(half, 2) << half_out;
+  EXPECT_NE(half_out.find("--client-certificate and --client-key: a client certificate needs "
+                          "both"),
+            std::string::npos)
+      << half_out;
+  server.Kill(SIGKILL);
+
+  auto [local, local_out] =
+      Tessera("server --data-dir " + (base_ / "local").string() +
+              " --listen 127.0.0.1:0 --local-agent --tls-cert-file " + pki_.server_cert +
+              " --tls-key-file " + pki_.server_key + " --tls-client-ca-file " + pki_.ca_cert);
+  EXPECT_EQ(local, 1) << local_out;
+  EXPECT_NE(local_out.find("--local-agent with --tls-client-ca-file"), std::string::npos)
+      << local_out;
+}
+
 }  // namespace
 }  // namespace tessera::server

@@ -169,6 +169,10 @@ Status RunServer(const ServerFlags& flags) {
   // Checked before the store opens: a bad file must not wait behind an etcd election.
   api.tls = flags.tls;
   if (api.tls.enabled()) TESSERA_RETURN_IF_ERROR(CheckTlsServerFiles(api.tls));
+  if (!api.tls.client_ca_file.empty() && flags.local_agent)
+    return InvalidArgument(
+        "--local-agent with --tls-client-ca-file: the in-process agents have no client "
+        "certificate; run `tessera agent` with --client-certificate instead");
   api.agent_tls.ca_file = flags.agent_cacert;
   api.agent_tls.ca_flag = "--agent-cacert";
   if (!flags.agent_cacert.empty())
