@@ -418,6 +418,8 @@ TEST_F(TlsIntegration, ServesHttpsOnlyAndTheCliChecksTheCertificate) {
   EXPECT_EQ(ok, 0) << ok_out;
   auto [env, env_out] = Tessera(get, "TESSERA_CACERT=" + pki_.ca_cert);
   EXPECT_EQ(env, 0) << env_out;
+  auto [before, before_out] = Tessera("--cacert " + pki_.ca_cert + " " + get);  // as kubectl
+  EXPECT_EQ(before, 0) << before_out;
   auto [host, host_out] = Tessera("get jobs --server https://localhost:" + port + " --token " +
                                   server.token() + " --cacert " + pki_.ca_cert);
   EXPECT_EQ(host, 0) << host_out;
