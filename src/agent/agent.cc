@@ -155,8 +155,10 @@ void RefuseLogs(httplib::Response& res, int status, const std::string& why) {
                   "application/json");
 }
 
-std::unique_ptr<httplib::Client> MakeClient(const std::string& url, const std::string& token) {
+std::unique_ptr<httplib::Client> MakeClient(const std::string& url, const std::string& token,
+                                            const TlsClientOptions& tls) {
   auto c = std::make_unique<httplib::Client>(url);
+  ApplyTls(*c, tls);
   c->set_connection_timeout(2, 0);
   c->set_read_timeout(5, 0);
   c->set_write_timeout(5, 0);
@@ -244,7 +246,8 @@ std::string Agent::last_error() const {
 std::string Agent::logs_url() const {
   if (!opt_.logs_advertise.empty()) return opt_.logs_advertise;
   std::string host = opt_.logs_host == "0.0.0.0" ? "127.0.0.1" : opt_.logs_host;
-  return "http://" + host + ":" + std::to_string(logs_port_);
+  return (opt_.logs_tls.enabled() ? "https://" : "http://") + host + ":" +
+         std::to_string(logs_port_);
 }
 
 Status Agent::Start() {
@@ -290,7 +293,9 @@ void Agent::Stop(bool stop_tasks) {
 }
 
 Status Agent::StartLogsServer() {
-  logs_server_ = std::make_unique<httplib::Server>();
+  auto server = NewHttpServer(opt_.logs_tls);
+  if (!server.ok()) return server.status().WithContext("logs server");
+  logs_server_ = std::move(*server);
   const std::string token = opt_.logs_token;
   Executor* ex = executor_.get();
   auto authorised = [token](const httplib::Request& req, httplib::Response& res) {
@@ -437,11 +442,11 @@ Json Agent::HeartbeatBody(const std::vector<TaskStatus>& tasks) {
 }
 
 Status Agent::Register() {
-  auto cli = MakeClient(opt_.server_url, opt_.token);
+  auto cli = MakeClient(opt_.server_url, opt_.token, opt_.server_tls);
   auto res = cli->Post("/v1/agents/register", RegisterBody().dump(), "application/json");
   if (!res)
     return Unavailable("register: cannot reach " + opt_.server_url + ": " +
-                       httplib::to_string(res.error()));
+                       DescribeHttpError(*cli, res.error(), opt_.server_url, opt_.server_tls));
   if (res->status != 200 && res->status != 201)
     return Status(
         res->status == 401 || res->status == 403 ? StatusCode::kUnauthenticated
@@ -472,7 +477,7 @@ Status Agent::Register() {
 Status Agent::Heartbeat() {
   const std::vector<TaskStatus> tasks = executor_->Statuses();
   Json body = HeartbeatBody(tasks);
-  auto cli = MakeClient(opt_.server_url, opt_.token);
+  auto cli = MakeClient(opt_.server_url, opt_.token, opt_.server_tls);
   std::string name;
   for (unsigned char c : opt_.node.name) {  // percent-encode the path segment
     static const char kHex[] = "0123456789ABCDEF";
@@ -488,7 +493,7 @@ Status Agent::Heartbeat() {
   auto res = cli->Post(path.c_str(), body.dump(), "application/json");
   if (!res)
     return Unavailable("heartbeat: cannot reach " + opt_.server_url + ": " +
-                       httplib::to_string(res.error()));
+                       DescribeHttpError(*cli, res.error(), opt_.server_url, opt_.server_tls));
   if (res->status == 409 || res->status == 404) {
     registered_ = false;  // stale epoch, or a server that forgot us: register again
     return Unavailable("heartbeat: HTTP " + std::to_string(res->status) + ", registering again");

@@ -28,6 +28,7 @@
 #include "agent/nvml.h"
 #include "common/rng.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "model/codec.h"
 #include "model/node.h"
 
@@ -42,13 +43,15 @@ inline constexpr char kAgentVersion[] = "0.1.0";
 struct AgentOptions {
   std::string server_url;          // "http://127.0.0.1:8080"
   std::string token;               // bearer token for /v1/agents/*
+  TlsClientOptions server_tls;     // how an https:// server_url's certificate is checked
   Node node;                       // inventory: from an inventory file or DiscoverHostNode()
   std::string work_dir;            // task folders and logs; survives agent restarts
   std::string boot_id;             // random per agent process start (NewBootId)
   std::shared_ptr<NvmlGpus> nvml;  // null: devices are virtual; samples are derived from tasks
   std::string logs_host = "127.0.0.1";
   int logs_port = 0;           // 0: any free port
-  std::string logs_advertise;  // URL given to the server; "" = http://<logs_host>:<port>
+  std::string logs_advertise;  // URL given to the server; "" = http(s)://<logs_host>:<port>
+  TlsServerFiles logs_tls;     // the logs endpoint serves HTTPS only when given
   // Bearer token the logs endpoint requires; "" = none. The agent gives it to the server
   // (`logsToken` in its registration and heartbeats), whose logs proxy sends it.
   std::string logs_token;

@@ -21,6 +21,8 @@
 
 #include "agent/test_support.h"
 #include "common/capture_command.h"
+#include "common/test_pki.h"
+#include "common/tls.h"
 #include "model/codec.h"
 
 namespace tessera::agent {
@@ -113,9 +115,12 @@ class EndToEndTest : public ::testing::Test {
   }
   void StartServer() {
     fs::remove(dir_ / "data" / "server.url");
-    server_ = Spawn({bin_, "server", "--data-dir", (dir_ / "data").string(), "--listen",
-                     "127.0.0.1:" + std::to_string(port_), "--bootstrap", src_ + "/examples/seed"},
-                    (dir_ / "server.log").string());
+    std::vector<std::string> args = {bin_,          "server",
+                                     "--data-dir",  (dir_ / "data").string(),
+                                     "--listen",    "127.0.0.1:" + std::to_string(port_),
+                                     "--bootstrap", src_ + "/examples/seed"};
+    args.insert(args.end(), server_flags_.begin(), server_flags_.end());
+    server_ = Spawn(args, (dir_ / "server.log").string());
     ASSERT_TRUE(WaitFor([&] {
       return !Trimmed(Slurp((dir_ / "data" / "server.url").string())).empty();
     })) << Slurp((dir_ / "server.log").string());
@@ -152,6 +157,7 @@ class EndToEndTest : public ::testing::Test {
   httplib::Result Call(const std::string& method, const std::string& path,
                        const std::string& body = "") {
     httplib::Client c(url_);
+    ApplyTls(c, tls_);
     c.set_bearer_token_auth(admin_.c_str());
     c.set_read_timeout(10, 0);
     if (method == "POST") return c.Post(path.c_str(), body, "application/json");
@@ -222,7 +228,9 @@ class EndToEndTest : public ::testing::Test {
   }
 
   std::string bin_, src_, url_, admin_, agent_token_;
-  std::string agent_lease_ = "60";  // the agents' --lease-seconds
+  std::string agent_lease_ = "60";         // the agents' --lease-seconds
+  std::vector<std::string> server_flags_;  // more flags for `tessera server`
+  TlsClientOptions tls_;                   // how Call checks an https:// url_
   fs::path dir_;
   int port_ = 0;
   pid_t server_ = -1, agent_ = -1, follow_ = -1;  // follow_: a `tessera logs -f`
@@ -395,6 +403,46 @@ TEST_F(EndToEndTest, LogsOfThePreviousRunOfARestartedJob) {
   EXPECT_NE(rc, 0);
   EXPECT_NE(none.find("allocation \"a-nope\" is not job \"flaky\" task 0"), std::string::npos)
       << none;
+}
+
+// TLS end to end: the server serves HTTPS; the agent registers over https:// checking it
+// with --cacert, and serves its logs endpoint over HTTPS too, which the server's logs proxy
+// checks with --agent-cacert; `tessera logs` reads a task's output through both.
+TEST_F(EndToEndTest, AgentRegistersAndLogsComeBackOverTls) {
+  TestPki pki;
+  if (std::string why = pki.Make((dir_ / "pki").string()); !why.empty()) GTEST_SKIP() << why;
+  url_ = "https://127.0.0.1:" + std::to_string(port_);
+  tls_.ca_file = pki.ca_cert;
+  const std::vector<std::string> cert = {"--tls-cert-file", pki.server_cert, "--tls-key-file",
+                                         pki.server_key};
+  server_flags_ = cert;
+  server_flags_.insert(server_flags_.end(), {"--agent-cacert", pki.ca_cert});
+  StartServer();
+  EXPECT_EQ(Trimmed(Slurp((dir_ / "data" / "server.url").string())), url_);
+  std::vector<std::string> agent_flags = cert;
+  agent_flags.insert(agent_flags.end(), {"--cacert", pki.ca_cert});
+  StartAgent(agent_flags);
+  ASSERT_TRUE(WaitFor([&] { return !Node1().is_null(); })) << Slurp((dir_ / "agent.log").string());
+  EXPECT_NE(Slurp((dir_ / "agent.log").string()).find("serving logs at https://127.0.0.1:"),
+            std::string::npos)
+      << Slurp((dir_ / "agent.log").string());
+  Submit("tls-run", "echo hello-over-tls");
+  ASSERT_TRUE(WaitFor([&] { return JobField("tls-run", "state") == "\"Succeeded\""; }, 60))
+      << JobField("tls-run", "state") << Slurp((dir_ / "agent.log").string());
+  const auto [rc, out] = CaptureCommand(bin_ + " logs tls-run --server " + url_ + " --token " +
+                                        admin_ + " --cacert " + pki.ca_cert + " 2>&1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "hello-over-tls\n") << Slurp((dir_ / "server.log").string());
+
+  // A server not given the agents' CA refuses the agent's certificate, and says so.
+  Stop(server_, SIGTERM);
+  server_flags_ = cert;
+  StartServer();
+  auto r = Call("GET", "/v1/jobs/tls-run/logs?task=0");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(r->body.find("TLS: the certificate of https://127.0.0.1:"), std::string::npos)
+      << r->body;
 }
 
 // An agent crash leaves its tasks running; the next agent adopts them and tells the server,

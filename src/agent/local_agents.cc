@@ -20,6 +20,7 @@ StatusOr<std::unique_ptr<LocalAgents>> LocalAgents::Start(const LocalAgentsOptio
   for (const auto& node : *nodes) {
     AgentOptions ao;
     ao.server_url = options.server_url;
+    ao.server_tls = options.server_tls;
     ao.token = options.token;
     ao.node = node;
     ao.work_dir = options.work_dir + "/" + node.name;

@@ -21,6 +21,7 @@ namespace tessera::agent {
 struct LocalAgentsOptions {
   std::string server_url;  // e.g. "http://127.0.0.1:8080"
   std::string token;
+  TlsClientOptions server_tls;             // AgentOptions::server_tls
   std::string inventory = "seed-minimal";  // "seed-minimal" (built in) or a file path
   std::string work_dir = "data/agents";
   uint64_t seed = 0;  // boot ids; 0 = from std::random_device

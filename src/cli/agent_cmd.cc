@@ -13,6 +13,7 @@
 #include "agent/nvml.h"
 #include "agent/srun.h"
 #include "cli/command.h"
+#include "cli/tls_flags.h"
 #include "common/duration.h"
 #include "model/codec.h"
 #if __has_include("server/hooks.h")
@@ -43,6 +44,8 @@ struct AgentFlags {
   std::string logs_listen = "127.0.0.1:0";
   std::string logs_advertise;
   std::string logs_token;
+  TlsClientOptions server_tls;
+  TlsServerFiles logs_tls;
   agent::NodeAdditionFlags additions;
   int64_t lease_seconds = -1;
   std::string task_retention = "24h";
@@ -173,6 +176,13 @@ int RunAgent(const AgentFlags& f) {
   o.task_retention_seconds = *retention;
   o.max_finished_tasks = f.max_finished_tasks;
   o.server_url = f.server;
+  auto tls = ResolveTlsClientFlags(f.server_tls, f.server, "tessera agent");
+  if (!tls.ok()) {
+    std::cerr << "tessera agent: " << tls.status().ToString() << "\n";
+    return 1;
+  }
+  o.server_tls = *tls;
+  o.logs_tls = f.logs_tls;
   o.token = token;
   o.node = *node;
   o.work_dir = f.work_dir;
@@ -227,10 +237,12 @@ void AddAgentCommands(CLI::App& app) {
   // `tessera server --local-agent`: in-process agents for the seed's inventory (2 nodes x 8
   // virtual A100-80GB), work dirs under $TESSERA_LOCAL_AGENT_DIR (default <data dir>/agents).
   server::LocalAgentHook() = [](const std::string& url, const std::string& token,
-                                const std::string& data_dir) -> server::StopFn {
+                                const std::string& data_dir,
+                                const TlsClientOptions& server_tls) -> server::StopFn {
     agent::LocalAgentsOptions o;
     o.server_url = url;
     o.token = token;
+    o.server_tls = server_tls;
     o.work_dir = data_dir + "/agents";
     o.srun_program = SelfProgram();
     if (const char* d = std::getenv("TESSERA_LOCAL_AGENT_DIR"); d && *d) o.work_dir = d;
@@ -254,6 +266,7 @@ void AddAgentCommands(CLI::App& app) {
       "agent", "Run the node agent: register this node, heartbeat, run its tasks");
   cmd->add_option("--server", f->server, "Server URL, e.g. http://127.0.0.1:8080");
   cmd->add_option("--token", f->token, "Agent bearer token (or $TESSERA_AGENT_TOKEN)");
+  AddTlsClientFlags(cmd, f->server_tls);
   cmd->add_option(
       "--inventory", f->inventory,
       "Inventory file declaring virtual GPUs (or 'seed-minimal'); default: discover with NVML");
@@ -280,6 +293,8 @@ void AddAgentCommands(CLI::App& app) {
                   "host:port for the logs endpoint (default 127.0.0.1:0)");
   cmd->add_option("--logs-advertise", f->logs_advertise,
                   "Logs URL given to the server (default from --logs-listen)");
+  AddTlsServerFlags(cmd, f->logs_tls,
+                    "the logs endpoint (a certificate for its --logs-advertise host)");
   cmd->add_option("--logs-token", f->logs_token,
                   "Bearer token the logs endpoint requires (or $TESSERA_LOGS_TOKEN); the agent "
                   "gives it to the server, whose logs proxy sends it");

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/tls_flags.h"
 #include "common/rng.h"
 #include "model/codec.h"
 #include "model/run_as.h"
@@ -30,6 +31,7 @@ struct ClientFlags {
   std::string server;
   std::string token;
   std::string output;  // "", json, yaml, wide
+  TlsClientOptions tls;
 };
 
 // Percent-encodes a query or path component.
@@ -93,6 +95,8 @@ struct Response {
   // never connected.
   bool maybe_sent = false;
   std::string error;
+  bool tls_error = false;  // not reached: the TLS handshake or certificate check failed
+  bool bad_flag = false;   // not sent: --cacert names no CA file (a usage error)
   int status = 0;
   Json body;
   std::string raw;
@@ -102,7 +106,16 @@ struct Response {
 Response Call(const ClientFlags& f, const std::string& method, const std::string& path,
               const std::string& body = "", const std::string& content_type = "application/yaml",
               const httplib::Headers& extra = {}) {
-  httplib::Client c(ServerUrl(f));
+  Response out;
+  const std::string url = ServerUrl(f);
+  auto tls = ResolveTlsClientFlags(f.tls, url, "tessera");
+  if (!tls.ok()) {
+    out.error = tls.status().ToString();
+    out.bad_flag = true;
+    return out;
+  }
+  httplib::Client c(url);
+  ApplyTls(c, *tls);
   c.set_connection_timeout(5, 0);
   c.set_read_timeout(60, 0);
   httplib::Headers h;
@@ -112,11 +125,14 @@ Response Call(const ClientFlags& f, const std::string& method, const std::string
   httplib::Result r = method == "GET"      ? c.Get(path.c_str(), h)
                       : method == "DELETE" ? c.Delete(path.c_str(), h)
                                            : c.Post(path.c_str(), h, body, content_type.c_str());
-  Response out;
   if (!r) {
-    out.error = httplib::to_string(r.error());
-    out.maybe_sent =
-        r.error() != httplib::Error::Connection && r.error() != httplib::Error::ConnectionTimeout;
+    out.tls_error = IsTlsError(r.error());  // (before DescribeHttpError empties OpenSSL's queue)
+    out.error = DescribeHttpError(c, r.error(), url, *tls);
+    // An HTTPS server drops a plain-HTTP request unanswered: say what that may be.
+    if (r.error() == httplib::Error::Read && url.rfind("http://", 0) == 0)
+      out.error += "; if that server serves HTTPS, use an https:// URL";
+    out.maybe_sent = !out.tls_error && r.error() != httplib::Error::Connection &&
+                     r.error() != httplib::Error::ConnectionTimeout;
     return out;
   }
   out.reached = true;
@@ -136,6 +152,11 @@ std::string RandomKey() { return "cli-" + SecureRandomHex(16); }
 // Prints the error and sets the exit code; returns true when the call succeeded.
 bool Check(const ClientFlags& f, const Response& r) {
   if (!r.reached) {
+    if (r.tls_error || r.bad_flag) {
+      std::fprintf(stderr, "error: %s\n", r.error.c_str());
+      SetExitCode(r.bad_flag ? 2 : 3);
+      return false;
+    }
     if (r.maybe_sent)
       std::fprintf(stderr,
                    "error: no answer from the server at %s (%s): the request may have been "
@@ -508,6 +529,7 @@ void AddCommon(CLI::App* c, ClientFlags& f, bool output = true) {
   c->add_option(
       "--token", f.token,
       "bearer token (default $TESSERA_TOKEN, $TESSERA_TOKEN_FILE, or ./data/admin.token)");
+  AddTlsClientFlags(c, f.tls);
   if (output) c->add_option("-o,--output", f.output, "json | yaml | wide (get: also name)");
 }
 
@@ -568,6 +590,12 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
     }
     url = api->url();
   }
+  auto tls = ResolveTlsClientFlags(f.tls, url, "tessera bench-submit");
+  if (!tls.ok()) {
+    std::fprintf(stderr, "error: %s\n", tls.status().ToString().c_str());
+    SetExitCode(2);
+    return;
+  }
   std::vector<std::vector<double>> lat(b.clients);
   std::atomic<int> errors{0}, retries{0}, replayed{0};
   std::string first_error, first_retry;
@@ -585,6 +613,7 @@ void RunBench(const ClientFlags& f, const BenchFlags& b) {
   for (int c = 0; c < b.clients; ++c) {
     threads.emplace_back([&, c] {
       httplib::Client cli(url);
+      ApplyTls(cli, *tls);
       cli.set_keep_alive(true);
       cli.set_tcp_nodelay(true);
       cli.set_read_timeout(60, 0);
@@ -1383,8 +1412,10 @@ void AddClientCommands(CLI::App& app) {
                                  (allocation.empty() ? "" : "&allocation=" + Esc(allocation));
         auto r = Call(*f, "GET", path);
         const auto away_since = std::chrono::steady_clock::now();
-        for (bool told = false; !r.reached && std::chrono::steady_clock::now() - away_since <
-                                                  std::chrono::seconds(kServerAwaySeconds);) {
+        // (A certificate refused is refused again: not retried.)
+        for (bool told = false; !r.reached && !r.tls_error && !r.bad_flag &&
+                                std::chrono::steady_clock::now() - away_since <
+                                    std::chrono::seconds(kServerAwaySeconds);) {
           if (!told)
             std::fprintf(stderr,
                          "tessera logs: no answer from the server at %s (%s); retrying for up "

@@ -17,8 +17,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "tessera 0.1.0");
   // As kubectl: `tessera --server URL get jobs` as well as `tessera get jobs --server URL`.
-  // Before the command they stand for $TESSERA_SERVER / $TESSERA_TOKEN, which every client
-  // command reads when it is not given its own.
+  // Before the command they stand for $TESSERA_SERVER / $TESSERA_TOKEN / $TESSERA_CACERT,
+  // which every client command reads when it is not given its own.
   app.add_option_function<std::string>(
          "--server", [](const std::string& v) { ::setenv("TESSERA_SERVER", v.c_str(), 1); },
          "API URL for the client commands (as their own --server)")
@@ -26,6 +26,10 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>(
          "--token", [](const std::string& v) { ::setenv("TESSERA_TOKEN", v.c_str(), 1); },
          "bearer token for the client commands (as their own --token)")
+      ->trigger_on_parse();
+  app.add_option_function<std::string>(
+         "--cacert", [](const std::string& v) { ::setenv("TESSERA_CACERT", v.c_str(), 1); },
+         "CA file to check an https:// server with (as the client commands' own --cacert)")
       ->trigger_on_parse();
   tessera::cli::AddServerCommands(app);
   tessera::cli::AddAgentCommands(app);

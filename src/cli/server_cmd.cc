@@ -4,6 +4,7 @@
 
 #include "backends/slurm/server_hookup.h"
 #include "cli/command.h"
+#include "cli/tls_flags.h"
 #include "server/hooks.h"
 #include "server/server_main.h"
 
@@ -45,6 +46,13 @@ void AddServerCommands(CLI::App& app) {
   cmd->add_flag("--agent-logs-any-host", flags->agent_logs_any_host,
                 "take any logsUrl from node agents, not only one naming the address they "
                 "connect from (agents serving logs on another network, or behind NAT)");
+  AddTlsServerFlags(cmd, flags->tls, "the API (every route)");
+  cmd->add_option("--tls-client-ca-file", flags->tls.client_ca_file,
+                  "mutual TLS: every client (CLI, agent, Prometheus) must present a certificate "
+                  "signed by a CA in this PEM file (docs/security.md)");
+  cmd->add_option("--agent-cacert", flags->agent_cacert,
+                  "PEM CA file to check agents serving logs over https:// (default: the "
+                  "system's CAs)");
   cmd->add_option("--seed", flags->seed, "seed of the scheduling randomness")
       ->check(kSeed)
       ->capture_default_str();

@@ -141,7 +141,9 @@ ApiServer::ApiServer(ControlPlane& cp, ApiOptions options)
 ApiServer::~ApiServer() { Stop(); }
 
 Status ApiServer::Start() {
-  http_ = std::make_unique<httplib::Server>();
+  auto http = NewHttpServer(options_.tls);
+  if (!http.ok()) return http.status();
+  http_ = std::move(*http);
   int threads = options_.threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
@@ -394,6 +396,7 @@ void ApiServer::Routes() {
               // Following and not there yet: the task has not started writing.
             } else if (src->placed) {
               httplib::Client c(src->url);
+              ApplyTls(c, options_.agent_tls);
               c.set_connection_timeout(5, 0);
               c.set_read_timeout(30, 0);
               // The agent's --logs-token, which it gave the server.
@@ -402,7 +405,11 @@ void ApiServer::Routes() {
                                  "&offset=" + std::to_string(*offset);
               auto r = c.Get(path.c_str());
               if (!r)
-                return Fail(res, Unavailable("node agent at " + src->url + " did not answer"));
+                return Fail(res, Unavailable("node agent at " + src->url + " did not answer" +
+                                             (IsTlsError(r.error())
+                                                  ? ": " + DescribeHttpError(c, r.error(), src->url,
+                                                                             options_.agent_tls)
+                                                  : "")));
               // An agent not heard since this server started may want a token it has not
               // given yet: it comes with its next heartbeat.
               const bool no_token_yet = r->status == 401 && src->agent_unheard;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/tls.h"
 #include "server/control_plane.h"
 
 namespace httplib {
@@ -34,6 +35,10 @@ struct ApiOptions {
   // Take any logsUrl from agents, not only one naming the address they connect from
   // (logs_url.h): for agents that serve logs on another network, or behind NAT.
   bool agent_logs_any_host = false;
+  // HTTPS only when given (docs/security.md); url() then says https://.
+  TlsServerFiles tls;
+  // How the logs proxy checks agents whose logsUrl is https:// (--agent-cacert).
+  TlsClientOptions agent_tls;
 };
 
 // A request path's route pattern for metrics: "/v1/jobs/{name}/logs" for /v1/jobs/x/logs;
@@ -47,7 +52,10 @@ class ApiServer {
   Status Start();  // binds and starts serving
   void Stop();
   int port() const { return port_; }
-  std::string url() const { return "http://" + options_.host + ":" + std::to_string(port_); }
+  std::string url() const {
+    return (options_.tls.enabled() ? "https://" : "http://") + options_.host + ":" +
+           std::to_string(port_);
+  }
 
  private:
   void Routes();

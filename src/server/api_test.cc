@@ -678,8 +678,9 @@ TEST_F(ApiTest, AnAgentsLogsUrlMustNameTheAddressItConnectsFrom) {
       0u)
       << r.raw;
   EXPECT_EQ(cp_->ListNodes(kAdmin)["items"].size(), 0u);
-  for (const char* bad : {"file:///etc/passwd", "http://127.0.0.1:9101/admin?x=",
-                          "http://user@127.0.0.1:9101", "http://:9101", "gopher://127.0.0.1:1"}) {
+  for (const char* bad :
+       {"file:///etc/passwd", "http://127.0.0.1:9101/admin?x=", "http://user@127.0.0.1:9101",
+        "http://:9101", "gopher://127.0.0.1:1", "https://10.9.9.9:9101"}) {
     Resp b = Do("POST", "/v1/agents/register", agent, reg(bad));
     EXPECT_EQ(b.status, 400) << bad << ": " << b.raw;
     EXPECT_NE(b.raw.find("logsUrl: "), std::string::npos) << b.raw;

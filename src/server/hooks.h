@@ -1,7 +1,8 @@
 // Hooks the `tessera server` command offers to components linked above the server.
 //
 // LocalAgentHook: with --local-agent, the server command calls it once the API is up, with
-// the API's URL, an agent token and the server's data dir; it starts in-process node agents
+// the API's URL, an agent token, the server's data dir and how to check the API's TLS
+// certificate (https:// URLs); it starts in-process node agents
 // (src/agent) and returns a function that stops them. Unset (the default), --local-agent only
 // prints a notice. Set it before the command runs (e.g. from a static initialiser in
 // src/cli/agent_cmd.cc).
@@ -18,14 +19,16 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/tls.h"
 
 namespace tessera::server {
 
 class ControlPlane;
 
 using StopFn = std::function<void()>;
-using LocalAgentStarter = std::function<StopFn(
-    const std::string& server_url, const std::string& agent_token, const std::string& data_dir)>;
+using LocalAgentStarter =
+    std::function<StopFn(const std::string& server_url, const std::string& agent_token,
+                         const std::string& data_dir, const TlsClientOptions& server_tls)>;
 LocalAgentStarter& LocalAgentHook();
 
 using PoolStarter = std::function<StatusOr<StopFn>(ControlPlane& cp)>;

@@ -166,6 +166,17 @@ Status RunServer(const ServerFlags& flags) {
   if (api.port < 0 || api.port > 65535)
     return InvalidArgument("--listen: bad port in \"" + host_port + "\"");
   api.agent_logs_any_host = flags.agent_logs_any_host;
+  // Checked before the store opens: a bad file must not wait behind an etcd election.
+  api.tls = flags.tls;
+  if (api.tls.enabled()) TESSERA_RETURN_IF_ERROR(CheckTlsServerFiles(api.tls));
+  if (!api.tls.client_ca_file.empty() && flags.local_agent)
+    return InvalidArgument(
+        "--local-agent with --tls-client-ca-file: the in-process agents have no client "
+        "certificate; run `tessera agent` with --client-certificate instead");
+  api.agent_tls.ca_file = flags.agent_cacert;
+  api.agent_tls.ca_flag = "--agent-cacert";
+  if (!flags.agent_cacert.empty())
+    TESSERA_RETURN_IF_ERROR(CheckCaFile("--agent-cacert", flags.agent_cacert));
 
   auto st = OpenStore(flags, set);
   if (!st.ok()) return st.status();
@@ -319,7 +330,11 @@ Status RunServer(const ServerFlags& flags) {
   StopFn stop_agents;
   if (flags.local_agent) {
     if (LocalAgentHook()) {
-      stop_agents = LocalAgentHook()(server.url(), agent_token, flags.data_dir);
+      // In-process agents reach this server on this machine: with TLS they need not check
+      // its certificate (a CA-signed one would not be in any file they know).
+      TlsClientOptions in_process;
+      in_process.insecure_skip_verify = true;
+      stop_agents = LocalAgentHook()(server.url(), agent_token, flags.data_dir, in_process);
     } else {
       std::fprintf(stderr,
                    "tessera server: --local-agent: no in-process agent is linked into this build; "

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/tls.h"
 
 namespace tessera::server {
 
@@ -29,6 +30,10 @@ struct ServerFlags {
   std::string auth_config;    // optional
   bool local_agent = false;
   bool agent_logs_any_host = false;  // ApiOptions::agent_logs_any_host
+  // HTTPS (docs/security.md): the API's certificate and key, and the CA file the logs proxy
+  // trusts for agents serving https:// ("" = the system's CAs).
+  TlsServerFiles tls;
+  std::string agent_cacert;
   bool synchronous_full = true;
   uint64_t seed = 1;
   // Event retention (docs/lifecycle.md); 0 = no bound.
