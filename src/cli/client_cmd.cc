@@ -1110,7 +1110,7 @@ void AddClientCommands(CLI::App& app) {
       for (const auto& a : j["allocations"]) {
         // Who it ran as, as its agent reported (Run as: above is what was asked).
         const Json ran = a.value("runAs", Json::object());
-        const std::string user = !ran.contains("uid")     ? "<unknown>"
+        const std::string user = !ran.contains("uid")     ? "<none>"
                                  : S(ran, "user").empty() ? "uid " + S(ran, "uid")
                                                           : S(ran, "user");
         rows.push_back({"  " + S(a, "id"), S(a, "task"), S(a, "attempt"), S(a["placement"], "node"),
