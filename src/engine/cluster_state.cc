@@ -403,7 +403,8 @@ Status ClusterState::Impl::ReleaseTask(JobRec& j, int32_t task) {
   if (it != node_index.end()) {
     NodeState& n = nodes[it->second];
     GiveBackAllocation(n, a);
-    if (j.exclusive) v = ChargeOf(a, *n.node, true, --n.exclusive_tasks == 0);
+    // What BindAt charged (a fraction's memory share, an exclusive job's whole node).
+    v = ChargeOf(a, *n.node, j.exclusive, j.exclusive && --n.exclusive_tasks == 0);
     Reclassify(it->second);
   }
   j.running -= 1;

@@ -1347,9 +1347,11 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
       if (placed < required) break;
       continue;
     }
-    // An exclusive job is charged its new node whole, which the request did not show: its
-    // limit is checked once the node is chosen.
-    const bool charge_check = limited && pj.exclusive;
+    // An exclusive job is charged its new node whole, and a fraction of a device at least
+    // its share of the device's memory (DeviceCharge), which the request did not show: the
+    // limit is checked once the node and device are chosen.
+    const bool by_memory = req.gpu.kind == GpuRequestKind::kFraction && req.gpu.memory_bytes > 0;
+    const bool charge_check = limited && (pj.exclusive || by_memory);
     const size_t before = m_.undo.size();
     const ResourceVector charged = charge_check ? j.allocated : ResourceVector{};
     int32_t node = PlaceTask(pj, t, gang_nodes, spread ? &*spread : nullptr,
@@ -1360,8 +1362,10 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
       if (!failed) {
         (void)QueueAdmits(j, charge, &limit_why);
         first.code = "QueueOverLimit";
-        first.message =
-            limit_why + " (node " + m_.nodes[node].name() + " whole: the job is exclusive)";
+        first.message = limit_why + (pj.exclusive ? " (node " + m_.nodes[node].name() +
+                                                        " whole: the job is exclusive)"
+                                                  : " (a fraction of a GPU is charged at least "
+                                                    "its share of the device's memory)");
         first.resource.clear();
         first.rejected.clear();
         first.deferred = false;

@@ -6,6 +6,7 @@
 // Plain values; thread-compatible.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -124,14 +125,34 @@ inline ResourceVector AllocationVector(const TaskAllocation& a) {
   return ResourceVector{a.cpu_milli, a.memory_bytes, a.GpuMilli()};
 }
 
+// The GPU share a device assignment on node `n` is charged: its compute, or for a fraction of
+// a device the larger of its compute and its share of the device's memory (rounded up). A
+// task holding 60 GiB of an 80 GiB device leaves others a quarter of it, whatever compute it
+// asked for; charged its 100 milli of compute, it would pass queue limits and fair shares
+// while holding most of a device.
+inline int64_t DeviceCharge(const DeviceAssignment& d, const Node& n) {
+  if (d.milli >= 1000 || d.mig_instance >= 0 || d.memory_bytes <= 0 || d.device < 0 ||
+      d.device >= static_cast<int32_t>(n.devices.size()))
+    return d.milli;
+  const int64_t memory = n.devices[d.device].memory_bytes;
+  if (memory <= 0) return d.milli;
+  // (128-bit: memory_bytes * 1000 overflows int64 past 9 PB, never, but a garbage report...)
+  const __int128 share = (static_cast<__int128>(d.memory_bytes) * 1000 + memory - 1) / memory;
+  return std::max<int64_t>(d.milli, static_cast<int64_t>(std::min<__int128>(share, 1000)));
+}
+
 // What allocation `a` on node `n` counts against its job and queues (the engine's limits
-// and shares, `get queues`, the cost metrics): the allocation itself, except for an
-// exclusive job, which is charged the whole node (its CPUs and healthy GPUs) with one of its
-// tasks there (`first`) and only the memory of the others (as Slurm allocates an exclusive
-// job every CPU and GPU of its nodes, and the memory it asks for).
+// and shares, `get queues`, the cost metrics): the allocation itself, its fractions of a
+// device as DeviceCharge says, except for an exclusive job, which is charged the whole node
+// (its CPUs and healthy GPUs) with one of its tasks there (`first`) and only the memory of
+// the others (as Slurm allocates an exclusive job every CPU and GPU of its nodes, and the
+// memory it asks for).
 inline ResourceVector ChargeOf(const TaskAllocation& a, const Node& n, bool exclusive, bool first) {
-  if (!exclusive) return AllocationVector(a);
-  return ResourceVector{first ? n.cpu_milli : 0, a.memory_bytes, first ? HealthyGpuMilli(n) : 0};
+  if (exclusive)
+    return ResourceVector{first ? n.cpu_milli : 0, a.memory_bytes, first ? HealthyGpuMilli(n) : 0};
+  ResourceVector v{a.cpu_milli, a.memory_bytes, 0};
+  for (const DeviceAssignment& d : a.devices) v.gpu_milli += DeviceCharge(d, n);
+  return v;
 }
 
 struct Job {

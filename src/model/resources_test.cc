@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "model/gpu.h"
+#include "model/job.h"
 
 namespace tessera {
 namespace {
@@ -52,6 +53,37 @@ TEST(QuantityTest, FormatRoundTrips) {
   EXPECT_EQ(FormatBytes(1000), "1000");
   EXPECT_EQ(FormatMilli(4000), "4");
   EXPECT_EQ(FormatMilli(500), "500m");
+}
+
+// A fraction of a device is charged the larger of its compute and its share of the device's
+// memory (rounded up, at most the device); whole devices, MIG instances and fractions without
+// memory are charged their compute.
+TEST(ChargeTest, AFractionIsChargedAtLeastItsShareOfTheDevicesMemory) {
+  Node n;
+  n.cpu_milli = 32000;
+  n.devices = {Device{}, Device{}};
+  n.devices[0].memory_bytes = 80LL << 30;
+  n.devices[1].memory_bytes = 0;  // unknown
+  auto fraction = [](int32_t device, int32_t milli, int64_t memory) {
+    return DeviceAssignment{device, milli, memory, -1};
+  };
+  EXPECT_EQ(DeviceCharge(fraction(0, 100, 60LL << 30), n), 750);
+  EXPECT_EQ(DeviceCharge(fraction(0, 500, 8LL << 30), n), 500);        // compute is larger
+  EXPECT_EQ(DeviceCharge(fraction(0, 100, (8LL << 30) + 1), n), 101);  // rounded up
+  EXPECT_EQ(DeviceCharge(fraction(0, 100, 200LL << 30), n), 1000);     // never past the device
+  EXPECT_EQ(DeviceCharge(fraction(0, 100, 0), n), 100);
+  EXPECT_EQ(DeviceCharge(fraction(1, 100, 60LL << 30), n), 100);  // device memory unknown
+  EXPECT_EQ(DeviceCharge(fraction(7, 100, 60LL << 30), n), 100);  // no such device
+  EXPECT_EQ(DeviceCharge(DeviceAssignment{0, 428, 40LL << 30, 2}, n), 428);  // MIG
+  EXPECT_EQ(DeviceCharge(DeviceAssignment{0, 1000, 0, -1}, n), 1000);
+  TaskAllocation a;
+  a.cpu_milli = 2000;
+  a.memory_bytes = 1LL << 30;
+  a.devices = {fraction(0, 100, 60LL << 30)};
+  const ResourceVector shared = ChargeOf(a, n, false, false);
+  EXPECT_EQ(shared.gpu_milli, 750);
+  EXPECT_EQ(shared.cpu_milli, 2000);
+  EXPECT_EQ(AllocationVector(a).gpu_milli, 100);  // what it holds of the device's compute
 }
 
 TEST(MigProfilesTest, TablesFollowNvidiaGuide) {

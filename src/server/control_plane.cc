@@ -1834,10 +1834,11 @@ int64_t ControlPlane::ChargedGpuMilli(const Job& job,
   int64_t milli = 0;
   std::set<std::string> whole;  // nodes charged whole
   for (const TaskAllocation* a : placed) {
-    auto n = job.exclusive ? nodes_.find(a->node) : nodes_.end();
-    milli += n == nodes_.end()
-                 ? a->GpuMilli()
-                 : ChargeOf(*a, n->second.node, true, whole.insert(n->first).second).gpu_milli;
+    auto n = nodes_.find(a->node);
+    milli += n == nodes_.end() ? a->GpuMilli()
+                               : ChargeOf(*a, n->second.node, job.exclusive,
+                                          job.exclusive && whole.insert(n->first).second)
+                                     .gpu_milli;
   }
   return milli;
 }
@@ -2343,8 +2344,9 @@ bool ControlPlane::WrittenOff(const Allocation& a) const {
 // The attempt's GPU time joins the service of the earlier ones: a requeued job keeps its
 // place in least-attained-service order. Each allocation of the attempt (RestartTask adds
 // one per restart) counts its devices' milli for as long as it held them, from its binding
-// to the end of its termination (now for one still holding them, e.g. lost with its node);
-// an exclusive job counts each node whole while any of its tasks held it.
+// to the end of its termination (now for one still holding them, e.g. lost with its node),
+// a fraction of a device as it is charged (DeviceCharge); an exclusive job counts each node
+// whole while any of its tasks held it.
 int64_t ControlPlane::AttemptService(const JobRecord& j, int64_t now) const {
   if (j.run_started_at < 0) return 0;
   int64_t milli_seconds = 0;
@@ -2355,10 +2357,14 @@ int64_t ControlPlane::AttemptService(const JobRecord& j, int64_t now) const {
     const int64_t from = std::max(a.created_at, j.run_started_at);
     const int64_t to = a.HoldsDevices() || a.finished_at <= 0 ? now : std::min(a.finished_at, now);
     if (to <= from) continue;
-    if (j.spec.job.exclusive && nodes_.count(a.placement.node))
+    auto n = nodes_.find(a.placement.node);
+    if (j.spec.job.exclusive && n != nodes_.end())
       exclusive[a.placement.node].push_back({from, to});
-    else
-      milli_seconds += (to - from) * a.placement.GpuMilli();
+    else  // (a fraction of a device: its charge, DeviceCharge, as for queues)
+      milli_seconds +=
+          (to - from) * (n == nodes_.end()
+                             ? a.placement.GpuMilli()
+                             : ChargeOf(a.placement, n->second.node, false, false).gpu_milli);
   }
   for (auto& [node, spans] : exclusive) {
     std::sort(spans.begin(), spans.end());
