@@ -18,8 +18,17 @@ void AddServerCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--store", flags->store,
                   "etcd://HOST:PORT[,HOST:PORT...]: keep the state in etcd, several servers of "
-                  "which one leads (docs/store.md); default: SQLite in --data-dir")
+                  "which one leads (docs/store.md); etcd+https://HOST:PORT[,...]: the same over "
+                  "HTTPS; default: SQLite in --data-dir")
       ->default_str("");
+  cmd->add_option("--etcd-cacert", flags->etcd_cacert,
+                  "etcd+https://: PEM CA file to check etcd's certificate against (default: the "
+                  "system's CAs)");
+  cmd->add_option("--etcd-cert", flags->etcd_cert,
+                  "etcd+https://: PEM client certificate to present to etcd (its "
+                  "--client-cert-auth)");
+  cmd->add_option("--etcd-key", flags->etcd_key,
+                  "the PEM private key of --etcd-cert, not encrypted");
   cmd->add_option("--etcd-prefix", flags->etcd_prefix,
                   "etcd key prefix of this cluster's state and election key")
       ->capture_default_str();

@@ -17,6 +17,10 @@ struct TestPki {
   std::string server_key;
   std::string client_cert;  // clientAuth, for mutual TLS
   std::string client_key;
+  // serverAuth and clientAuth, for 127.0.0.1 and localhost: etcd with --client-cert-auth
+  // needs one (its JSON gateway dials its own gRPC port presenting its server certificate).
+  std::string etcd_cert;
+  std::string etcd_key;
   std::string other_ca_cert;  // a CA that signed nothing here
   std::string other_key;      // its key: the private key of another certificate
 
@@ -32,11 +36,15 @@ struct TestPki {
     other_key = d + "other-ca.key";
     client_cert = d + "client.pem";
     client_key = d + "client.key";
+    etcd_cert = d + "etcd.pem";
+    etcd_key = d + "etcd.key";
     if (CaptureCommand("command -v openssl >/dev/null").first != 0)
       return "no openssl command on PATH: install openssl (scripts/deps.d/tls.list)";
     std::ofstream(d + "server.cnf") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
                                        "extendedKeyUsage=serverAuth\n";
     std::ofstream(d + "client.cnf") << "extendedKeyUsage=clientAuth\n";
+    std::ofstream(d + "etcd.cnf") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                                     "extendedKeyUsage=serverAuth,clientAuth\n";
     // P-256 keys: made in milliseconds.
     const std::string key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     auto self_signed = [&](const std::string& name) {  // a CA: NAME.pem, NAME.key
@@ -50,7 +58,7 @@ struct TestPki {
              ".pem -extfile " + name + ".cnf; ";
     };
     const std::string cmd = "set -e; cd '" + dir + "'; " + self_signed("ca") +
-                            signed_by_ca("server") + signed_by_ca("client") +
+                            signed_by_ca("server") + signed_by_ca("client") + signed_by_ca("etcd") +
                             self_signed("other-ca");
     auto [rc, out] = CaptureCommand("(" + cmd + ") 2>&1");
     return rc == 0 ? "" : "openssl failed: " + out;

@@ -111,7 +111,7 @@ Status CheckTlsServerFiles(const TlsServerFiles& files) {
 Status CheckTlsClientFiles(const TlsClientOptions& tls) {
   if (!tls.ca_file.empty()) TESSERA_RETURN_IF_ERROR(CheckCaFile(tls.ca_flag, tls.ca_file));
   if (tls.cert_file.empty() && tls.key_file.empty()) return Status::Ok();
-  return CheckCertificateAndKey("--client-certificate", tls.cert_file, "--client-key", tls.key_file,
+  return CheckCertificateAndKey(tls.cert_flag, tls.cert_file, tls.key_flag, tls.key_file,
                                 "a client certificate");
 }
 
@@ -189,9 +189,9 @@ std::string DescribeHttpError(const httplib::Client& client, httplib::Error erro
                                   : "the CA in " + tls.ca_file + " (" + tls.ca_flag + ")";
   if (client_certificate_asked && RefusedAfterHandshake(error)) {
     ERR_clear_error();
-    return "TLS: " + url +
-           " wants a client certificate, and none was given (--client-certificate and "
-           "--client-key, or $TESSERA_CLIENT_CERT and $TESSERA_CLIENT_KEY)";
+    return "TLS: " + url + " wants a client certificate, and none was given (" + tls.cert_flag +
+           " and " + tls.key_flag + (tls.cert_env_hint.empty() ? "" : ", or " + tls.cert_env_hint) +
+           ")";
   }
   switch (error) {
     case httplib::Error::SSLLoadingCerts:

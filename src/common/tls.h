@@ -41,6 +41,10 @@ struct TlsClientOptions {
   // A certificate and key to present to a server that asks for one (mutual TLS); "" = none.
   std::string cert_file;
   std::string key_file;
+  // What errors name for them (the server's etcd client has its own flags).
+  std::string cert_flag = "--client-certificate";
+  std::string key_flag = "--client-key";
+  std::string cert_env_hint = "$TESSERA_CLIENT_CERT and $TESSERA_CLIENT_KEY";  // "" = none
 };
 
 // The files readable PEM, the key unencrypted and the certificate's own; errors name the
@@ -48,7 +52,7 @@ struct TlsClientOptions {
 Status CheckTlsServerFiles(const TlsServerFiles& files);
 
 // The same for a client's files: its CA file and its certificate and key, when given
-// (--cacert or tls.ca_flag, --client-certificate, --client-key).
+// (tls.ca_flag, tls.cert_flag, tls.key_flag).
 Status CheckTlsClientFiles(const TlsClientOptions& tls);
 
 // At least one PEM certificate in `path`; errors name `flag` and the file.

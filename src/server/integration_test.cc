@@ -379,6 +379,12 @@ class TlsIntegration : public ::testing::Test {
   std::pair<int, std::string> Tessera(const std::string& args, const std::string& env = "") {
     return CaptureCommand("timeout 60 env " + env + " " + binary_ + " " + args + " 2>&1");
   }
+  // `server` with a data dir under base_ and the seed, listening on any port; flags follow.
+  std::string ServerArgs(const std::string& data_dir) const {
+    const char* src = std::getenv("TESSERA_SOURCE_DIR");
+    return "server --data-dir " + (base_ / data_dir).string() +
+           " --listen 127.0.0.1:0 --bootstrap " + std::string(src ? src : ".") + "/examples/seed ";
+  }
 
   std::string binary_;
   std::filesystem::path base_;
@@ -456,10 +462,7 @@ TEST_F(TlsIntegration, ServesHttpsOnlyAndTheCliChecksTheCertificate) {
 // never serves plain HTTP instead.
 TEST_F(TlsIntegration, FilesThatCannotServeStopTheServerAtStart) {
   const std::string missing = (base_ / "missing.pem").string();
-  const std::string server =
-      "server --data-dir " + (base_ / "data").string() + " --listen 127.0.0.1:0 --bootstrap " +
-      std::string(std::getenv("TESSERA_SOURCE_DIR") ? std::getenv("TESSERA_SOURCE_DIR") : ".") +
-      "/examples/seed ";
+  const std::string server = ServerArgs("data");
   const struct {
     std::string flags, error;
   } cases[] = {
@@ -535,6 +538,54 @@ TEST_F(TlsIntegration, MutualTlsNeedsAClientCertificateTheCaSigned) {
   EXPECT_EQ(local, 1) << local_out;
   EXPECT_NE(local_out.find("--local-agent with --tls-client-ca-file"), std::string::npos)
       << local_out;
+}
+
+// --store etcd+https:// against an etcd with --client-cert-auth: with --etcd-cacert,
+// --etcd-cert and --etcd-key the server leads and serves; bad files, a plain etcd:// given TLS
+// files, no client certificate, or the wrong CA stop it at start (exit 1), saying why.
+TEST_F(TlsIntegration, EtcdStoreOverTlsWithAClientCertificate) {
+  if (!store::testing::EtcdProcess::Available())
+    GTEST_SKIP() << "no etcd binary on PATH: install etcd-server (scripts/deps.d/etcd.list)";
+  ::signal(SIGPIPE, SIG_IGN);  // the probe's client certificate refused would end this binary
+  TlsClientOptions tls = store::EtcdTlsClientOptions();
+  tls.ca_file = pki_.ca_cert;
+  tls.cert_file = pki_.client_cert;
+  tls.key_file = pki_.client_key;
+  store::testing::EtcdProcess etcd({}, {pki_.etcd_cert, pki_.etcd_key, pki_.ca_cert}, tls);
+  ASSERT_TRUE(etcd.Start()) << "etcd did not start; see " << etcd.log();
+  const std::string https = "--store etcd+https://" + etcd.host_port() + " ";
+  const std::string ca = " --etcd-cacert " + pki_.ca_cert;
+  const std::string cert = " --etcd-cert " + pki_.client_cert + " --etcd-key " + pki_.client_key;
+  const std::string missing = (base_ / "missing.pem").string();
+  const struct {
+    std::string flags, error;
+  } cases[] = {
+      {https + "--etcd-cacert " + missing + cert, "InvalidArgument: --store etcd+https://" +
+                                                      etcd.host_port() + ": --etcd-cacert " +
+                                                      missing + ": cannot read"},
+      {https + ca + " --etcd-cert " + pki_.client_cert,
+       "--etcd-cert and --etcd-key: a client certificate needs both"},
+      {"--store etcd://" + etcd.host_port() + ca + cert,
+       "InvalidArgument: --etcd-cacert, --etcd-cert, --etcd-key: given for etcd://"},
+      {https + ca, "TLS: " + etcd.endpoint() + " wants a client certificate"},
+      {https + "--etcd-cacert " + pki_.other_ca_cert + cert,
+       "TLS: the certificate of " + etcd.endpoint() + " is not trusted"},
+      {"--store etcd://" + etcd.host_port(), "use --store etcd+https://"},
+  };
+  for (const auto& c : cases) {
+    auto [status, out] = Tessera(ServerArgs("refused") + c.flags);
+    EXPECT_EQ(status, 1) << c.flags << "\n" << out;
+    EXPECT_NE(out.find(c.error), std::string::npos) << c.flags << "\n" << out;
+    EXPECT_FALSE(std::filesystem::exists(base_ / "refused" / "server.url")) << c.flags;
+  }
+  ServerProcess server(
+      binary_, (base_ / "data").string(),
+      {"--store", "etcd+https://" + etcd.host_port(), "--etcd-cacert", pki_.ca_cert, "--etcd-cert",
+       pki_.client_cert, "--etcd-key", pki_.client_key});
+  ASSERT_TRUE(server.Start()) << "see " << (base_ / "server.log");
+  const std::string log = ReadFile((base_ / "server.log").string());
+  EXPECT_NE(log.find("etcd " + etcd.endpoint() + ")"), std::string::npos) << log;
+  server.Kill(SIGTERM);
 }
 
 }  // namespace

@@ -106,6 +106,14 @@ StatusOr<std::unique_ptr<store::Store>> OpenStore(const ServerFlags& flags,
     return InvalidArgument("--etcd-prefix: must end with '/', got \"" + flags.etcd_prefix + "\"");
   store::EtcdOptions eo;
   eo.endpoints = *endpoints;
+  eo.tls.ca_file = flags.etcd_cacert;
+  eo.tls.cert_file = flags.etcd_cert;
+  eo.tls.key_file = flags.etcd_key;
+  // TLS files with a plain etcd:// would look protected and not be: refused.
+  if (eo.endpoints[0].rfind("http://", 0) == 0 &&
+      (!eo.tls.ca_file.empty() || !eo.tls.cert_file.empty() || !eo.tls.key_file.empty()))
+    return InvalidArgument("--etcd-cacert, --etcd-cert, --etcd-key: given for " + flags.store +
+                           ", which is plain HTTP; write --store etcd+https://HOST:PORT[,...]");
   eo.prefix = flags.etcd_prefix;
   eo.lease_seconds = flags.etcd_lease_seconds;
   eo.max_txn_ops = static_cast<size_t>(flags.etcd_max_txn_ops);

@@ -17,13 +17,17 @@ namespace tessera::server {
 struct ServerFlags {
   std::string data_dir = "data";
   // "" = SQLite in data_dir; "etcd://HOST:PORT[,HOST:PORT...]" = etcd, several servers of
-  // which one leads (docs/store.md). The tokens and server.url files stay in data_dir.
+  // which one leads (docs/store.md); "etcd+https://..." the same over HTTPS. The tokens and
+  // server.url files stay in data_dir.
   std::string store;
   std::string etcd_prefix = "/tessera/";
   int64_t etcd_lease_seconds = 10;
   // What the etcd allows (its --max-txn-ops, --max-request-bytes); see docs/store.md.
   int64_t etcd_max_txn_ops = 128;
   int64_t etcd_max_request_bytes = 1536 * 1024;
+  // etcd+https://: the CA of etcd's certificate ("" = the system's), and a client certificate
+  // and key for an etcd run with --client-cert-auth (docs/store.md, TLS).
+  std::string etcd_cacert, etcd_cert, etcd_key;
   std::string listen = "127.0.0.1:8080";
   std::string engine_config;  // optional
   std::string bootstrap_dir;  // "" = examples/seed when it exists

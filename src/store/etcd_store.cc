@@ -82,17 +82,22 @@ std::string DefaultId() {
   return std::string(host) + ":" + std::to_string(::getpid());
 }
 
-// What went wrong, in words (cpp-httplib's own names are one word: "Connection", "Read").
-std::string Failure(httplib::Error e) {
+// What went wrong, in words (cpp-httplib's own names are one word: "Connection", "Read"),
+// `waited` after sending to `endpoint`.
+std::string Failure(httplib::Error e, const std::string& endpoint, Clock::duration waited) {
   switch (e) {
     case httplib::Error::Connection:
       return "cannot connect";
     case httplib::Error::ConnectionTimeout:
       return "connecting timed out";
     case httplib::Error::Read:
-      return "no reply (timed out or connection closed)";
     case httplib::Error::Write:
-      return "cannot send the request";
+      // An etcd serving HTTPS closes a plain HTTP connection at once, without a word.
+      if (endpoint.rfind("http://", 0) == 0 && waited < std::chrono::milliseconds(500))
+        return "the connection was closed without a reply: if this etcd serves HTTPS (its "
+               "--cert-file), use --store etcd+https://...";
+      return e == httplib::Error::Read ? "no reply (timed out or connection closed)"
+                                       : "cannot send the request";
     default:
       return httplib::to_string(e);
   }
@@ -102,8 +107,8 @@ std::string Failure(httplib::Error e) {
 // serialized (one request at a time per Gateway).
 class Gateway {
  public:
-  Gateway(std::vector<std::string> endpoints, int64_t timeout_ms)
-      : endpoints_(std::move(endpoints)), timeout_ms_(timeout_ms) {}
+  Gateway(std::vector<std::string> endpoints, TlsClientOptions tls, int64_t timeout_ms)
+      : endpoints_(std::move(endpoints)), tls_(std::move(tls)), timeout_ms_(timeout_ms) {}
 
   // POSTs `body` to `path`; the decoded reply, or Unavailable when no endpoint answered and
   // the error etcd gave (its gRPC code mapped) otherwise. `first_line`: the reply is a
@@ -111,6 +116,7 @@ class Gateway {
   StatusOr<Json> Call(const std::string& path, const Json& body, bool first_line = false) {
     std::lock_guard<std::mutex> l(mu_);
     std::string last_error;
+    bool last_was_tls = false;
     for (size_t tries = 0; tries < endpoints_.size(); ++tries) {
       const std::string& ep = endpoints_[current_];
       if (!client_) {
@@ -121,6 +127,8 @@ class Gateway {
         client_->set_keep_alive(true);
         client_->set_tcp_nodelay(true);  // else Nagle and delayed ACKs add 40 ms a request
       }
+      // Before every request: a failed handshake is then described as this one's (tls.h).
+      ApplyTls(*client_, tls_);
       httplib::Request req;
       req.method = "POST";
       req.path = path;
@@ -136,18 +144,35 @@ class Gateway {
         reply.append(data, n);
         return !first_line || reply.find('\n') == std::string::npos;
       };
+      const auto sent = Clock::now();
       auto res = client_->send(req);
       // grpc-gateway ends an error reply with an HTTP trailer, which this cpp-httplib cannot
       // parse (a Read error): the status and the body have arrived all the same. (A body cut
       // short does not parse as JSON, and Decode says Unavailable.)
+      const bool unanswered = status == 0 || (!res && reply.empty());
+      if (unanswered) {  // described before the client goes: TLS reads its verify result
+        last_was_tls = IsTlsError(res.error());
+        last_error = "etcd " + ep + path + ": " +
+                     (last_was_tls ? DescribeHttpError(*client_, res.error(), ep, tls_)
+                                   : Failure(res.error(), ep, Clock::now() - sent));
+      }
       if (!res || first_line) client_.reset();  // a cut stream: a new connection next time
-      if (status == 0 || (!res && reply.empty())) {
-        last_error = "etcd " + ep + path + ": " + Failure(res.error());
+      if (unanswered) {
         current_ = (current_ + 1) % endpoints_.size();
         continue;
       }
       if (status == 503 || status == 502) {  // the member has no leader, or is stopping
         last_error = "etcd " + ep + path + ": HTTP " + std::to_string(status) + " " + reply;
+        // etcd's gateway dials its own gRPC port presenting etcd's certificate, and with
+        // --client-cert-auth that fails unless the certificate is also one for a client.
+        // (gRPC's words for a connection it could not make or keep; etcd's own start
+        // "etcdserver:".)
+        if (ep.rfind("https://", 0) == 0 && (reply.find("transport: ") != std::string::npos ||
+                                             reply.find("connection closed") != std::string::npos))
+          last_error +=
+              " (etcd's JSON gateway cannot reach etcd itself: if etcd runs with "
+              "--client-cert-auth, its --cert-file needs extendedKeyUsage clientAuth besides "
+              "serverAuth, signed by a CA in its --trusted-ca-file; docs/store.md)";
         client_.reset();
         current_ = (current_ + 1) % endpoints_.size();
         continue;
@@ -155,7 +180,9 @@ class Gateway {
       if (first_line) reply.resize(std::min(reply.size(), reply.find('\n')));
       return Decode(ep, path, status, reply);
     }
-    return Unavailable(last_error + " (no etcd endpoint answered; is etcd running?)");
+    // A TLS failure is not cured by waiting: it says what to fix instead.
+    return Unavailable(last_error +
+                       (last_was_tls ? "" : " (no etcd endpoint answered; is etcd running?)"));
   }
 
   std::string endpoint() {
@@ -204,6 +231,7 @@ class Gateway {
 
   std::mutex mu_;
   std::vector<std::string> endpoints_;
+  const TlsClientOptions tls_;
   size_t current_ = 0;
   int64_t timeout_ms_;
   std::unique_ptr<httplib::Client> client_;
@@ -216,9 +244,9 @@ class EtcdStoreImpl final : public EtcdStore {
         data_(o.prefix + "data/"),
         leader_key_(o.election_key.empty() ? o.prefix + "leader" : o.election_key),
         id_(o.id.empty() ? DefaultId() : o.id),
-        writes_(o.endpoints, o.request_timeout_ms),
-        reads_(o.endpoints, o.request_timeout_ms),
-        lease_(o.endpoints, o.request_timeout_ms) {}
+        writes_(o.endpoints, o.tls, o.request_timeout_ms),
+        reads_(o.endpoints, o.tls, o.request_timeout_ms),
+        lease_(o.endpoints, o.tls, o.request_timeout_ms) {}
 
   ~EtcdStoreImpl() override {
     {
@@ -235,6 +263,8 @@ class EtcdStoreImpl final : public EtcdStore {
 
   Status Open() {
     if (options_.endpoints.empty()) return InvalidArgument("etcd store: no endpoints");
+    // A bad file is named now, not as a handshake failing on every request.
+    TESSERA_RETURN_IF_ERROR(CheckTlsClientFiles(options_.tls));
     if (options_.lease_seconds < 1) return InvalidArgument("etcd store: lease TTL must be >= 1 s");
     std::string announced_holder;
     for (;;) {
@@ -573,13 +603,29 @@ class EtcdStoreImpl final : public EtcdStore {
 
 }  // namespace
 
+TlsClientOptions EtcdTlsClientOptions() {
+  TlsClientOptions tls;
+  tls.ca_flag = "--etcd-cacert";
+  tls.cert_flag = "--etcd-cert";
+  tls.key_flag = "--etcd-key";
+  tls.cert_env_hint = "";
+  return tls;
+}
+
 StatusOr<std::vector<std::string>> ParseEtcdUrl(const std::string& url) {
-  const std::string scheme = "etcd://";
-  if (url.rfind(scheme, 0) != 0)
-    return InvalidArgument("--store: expected etcd://HOST:PORT[,HOST:PORT...], got \"" + url +
-                           "\"");
+  std::string rest, scheme;
+  for (auto [prefix, endpoint_scheme] :
+       {std::pair{"etcd://", "http://"}, std::pair{"etcd+https://", "https://"}})
+    if (url.rfind(prefix, 0) == 0) {
+      rest = url.substr(std::string(prefix).size());
+      scheme = endpoint_scheme;
+    }
+  if (scheme.empty())
+    return InvalidArgument(
+        "--store: expected etcd://HOST:PORT[,HOST:PORT...] or etcd+https://HOST:PORT[,...], got "
+        "\"" +
+        url + "\"");
   std::vector<std::string> endpoints;
-  std::string rest = url.substr(scheme.size());
   size_t start = 0;
   while (start <= rest.size()) {
     size_t comma = rest.find(',', start);
@@ -588,7 +634,7 @@ StatusOr<std::vector<std::string>> ParseEtcdUrl(const std::string& url) {
     if (ep.empty() || ep.find(':') == std::string::npos || ep.find('/') != std::string::npos)
       return InvalidArgument("--store: bad etcd endpoint \"" + ep + "\" in \"" + url +
                              "\" (expected HOST:PORT)");
-    endpoints.push_back("http://" + ep);
+    endpoints.push_back(scheme + ep);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

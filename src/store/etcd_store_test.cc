@@ -1,6 +1,9 @@
 // What the etcd store adds to the contract (store_contract_test.cc): etcd's limits refused
-// up front, etcd down and back, leader election and fencing. Each test runs its own etcd.
+// up front, etcd down and back, leader election and fencing (each test runs its own etcd);
+// etcd over HTTPS with client certificates (one etcd for those tests).
 #include <gtest/gtest.h>
+
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -55,7 +58,12 @@ TEST(EtcdUrl, ParsesEndpointsAndRefusesOthers) {
   auto two = ParseEtcdUrl("etcd://a:1,b:2");
   ASSERT_TRUE(two.ok());
   EXPECT_EQ(two->size(), 2u);
+  auto tls = ParseEtcdUrl("etcd+https://a:1,b:2");
+  ASSERT_TRUE(tls.ok());
+  EXPECT_EQ(*tls, (std::vector<std::string>{"https://a:1", "https://b:2"}));
   EXPECT_FALSE(ParseEtcdUrl("http://a:1").ok());
+  EXPECT_FALSE(ParseEtcdUrl("https://a:1").ok());
+  EXPECT_FALSE(ParseEtcdUrl("etcd://https://a:1").ok());
   EXPECT_FALSE(ParseEtcdUrl("etcd://a:1,").ok());
   EXPECT_FALSE(ParseEtcdUrl("etcd://noport").ok());
 }
@@ -281,6 +289,155 @@ TEST(EtcdStoreUnreachable, OpenIsUnavailableNamingTheEndpoint) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(s.status().message().find(ep), std::string::npos) << s.status().message();
+}
+
+// etcd serving HTTPS only to clients with a certificate its CA signed (--client-cert-auth),
+// one for the suite. Each test takes its own key prefix.
+class EtcdStoreTlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Under TLS 1.3 etcd refuses a client certificate after the handshake and closes the
+    // connection: writing to it must fail, not end the test binary (the server ignores it too).
+    ::signal(SIGPIPE, SIG_IGN);
+    etcd_ = new testing::TlsEtcd(/*client_cert_auth=*/true);
+    error_ = etcd_->Start();
+  }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
+  void SetUp() override {
+    if (etcd_->missing_tool()) GTEST_SKIP() << error_;
+    ASSERT_EQ(error_, "");
+  }
+  EtcdOptions Options(const std::string& id) {
+    static int tests = 0;
+    EtcdOptions o;
+    o.endpoints = {etcd_->etcd().endpoint()};
+    o.tls = etcd_->Client();
+    o.prefix = "/tls" + std::to_string(++tests) + "/";
+    o.id = id;
+    o.lease_seconds = 2;
+    o.request_timeout_ms = 1000;
+    o.standby_poll_ms = 50;
+    return o;
+  }
+  // Open fails at once (no retrying), naming the endpoint; its message.
+  std::string OpenFails(const EtcdOptions& o) {
+    const auto start = Clock::now();
+    auto s = OpenEtcdStore(o);
+    EXPECT_FALSE(s.ok());
+    EXPECT_LT(SecondsSince(start), 2.0);
+    if (s.ok()) return "";
+    EXPECT_NE(s.status().message().find(o.endpoints[0]), std::string::npos) << s.status().message();
+    return s.status().message();
+  }
+  static testing::TlsEtcd* etcd_;
+  static std::string error_;
+};
+testing::TlsEtcd* EtcdStoreTlsTest::etcd_ = nullptr;
+std::string EtcdStoreTlsTest::error_;
+
+// With etcd's CA and a client certificate, every path works over HTTPS: reads and writes, the
+// keepalive (past two lease TTLs), and a standby's wait for the election key.
+TEST_F(EtcdStoreTlsTest, WithTheCaAndAClientCertificateEveryCallPathWorks) {
+  EtcdOptions ao = Options("server-a");
+  std::atomic<int> a_lost{0};
+  ao.on_lost_leadership = [&](const Status&) { a_lost++; };
+  auto a = OpenEtcdStore(ao);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE((*a)->Write({Op::Put("jobs/a", "1")}).ok());
+  EtcdOptions bo = ao;
+  bo.id = "server-b";
+  bo.on_lost_leadership = nullptr;
+  std::atomic<bool> b_open{false};
+  std::unique_ptr<EtcdStore> b;
+  std::thread standby([&] {
+    auto s = OpenEtcdStore(bo);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    b = std::move(*s);
+    b_open = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(4500));  // two lease TTLs
+  EXPECT_FALSE(b_open.load()) << "the standby took over while the leader was alive";
+  EXPECT_EQ(a_lost.load(), 0) << "the keepalive did not renew the lease over HTTPS";
+  EXPECT_TRUE((*a)->Leading());
+  auto w = (*a)->Write({Op::Put("jobs/a", "2")});
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  a->reset();
+  standby.join();
+  ASSERT_TRUE(b_open.load());
+  auto got = b->Get("jobs/a");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->value, "2");
+  EXPECT_TRUE(b->Write({Op::Put("jobs/a", "3")}).ok());
+}
+
+// Checked against another CA, or against the system's: refused, saying why and what to set.
+TEST_F(EtcdStoreTlsTest, AnUntrustedEtcdCertificateIsRefusedClearly) {
+  EtcdOptions o = Options("a");
+  o.tls.ca_file = etcd_->pki().other_ca_cert;
+  std::string m = OpenFails(o);
+  EXPECT_NE(m.find("is not trusted"), std::string::npos) << m;
+  EXPECT_NE(m.find(o.tls.ca_file + " (--etcd-cacert)"), std::string::npos) << m;
+  o.tls.ca_file = "";
+  m = OpenFails(o);
+  EXPECT_NE(m.find("is not trusted"), std::string::npos) << m;
+  EXPECT_NE(m.find("with --etcd-cacert FILE"), std::string::npos) << m;
+}
+
+// etcd with --client-cert-auth refuses a store with no certificate, or with one its CA did
+// not sign; the error says so and names our flags.
+TEST_F(EtcdStoreTlsTest, ClientCertAuthRefusesAStoreWithoutAGoodCertificate) {
+  EtcdOptions o = Options("a");
+  o.tls.cert_file = o.tls.key_file = "";
+  std::string m = OpenFails(o);
+  EXPECT_NE(m.find("wants a client certificate"), std::string::npos) << m;
+  EXPECT_NE(m.find("--etcd-cert and --etcd-key"), std::string::npos) << m;
+  o.tls.cert_file = etcd_->pki().other_ca_cert;  // its own CA, not etcd's
+  o.tls.key_file = etcd_->pki().other_key;
+  m = OpenFails(o);
+  EXPECT_NE(m.find("TLS"), std::string::npos) << m;
+  EXPECT_NE(m.find(o.tls.cert_file), std::string::npos) << m;
+}
+
+// Plain HTTP to an etcd that serves HTTPS: etcd closes the connection without a word; the
+// store says what is likely and what to write instead.
+TEST_F(EtcdStoreTlsTest, PlainHttpToATlsEtcdFailsClearly) {
+  EtcdOptions o = Options("a");
+  o.endpoints = {"http://" + etcd_->etcd().host_port()};
+  std::string m = OpenFails(o);
+  EXPECT_NE(m.find("etcd+https://"), std::string::npos) << m;
+}
+
+// etcd with --client-cert-auth and a certificate for servers only: its JSON gateway cannot
+// reach etcd itself, and every request fails with HTTP 503; the error says what to change.
+TEST_F(EtcdStoreTlsTest, AnEtcdCertificateWithoutClientAuthIsExplained) {
+  const testing::TlsEtcd& shared = *etcd_;
+  EtcdProcess etcd({}, {shared.pki().server_cert, shared.pki().server_key, shared.pki().ca_cert},
+                   shared.Client());
+  ASSERT_TRUE(etcd.Start()) << "etcd did not start; see " << etcd.log();
+  EtcdOptions o = Options("a");
+  o.endpoints = {etcd.endpoint()};
+  std::string m = OpenFails(o);
+  EXPECT_NE(m.find("needs extendedKeyUsage clientAuth"), std::string::npos) << m;
+}
+
+// Bad files are refused before any request, naming the flag and the file.
+TEST_F(EtcdStoreTlsTest, BadFilesAreRefusedNamingFlagAndFile) {
+  EtcdOptions o = Options("a");
+  o.tls.ca_file = "/nonexistent/ca.pem";
+  auto s = OpenEtcdStore(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("--etcd-cacert /nonexistent/ca.pem"), std::string::npos)
+      << s.status().message();
+  o = Options("a");
+  o.tls.key_file = etcd_->pki().other_key;  // another certificate's key
+  s = OpenEtcdStore(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--etcd-key " + o.tls.key_file), std::string::npos)
+      << s.status().message();
 }
 
 }  // namespace

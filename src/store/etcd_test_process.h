@@ -1,7 +1,9 @@
 // EtcdProcess (tests only): a single-member etcd on loopback, on free ports, with its own
 // temporary data dir; killed (SIGTERM, then SIGKILL after a grace period) when destroyed.
-// Tests call Available() first and GTEST_SKIP when the etcd binary is not installed
-// (scripts/deps.d/etcd.list). Not thread-safe.
+// It serves plain HTTP, or HTTPS with a certificate (and then, optionally, only to clients
+// with a certificate its CA signed: etcd's --client-cert-auth). Tests call Available() first
+// and GTEST_SKIP when the etcd binary is not installed (scripts/deps.d/etcd.list).
+// Not thread-safe.
 #pragma once
 
 #include <httplib.h>
@@ -14,11 +16,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/capture_command.h"
+#include "common/test_pki.h"
+#include "common/tls.h"
+#include "store/etcd_store.h"
 
 namespace tessera::store::testing {
 
@@ -58,8 +64,13 @@ class EtcdProcess {
   }
   static bool Available() { return !Binary().empty(); }
 
-  // `extra`: more etcd flags (e.g. --max-txn-ops).
-  explicit EtcdProcess(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+  // `extra`: more etcd flags (e.g. --max-txn-ops). `tls` given: HTTPS only, with its
+  // certificate (etcd's --cert-file, --key-file) and, with a client_ca_file, only to clients
+  // presenting a certificate that CA signed (--client-cert-auth --trusted-ca-file); `probe`
+  // is how Start() then reaches it (the CA, and a client certificate if it wants one).
+  explicit EtcdProcess(std::vector<std::string> extra = {}, TlsServerFiles tls = {},
+                       TlsClientOptions probe = {})
+      : extra_(std::move(extra)), tls_(std::move(tls)), probe_(std::move(probe)) {
     dir_ = (std::filesystem::temp_directory_path() /
             ("tessera_etcd_" + std::to_string(::getpid()) + "_" + std::to_string(++Counter())))
                .string();
@@ -78,7 +89,7 @@ class EtcdProcess {
   // Starts etcd (again, on the same ports and data dir) and waits for /health; false when it
   // did not become healthy in 15 s (see log()).
   bool Start() {
-    const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+    const std::string client = endpoint();
     const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
     std::vector<std::string> args = {Binary(),
                                      "--name",
@@ -101,12 +112,17 @@ class EtcdProcess {
                                      "zap",
                                      "--log-outputs",
                                      log()};
+    if (tls_.enabled())
+      args.insert(args.end(), {"--cert-file", tls_.cert_file, "--key-file", tls_.key_file});
+    if (!tls_.client_ca_file.empty())
+      args.insert(args.end(), {"--client-cert-auth", "--trusted-ca-file", tls_.client_ca_file});
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = SpawnInBackground(std::move(args), dir_ + "/stderr.log", "/dev/null");
     if (pid_ < 0) return false;
     httplib::Client c(client);
     c.set_connection_timeout(std::chrono::milliseconds(200));
     c.set_read_timeout(std::chrono::milliseconds(1000));
+    ApplyTls(c, probe_);
     for (int i = 0; i < 300; ++i) {
       auto r = c.Get("/health");
       if (r && r->status == 200 && r->body.find("\"true\"") != std::string::npos) return true;
@@ -138,7 +154,10 @@ class EtcdProcess {
   }
   void Kill() { Stop(std::chrono::milliseconds(0)); }
 
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
+  std::string endpoint() const {
+    return (tls_.enabled() ? "https://127.0.0.1:" : "http://127.0.0.1:") +
+           std::to_string(client_port_);
+  }
   std::string host_port() const { return "127.0.0.1:" + std::to_string(client_port_); }
   std::string log() const { return dir_ + "/etcd.log"; }
 
@@ -148,9 +167,66 @@ class EtcdProcess {
     return n;
   }
   std::vector<std::string> extra_;
+  TlsServerFiles tls_;
+  TlsClientOptions probe_;
   std::string dir_;
   int client_port_ = -1, peer_port_ = -1;
   pid_t pid_ = -1;
+};
+
+// One etcd serving HTTPS for a whole test suite (a start costs about a second), with a
+// throwaway CA (test_pki.h).
+class TlsEtcd {
+ public:
+  // client_cert_auth: etcd takes only clients with a certificate the CA signed.
+  explicit TlsEtcd(bool client_cert_auth) : client_cert_auth_(client_cert_auth) {}
+
+  // "" when etcd is up; else why not. missing_tool(): etcd or openssl is not installed, and
+  // the tests skip; otherwise they fail.
+  std::string Start() {
+    missing_tool_ = true;
+    if (!EtcdProcess::Available())
+      return "no etcd binary on PATH: install etcd-server (scripts/deps.d/etcd.list)";
+    if (CaptureCommand("command -v openssl >/dev/null").first != 0)
+      return "no openssl command on PATH: install openssl (scripts/deps.d/tls.list)";
+    missing_tool_ = false;
+    dir_ = (std::filesystem::temp_directory_path() /
+            ("tessera_etcd_pki_" + std::to_string(::getpid()) + "_" +
+             std::to_string(client_cert_auth_)))
+               .string();
+    if (std::string why = pki_.Make(dir_); !why.empty()) return why;
+    etcd_ = std::make_unique<EtcdProcess>(
+        std::vector<std::string>{},
+        client_cert_auth_ ? TlsServerFiles{pki_.etcd_cert, pki_.etcd_key, pki_.ca_cert}
+                          : TlsServerFiles{pki_.server_cert, pki_.server_key, ""},
+        Client());
+    return etcd_->Start() ? "" : "etcd with TLS did not start; see " + etcd_->log();
+  }
+  ~TlsEtcd() {
+    etcd_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // What a store needs to reach it: the CA, and the client certificate when etcd wants one.
+  TlsClientOptions Client() const {
+    TlsClientOptions tls = EtcdTlsClientOptions();
+    tls.ca_file = pki_.ca_cert;
+    if (client_cert_auth_) {
+      tls.cert_file = pki_.client_cert;
+      tls.key_file = pki_.client_key;
+    }
+    return tls;
+  }
+  bool missing_tool() const { return missing_tool_; }
+  const TestPki& pki() const { return pki_; }
+  EtcdProcess& etcd() { return *etcd_; }
+
+ private:
+  bool client_cert_auth_;
+  bool missing_tool_ = false;
+  std::string dir_;
+  TestPki pki_;
+  std::unique_ptr<EtcdProcess> etcd_;
 };
 
 }  // namespace tessera::store::testing

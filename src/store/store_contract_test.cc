@@ -1,6 +1,7 @@
-// The Store contract (store.h), run against every implementation: SQLite and etcd. A
-// revision is compared with the one the store started at (etcd's count from its own
-// history, and taking leadership is itself a write).
+// The Store contract (store.h), run against every implementation: SQLite and etcd, and etcd
+// over HTTPS (one etcd for the suite, a key prefix per test). A revision is compared with the
+// one the store started at (etcd's count from its own history, and taking leadership is
+// itself a write).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,11 +16,29 @@ namespace tessera::store {
 namespace {
 
 using testing::EtcdProcess;
+using testing::TlsEtcd;
 
 class StoreContract : public ::testing::TestWithParam<std::string> {
  protected:
+  // Started by the first etcd_tls test, stopped after the suite.
+  static TlsEtcd* tls_etcd_;
+  static std::string tls_etcd_error_;
+  static void TearDownTestSuite() {
+    delete tls_etcd_;
+    tls_etcd_ = nullptr;
+  }
+
   void SetUp() override {
-    if (etcd()) {
+    if (GetParam() == "etcd_tls") {
+      if (tls_etcd_ == nullptr) {
+        tls_etcd_ = new TlsEtcd(/*client_cert_auth=*/false);
+        tls_etcd_error_ = tls_etcd_->Start();
+      }
+      if (tls_etcd_->missing_tool()) GTEST_SKIP() << tls_etcd_error_;
+      ASSERT_EQ(tls_etcd_error_, "");
+      static int tests = 0;
+      prefix_ = "/contract" + std::to_string(++tests) + "/";
+    } else if (etcd()) {
       if (!EtcdProcess::Available())
         GTEST_SKIP() << "no etcd binary on PATH: install etcd-server (scripts/deps.d/etcd.list, "
                         "./scripts/install-deps.sh) to run the etcd store's tests";
@@ -35,12 +54,16 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
   void TearDown() override {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
-  bool etcd() const { return GetParam() == "etcd"; }
+  bool etcd() const { return GetParam() != "sqlite"; }
 
   std::unique_ptr<Store> Open() {
     if (etcd()) {
       EtcdOptions o;
-      o.endpoints = {etcd_->endpoint()};
+      o.endpoints = {etcd_ ? etcd_->endpoint() : tls_etcd_->etcd().endpoint()};
+      if (!etcd_) {
+        o.tls = tls_etcd_->Client();
+        o.prefix = prefix_;
+      }
       auto s = OpenEtcdStore(o);
       EXPECT_TRUE(s.ok()) << s.status().ToString();
       return s.ok() ? std::move(*s) : nullptr;
@@ -51,8 +74,11 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
   }
 
   std::unique_ptr<EtcdProcess> etcd_;
+  std::string prefix_;  // etcd_tls: this test's keys, apart from the earlier tests'
   std::string dir_;
 };
+TlsEtcd* StoreContract::tls_etcd_ = nullptr;
+std::string StoreContract::tls_etcd_error_;
 
 TEST_P(StoreContract, PutGetRangeAndRevisions) {
   auto s = Open();
@@ -228,7 +254,7 @@ TEST_P(StoreContract, ConcurrentWritersAllCommitAndSurviveReopen) {
   EXPECT_EQ(all->size(), static_cast<size_t>(kThreads * kEach));
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, StoreContract, ::testing::Values("sqlite", "etcd"),
+INSTANTIATE_TEST_SUITE_P(Stores, StoreContract, ::testing::Values("sqlite", "etcd", "etcd_tls"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
