@@ -128,10 +128,10 @@ ClusterMetrics::ClusterMetrics() {
   // As kube-state-metrics' kube_deployment_spec_replicas / ..._status_replicas_available.
   service_replicas_ = Must(r.AddGauge("tessera_service_replicas",
                                       "Replicas an unfinished service (Deployment) asks for.",
-                                      std::array<std::string, 2>{"queue", "job"}));
+                                      std::array<std::string, 2>{"queue", "service"}));
   service_running_ = Must(r.AddGauge("tessera_service_replicas_running",
                                      "Replicas of an unfinished service that run.",
-                                     std::array<std::string, 2>{"queue", "job"}));
+                                     std::array<std::string, 2>{"queue", "service"}));
   oldest_pending_ = Must(r.AddGauge(
       "tessera_queue_oldest_pending_job_age_seconds",
       "How long the queue's longest-waiting job has been eligible and pending (0 when none is; "

@@ -391,20 +391,20 @@ TEST_F(ClusterMetricsTest, ServicesExportTheirReplicasAskedAndRunning) {
   view_.jobs.push_back(svc);
   m_.Update(view_);
   std::string text = "\n" + m_.RenderText();
-  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"infer\",job=\"small\"}"), "3");
-  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas_running{queue=\"infer\",job=\"small\"}"),
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"infer\",service=\"small\"}"), "3");
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas_running{queue=\"infer\",service=\"small\"}"),
             "1");
-  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"ml\",job=\"waiting\"}"), "absent");
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"ml\",service=\"waiting\"}"), "absent");
   // Scaled to zero (tessera scale): asked 0, as kube_deployment_spec_replicas says 0.
   view_.jobs.back().service_replicas = 0;
   view_.jobs.back().service_running = 0;
   m_.Update(view_);
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"infer\",job=\"small\"}"), "0");
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"infer\",service=\"small\"}"), "0");
   view_.jobs.back() = {"small", "infer", "cancelled", "", 10, -1};
   m_.Update(view_);
   text = "\n" + m_.RenderText();
-  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"infer\",job=\"small\"}"), "absent");
+  EXPECT_EQ(SeriesValue(text, "tessera_service_replicas{queue=\"infer\",service=\"small\"}"), "absent");
 }
 
 TEST_F(ClusterMetricsTest, PendingReasonsReadZeroUntilTheirQueueGoes) {

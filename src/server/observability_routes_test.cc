@@ -291,14 +291,14 @@ TEST_F(ObservabilityRoutes, AServiceExportsItsReplicasAskedAndRunning) {
   const int64_t epoch = AddNode("n1");  // room for one replica
   ASSERT_TRUE(cp_->Submit(kAdmin, Deployment("chat", 2)).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
-  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",job=\"chat\"} 2"));
-  EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",job=\"chat\"} 0"));
+  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",service=\"chat\"} 2"));
+  EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",service=\"chat\"} 0"));
   ASSERT_NO_FATAL_FAILURE(Report("n1", epoch, "running", 0));
   ASSERT_TRUE(cp_->RunCycle().ok());
-  EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",job=\"chat\"} 1"));
+  EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",service=\"chat\"} 1"));
   ASSERT_TRUE(cp_->Cancel(kAdmin, "chat").ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
-  EXPECT_FALSE(Exports("tessera_service_replicas{queue=\"infer\",job=\"chat\"} 2"));
+  EXPECT_FALSE(Exports("tessera_service_replicas{queue=\"infer\",service=\"chat\"} 2"));
 }
 
 // `tessera scale` reaches the metrics at the next cycle: the new count asked, and 0 (not no
@@ -307,14 +307,14 @@ TEST_F(ObservabilityRoutes, AScaledServiceExportsItsNewReplicaCount) {
   ASSERT_NO_FATAL_FAILURE(Open("obs_scaled", "infer"));
   ASSERT_TRUE(cp_->Submit(kAdmin, Deployment("grow", 2)).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
-  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",job=\"grow\"} 2"));
+  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",service=\"grow\"} 2"));
   ASSERT_TRUE(cp_->Scale(kAdmin, "grow", 4).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
-  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",job=\"grow\"} 4"));
+  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",service=\"grow\"} 4"));
   ASSERT_TRUE(cp_->Scale(kAdmin, "grow", 0).ok());
   ASSERT_TRUE(cp_->RunCycle().ok());
-  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",job=\"grow\"} 0"));
-  EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",job=\"grow\"} 0"));
+  EXPECT_TRUE(Exports("tessera_service_replicas{queue=\"infer\",service=\"grow\"} 0"));
+  EXPECT_TRUE(Exports("tessera_service_replicas_running{queue=\"infer\",service=\"grow\"} 0"));
 }
 
 }  // namespace

@@ -46,8 +46,9 @@ expect_query() {  # PROMQL WANT: polls until Prometheus answers WANT (scrapes ar
 
 TARGET_PORT=$(free_port)
 MODE=exporter
+# (Not `--help | grep -q`: under pipefail, grep leaving early makes the pipeline fail.)
 if [[ -n "${TESSERA_BINARY:-}" && -x "${TESSERA_BINARY}" ]] &&
-   "$TESSERA_BINARY" server --help 2>/dev/null | grep -q -- --data-dir; then
+   [[ $("$TESSERA_BINARY" server --help 2>/dev/null || true) == *--data-dir* ]]; then
   MODE=server
 fi
 if [[ $MODE == server ]]; then
@@ -78,6 +79,42 @@ assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in text and "# TYPE tessera_jobs gaug
 PY
 echo "ok: exposition parses ($(grep -c '^# TYPE' "$D/metrics.txt") families)"
 
+# A second server with TLS and mutual TLS (docs/security.md, with its openssl commands),
+# which Prometheus scrapes as deploy/prometheus/prometheus.yml's comment says: scheme https,
+# the CA, and a client certificate.
+TLS_JOB=""
+if [[ $MODE == server ]] && command -v openssl >/dev/null; then
+  P=$D/pki; mkdir -p "$P"
+  ec() { openssl req "$@" -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes 2>/dev/null; }
+  ec -x509 -keyout "$P/ca.key" -out "$P/ca.pem" -days 2 -subj /CN=tessera-test-ca
+  for who in server:serverAuth:IP:127.0.0.1 prometheus:clientAuth:DNS:prometheus; do
+    IFS=: read -r name usage san_kind san <<<"$who"
+    ec -keyout "$P/$name.key" -out "$P/$name.csr" -subj "/CN=$name"
+    printf 'subjectAltName=%s:%s\nextendedKeyUsage=%s\n' "$san_kind" "$san" "$usage" >"$P/$name.cnf"
+    openssl x509 -req -in "$P/$name.csr" -CA "$P/ca.pem" -CAkey "$P/ca.key" -CAcreateserial \
+      -out "$P/$name.pem" -days 2 -extfile "$P/$name.cnf" 2>/dev/null
+  done
+  TLS_PORT=$(free_port)
+  "$TESSERA_BINARY" server --data-dir "$D/data-tls" --listen "127.0.0.1:$TLS_PORT" \
+    --tls-cert-file "$P/server.pem" --tls-key-file "$P/server.key" \
+    --tls-client-ca-file "$P/ca.pem" >"$D/target-tls.log" 2>&1 &
+  PIDS+=($!)
+  CURL_TLS=(--cacert "$P/ca.pem" --cert "$P/prometheus.pem" --key "$P/prometheus.key")
+  for _ in $(seq 1 300); do curl -sf "${CURL_TLS[@]}" -o /dev/null "https://127.0.0.1:$TLS_PORT/metrics" && break; sleep 0.1; done
+  curl -sf "${CURL_TLS[@]}" -o /dev/null "https://127.0.0.1:$TLS_PORT/metrics" ||
+    { echo "FAIL: the TLS server has no /metrics"; cat "$D/target-tls.log"; exit 1; }
+  # Without a client certificate it answers nothing; over plain HTTP neither.
+  if curl -sf --cacert "$P/ca.pem" -o /dev/null "https://127.0.0.1:$TLS_PORT/metrics" ||
+     curl -sf -o /dev/null "http://127.0.0.1:$TLS_PORT/metrics"; then
+    echo "FAIL: the TLS server answered a client without a certificate"; exit 1
+  fi
+  TLS_JOB="  - job_name: tessera-tls
+    scheme: https
+    tls_config: {ca_file: $P/ca.pem, cert_file: $P/prometheus.pem, key_file: $P/prometheus.key}
+    static_configs: [{targets: [\"127.0.0.1:$TLS_PORT\"]}]"
+  echo "target: a TLS server on 127.0.0.1:$TLS_PORT (mutual TLS)"
+fi
+
 PROM_PORT=$(free_port)
 cp "$HERE/../tessera-rules.yml" "$D/"
 cat >"$D/prometheus.yml" <<YAML
@@ -86,6 +123,7 @@ rule_files: [$D/tessera-rules.yml]
 scrape_configs:
   - job_name: tessera
     static_configs: [{targets: ["127.0.0.1:$TARGET_PORT"]}]
+$TLS_JOB
 YAML
 promtool check config "$D/prometheus.yml" >/dev/null
 prometheus --config.file="$D/prometheus.yml" --storage.tsdb.path="$D/tsdb" \
@@ -94,7 +132,11 @@ PIDS+=($!)
 wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 300 || { echo "FAIL: prometheus not ready"; tail "$D/prom.log"; exit 1; }
 
 expect_query 'up{job="tessera"}' 1
-expect_query 'tessera_build_info' 1
+expect_query 'tessera_build_info{job="tessera"}' 1
+if [[ -n $TLS_JOB ]]; then
+  expect_query 'up{job="tessera-tls"}' 1
+  expect_query 'tessera_build_info{job="tessera-tls"}' 1
+fi
 if [[ $MODE == server ]]; then
   # An agent registers a node and reports a busy device; a job that cannot fit is submitted.
   ADMIN=$(cat "$D/data/admin.token"); AGENT=$(cat "$D/data/agent.token")
@@ -118,11 +160,25 @@ spec:
   tasks: [{name: main, replicas: 1, resources: {cpu: 1, memory: 1Gi, nvidia.com/gpu: 4}, command: ["true"]}]
 JOB
     { echo "FAIL: submit"; exit 1; }
+  # A service's name comes through the scrape under its own label (a label `job` would be
+  # renamed exported_job by Prometheus, and the alerts would name the scrape job instead).
+  curl -sf -o /dev/null -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/yaml' --data-binary @- "$T/v1/jobs" <<'SVC' ||
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  template:
+    spec:
+      containers: [{name: web, image: x, command: ["sleep", "3600"], resources: {limits: {cpu: 1, memory: 1Gi, nvidia.com/gpu: 4}}}]
+SVC
+    { echo "FAIL: submit the service"; exit 1; }
+  expect_query 'tessera_service_replicas{service="web",job="tessera"}' 2
   expect_query 'DCGM_FI_DEV_GPU_UTIL{node="prom-node",gpu="0",virtual="true"}' 93
   expect_query 'DCGM_FI_DEV_POWER_USAGE{node="prom-node"}' 250
   expect_query 'tessera_node_ready{node="prom-node"}' 1
-  expect_query 'sum(tessera_jobs{state="pending"})' 1
-  expect_query 'sum(tessera_pending_jobs)' 1
+  expect_query 'sum(tessera_jobs{state="pending"})' 2  # too-big and web
+  expect_query 'sum(tessera_pending_jobs)' 2
   expect_query 'tessera_scheduling_cycle_duration_seconds_count > bool 0' 1
 else
   expect_query 'sum(tessera_node_capacity_gpus)' 4
