@@ -267,14 +267,21 @@ TEST_F(EndToEndTest, JobRunsOnTheAgentLogsFlowAndAServerRestartLeavesItRunning) 
   // describe shows who the task runs as, as its agent reported it: the agent's own user here.
   const passwd* me = ::getpwuid(::getuid());
   ASSERT_NE(me, nullptr);
-  std::string described;
   ASSERT_TRUE(WaitFor([&] {
-    described = CaptureCommand(bin_ + " describe job e2e-run --server " + url_ + " --token " +
-                               admin_ + " 2>&1")
-                    .second;
-    return described.find(std::string(" ") + me->pw_name + "   Running") != std::string::npos;
-  })) << described;
-  EXPECT_NE(described.find("DEVICES   USER"), std::string::npos) << described;
+    auto r = Call("GET", "/v1/jobs/e2e-run/describe");
+    if (!r || r->status != 200) return false;
+    const Json j = Json::parse(r->body, nullptr, false);
+    for (const auto& a : j.value("allocations", Json::array()))
+      if (a.value("state", "") == "Running" &&
+          a.value("runAs", Json::object()).value("user", "") == me->pw_name &&
+          a["runAs"].value("uid", -1) == static_cast<int64_t>(::getuid()))
+        return true;
+    return false;
+  }));
+  const std::string described = CaptureCommand(bin_ + " describe job e2e-run --server " + url_ +
+                                               " --token " + admin_ + " 2>&1")
+                                    .second;
+  EXPECT_NE(described.find("USER"), std::string::npos) << described;
   // A job without workingDir runs in its task's own folder on the node, not a shared one.
   EXPECT_NE(Call("GET", "/v1/jobs/e2e-run/logs?task=0")
                 ->body.find("hello-e2e in " + (dir_ / "agent" / "tasks").string() + "/"),

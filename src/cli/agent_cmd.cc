@@ -199,6 +199,14 @@ int RunAgent(const AgentFlags& f) {
   o.logs_host = colon == std::string::npos ? f.logs_listen : f.logs_listen.substr(0, colon);
   o.logs_port = colon == std::string::npos ? 0 : std::atoi(f.logs_listen.c_str() + colon + 1);
   o.logs_advertise = f.logs_advertise;
+  // The server would call an HTTPS endpoint over plain HTTP, and get no logs.
+  if (f.logs_tls.enabled() && !f.logs_advertise.empty() &&
+      f.logs_advertise.rfind("https://", 0) != 0) {
+    std::cerr << "tessera agent: --logs-advertise " << f.logs_advertise
+              << ": the logs endpoint serves HTTPS (--tls-cert-file), so advertise an https:// "
+                 "URL\n";
+    return 1;
+  }
   o.logs_token = f.logs_token;
   if (o.logs_token.empty()) {
     if (const char* t = std::getenv("TESSERA_LOGS_TOKEN")) o.logs_token = t;

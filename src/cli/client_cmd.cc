@@ -1427,6 +1427,9 @@ void AddClientCommands(CLI::App& app) {
         }
         if (!Check(*f, r)) return;
         std::cout << r.raw << std::flush;
+        // The reader went away (`| head`): SIGPIPE, ignored for https:// (tls_flags.h), does
+        // not end us, so the failed write must.
+        if (!std::cout) return;
         auto header = [&](const char* k) {
           auto it = r.headers.find(k);
           return it == r.headers.end() ? std::string() : it->second;

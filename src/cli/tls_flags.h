@@ -53,7 +53,18 @@ inline StatusOr<TlsClientOptions> ResolveTlsClientFlags(const TlsClientOptions& 
   for (auto [file, env] : {std::pair{&tls.cert_file, "TESSERA_CLIENT_CERT"},
                            std::pair{&tls.key_file, "TESSERA_CLIENT_KEY"}})
     if (const char* e = std::getenv(env); file->empty() && e != nullptr) *file = e;
-  if (url.rfind("https://", 0) != 0) return tls;
+  if (url.rfind("https://", 0) != 0) {
+    // Given on the command line and unused, a flag would read as "this is encrypted".
+    for (const auto& [given, name] :
+         {std::pair{!flags.ca_file.empty(), "--cacert"},
+          std::pair{!flags.cert_file.empty(), "--client-certificate"},
+          std::pair{!flags.key_file.empty(), "--client-key"},
+          std::pair{flags.insecure_skip_verify, "--insecure-skip-tls-verify"}})
+      if (given)
+        return InvalidArgument(std::string(name) + ": the server URL " + url +
+                               " is not https://, so no TLS is used");
+    return tls;
+  }
   // OpenSSL writes with write(), not send(MSG_NOSIGNAL): a server that closes the connection
   // first (refusing our certificate, under TLS 1.3 after the handshake) would kill us.
   std::signal(SIGPIPE, SIG_IGN);

@@ -140,10 +140,14 @@ StatusOr<std::unique_ptr<httplib::Server>> NewHttpServer(const TlsServerFiles& f
   return std::unique_ptr<httplib::Server>(std::move(server));
 }
 
-void ApplyTls(httplib::Client& client, const TlsClientOptions& tls) {
-  // What IsTlsError reads is about this client's request, not an earlier one.
+void ResetTlsDiagnostics() {
   client_certificate_asked = false;
   ERR_clear_error();
+}
+
+void ApplyTls(httplib::Client& client, const TlsClientOptions& tls) {
+  // What IsTlsError reads is about this client's request, not an earlier one.
+  ResetTlsDiagnostics();
   SSL_CTX* ctx = client.ssl_context();
   if (ctx == nullptr) return;  // http://
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);

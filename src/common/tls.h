@@ -66,6 +66,10 @@ StatusOr<std::unique_ptr<httplib::Server>> NewHttpServer(const TlsServerFiles& f
 // thread's handshake left.
 void ApplyTls(httplib::Client& client, const TlsClientOptions& tls);
 
+// What IsTlsError and DescribeHttpError read, cleared for the next request of this thread
+// (ApplyTls does it too): a client kept for many requests calls it before each.
+void ResetTlsDiagnostics();
+
 // Why a request by `client` to `url` got no answer, in words. For a TLS failure: which URL,
 // and why (the certificate's verify error, a name mismatch, a handshake refused) with what to
 // set; otherwise cpp-httplib's name of the error.

@@ -567,6 +567,21 @@ std::vector<int64_t> CycleRun::AlikeKey(const PendingJob& pj) {
   return key;
 }
 
+// The GPU milli a job's tasks occupy on their devices, for the bounds on free GPUs (preempt,
+// backfill): its charge, except that a fraction charged by its memory share (DeviceCharge)
+// counts its compute. Charges of fractions may add up to more than a device, so free GPUs
+// counted from charges could rule out a placement that fits; an exclusive job's whole-node
+// charge stays (nobody else can use that node).
+namespace {
+int64_t OccupiedGpuMilli(const JobRec& j) {
+  if (j.exclusive) return j.allocated.gpu_milli;
+  int64_t milli = 0;
+  for (const auto& a : j.allocations)
+    if (a) milli += a->GpuMilli();
+  return milli;
+}
+}  // namespace
+
 ResourceVector CycleRun::EvictionCharge(const JobRec& j, const std::vector<int32_t>& tasks) const {
   ResourceVector v;
   std::map<int32_t, int32_t> left;  // node -> the job's tasks still there
@@ -1748,7 +1763,7 @@ void CycleRun::EvictFor(bool reclaim) {
   std::vector<JobRec*> terminating;  // tasks being stopped: soon free
   int64_t used_gpu = 0;
   for (auto& [id, j] : m_.jobs) {
-    used_gpu += j.allocated.gpu_milli;
+    used_gpu += OccupiedGpuMilli(j);
     if (j.running > 0 && j.spec->terminating) terminating.push_back(&j);
     if (j.running == 0 || !j.spec->preemptible || fresh.count(&j)) continue;
     if (e_.preempt_exempt_seconds > 0 && j.start_time >= 0 &&
@@ -2129,7 +2144,7 @@ void CycleRun::Backfill() {
     for (int32_t t = 0; t < head->task_count; ++t)
       if (!head->rec->allocations[t])
         head_gpu += RequestVector(head->rec->spec->GroupOfTask(t).request).gpu_milli;
-    for (const auto& [id, j] : m_.jobs) avail_gpu -= j.allocated.gpu_milli;
+    for (const auto& [id, j] : m_.jobs) avail_gpu -= OccupiedGpuMilli(j);
     auto release = [&](JobRec* j) {
       avail_gpu += j->allocated.gpu_milli;
       for (int32_t t = 0; t < static_cast<int32_t>(j->allocations.size()); ++t)

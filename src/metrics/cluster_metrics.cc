@@ -294,9 +294,12 @@ void ClusterMetrics::Update(const ClusterView& view) {
               ? ChargeOf(*a, *node->second, j.exclusive,
                          j.exclusive && whole.emplace(job, node->first).second)
               : AllocationVector(*a);
-      node_use[a->node] += charge;
+      // A node holds what its tasks occupy: a fraction charged by its memory share
+      // (DeviceCharge) occupies its compute, so that the node never reads over capacity.
+      const ResourceVector occupied = j.exclusive ? charge : AllocationVector(*a);
+      node_use[a->node] += occupied;
       queue_use[j.queue] += charge;
-      node_queue_gpu[{a->node, j.queue}] += charge.gpu_milli;
+      node_queue_gpu[{a->node, j.queue}] += occupied.gpu_milli;
       const int64_t rate = node != node_by_name.end()
                                ? charge.gpu_milli * node->second->cost_micros_per_gpu_hour / 1000
                                : 0;

@@ -1050,6 +1050,23 @@ TEST_F(ApiTest, GetNodesSaysSchedulingDisabledForUnschedulableNodes) {
 
 // `tessera get` filters every kind as it says (or refuses a filter it cannot apply),
 // `submit` reads every file before it sends any, `delete` removes queues and revokes tokens.
+// TLS flags given for a plain http:// server are refused, not silently unused (they would
+// read as "this is encrypted").
+TEST_F(ApiTest, TlsFlagsForAPlainHttpServerAreRefused) {
+  const char* bin = std::getenv("TESSERA_BINARY");
+  if (bin == nullptr || !std::filesystem::exists(bin))
+    GTEST_SKIP() << "TESSERA_BINARY not set (run through ctest)";
+  for (const std::string flag : {"--cacert /etc/hostname", "--insecure-skip-tls-verify"}) {
+    auto [rc, out] = CaptureCommand(std::string(bin) + " get jobs --server " + api_->url() +
+                                    " --token root-token-0123456789 " + flag + " 2>&1");
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find(flag.substr(0, flag.find(' ')) + ": the server URL " + api_->url() +
+                       " is not https://"),
+              std::string::npos)
+        << out;
+  }
+}
+
 // A 401 with no token sent says where one comes from (a server with its own --data-dir
 // keeps its admin token there, where the CLI does not look).
 TEST_F(ApiTest, CliWithoutATokenSaysWhereOneComesFrom) {

@@ -1931,7 +1931,14 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
     static const tessera::Job kShared;
     for (const auto& [job, held] : by_job) {
       auto j = jobs_.find(job);
-      used += ChargedGpuMilli(j != jobs_.end() ? j->second.spec.job : kShared, held);
+      const tessera::Job& spec = j != jobs_.end() ? j->second.spec.job : kShared;
+      // What its tasks occupy (a node never reads over capacity): an exclusive job the
+      // whole node, a fraction its compute, not the memory share it is charged.
+      if (spec.exclusive) {
+        used += ChargedGpuMilli(spec, held);
+      } else {
+        for (const TaskAllocation* a : held) used += a->GpuMilli();
+      }
     }
     o["gpus"] = static_cast<int64_t>(n.node.devices.size());
     o["gpuMilliInUse"] = used;
@@ -2985,11 +2992,6 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
       }
     }
   }
-  // (Once per key: etcd refuses a transaction that writes one key twice.)
-  for (const Allocation* a : ran_as_changed)
-    if (std::none_of(ops.begin(), ops.end(),
-                     [&](const store::Op& op) { return op.key == "allocs/" + a->id; }))
-      ops.push_back(AllocOp(*a));
   // Allocations being stopped that the agent no longer runs are gone.
   for (Allocation* each : AllocationsOn(node_name)) {
     Allocation& a = *each;
@@ -3002,6 +3004,13 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
     auto ji = jobs_.find(a.job);
     if (ji != jobs_.end()) MaybeFinishTermination(ops, ji->second);
   }
+  // Identities reported without another change of their allocation: after every other
+  // write of this heartbeat, once per key (etcd refuses a transaction that writes one key
+  // twice).
+  for (const Allocation* a : ran_as_changed)
+    if (std::none_of(ops.begin(), ops.end(),
+                     [&](const store::Op& op) { return op.key == "allocs/" + a->id; }))
+      ops.push_back(AllocOp(*a));
   bool changed = !ops.empty();
   TESSERA_RETURN_IF_ERROR(Commit(std::move(ops)));
   if (changed) Kick();

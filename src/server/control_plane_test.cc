@@ -953,6 +953,14 @@ TEST_F(ControlPlaneTest, TheIdentityATaskRunsAsIsKeptWithItsAllocation) {
   EXPECT_EQ(State("j"), "Running");
   Reopen();
   EXPECT_EQ(Job("j")["allocations"][0]["runAs"], want);
+  // A change reported for a running allocation (nothing else changes) is written too.
+  Json again = Task(id, "running");
+  again["runAs"] = {{"uid", 1001}, {"gid", 100}, {"user", "bob"}};
+  Beat("node-a", epoch, Json::array({again}));
+  Reopen();
+  EXPECT_EQ(Job("j")["allocations"][0]["runAs"]["user"], "bob");
+  again["runAs"] = want;
+  Beat("node-a", epoch, Json::array({again}));
   for (const auto& [bad, why] : std::vector<std::pair<Json, std::string>>{
            {{{"uid", -1}, {"gid", 100}},
             "tasks[0].runAs.uid: expected a Unix id (0..4294967295), got -1"},

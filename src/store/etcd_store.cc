@@ -84,7 +84,8 @@ std::string DefaultId() {
 
 // What went wrong, in words (cpp-httplib's own names are one word: "Connection", "Read"),
 // `waited` after sending to `endpoint`.
-std::string Failure(httplib::Error e, const std::string& endpoint, Clock::duration waited) {
+std::string Failure(httplib::Error e, const std::string& endpoint, Clock::duration waited,
+                    const TlsClientOptions& tls) {
   switch (e) {
     case httplib::Error::Connection:
       return "cannot connect";
@@ -96,6 +97,14 @@ std::string Failure(httplib::Error e, const std::string& endpoint, Clock::durati
       if (endpoint.rfind("http://", 0) == 0 && waited < std::chrono::milliseconds(500))
         return "the connection was closed without a reply: if this etcd serves HTTPS (its "
                "--cert-file), use --store etcd+https://...";
+      // Under TLS 1.3 etcd refuses a client certificate after the handshake, by closing the
+      // connection: whether OpenSSL has read its alert by then is a matter of timing.
+      if (endpoint.rfind("https://", 0) == 0 && !tls.cert_file.empty())
+        return std::string(e == httplib::Error::Read ? "no reply" : "cannot send the request") +
+               " (connection closed): with TLS, etcd closes it when it refuses the client "
+               "certificate in " +
+               tls.cert_file + " (" + tls.cert_flag +
+               "): is it signed by a CA in etcd's --trusted-ca-file?";
       return e == httplib::Error::Read ? "no reply (timed out or connection closed)"
                                        : "cannot send the request";
     default:
@@ -126,9 +135,10 @@ class Gateway {
         client_->set_write_timeout(std::chrono::milliseconds(timeout_ms_));
         client_->set_keep_alive(true);
         client_->set_tcp_nodelay(true);  // else Nagle and delayed ACKs add 40 ms a request
+        ApplyTls(*client_, tls_);        // once per client: it reads the certificate files
       }
       // Before every request: a failed handshake is then described as this one's (tls.h).
-      ApplyTls(*client_, tls_);
+      ResetTlsDiagnostics();
       httplib::Request req;
       req.method = "POST";
       req.path = path;
@@ -154,7 +164,7 @@ class Gateway {
         last_was_tls = IsTlsError(res.error());
         last_error = "etcd " + ep + path + ": " +
                      (last_was_tls ? DescribeHttpError(*client_, res.error(), ep, tls_)
-                                   : Failure(res.error(), ep, Clock::now() - sent));
+                                   : Failure(res.error(), ep, Clock::now() - sent, tls_));
       }
       if (!res || first_line) client_.reset();  // a cut stream: a new connection next time
       if (unanswered) {
