@@ -45,8 +45,10 @@ class Backend {
   // Nodes of this pool that would refuse `job` whatever is free there (a Slurm partition's
   // AllowAccounts, AllowGroups, AllowQos...), each with why: the engine keeps the job off
   // them. Called with the control plane's lock held, for every pending job each cycle:
-  // answer from what is known, never wait.
-  virtual std::map<std::string, std::string> RefusingNodes(const spec::JobSpec& job) const {
+  // answer from what is known, never wait. `job_id` names the job across cycles (its spec
+  // does not change), so a pool may remember what it read from the spec.
+  virtual std::map<std::string, std::string> RefusingNodes(const std::string& job_id,
+                                                           const spec::JobSpec& job) const {
     return {};
   }
 };

@@ -3283,7 +3283,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
         std::vector<std::string> off;
         std::map<std::string, std::vector<std::string>> by_why;
         for (const auto& [pool, backend] : backends_)
-          for (auto& [node, why] : backend->RefusingNodes(j.spec)) {
+          for (auto& [node, why] : backend->RefusingNodes(id, j.spec)) {
             off.push_back(node);
             by_why[why].push_back(node);
           }

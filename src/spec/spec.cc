@@ -1658,11 +1658,10 @@ StatusOr<int64_t> SlurmTime(const std::string& v, const std::string& path) {
   return days * 86400 + secs;
 }
 
-// An #SBATCH line's words, as sbatch splits them: blanks separate words except inside single
-// or double quotes, which are removed (--output="logs/%x.out"); an unquoted word starting
-// with # begins a comment.
-StatusOr<std::vector<std::string>> DirectiveWords(const std::string& text,
-                                                  const std::string& path) {
+}  // namespace
+
+StatusOr<std::vector<std::string>> SbatchLineWords(const std::string& text,
+                                                   const std::string& path) {
   std::vector<std::string> out;
   std::string word;
   bool in_word = false;
@@ -1692,6 +1691,8 @@ StatusOr<std::vector<std::string>> DirectiveWords(const std::string& text,
   if (in_word) out.push_back(word);
   return out;
 }
+
+namespace {
 
 StatusOr<int32_t> PositiveInt(const std::string& v, const std::string& path) {
   if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
@@ -2062,7 +2063,7 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
     if (line[text_at] != '#') break;
     if (line.rfind("#SBATCH", 0) != 0) continue;
     std::string path = "line " + std::to_string(lineno);
-    auto words = DirectiveWords(line.substr(7), path);
+    auto words = SbatchLineWords(line.substr(7), path);
     if (!words.ok()) return words.status();
     const std::vector<std::string>& args = *words;
     for (size_t i = 0; i < args.size(); ++i) {

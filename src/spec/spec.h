@@ -200,6 +200,12 @@ StatusOr<std::vector<JobSpec>> ArrayElements(const JobSpec& s, const std::string
 StatusOr<std::vector<Document>> ParseDocuments(const std::string& text);
 StatusOr<Document> ParseDocument(const Json& doc);
 StatusOr<JobSpec> ParseSbatchScript(const std::string& text);
+// The words of one #SBATCH line (what follows "#SBATCH"), as sbatch splits them: blanks
+// separate words except inside single or double quotes, which are removed
+// (--output="logs/%x.out"); an unquoted word starting with # begins a comment.
+// InvalidArgument, prefixed with `path`, for an unterminated quote.
+StatusOr<std::vector<std::string>> SbatchLineWords(const std::string& text,
+                                                   const std::string& path);
 
 // Server storage shape of a JobSpec (canonical JSON; FromJson is strict).
 Json JobSpecToJson(const JobSpec& spec);

@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <set>
-#include <sstream>
 #include <tuple>
 
 #include "backends/slurm/command_runner.h"
 #include "common/hostlist.h"
+#include "spec/spec.h"
 
 namespace tessera::slurm {
 namespace {
@@ -103,8 +103,8 @@ bool IsOwnedDirective(const std::string& args) {
   return false;
 }
 
-// The words of a script's leading #SBATCH lines, in order (Slurm reads no further; a word
-// starting with '#' ends its line's options).
+// The words of a script's leading #SBATCH lines, in order (Slurm reads no further), split
+// and unquoted as sbatch does (spec::SbatchLineWords).
 std::vector<std::string> DirectiveWords(const std::string& script) {
   std::vector<std::string> out;
   size_t pos = 0;
@@ -117,14 +117,27 @@ std::vector<std::string> DirectiveWords(const std::string& script) {
     if (first == std::string::npos) continue;
     if (line[first] != '#') break;
     if (line.rfind("#SBATCH", 0) != 0) continue;
-    std::istringstream words(line.substr(7));
-    for (std::string w; words >> w && w[0] != '#';) out.push_back(w);
+    // A line with an unterminated quote has no options (the spec parser refuses it).
+    auto words = spec::SbatchLineWords(line.substr(7), "");
+    if (words.ok()) out.insert(out.end(), words->begin(), words->end());
   }
   return out;
 }
 
+// Slurm keeps account and QOS names in lower case (sacctmgr, slurm.conf's Allow*/Deny*).
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+bool SameName(const std::string& a, const std::string& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  });
+}
+
 // Sets who's account and QOS from sbatch options (-A X, -AX, --account=X, --account X; the
-// same for -q/--qos); a later option wins, as in sbatch.
+// same for -q/--qos), lower-cased as Slurm reads them; a later option wins, as in sbatch.
 void ReadAccountAndQos(const std::vector<std::string>& words, SlurmIdentity& who) {
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& w = words[i];
@@ -140,17 +153,17 @@ void ReadAccountAndQos(const std::vector<std::string>& words, SlurmIdentity& who
       return v;
     };
     if (auto a = value("--account", "-A")) {
-      who.account = *a;
+      who.account = Lower(*a);
     } else if (auto q = value("--qos", "-q")) {
-      who.qos = *q;
+      who.qos = Lower(*q);
     }
   }
 }
 
-std::string Joined(const std::vector<std::string>& list) {
-  std::string out;
-  for (const std::string& s : list) out += (out.empty() ? "" : ",") + s;
-  return out;
+// The process's user never changes: read the user and group databases once.
+const Submitter& ProcessSubmitter() {
+  static const Submitter self = CurrentSubmitter();
+  return self;
 }
 
 }  // namespace
@@ -186,27 +199,34 @@ std::string PartitionRefuses(const SlurmPartition& p, const SlurmIdentity& who) 
   auto has = [](const std::vector<std::string>& list, const std::string& s) {
     return std::find(list.begin(), list.end(), s) != list.end();
   };
+  // Accounts and QOS: Slurm compares them lower-cased, whatever case slurm.conf or the job
+  // gave them in.
+  auto has_name = [](const std::vector<std::string>& list, const std::string& s) {
+    return std::any_of(list.begin(), list.end(),
+                       [&](const std::string& x) { return SameName(x, s); });
+  };
   // Slurm lets root use any partition whatever its AllowGroups (slurm.conf).
   if (p.allow_groups && !who.submitter.privileged &&
       std::none_of(who.submitter.groups.begin(), who.submitter.groups.end(),
                    [&](const std::string& g) { return has(*p.allow_groups, g); })) {
-    return "refuses user " + who.submitter.user + " (AllowGroups=" + Joined(*p.allow_groups) +
+    return "refuses user " + who.submitter.user + " (AllowGroups=" + JoinHostlist(*p.allow_groups) +
            ": none of its groups)";
   }
   // Allow* and Deny* exclude each other: Slurm ignores Deny* where Allow* is set.
   if (!who.account.empty()) {
-    if (p.allow_accounts ? !has(*p.allow_accounts, who.account)
-                         : has(p.deny_accounts, who.account)) {
+    if (p.allow_accounts ? !has_name(*p.allow_accounts, who.account)
+                         : has_name(p.deny_accounts, who.account)) {
       return "refuses account " + who.account + " (" +
-             (p.allow_accounts ? "AllowAccounts=" + Joined(*p.allow_accounts)
-                               : "DenyAccounts=" + Joined(p.deny_accounts)) +
+             (p.allow_accounts ? "AllowAccounts=" + JoinHostlist(*p.allow_accounts)
+                               : "DenyAccounts=" + JoinHostlist(p.deny_accounts)) +
              ")";
     }
   }
   if (!who.qos.empty()) {
-    if (p.allow_qos ? !has(*p.allow_qos, who.qos) : has(p.deny_qos, who.qos)) {
+    if (p.allow_qos ? !has_name(*p.allow_qos, who.qos) : has_name(p.deny_qos, who.qos)) {
       return "refuses QOS " + who.qos + " (" +
-             (p.allow_qos ? "AllowQos=" + Joined(*p.allow_qos) : "DenyQos=" + Joined(p.deny_qos)) +
+             (p.allow_qos ? "AllowQos=" + JoinHostlist(*p.allow_qos)
+                          : "DenyQos=" + JoinHostlist(p.deny_qos)) +
              ")";
     }
   }
@@ -217,7 +237,7 @@ SlurmIdentity JobIdentity(const std::string& script, const SbatchOptions& option
   SlurmIdentity who;
   ReadAccountAndQos(DirectiveWords(script), who);
   ReadAccountAndQos(options.extra_args, who);  // sbatch's command line wins over the script
-  who.submitter = options.submitter ? *options.submitter : CurrentSubmitter();
+  who.submitter = options.submitter ? *options.submitter : ProcessSubmitter();
   return who;
 }
 
@@ -253,12 +273,14 @@ std::map<std::string, std::string> RefusingNodes(
 
 bool IsAccessRefusal(const Status& s) {
   if (s.ok() || s.retryable()) return false;
+  // ChoosePartition's: every partition there refuses the job's account, QOS or user.
+  if (s.code() == StatusCode::kPermissionDenied) return true;
   const std::string& m = s.message();
-  // ChoosePartition's words (PartitionRefuses), then sbatch's (Slurm 22.05).
+  // sbatch's (Slurm 22.05). Not "Requested partition configuration not available now": that
+  // is a partition's limits (MaxTime, MaxNodes...), which other nodes would not change.
   for (const char* phrase :
-       {": refuses ", "Invalid account or account/partition combination",
-        "QOS not permitted to use this partition", "group not permitted to use this partition",
-        "Requested partition configuration not available now"}) {
+       {"Invalid account or account/partition combination",
+        "QOS not permitted to use this partition", "group not permitted to use this partition"}) {
     if (m.find(phrase) != std::string::npos) return true;
   }
   return false;
@@ -441,33 +463,46 @@ StatusOr<std::string> ChoosePartition(const DispatchRequest& req,
   const std::optional<int64_t> limit =
       req.time_limit_seconds ? std::optional<int64_t>(CeilDiv(*req.time_limit_seconds, 60) * 60)
                              : std::nullopt;
-  // Why a partition cannot take the job; "" when it can.
-  auto why_not = [&](const std::string& name) -> std::string {
+  // Why a partition cannot take the job ("" when it can), and what kind of reason it is:
+  // only a refusal on access rules everywhere makes the job worth placing elsewhere
+  // (RefusingNodes then keeps it off these nodes); limits would fail it there again.
+  enum class Kind { kUsable, kAbsent, kAccess, kLimit };
+  struct Verdict {
+    std::string why;
+    Kind kind = Kind::kUsable;
+  };
+  auto why_not = [&](const std::string& name) -> Verdict {
+    // Partitions that are not there for this job (as RefusingNodes sees nodes): kAbsent.
     for (const std::string& node : nodes) {
       auto n = inventory.find(node);
-      if (n == inventory.end() || !Has(n->second.partitions, name)) return "does not hold " + node;
+      if (n == inventory.end() || !Has(n->second.partitions, name))
+        return {"does not hold " + node, Kind::kAbsent};
     }
     auto it = partitions.find(name);
-    if (it == partitions.end()) return "not listed by scontrol show partition";
+    if (it == partitions.end()) return {"not listed by scontrol show partition", Kind::kLimit};
     const SlurmPartition& p = it->second;
-    if (p.state != "UP") return "State=" + p.state;
-    if (std::string refuses = PartitionRefuses(p, who); !refuses.empty()) return refuses;
+    if (p.state != "UP") return {"State=" + p.state, Kind::kAbsent};
+    if (std::string refuses = PartitionRefuses(p, who); !refuses.empty())
+      return {refuses, Kind::kAccess};
     if (limit && p.max_time_seconds && *p.max_time_seconds < *limit) {
-      return "MaxTime=" + SlurmDuration(*p.max_time_seconds) +
-             " is less than the job's --time=" + SlurmDuration(*limit);
+      return {"MaxTime=" + SlurmDuration(*p.max_time_seconds) +
+                  " is less than the job's --time=" + SlurmDuration(*limit),
+              Kind::kLimit};
     }
     if (p.max_nodes && *p.max_nodes < static_cast<int64_t>(nodes.size())) {
-      return "MaxNodes=" + std::to_string(*p.max_nodes) + " is less than the job's " +
-             std::to_string(nodes.size()) + " nodes";
+      return {"MaxNodes=" + std::to_string(*p.max_nodes) + " is less than the job's " +
+                  std::to_string(nodes.size()) + " nodes",
+              Kind::kLimit};
     }
-    return "";
+    return {};
   };
   const std::string where = JoinHostlist(nodes);
   if (!req.partition.empty()) {
-    const std::string why = why_not(req.partition);
-    if (why.empty()) return req.partition;
-    return FailedPrecondition("dispatch.partition: Slurm partition \"" + req.partition +
-                              "\" cannot run the job on " + where + ": " + why);
+    const Verdict v = why_not(req.partition);
+    if (v.kind == Kind::kUsable) return req.partition;
+    const std::string message = "dispatch.partition: Slurm partition \"" + req.partition +
+                                "\" cannot run the job on " + where + ": " + v.why;
+    return v.kind == Kind::kAccess ? PermissionDenied(message) : FailedPrecondition(message);
   }
   std::set<std::string> names;  // every partition of the job's nodes
   for (const std::string& node : nodes) {
@@ -477,21 +512,28 @@ StatusOr<std::string> ChoosePartition(const DispatchRequest& req,
   }
   std::vector<const SlurmPartition*> usable;
   std::string rejected;
+  bool refused = false, limited = false;  // some partition refused on access; on limits
   for (const std::string& name : names) {
-    std::string why = !served.empty() && !Has(served, name)
-                          ? "not served by this pool (--slurm-partition)"
-                          : why_not(name);
-    if (why.empty() && partitions.at(name).hidden) why = "Hidden=YES (only used when named)";
-    if (why.empty()) {
+    Verdict v = !served.empty() && !Has(served, name)
+                    ? Verdict{"not served by this pool (--slurm-partition)", Kind::kAbsent}
+                    : why_not(name);
+    if (v.kind == Kind::kUsable && partitions.at(name).hidden)
+      v = {"Hidden=YES (only used when named)", Kind::kAbsent};
+    if (v.kind == Kind::kUsable) {
       usable.push_back(&partitions.at(name));
     } else {
-      rejected += (rejected.empty() ? "" : "; ") + name + ": " + why;
+      rejected += (rejected.empty() ? "" : "; ") + name + ": " + v.why;
+      refused = refused || v.kind == Kind::kAccess;
+      limited = limited || v.kind == Kind::kLimit;
     }
   }
   if (usable.empty()) {
-    return FailedPrecondition("dispatch.bindings: no Slurm partition can run the job on " + where +
-                              " (" + (rejected.empty() ? "they are in no partition" : rejected) +
-                              ")");
+    const std::string message = "dispatch.bindings: no Slurm partition can run the job on " +
+                                where + " (" +
+                                (rejected.empty() ? "they are in no partition" : rejected) + ")";
+    // PermissionDenied: every partition that could run it here refuses its account, QOS or
+    // user (IsAccessRefusal), so other nodes may take it.
+    return refused && !limited ? PermissionDenied(message) : FailedPrecondition(message);
   }
   for (const SlurmPartition* p : usable) {
     if (p->is_default) return p->name;

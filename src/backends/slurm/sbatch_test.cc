@@ -433,6 +433,22 @@ TEST(JobIdentity, ScriptThenExtraArgs) {
   EXPECT_EQ(JobIdentity("", SbatchOptions{{}, {}, o.submitter}).account, "");  // Slurm's default
 }
 
+// As sbatch reads them: quotes removed, and (as Slurm stores them) lower case.
+TEST(JobIdentity, QuotedAndUpperCase) {
+  SbatchOptions o;
+  o.submitter = Submitter{"svc", {"svc"}, false};
+  SlurmIdentity who = JobIdentity("#!/bin/sh\n#SBATCH --account=\"ML\" -q 'High'\necho\n", o);
+  EXPECT_EQ(who.account, "ml");
+  EXPECT_EQ(who.qos, "high");
+  EXPECT_EQ(JobIdentity("#!/bin/sh\n#SBATCH -A \"Vision\"\n", o).account, "vision");
+  // A partition that lists ml admits it, whatever case slurm.conf wrote.
+  SlurmPartition acct;
+  acct.name = "acct";
+  acct.allow_accounts = std::vector<std::string>{"ML"};
+  acct.allow_qos = std::vector<std::string>{"high"};
+  EXPECT_EQ(PartitionRefuses(acct, who), "");
+}
+
 TEST(PartitionRefuses, AllowDenyAndAll) {
   using List = std::vector<std::string>;
   SlurmPartition all;  // every list ALL: admits anyone
@@ -470,6 +486,8 @@ TEST(PartitionRefuses, AllowDenyAndAll) {
       {&grp, {"", "", member}, ""},
       {&grp, {"", "", root}, ""},  // root may use any partition whatever AllowGroups
       {&acct, {"cv", "", root}, "refuses account cv (AllowAccounts=ml,vision)"},  // not accounts
+      {&acct, {"Vision", "", svc}, ""},  // Slurm's names are case-insensitive
+      {&deny, {"BAD", "Low", svc}, "refuses account BAD (DenyAccounts=bad)"},
   };
   for (const Case& c : cases)
     EXPECT_EQ(PartitionRefuses(*c.p, c.who), c.want)
@@ -498,6 +516,7 @@ TEST(ChoosePartition, SkipsPartitionsThatRefuse) {
             std::string::npos)
       << got.status().message();
   EXPECT_TRUE(IsAccessRefusal(got.status()));
+  EXPECT_EQ(got.status().code(), StatusCode::kPermissionDenied);
   // The script's own -A reaches the choice through BuildSbatch.
   SbatchOptions o;
   o.submitter = Submitter{"ana", {"hpc"}, false};
@@ -505,6 +524,34 @@ TEST(ChoosePartition, SkipsPartitionsThatRefuse) {
   auto cmd = BuildSbatch(r, Inventory(), parts, o);
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   EXPECT_NE(std::find(cmd->argv.begin(), cmd->argv.end(), "--partition=gpu"), cmd->argv.end());
+}
+
+// Only one partition refuses on access, the other fails on its limits: placing the job on
+// other nodes (RefusingNodes lists none) would not help, so it is no access refusal.
+TEST(ChoosePartition, AccessRefusalOnlyWhenEveryPartitionRefusesAccess) {
+  std::map<std::string, SlurmPartition> parts = Partitions();  // debug (default), gpu
+  parts["debug"].allow_accounts = std::vector<std::string>{"ml"};
+  parts["gpu"].max_time_seconds = 3600;
+  SlurmIdentity cv{"cv", "", Submitter{"svc", {"svc"}, false}};
+  DispatchRequest r = Request({Bind(0, "node1", 1000, 1, {})});
+  r.time_limit_seconds = 7200;
+  auto got = ChoosePartition(r, {"node1"}, Inventory(), parts, {}, cv);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("debug: refuses account cv"), std::string::npos)
+      << got.status().message();
+  EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(IsAccessRefusal(got.status()));
+  // A DOWN partition is not there to take it: the refusal alone decides.
+  parts["gpu"].state = "DOWN";
+  got = ChoosePartition(r, {"node1"}, Inventory(), parts, {}, cv);
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(IsAccessRefusal(got.status())) << got.status().ToString();
+  // A named partition that refuses on access; one that refuses on limits.
+  parts["gpu"].state = "UP";
+  r.partition = "debug";
+  EXPECT_TRUE(IsAccessRefusal(ChoosePartition(r, {"node1"}, Inventory(), parts, {}, cv).status()));
+  r.partition = "gpu";
+  EXPECT_FALSE(IsAccessRefusal(ChoosePartition(r, {"node1"}, Inventory(), parts, {}, cv).status()));
 }
 
 TEST(IsAccessRefusal, SlurmWords) {
@@ -521,6 +568,14 @@ TEST(IsAccessRefusal, SlurmWords) {
       "sbatch (exit 1): Batch job submission failed: Requested node configuration is not "
       "available")));
   EXPECT_FALSE(IsAccessRefusal(Unavailable("Unable to contact slurm controller: refuses ")));
+  // Partition limits (MaxTime, MaxNodes), not access.
+  EXPECT_FALSE(IsAccessRefusal(FailedPrecondition(
+      "sbatch (exit 1): Batch job submission failed: Requested partition configuration not "
+      "available now")));
+  // A ChoosePartition message where one partition refuses on access, another on limits.
+  EXPECT_FALSE(IsAccessRefusal(FailedPrecondition(
+      "dispatch.bindings: no Slurm partition can run the job on node1 (debug: refuses account "
+      "cv (AllowAccounts=ml); gpu: MaxTime=0-01:00:00 is less than the job's --time=0-02:00:00)")));
 }
 
 // Nodes where every served, open partition refuses the job; why, per partition.

@@ -108,8 +108,10 @@ class SlurmPoolHookup::Backend final : public server::Backend {
   }
   // From the pool's last discovery, without calling Slurm (safe under the control plane's
   // lock). Only a script's own #SBATCH -A/-q (and --slurm-sbatch-arg) name an account or QOS.
-  std::map<std::string, std::string> RefusingNodes(const spec::JobSpec& job) const override {
-    return h_.pool_->RefusingNodes(job.templates.empty() ? "" : job.templates.front().script);
+  std::map<std::string, std::string> RefusingNodes(const std::string& job_id,
+                                                   const spec::JobSpec& job) const override {
+    return h_.pool_->RefusingNodes(job_id,
+                                   job.templates.empty() ? "" : job.templates.front().script);
   }
 
  private:

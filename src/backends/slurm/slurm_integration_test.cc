@@ -357,7 +357,7 @@ TEST_F(SlurmIntegrationTest, PartitionAccessRulesAreRespected) {
   SlurmPool pool(runner_, o);
   ASSERT_TRUE(pool.Discover().ok());
   const std::string cv = "#!/bin/sh\n#SBATCH -A cv\ntrue\n";
-  EXPECT_EQ(pool.RefusingNodes(cv).size(), 0u);  // "open" admits it on node1-2
+  EXPECT_EQ(pool.RefusingNodes("cv", cv).size(), 0u);  // "open" admits it on node1-2
   DispatchRequest r = Request("cv", {Bind("cv", 0, "node1", 1000, {})}, {});
   r.script = cv;
   auto id = pool.Dispatch(r);
@@ -379,8 +379,26 @@ TEST_F(SlurmIntegrationTest, PartitionAccessRulesAreRespected) {
   ASSERT_TRUE(only_acct.Discover().ok());
   using Want = std::map<std::string, std::string>;
   const std::string why = "Slurm partition acct refuses account cv (AllowAccounts=ml)";
-  EXPECT_EQ(only_acct.RefusingNodes(cv), Want({{"node1", why}, {"node2", why}}));
-  EXPECT_TRUE(only_acct.RefusingNodes("#!/bin/sh\n#SBATCH -A ml\ntrue\n").empty());
+  EXPECT_EQ(only_acct.RefusingNodes("cv", cv), Want({{"node1", why}, {"node2", why}}));
+  EXPECT_TRUE(only_acct.RefusingNodes("ml", "#!/bin/sh\n#SBATCH -A ml\ntrue\n").empty());
+  // sbatch removes quotes and Slurm lower-cases account names: this is account ml too, and
+  // it runs in "acct".
+  const std::string quoted = "#!/bin/sh\n#SBATCH --account=\"ML\"\ntrue\n";
+  EXPECT_TRUE(only_acct.RefusingNodes("quoted", quoted).empty());
+  DispatchRequest q = Request("quoted", {Bind("quoted", 0, "node1", 1000, {})}, {});
+  q.script = quoted;
+  auto quoted_id = only_acct.Dispatch(q);
+  ASSERT_TRUE(quoted_id.ok()) << quoted_id.status().ToString();
+  auto after = cli.Jobs();
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  bool found = false;
+  for (const SlurmJob& j : *after) {
+    if (ExternalId(j.job_id) == *quoted_id) {
+      found = true;
+      EXPECT_EQ(j.partition, "acct");
+    }
+  }
+  EXPECT_TRUE(found) << *quoted_id;
   r.allocation = Alloc("cv-acct");
   auto refused = only_acct.Dispatch(r);
   ASSERT_FALSE(refused.ok());
@@ -393,7 +411,7 @@ TEST_F(SlurmIntegrationTest, PartitionAccessRulesAreRespected) {
   o.sbatch.submitter = Submitter{"nobody", {"nogroup"}, false};
   SlurmPool as_nobody(std::make_shared<AsUserRunner>(runner_, "nobody"), o);
   ASSERT_TRUE(as_nobody.Discover().ok());
-  EXPECT_TRUE(as_nobody.RefusingNodes("").empty());  // AllowGroups=ALL
+  EXPECT_TRUE(as_nobody.RefusingNodes("nobody", "").empty());  // AllowGroups=ALL
   // The rule changes between discovery and dispatch: sbatch refuses, and the pool reads the
   // partitions again at once.
   ASSERT_EQ(Shell("SLURM_CONF=" + ClusterDir() +
@@ -410,7 +428,7 @@ TEST_F(SlurmIntegrationTest, PartitionAccessRulesAreRespected) {
   EXPECT_TRUE(IsAccessRefusal(sbatch_refused.status()));
   const std::string grp_why =
       "Slurm partition grp refuses user nobody (AllowGroups=root: none of its groups)";
-  EXPECT_EQ(as_nobody.RefusingNodes(""), Want({{"node3", grp_why}, {"node4", grp_why}}));
+  EXPECT_EQ(as_nobody.RefusingNodes("nobody", ""), Want({{"node3", grp_why}, {"node4", grp_why}}));
 }
 
 TEST_F(SlurmIntegrationTest, TesseraRestartAdoptsCancelsStaleAndNeverDuplicates) {

@@ -13,20 +13,38 @@ SlurmPool::SlurmPool(std::shared_ptr<CommandRunner> runner, SlurmPoolOptions opt
   if (!options_.sbatch.submitter) options_.sbatch.submitter = CurrentSubmitter();
 }
 
-std::map<std::string, std::string> SlurmPool::RefusingNodes(const std::string& script) const {
+std::map<std::string, std::string> SlurmPool::RefusingNodes(const std::string& job_id,
+                                                            const std::string& script) const {
   {
     // Most clusters restrict no partition: no script to read for every pending job.
     std::lock_guard<std::mutex> lock(access_mu_);
     if (!access_restricted_) return {};
+    if (auto it = identities_.find(job_id); it != identities_.end())
+      return RefusingLocked(it->second);
   }
   const SlurmIdentity who = JobIdentity(script, options_.sbatch);
+  const std::pair<std::string, std::string> account_qos{who.account, who.qos};
   std::lock_guard<std::mutex> lock(access_mu_);
-  auto [it, added] = refusing_.try_emplace({who.account, who.qos});
+  // Bounded: a server that has seen many jobs forgets them all and reads again who is asked.
+  if (identities_.size() >= kRememberedJobs) identities_.clear();
+  identities_.emplace(job_id, account_qos);
+  return RefusingLocked(account_qos);
+}
+
+std::map<std::string, std::string> SlurmPool::RefusingLocked(
+    const std::pair<std::string, std::string>& account_qos) const {
+  auto [it, added] = refusing_.try_emplace(account_qos);
   if (added) {
+    SlurmIdentity who{account_qos.first, account_qos.second, *options_.sbatch.submitter};
     it->second = slurm::RefusingNodes(who, access_inventory_, access_partitions_,
                                       options_.sbatch.partitions);
   }
   return it->second;
+}
+
+size_t SlurmPool::remembered_jobs() const {
+  std::lock_guard<std::mutex> lock(access_mu_);
+  return identities_.size();
 }
 
 size_t SlurmPool::tracked() const {

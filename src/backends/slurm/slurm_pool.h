@@ -52,8 +52,14 @@ class SlurmPool : public PoolBackend {
   // The nodes that would refuse a job with this batch script ("" for a command), with why
   // (RefusingNodes in sbatch.h: every served partition there refuses its account, QOS or
   // the user that runs sbatch), as of the last discovery. Never waits for a Slurm call in
-  // progress: the server asks it for every pending job in every cycle.
-  std::map<std::string, std::string> RefusingNodes(const std::string& script) const;
+  // progress: the server asks it for every pending job in every cycle, so the script of
+  // job `job_id` (whose script never changes) is read once: its account and QOS are
+  // remembered for the next kRememberedJobs jobs asked about.
+  std::map<std::string, std::string> RefusingNodes(const std::string& job_id,
+                                                   const std::string& script) const;
+  // How many jobs' accounts and QOS RefusingNodes holds at most before it forgets them all.
+  static constexpr size_t kRememberedJobs = size_t{1} << 16;
+  size_t remembered_jobs() const;  // tests
 
  private:
   struct Record {
@@ -66,6 +72,9 @@ class SlurmPool : public PoolBackend {
   using Submissions = std::map<std::string, std::map<int64_t, std::vector<SlurmJob>>>;
   static Submissions GroupTagged(const std::vector<SlurmJob>& jobs);
   Status RefreshInventoryLocked();
+  // RefusingNodes for a job of this account and QOS; access_mu_ held.
+  std::map<std::string, std::string> RefusingLocked(
+      const std::pair<std::string, std::string>& account_qos) const;
   std::map<std::string, NodeUsage> UsageOfLocked(const DispatchRequest& request);
   // A job Slurm ended NODE_FAIL: names its nodes that sinfo now shows down or gone.
   void NameFailedNodesLocked(AllocationStatus& st);
@@ -87,6 +96,8 @@ class SlurmPool : public PoolBackend {
   bool access_restricted_ = false;  // some partition has an Allow* or Deny* list
   mutable std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>>
       refusing_;
+  // Each job's (account, QOS) as its script names them, by job id.
+  mutable std::map<std::string, std::pair<std::string, std::string>> identities_;
 };
 
 }  // namespace tessera::slurm

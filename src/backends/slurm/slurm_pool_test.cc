@@ -283,5 +283,28 @@ TEST_F(SlurmPoolTest, DiscoverCountsOnlyOthersUsage) {
   EXPECT_EQ((*nodes)[0].pool, "slurm");
 }
 
+// The server asks for every pending job in every cycle: a job's script is read once (by job
+// id: a job's script never changes), and only so many jobs are remembered.
+TEST(SlurmPoolRefusingNodes, ReadsAJobsScriptOnce) {
+  auto runner = std::make_shared<FakeCommandRunner>();
+  runner->Reply("sinfo", Sinfo());
+  runner->Reply("scontrol partition",
+                {0,
+                 "PartitionName=debug AllowAccounts=ml AllowGroups=ALL Default=YES Hidden=NO "
+                 "MaxNodes=UNLIMITED MaxTime=UNLIMITED Nodes=ALL PriorityTier=1 State=UP\n",
+                 ""});
+  SlurmPool pool(runner, {});
+  ASSERT_TRUE(pool.Discover().ok());
+  EXPECT_EQ(pool.RefusingNodes("cv", "#!/bin/sh\n#SBATCH -A cv\ntrue\n").size(), 2u);
+  // Job cv again: its account was read the first time (this other script is not read).
+  EXPECT_EQ(pool.RefusingNodes("cv", "#!/bin/sh\n#SBATCH -A ml\ntrue\n").size(), 2u);
+  EXPECT_TRUE(pool.RefusingNodes("ml", "#!/bin/sh\n#SBATCH -A ml\ntrue\n").empty());
+  EXPECT_EQ(pool.remembered_jobs(), 2u);
+  for (size_t i = 0; i < SlurmPool::kRememberedJobs; ++i)
+    (void)pool.RefusingNodes("j" + std::to_string(i), "");
+  EXPECT_LE(pool.remembered_jobs(), SlurmPool::kRememberedJobs);
+  EXPECT_GE(pool.remembered_jobs(), 1u);
+}
+
 }  // namespace
 }  // namespace tessera::slurm
