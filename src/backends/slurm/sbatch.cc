@@ -325,6 +325,46 @@ OutputFiles JobOutputFiles(const std::string& dir, const std::string& job, int32
   return f;
 }
 
+namespace {
+
+// A word as sbatch reads it back from a #SBATCH line (quoted when it must be); nullopt when
+// it holds both kinds of quote.
+std::optional<std::string> Requoted(const std::string& w) {
+  if (w.find_first_of(" \t'\"#") == std::string::npos && !w.empty()) return w;
+  if (w.find('\'') == std::string::npos) return "'" + w + "'";
+  if (w.find('"') == std::string::npos) return "\"" + w + "\"";
+  return std::nullopt;
+}
+
+// A line "#SBATCH -N 2 -A ml" whose options Tessera owns only some of: the others, as their
+// own "#SBATCH" line ("#SBATCH -A ml"), so that commenting out the line does not lose them;
+// "" when every option is Tessera's, nullopt when none is (or the line cannot be read).
+std::optional<std::string> OptionsNotOwned(const std::string& args) {
+  auto words = spec::SbatchLineWords(args, "");
+  if (!words.ok() || words->empty()) return std::nullopt;
+  std::string kept;
+  bool any_owned = false;
+  for (size_t i = 0; i < words->size();) {
+    // An option and its values: the words up to the next that starts with '-'.
+    size_t end = i + 1;
+    while (end < words->size() && (*words)[end].rfind('-', 0) != 0) ++end;
+    if (IsOwnedDirective(" " + (*words)[i])) {
+      any_owned = true;
+    } else {
+      for (size_t k = i; k < end; ++k) {
+        auto q = Requoted((*words)[k]);
+        if (!q) return std::nullopt;
+        kept += " " + *q;
+      }
+    }
+    i = end;
+  }
+  if (!any_owned) return std::nullopt;
+  return kept.empty() ? "" : "#SBATCH" + kept;
+}
+
+}  // namespace
+
 std::string NeutralizePlacementDirectives(const std::string& script) {
   std::string out;
   size_t pos = 0;
@@ -338,7 +378,14 @@ std::string NeutralizePlacementDirectives(const std::string& script) {
       size_t first = body.find_first_not_of(" \t");
       if (first != std::string::npos && body[first] != '#') header = false;
     }
-    if (header && body.rfind("#SBATCH", 0) == 0 && IsOwnedDirective(body.substr(7))) {
+    const bool directive = header && body.rfind("#SBATCH", 0) == 0;
+    std::optional<std::string> others;
+    if (directive && (others = OptionsNotOwned(body.substr(7)))) {
+      // Several options on one line: those Tessera does not decide stay in force.
+      out += "# [tessera] " + line;
+      const std::string ending = line.substr(body.size());  // "\n", "\r\n", or none (last)
+      if (!others->empty()) out += (ending.empty() ? "\n" : "") + *others + ending;
+    } else if (directive && IsOwnedDirective(body.substr(7))) {
       out += "# [tessera] " + line;
     } else {
       out += line;

@@ -359,6 +359,14 @@ TEST(NeutralizePlacementDirectives, Table) {
       {"#SBATCH --cpus-per-task=4\r\n", "# [tessera] #SBATCH --cpus-per-task=4\r\n"},
       // Not a directive (no option) and prefix-alike option names are kept.
       {"#SBATCH\n#SBATCH --gpu-bind=closest\n", "#SBATCH\n#SBATCH --gpu-bind=closest\n"},
+      // Several options on one line: the ones Tessera does not decide stay, on their own
+      // line (an account or an output file must not go with the line's -N), quoted again.
+      {"#SBATCH -N 2 -A ml --output=\"my out.txt\"\r\nhostname\n",
+       "# [tessera] #SBATCH -N 2 -A ml --output=\"my out.txt\"\r\n#SBATCH -A ml "
+       "'--output=my out.txt'\r\nhostname\n"},
+      {"#SBATCH -A ml -N 2", "# [tessera] #SBATCH -A ml -N 2\n#SBATCH -A ml"},
+      {"#SBATCH -N 2 --gpus=4 # two nodes\n", "# [tessera] #SBATCH -N 2 --gpus=4 # two nodes\n"},
+      {"#SBATCH -A ml -o x\n", "#SBATCH -A ml -o x\n"},
   };
   for (const Case& c : cases) EXPECT_EQ(NeutralizePlacementDirectives(c.in), c.out) << c.in;
 }
