@@ -336,20 +336,7 @@ class EtcdStoreImpl final : public EtcdStore {
 
   std::future<StatusOr<TxnResult>> TxnAsync(std::vector<Compare> compares,
                                             std::vector<Op> ops) override {
-    auto p = std::make_unique<PendingTxn>();
-    p->compares = std::move(compares);
-    p->ops = std::move(ops);
-    auto fut = p->done.get_future();
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (stopping_) {
-        p->done.set_value(Unavailable("store is closing"));
-        return fut;
-      }
-      queue_.push_back(std::move(p));
-    }
-    cv_.notify_one();
-    return fut;
+    return QueueForWriter(mu_, cv_, stopping_, queue_, std::move(compares), std::move(ops), [] {});
   }
 
   StatusOr<std::optional<KeyValue>> Get(const std::string& key) override {
