@@ -390,7 +390,7 @@ Json Agent::TasksJson(const std::vector<TaskStatus>& tasks) {
                   {"startedAt", t.started_at},
                   {"finishedAt", t.finished_at},
                   {"message", t.message}});
-    if (t.uid >= 0) ts.back()["runAs"] = {{"uid", t.uid}, {"gid", t.gid}, {"user", t.user}};
+    if (t.ran_as.known()) ts.back()["runAs"] = RanAsToJson(t.ran_as);
   }
   return ts;
 }

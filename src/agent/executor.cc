@@ -313,7 +313,7 @@ void Executor::Record(Proc& p) const {
                       {"finishedAt", p.st.finished_at},  // for the retention, once ended
                       {"graceSeconds", p.grace_seconds},
                       {"cgroup", p.cgroup}};
-  if (p.st.uid >= 0) j["runAs"] = {{"uid", p.st.uid}, {"gid", p.st.gid}, {"user", p.st.user}};
+  if (p.st.ran_as.known()) j["runAs"] = RanAsToJson(p.st.ran_as);
   nlohmann::json devs = nlohmann::json::array();
   for (const auto& d : p.st.devices)
     devs.push_back({{"device", d.device}, {"milli", d.milli}, {"migInstance", d.mig_instance}});
@@ -361,9 +361,7 @@ Status Executor::Start(const TaskSpec& spec) {
   auto identity = ResolveTaskIdentity(spec.run_as, spec.submitter, opt_.identity, opt_.node.name);
   if (!identity.ok()) return fail(identity.status().message());
   const TaskIdentity id = *identity;
-  p->st.uid = id.uid;
-  p->st.gid = id.gid;
-  p->st.user = id.name;
+  p->st.ran_as = {id.uid, id.gid, id.name};
   std::string own_workdir = dir;
   if (id.switch_user) {
     // The folder keeps the agent's records (task.json names the process group the agent
@@ -1005,11 +1003,7 @@ Status Executor::Recover() {
     p->start_ticks = j.value("startTicks", uint64_t{0});
     p->grace_seconds = j.value("graceSeconds", int64_t{30});
     p->cgroup = j.value("cgroup", "");
-    if (const auto r = j.find("runAs"); r != j.end() && r->is_object()) {
-      p->st.uid = r->value("uid", int64_t{-1});
-      p->st.gid = r->value("gid", int64_t{-1});
-      p->st.user = r->value("user", "");
-    }
+    if (const auto r = j.find("runAs"); r != j.end()) p->st.ran_as = RanAsFromJson(*r);
     if (j.contains("devices") && j["devices"].is_array()) {
       for (const auto& dj : j["devices"]) {
         DeviceAssignment a;

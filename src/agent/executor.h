@@ -74,8 +74,7 @@ struct TaskStatus {
   bool stopping = false;  // SIGTERM sent
   // Who the task runs as, once decided (uid -1: not yet, or it failed before): reported so
   // that `describe` shows the identity chosen, not only the one asked for.
-  int64_t uid = -1, gid = -1;
-  std::string user;  // "" for a uid the node's user database does not know
+  RanAs ran_as;
   std::vector<DeviceAssignment> devices;
 };
 

@@ -419,8 +419,8 @@ TEST_F(ExecutorTest, ANewExecutorAdoptsRunningTasksAndLearnsHowOthersEnded) {
   EXPECT_EQ(st[1].state, TaskState::kRunning);
   EXPECT_EQ(st[1].job, "job-a-long");
   // Who it runs as comes back with it (task.json): the agent's own user here.
-  EXPECT_EQ(st[1].uid, static_cast<int64_t>(::getuid()));
-  EXPECT_EQ(st[1].gid, static_cast<int64_t>(::getgid()));
+  EXPECT_EQ(st[1].ran_as.uid, static_cast<int64_t>(::getuid()));
+  EXPECT_EQ(st[1].ran_as.gid, static_cast<int64_t>(::getgid()));
   second.Stop("a-long", "fenced");
   ASSERT_TRUE(second.WaitAll(20000));
   EXPECT_EQ(StatusOf(second, "a-long").state, TaskState::kKilled);
@@ -687,10 +687,10 @@ TEST_F(ExecutorTest, ATaskRunsAsItsRunAsUserAndOwnsItsLogs) {
             "65534\n" + std::to_string(NobodyGroup()) + "\nwrote\n");
   EXPECT_EQ(Slurp(ex.LogPath("a-uid", "stderr")), "65534\n");
   // Reported as run (the server shows it in describe), the name from the user database.
-  EXPECT_EQ(st.uid, 65534);
-  EXPECT_EQ(st.gid, static_cast<int64_t>(NobodyGroup()));
+  EXPECT_EQ(st.ran_as.uid, 65534);
+  EXPECT_EQ(st.ran_as.gid, static_cast<int64_t>(NobodyGroup()));
   const passwd* pw = ::getpwuid(65534);
-  EXPECT_EQ(st.user, pw ? pw->pw_name : "");
+  EXPECT_EQ(st.ran_as.user, pw ? pw->pw_name : "");
   EXPECT_EQ(OwnerOf(ex.LogPath("a-uid", "stdout")), 65534u);
   EXPECT_EQ(OwnerOf(ex.LogPath("a-uid", "stderr")), 65534u);
   const std::string work = dir_.string() + "/tasks/a-uid/work";

@@ -73,4 +73,11 @@ std::string DescribeRunAs(const RunAs& r) {
   return s;
 }
 
+Json RanAsToJson(const RanAs& r) { return {{"uid", r.uid}, {"gid", r.gid}, {"user", r.user}}; }
+
+RanAs RanAsFromJson(const Json& v) {
+  if (!v.is_object()) return {};
+  return {v.value("uid", int64_t{-1}), v.value("gid", int64_t{-1}), v.value("user", "")};
+}
+
 }  // namespace tessera

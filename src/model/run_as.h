@@ -36,4 +36,18 @@ StatusOr<RunAs> RunAsFromJson(const Json& v, const std::string& path);
 // "uid 65534, gid 65534, supplemental groups 100,200, runAsNonRoot"; "" when empty.
 std::string DescribeRunAs(const RunAs& r);
 
+// The identity a task runs as, as its agent chose it and reports it: in the agent's
+// task.json, its heartbeats and the server's allocation (`runAs`).
+struct RanAs {
+  int64_t uid = -1;  // -1: not chosen yet, or the task failed before
+  int64_t gid = -1;
+  std::string user;  // "" for a uid the node has no account for
+  bool known() const { return uid >= 0; }
+  friend bool operator==(const RanAs&, const RanAs&) = default;
+};
+// {"uid": 1000, "gid": 1000, "user": "alice"}.
+Json RanAsToJson(const RanAs& r);
+// Lenient (the JSON is an agent's own or already checked): what is missing stays unknown.
+RanAs RanAsFromJson(const Json& v);
+
 }  // namespace tessera

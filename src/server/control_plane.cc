@@ -317,11 +317,7 @@ Status ControlPlane::Load() {
       if (!run_as.ok()) return run_as.status();
       a.run_as = std::move(*run_as);
     }
-    if (const auto r = j.find("runAs"); r != j.end() && r->is_object()) {
-      a.ran_uid = r->value("uid", int64_t{-1});
-      a.ran_gid = r->value("gid", int64_t{-1});
-      a.ran_user = r->value("user", "");
-    }
+    if (const auto r = j.find("runAs"); r != j.end()) a.ran_as = RanAsFromJson(*r);
     auto it = jobs_.find(a.job);
     if (it != jobs_.end()) it->second.allocations.push_back(a.id);
     int64_t n = std::strtoll(a.id.c_str() + 2, nullptr, 10);
@@ -440,7 +436,7 @@ Json ControlPlane::AllocView(const Allocation& a) const {
   if (a.cpu_limit_milli > 0) o["cpuLimitMilli"] = a.cpu_limit_milli;
   if (a.memory_limit_bytes > 0) o["memoryLimitBytes"] = a.memory_limit_bytes;
   if (!a.run_as.empty()) o["securityContext"] = RunAsToJson(a.run_as);
-  if (a.ran_uid >= 0) o["runAs"] = {{"uid", a.ran_uid}, {"gid", a.ran_gid}, {"user", a.ran_user}};
+  if (a.ran_as.known()) o["runAs"] = RanAsToJson(a.ran_as);
   return o;
 }
 
@@ -2894,12 +2890,8 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
       Allocation& a = ai->second;
       if (state == "running") reported.insert(aid);
       if (const auto r = t.find("runAs"); r != t.end()) {
-        const int64_t uid = r->value("uid", int64_t{-1}), gid = r->value("gid", int64_t{-1});
-        const std::string user = r->value("user", "");
-        if (uid != a.ran_uid || gid != a.ran_gid || user != a.ran_user) {
-          a.ran_uid = uid;
-          a.ran_gid = gid;
-          a.ran_user = user;
+        if (const RanAs ran = RanAsFromJson(*r); ran != a.ran_as) {
+          a.ran_as = ran;
           ran_as_changed.push_back(&a);  // written below unless this heartbeat writes it anyway
         }
       }

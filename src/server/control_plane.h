@@ -72,9 +72,8 @@ struct Allocation {
   int64_t cpu_limit_milli = 0, memory_limit_bytes = 0;
   // The identity the template asks for (securityContext); empty: the agent decides.
   RunAs run_as;
-  // The identity its agent reports the task runs as (uid -1: none reported yet).
-  int64_t ran_uid = -1, ran_gid = -1;
-  std::string ran_user;
+  // The identity its agent reports the task runs as (unknown: none reported yet).
+  RanAs ran_as;
 
   // Still occupies its devices (until an agent confirms the process is gone).
   bool HoldsDevices() const {
