@@ -303,7 +303,7 @@ StatusOr<FileChunk> Executor::ReadLog(const std::string& allocation, const std::
   return ReadFileChunk(path, offset, limit, id ? &*id : nullptr);
 }
 
-void Executor::Record(Proc& p) const {
+Status Executor::Record(Proc& p) const {
   nlohmann::json j = {{"allocation", p.st.allocation},
                       {"job", p.st.job},
                       {"task", p.st.task},
@@ -318,8 +318,8 @@ void Executor::Record(Proc& p) const {
   for (const auto& d : p.st.devices)
     devs.push_back({{"device", d.device}, {"milli", d.milli}, {"migInstance", d.mig_instance}});
   j["devices"] = devs;
-  (void)WriteFileWhole(TaskDir(p.st.allocation) + "/task.json", j.dump() + "\n", 0644,
-                       Durability::kProcessCrash);
+  return WriteFileWhole(TaskDir(p.st.allocation) + "/task.json", j.dump() + "\n", 0644,
+                        Durability::kProcessCrash);
 }
 
 Status Executor::Start(const TaskSpec& spec) {
@@ -349,7 +349,7 @@ Status Executor::Start(const TaskSpec& spec) {
     p->cgroup.clear();
     WriteFile(dir + "/stderr", "tessera: " + msg + "\n");
     WriteFile(dir + "/exit", "error " + msg + "\n");
-    Record(*p);
+    (void)Record(*p);  // best effort: the status above is what the server hears
     return Status::Ok();
   };
   if (!spec.unreadable.empty()) return fail(spec.unreadable);
@@ -550,6 +550,9 @@ Status Executor::Start(const TaskSpec& spec) {
     while (::read(3, &go, 1) < 0 && errno == EINTR) {
     }
     ::close(3);
+    // The gate closed unopened: the agent could not record the task (or died before it
+    // did), so no agent could find, report or stop it. It never starts.
+    if (go != 1) ::_exit(125);
     const int lease_fd = lease > 0 ? ::open(lease_c, O_RDONLY | O_CLOEXEC) : -1;
     // Blocked before the fork: the task's end is pending for sigtimedwait below even when it
     // comes at once. (The task unblocks it.)
@@ -618,8 +621,13 @@ Status Executor::Start(const TaskSpec& spec) {
         if (lease > 0 && kill_at < 0 && LeaseLapsed(lease_fd, lease_c, lease)) {
           int fd = ::open(stopped_c, O_WRONLY | O_CREAT | O_TRUNC, 0644);
           if (fd >= 0) {
-            const char kWhy[] = "stopped: agent gone (its lease lapsed)\n";
-            WriteAll(fd, kWhy, sizeof(kWhy) - 1);
+            // As Stop writes it: the reason, then when the grace period ends (wall clock), so
+            // that an agent started meanwhile keeps that deadline rather than killing at once.
+            char buf[96] = "stopped: agent gone (its lease lapsed)\nkill-at ";
+            size_t n = std::strlen(buf);
+            n += FormatInt(buf + n, static_cast<long>(::time(nullptr) + grace));
+            buf[n++] = '\n';
+            WriteAll(fd, buf, n);
             ::close(fd);
           }
           ::kill(0, grace > 0 ? SIGTERM : SIGKILL);  // the group; this monitor ignores SIGTERM
@@ -678,7 +686,17 @@ Status Executor::Start(const TaskSpec& spec) {
       p->cgroup.clear();
     }
   }
-  Record(*p);  // before the task runs: a crashed agent's successor can find it
+  // Before the task runs: a crashed agent's successor can find it. A task no record finds
+  // would run on unseen beside the attempt the server starts after a restart, so without one
+  // it does not start: the monitor, at the gate, sees it close unopened and exits.
+  if (Status recorded = Record(*p); !recorded.ok()) {
+    ::close(gate[1]);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    p->st.pid = 0;
+    return fail("not started: cannot record it (" + recorded.message() + ")");
+  }
   char go = 1;
   (void)::write(gate[1], &go, 1);
   ::close(gate[1]);
@@ -832,7 +850,7 @@ void Executor::Forget(const std::string& allocation) {
   Proc& p = *it->second;
   // Reported and no longer wanted: a later Recover() must not report it again. The record
   // keeps when the task ended, for the retention after an agent restart.
-  Record(p);
+  (void)Record(p);  // best effort: without finishedAt the retention goes by the exit file's time
   const std::string dir = TaskDir(allocation);
   ::rename((dir + "/task.json").c_str(), (dir + "/task.done.json").c_str());
   finished_[allocation] = {p.st.job, p.st.task, p.st.finished_at};

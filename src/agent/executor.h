@@ -163,7 +163,8 @@ class Executor {
 
  private:
   struct Proc;
-  void Record(Proc& p) const;
+  // Writes the task's task.json, which a restarted agent adopts it by.
+  Status Record(Proc& p) const;
   void Finish(Proc& p, int wait_status, bool have_status);
   std::string TaskDir(const std::string& allocation) const;
   void Log(const std::string& msg) const;

@@ -538,6 +538,50 @@ TEST_F(ExecutorTest, AnAdoptedStoppingTaskKeepsItsGracePeriod) {
   EXPECT_GE(std::chrono::steady_clock::now() - adopted, std::chrono::seconds(2));
 }
 
+// The same after a lapsed lease: the monitor's SIGTERM starts the grace period, and an agent
+// started within it kills the task when it ends, not at once.
+TEST_F(ExecutorTest, ATaskStoppedForALapsedLeaseKeepsItsGracePeriodUnderTheNextAgent) {
+  const ExecutorOptions o = Leased(1);
+  pid_t task = 0;
+  {
+    Executor agent(o);
+    TaskSpec t = Shell("a-lapse", "trap '' TERM; echo $$ > pid; sleep 60");
+    t.grace_period_seconds = 5;
+    task = StartWritingPid(agent, t);
+    ASSERT_GT(task, 0);
+  }  // the agent is gone; its lease lapses in about 1.5 s
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir_.string() + "/tasks/a-lapse/stopped"); }));
+  std::ofstream(o.lease_file) << "";  // the next agent, within the grace period
+  Executor next(o);
+  ASSERT_TRUE(next.Recover().ok());
+  for (int i = 0; i < 15; ++i) {  // 1.5 s of the 5 s grace
+    next.Poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(Running(task)) << "killed at once by the adopting agent";
+  EXPECT_TRUE(WaitFor([&] {
+    next.Poll();
+    return !Running(task);
+  }));
+}
+
+// A task the agent cannot record (task.json: a full disk; here a folder in its place) never
+// runs: after a restart no agent would find it, and it would run on unseen beside the
+// attempt the server starts next.
+TEST_F(ExecutorTest, ATaskThatCannotBeRecordedNeverStarts) {
+  const std::string d = dir_.string() + "/tasks/a-unrec";
+  fs::create_directories(d + "/task.json");
+  Executor ex(Options());
+  ASSERT_TRUE(ex.Start(Shell("a-unrec", "touch ran; exec sleep 60")).ok());
+  const TaskStatus st = StatusOf(ex, "a-unrec");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_EQ(st.message.rfind("not started: cannot record it (", 0), 0u) << st.message;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ex.Poll();
+  EXPECT_FALSE(fs::exists(d + "/ran"));
+  EXPECT_EQ(StatusOf(ex, "a-unrec").state, TaskState::kFailed);
+}
+
 // Retention, as the kubelet's collection of dead containers: a forgotten task's folder goes
 // once the task ended the retention ago; never one of a running task, nor one the server
 // still lists; the user's own -o file stays; an agent restart keeps both the ages and the
