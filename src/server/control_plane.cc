@@ -1272,6 +1272,18 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     std::set<std::string> arrays_named;
     std::map<std::string, spec::Dependency> resolved;  // per document and dependency as given
     int64_t seq = next_job_seq_;
+    // The name of a document that gives none: job-<its number>, with a suffix where a user
+    // already chose that name (as Kubernetes' generateName: never a refusal for a name the
+    // submitter did not choose).
+    auto generated_name = [&](int64_t n) {
+      const std::string base = "job-" + Pad(n, 6);
+      std::string name = base;
+      for (int k = 2; jobs_.count(name) || reserved_ids_.count(name) || array_names_.count(name) ||
+                      arrays_named.count(name) || seen.count(name);
+           ++k)
+        name = base + "-" + std::to_string(k);
+      return name;
+    };
     for (size_t i = 0; i < docs->size(); ++i) {
       std::string ctx = docs->size() > 1 ? "document[" + std::to_string(i) + "]: " : "";
       spec::JobSpec& s = (*docs)[i].job;
@@ -1280,7 +1292,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
         ++seq;
         continue;
       }
-      const std::string name = s.job.id.empty() ? "job-" + Pad(seq, 6) : s.job.id;
+      const std::string name = s.job.id.empty() ? generated_name(seq) : s.job.id;
       // One array per name while any of its jobs is kept: `tessera cancel NAME`, a throttle
       // and a dependency on NAME each mean one array.
       if (TakenUnseen(p, name))
@@ -1344,7 +1356,7 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       if (s.job.priority_class.empty()) s.job.priority_class = DefaultPriorityClass();
       JobRecord r;
       r.seq = next_job_seq_++;
-      if (s.job.id.empty()) s.job.id = "job-" + Pad(r.seq, 6);
+      if (s.job.id.empty()) s.job.id = generated_name(r.seq);
       // Names are one namespace for all queues; of a job the submitter may not see, only that
       // its name is taken (not its state, nor that it is an array).
       if (TakenUnseen(p, s.job.id))
@@ -1451,6 +1463,8 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
       reserved_ids_.insert(r.id());
       inflight_.insert({r.spec.job.queue, r.spec.job.priority_class});
     }
+    for (const Event& e : events) events_in_flight_.insert(e.seq);
+    audit_in_flight_.insert(audited.begin(), audited.end());
     // Queued under the lock: commit order = id/sequence order.
     done = store_->TxnAsyncAnnounced({}, std::move(ops));
     announcement.pending = false;
@@ -1460,6 +1474,8 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
   {
     std::lock_guard<std::mutex> l(mu_);
     for (const std::string& name : array_names) reserved_ids_.erase(name);
+    for (const Event& e : events) events_in_flight_.erase(e.seq);
+    for (int64_t seq : audited) audit_in_flight_.erase(seq);
     for (auto& r : records) {
       reserved_ids_.erase(r.id());
       inflight_.erase(inflight_.find({r.spec.job.queue, r.spec.job.priority_class}));
@@ -1811,14 +1827,17 @@ StatusOr<Json> ControlPlane::ListEvents(const Principal& p, const std::string& j
     auto it = jobs_.find(e.object.substr(4));
     return it != jobs_.end() && Visible(p, it->second);
   };
+  const int64_t below = PublishedBelow(events_in_flight_);
   if (!of_job.empty()) {
     auto found = VisibleJob(p, of_job, of_job);
     if (!found.ok()) return found.status();
     for (int64_t s : (*found)->events)
-      if (const Event& e = events_.at(s); s > after && items.size() < limit && wanted(e))
+      if (const Event& e = events_.at(s);
+          s > after && s < below && items.size() < limit && wanted(e))
         items.push_back(EventToJson(e));
   } else {
-    for (auto it = events_.upper_bound(after); it != events_.end() && items.size() < limit; ++it)
+    for (auto it = events_.upper_bound(after);
+         it != events_.end() && it->first < below && items.size() < limit; ++it)
       if (wanted(it->second)) items.push_back(EventToJson(it->second));
   }
   int64_t next = items.empty() ? after : items.back()["seq"].get<int64_t>();
@@ -2061,7 +2080,9 @@ StatusOr<Json> ControlPlane::ListAudit(const Principal& p, int64_t after, size_t
   if (limit == 0 || limit > 10000) return InvalidArgument("limit: must be 1..10000");
   std::lock_guard<std::mutex> l(mu_);
   Json items = Json::array();
-  for (auto it = audit_.upper_bound(after); it != audit_.end() && items.size() < limit; ++it) {
+  const int64_t below = PublishedBelow(audit_in_flight_);
+  for (auto it = audit_.upper_bound(after);
+       it != audit_.end() && it->first < below && items.size() < limit; ++it) {
     const AuditRecord& a = it->second;
     items.push_back({{"seq", a.seq},
                      {"time", a.time},
@@ -2182,7 +2203,7 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
       for (const auto& [n, old] : queues_) had_children |= old.parent == q.parent;
       if (!had_children) new_parents.emplace(q.parent, name);
     }
-  if (!new_parents.empty())
+  if (!new_parents.empty()) {
     for (const auto& [id, j] : jobs_) {
       auto it = new_parents.find(j.spec.job.queue);
       if (it == new_parents.end() || IsTerminal(j.state)) continue;
@@ -2191,6 +2212,13 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
                                 " is one); a parent queue takes no jobs: let them finish or "
                                 "cancel them first");
     }
+    // Checked as a leaf under this lock, then stored without it: it will hold that job.
+    for (const auto& [queue, pc] : inflight_)
+      if (auto it = new_parents.find(queue); it != new_parents.end())
+        return FailedPrecondition("queue " + it->second + ": spec.parent: queue \"" + it->first +
+                                  "\" is taking a submission that is being stored; a parent "
+                                  "queue takes no jobs");
+  }
   // One global default at most, as Kubernetes: with two, which one a job gets is a guess.
   const PriorityClass* global = nullptr;
   for (const auto& [name, pc] : pcs) {
@@ -3222,6 +3250,10 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
   for (const auto& [id, j] : jobs_) {
     if (IsTerminal(j.state) && holding.count(id) == 0) continue;
     Job job = j.spec.job;
+    // The engine's "being stopped, never evicted again" is the server's to say, for the
+    // placeholders of stopping tasks below (a job stored with it from before it was refused
+    // at submission would otherwise be protected from preemption for ever).
+    job.terminating = false;
     job.priority = PriorityOf(j);
     job.submit_seq = j.seq;  // FIFO within a second: submission order, not the name
     if (job.priority_class.empty()) job.priority_class = DefaultPriorityClass();
@@ -3561,12 +3593,21 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     if (a.HoldsDevices()) used.Add(a.placement);
   std::map<std::string, std::vector<const Binding*>> by_job;
   for (const auto& b : plan.bindings) by_job[b.job].push_back(&b);
+  const std::set<std::string> limited =
+      by_job.empty() ? std::set<std::string>{} : ArrayTaskLimited(plan.now);
   for (const auto& [jid, binds] : by_job) {
     auto ji = jobs_.find(jid);
     if (ji == jobs_.end()) continue;
     JobRecord& j = ji->second;
     bool pending = j.state == JobState::kPending;
     if (!pending && j.state != JobState::kScheduled && j.state != JobState::kRunning) continue;
+    // Held since the snapshot the plan was made from (the engine ran outside the lock): the
+    // API has answered "Held", and that stands.
+    if (const char* held = pending ? HeldBack(j, plan.now, limited) : ""; *held) {
+      std::fprintf(stderr, "tessera server: dropped bindings of %s: %s since the cycle began\n",
+                   jid.c_str(), held);
+      continue;
+    }
     std::set<int32_t> taken;
     for (const auto& aid : j.allocations) {
       const Allocation& a = allocations_.at(aid);
@@ -3586,6 +3627,9 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       } else if (n == nodes_.end() || !n->second.node.ready) {
         ok = false;
         why = "node " + b->allocation.node + " is not ready";
+      } else if (n->second.cordoned) {  // since the snapshot: a cordon or drain has answered
+        ok = false;
+        why = "node " + b->allocation.node + " was cordoned since the cycle began";
       }
       for (const auto& d : b->allocation.devices) {
         if (!ok) break;

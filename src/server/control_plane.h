@@ -599,6 +599,14 @@ class ControlPlane {
   std::vector<Allocation*> AllocationsOn(const std::string& node);
   std::map<int64_t, Event> events_;
   std::map<int64_t, AuditRecord> audit_;
+  // Numbers a submission took under the lock and publishes once stored, without it: the
+  // listings stop below the lowest, so that a client paging with `after` never moves past
+  // an event it has not seen, nor reads an audit record the store then refuses.
+  std::set<int64_t> events_in_flight_, audit_in_flight_;
+  // INT64_MAX, or the lowest of `in_flight`.
+  static int64_t PublishedBelow(const std::set<int64_t>& in_flight) {
+    return in_flight.empty() ? INT64_MAX : *in_flight.begin();
+  }
   std::map<std::string, std::shared_ptr<Backend>> backends_;
   std::shared_ptr<Backend> default_backend_;
   // The last cycle's BuildSnapshot `refused`: added to those jobs' pending reasons.

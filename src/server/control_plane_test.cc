@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <future>
 #include <map>
 #include <memory>
 #include <set>
@@ -521,6 +523,48 @@ TEST_F(ControlPlaneTest, JobsSubmittedInOneSecondRunInSubmissionOrder) {
   ASSERT_TRUE(cp_->RunCycle().ok());
   EXPECT_EQ(State("mm-second"), "Scheduled");
   EXPECT_EQ(State("aa-third"), "Pending");
+}
+
+// The engine runs outside the lock, on a snapshot: a hold or a cordon the API answered while
+// it ran stands against the plan it brings (the job stays held, the node gets no new task).
+TEST_F(ControlPlaneTest, AHoldOrACordonDuringACycleStandsAgainstItsPlan) {
+  bool acted = false;
+  Reopen([&](const Snapshot& s, int64_t now) {
+    if (!acted) {
+      acted = true;
+      EXPECT_TRUE(cp_->Hold(kAdmin, "held", true).ok());
+      EXPECT_TRUE(cp_->CordonNode(kAdmin, "n2", true).ok());
+    }
+    return ScriptedEngine::FirstFit(s, now);
+  });
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, NodeDoc("n1", 1)).ok());
+  ASSERT_TRUE(cp_->RegisterAgent(kAdmin, NodeDoc("n2", 1)).ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("held", 1, 1)).ok());   // n1, by first fit
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("other", 1, 1)).ok());  // n2
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  ASSERT_TRUE(acted);
+  EXPECT_EQ(State("held"), "Pending");
+  EXPECT_EQ(Job("held")["pendingReason"]["code"], "Held");
+  EXPECT_EQ(State("other"), "Pending");
+  EXPECT_EQ(Reasons("held"), (std::vector<std::string>{"Submitted", "Held"}));
+  EXPECT_EQ(Reasons("other"), std::vector<std::string>{"Submitted"});
+}
+
+// A name the submitter did not choose is never refused: job-<number> with a suffix when a
+// user already took that name.
+TEST_F(ControlPlaneTest, AGeneratedNameStepsAroundOneAUserChose) {
+  const std::string unnamed =
+      "apiVersion: tessera.io/v1\nkind: Job\nspec: {tasks: [{replicas: 1, command: [\"true\"]}]}\n";
+  auto first = cp_->Submit(kAdmin, unnamed);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first)[0]["name"], "job-000001");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("job-000003", 1, 1)).ok());  // number 2
+  auto next = cp_->Submit(kAdmin, unnamed);                           // number 3
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ((*next)[0]["name"], "job-000003-2");
+  auto array = cp_->Submit(kAdmin, "#!/bin/bash\n#SBATCH --array=0-1\ntrue\n");  // 4 and 5
+  ASSERT_TRUE(array.ok()) << array.status().ToString();
+  EXPECT_EQ((*array)[0]["name"], "job-000004_0");
 }
 
 // A Volcano job's tasks get what its env and svc plugins give in Kubernetes: the index within
@@ -2879,6 +2923,15 @@ class FullDiskStore : public store::Store {
   std::future<StatusOr<store::TxnResult>> TxnAsync(std::vector<store::Compare> c,
                                                    std::vector<store::Op> ops) override {
     largest = std::max(largest.load(), ops.size());
+    if (!pause_key.empty() && std::any_of(ops.begin(), ops.end(), [&](const store::Op& op) {
+          return op.key.find(pause_key) != std::string::npos;
+        })) {
+      ++paused;
+      return std::async(std::launch::async, [this, c = std::move(c), ops = std::move(ops)]() {
+        resumed_.wait();
+        return s_->TxnAsync(c, ops).get();
+      });
+    }
     if (!full && (max_writes == 0 || ops.size() <= max_writes))
       return s_->TxnAsync(std::move(c), std::move(ops));
     std::promise<StatusOr<store::TxnResult>> p;
@@ -2898,9 +2951,16 @@ class FullDiskStore : public store::Store {
   // As etcd's --max-txn-ops: a transaction of more writes is refused (0: no limit).
   std::atomic<size_t> max_writes{0};
   std::atomic<size_t> largest{0};  // the most writes a transaction carried
+  // A transaction writing a key that contains `pause_key` ("": none) waits for Resume(), as
+  // on a slow disk; `paused` counts those that came.
+  std::string pause_key;
+  std::atomic<int> paused{0};
+  void Resume() { resume_.set_value(); }
 
  private:
   std::unique_ptr<store::Store> s_;
+  std::promise<void> resume_;
+  std::shared_future<void> resumed_ = resume_.get_future().share();
 };
 
 // A control plane over a store whose disk the test fills (FullDiskStore).
@@ -2930,6 +2990,44 @@ class ControlPlaneStore : public ::testing::Test {
   ControlPlaneOptions options_;
   std::unique_ptr<ControlPlane> cp_;
 };
+
+// A submission is published once stored, without the lock: until then the event and audit
+// listings stop below its numbers, so that a client paging with `after` never moves past its
+// Submitted event (later changes commit meanwhile), and its queue may not become a parent.
+TEST_F(ControlPlaneStore, ASubmissionBeingStoredIsNeitherSkippedNorLeftInAParentQueue) {
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("first", 1, 1)).ok());
+  disk_->pause_key = "jobs/slow";
+  auto slow = std::async(std::launch::async, [this] {
+    return cp_->Submit(kAdmin, JobDoc("slow", 1, 1, "", "training"));
+  });
+  for (int i = 0; i < 2000 && disk_->paused == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(disk_->paused, 1);
+  ASSERT_TRUE(cp_->Hold(kAdmin, "first", true).ok());  // stored after slow's number was taken
+  auto page = cp_->ListEvents(kAdmin, "", 0, 100);
+  ASSERT_TRUE(page.ok());
+  std::vector<std::string> reasons;
+  for (const auto& e : (*page)["items"]) reasons.push_back(e["reason"]);
+  EXPECT_EQ(reasons, std::vector<std::string>{"Submitted"}) << page->dump();
+  auto audit = cp_->ListAudit(kAdmin, 0, 100);
+  ASSERT_TRUE(audit.ok());
+  for (const auto& a : (*audit)["items"]) EXPECT_NE(a["object"], "job/slow") << audit->dump();
+  auto parent = cp_->Apply(kAdmin,
+                           "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: "
+                           "{name: sub}\nspec: {parent: training}\n");
+  EXPECT_EQ(parent.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(parent.status().message(),
+            "queue sub: spec.parent: queue \"training\" is taking a submission that is being "
+            "stored; a parent queue takes no jobs");
+  disk_->Resume();
+  ASSERT_TRUE(slow.get().ok());
+  auto rest = cp_->ListEvents(kAdmin, "", (*page)["next"], 100);
+  ASSERT_TRUE(rest.ok());
+  std::vector<std::string> objects;
+  for (const auto& e : (*rest)["items"])
+    objects.push_back(e["object"].get<std::string>() + " " + e["reason"].get<std::string>());
+  EXPECT_EQ(objects, (std::vector<std::string>{"job/slow Submitted", "job/first Held"}));
+}
 
 // A submission the store refuses gets 503, is logged and counted (on_store_error), and the
 // store's health says so until a write succeeds again.

@@ -1231,7 +1231,7 @@ StatusOr<JobSpec> TesseraJob(ObjectReader& top, const Meta& meta) {
   if (!spec->is_object()) return TypeError("spec", "an object", *spec);
   Json model = *spec;
   for (const char* k : {"id", "running", "startTime", "submitTime", "submitSeq",
-                        "attainedGpuMilliSeconds", "priority"})
+                        "attainedGpuMilliSeconds", "priority", "terminating"})
     if (model.contains(k))
       return InvalidArgument(std::string("spec.") + k + ": set by the server, not by users");
   if (model.contains("restartPolicy")) {

@@ -1591,6 +1591,10 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: x}\nspec: {running: [], tasks: "
        "[{}]}\n",
        "spec.running: set by the server"},
+      {"server-owned terminating (it would keep the job from ever being preempted)",
+       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: x}\nspec: {terminating: true, "
+       "tasks: [{}]}\n",
+       "spec.terminating: set by the server, not by users"},
       {"priority wider than 32 bits",
        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: p}\nvalue: "
        "4294967301\n",
