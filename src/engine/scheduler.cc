@@ -1760,12 +1760,17 @@ void CycleRun::EvictFor(bool reclaim) {
     std::optional<int64_t> rank;
   };
   std::vector<Running> running;
-  std::vector<JobRec*> terminating;  // tasks being stopped: soon free
-  int64_t used_gpu = 0;
+  // Tasks being stopped (docs/model.md: never evicted again) are no victims; their capacity
+  // counts as soon free.
+  std::vector<JobRec*> terminating;
+  int64_t used_gpu = 0, stopping_gpu = 0;
   for (auto& [id, j] : m_.jobs) {
     used_gpu += OccupiedGpuMilli(j);
-    if (j.running > 0 && j.spec->terminating) terminating.push_back(&j);
-    if (j.running == 0 || !j.spec->preemptible || fresh.count(&j)) continue;
+    if (j.running > 0 && j.spec->terminating) {
+      terminating.push_back(&j);
+      stopping_gpu += OccupiedGpuMilli(j);
+    }
+    if (j.running == 0 || !j.spec->preemptible || j.spec->terminating || fresh.count(&j)) continue;
     if (e_.preempt_exempt_seconds > 0 && j.start_time >= 0 &&
         now_ - j.start_time < e_.preempt_exempt_seconds)
       continue;  // exempt: its current run is too young (preemptExemptSeconds)
@@ -1933,7 +1938,7 @@ void CycleRun::EvictFor(bool reclaim) {
       }
     }
     // Cheap check: not even every candidate's GPUs plus the free ones would hold it.
-    if (need.gpu_milli > free_gpu + victim_gpu) {
+    if (need.gpu_milli > free_gpu + stopping_gpu + victim_gpu) {
       nobody();
       continue;
     }
@@ -1974,6 +1979,11 @@ void CycleRun::EvictFor(bool reclaim) {
       nobody();
       continue;
     }
+    // The search counts the tasks being stopped as gone (they are no victims).
+    const size_t search_mark = m_.undo.size();
+    for (JobRec* j : terminating)
+      for (int32_t t = 0; t < static_cast<int32_t>(j->allocations.size()); ++t)
+        if (j->allocations[t]) (void)m_.ReleaseTask(*j, t);
     // Fits(S): would the preemptor fit with the units in S gone?
     auto fits = [&](const std::vector<size_t>& set) {
       size_t mark = m_.undo.size();
@@ -1994,7 +2004,7 @@ void CycleRun::EvictFor(bool reclaim) {
       int64_t freed_gpu = 0;
       auto attempt = [&] {
         // Too few GPUs free yet, wherever they are: no placement attempt.
-        if (need.gpu_milli > free_gpu + freed_gpu) return false;
+        if (need.gpu_milli > free_gpu + stopping_gpu + freed_gpu) return false;
         const size_t inner = m_.undo.size();
         const bool ok = TryPlaceJob(*pj, nullptr);
         m_.Rollback(inner);
@@ -2015,6 +2025,7 @@ void CycleRun::EvictFor(bool reclaim) {
     };
     const bool found = greedy(/*try_each=*/false) && greedy(/*try_each=*/true);
     if (!found) {
+      m_.Rollback(search_mark);
       nobody();
       ++failed_searches;
       continue;
@@ -2026,6 +2037,7 @@ void CycleRun::EvictFor(bool reclaim) {
         if (i != k) without.push_back(chosen[i]);
       if (!without.empty() && fits(without)) chosen = std::move(without);
     }
+    m_.Rollback(search_mark);
     std::sort(chosen.begin(), chosen.end());
     // What the victims give back to their queues, job by job (an exclusive job's node charge
     // depends on all of its tasks leaving a node; a job's units are adjacent), and what the
