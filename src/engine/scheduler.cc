@@ -407,6 +407,8 @@ class CycleRun {
   ResourceVector Settled(int32_t q) const {
     return m_.queues[q].allocated - evicting_[q] + claimed_[q];
   }
+  int64_t CountedGpuMilli(const JobRec& j) const;
+  bool all_counted_ = true;  // every node is ready and uncordoned (counted in the capacity)
   std::vector<int64_t> scratch_;
   // Per-shape index of feasible classes ordered by (-total score, lowest member): the best
   // node for a task is its first entry. Kept current from ClusterState's touched classes.
@@ -581,6 +583,29 @@ int64_t OccupiedGpuMilli(const JobRec& j) {
   return milli;
 }
 }  // namespace
+
+// OccupiedGpuMilli on the nodes counted in the capacity (ready and not cordoned) only: the
+// bounds on free GPUs start from that capacity, and work still running on a drained node
+// holds none of it.
+int64_t CycleRun::CountedGpuMilli(const JobRec& j) const {
+  if (all_counted_) return OccupiedGpuMilli(j);
+  int64_t milli = 0;
+  std::vector<int32_t> whole;  // an exclusive job's nodes, charged once each
+  for (const auto& a : j.allocations) {
+    if (!a) continue;
+    const auto at = m_.node_index.find(a->node);
+    if (at == m_.node_index.end()) continue;
+    const Node& n = *m_.nodes[at->second].node;
+    if (!n.ready || n.unschedulable) continue;
+    if (!j.exclusive) {
+      milli += a->GpuMilli();
+    } else if (std::find(whole.begin(), whole.end(), at->second) == whole.end()) {
+      whole.push_back(at->second);
+      for (const auto& d : n.devices) milli += d.healthy ? 1000 : 0;
+    }
+  }
+  return milli;
+}
 
 ResourceVector CycleRun::EvictionCharge(const JobRec& j, const std::vector<int32_t>& tasks) const {
   ResourceVector v;
@@ -1765,10 +1790,10 @@ void CycleRun::EvictFor(bool reclaim) {
   std::vector<JobRec*> terminating;
   int64_t used_gpu = 0, stopping_gpu = 0;
   for (auto& [id, j] : m_.jobs) {
-    used_gpu += OccupiedGpuMilli(j);
+    used_gpu += CountedGpuMilli(j);
     if (j.running > 0 && j.spec->terminating) {
       terminating.push_back(&j);
-      stopping_gpu += OccupiedGpuMilli(j);
+      stopping_gpu += CountedGpuMilli(j);
     }
     if (j.running == 0 || !j.spec->preemptible || j.spec->terminating || fresh.count(&j)) continue;
     if (e_.preempt_exempt_seconds > 0 && j.start_time >= 0 &&
@@ -2156,9 +2181,9 @@ void CycleRun::Backfill() {
     for (int32_t t = 0; t < head->task_count; ++t)
       if (!head->rec->allocations[t])
         head_gpu += RequestVector(head->rec->spec->GroupOfTask(t).request).gpu_milli;
-    for (const auto& [id, j] : m_.jobs) avail_gpu -= OccupiedGpuMilli(j);
+    for (const auto& [id, j] : m_.jobs) avail_gpu -= CountedGpuMilli(j);
     auto release = [&](JobRec* j) {
-      avail_gpu += j->allocated.gpu_milli;
+      avail_gpu += j->allocated.gpu_milli - (OccupiedGpuMilli(*j) - CountedGpuMilli(*j));
       for (int32_t t = 0; t < static_cast<int32_t>(j->allocations.size()); ++t)
         if (j->allocations[t]) (void)m_.ReleaseTask(*j, t);
     };
@@ -2289,6 +2314,7 @@ Plan CycleRun::Run() {
   }
   ctx_.now = now_;
   ctx_.rng = &rng_;
+  for (const NodeState& n : m_.nodes) all_counted_ &= n.node->ready && !n.node->unschedulable;
   for (const auto& t : *ctx_.typical) ctx_.typical_total_weight += t.weight;
   BindMemo();
 
