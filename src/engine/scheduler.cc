@@ -409,6 +409,7 @@ class CycleRun {
   }
   int64_t CountedGpuMilli(const JobRec& j) const;
   bool all_counted_ = true;  // every node is ready and uncordoned (counted in the capacity)
+  ResourceVector CheapestStart(const PendingJob& pj) const;
   std::vector<int64_t> scratch_;
   // Per-shape index of feasible classes ordered by (-total score, lowest member): the best
   // node for a task is its first entry. Kept current from ClusterState's touched classes.
@@ -605,6 +606,25 @@ int64_t CycleRun::CountedGpuMilli(const JobRec& j) const {
     }
   }
   return milli;
+}
+
+// The least a job's start takes: its unplaced gang minimum (at least one task), the tasks
+// with the fewest GPUs first. Bounds that rule a job out use it rather than every unplaced
+// task: an elastic job (minAvailable below its task count) starts with its minimum.
+ResourceVector CycleRun::CheapestStart(const PendingJob& pj) const {
+  const JobRec& j = *pj.rec;
+  std::vector<std::pair<int64_t, int32_t>> tasks;  // (GPU milli, task), unplaced
+  for (int32_t t = 0; t < pj.task_count; ++t)
+    if (!j.allocations[t])
+      tasks.push_back({RequestVector(pj.groups[pj.GroupOf(t)].request).gpu_milli, t});
+  const size_t required = static_cast<size_t>(std::max(1, pj.gang_min - j.running));
+  if (tasks.size() > required) {
+    std::sort(tasks.begin(), tasks.end());
+    tasks.resize(required);
+  }
+  ResourceVector need;
+  for (const auto& [gpu, t] : tasks) need += RequestVector(pj.groups[pj.GroupOf(t)].request);
+  return need;
 }
 
 ResourceVector CycleRun::EvictionCharge(const JobRec& j, const std::vector<int32_t>& tasks) const {
@@ -1756,9 +1776,7 @@ void CycleRun::EvictFor(bool reclaim) {
     const Job& pjob = *pre.spec;
     auto pc = m_.priority_classes.find(pjob.priority_class);
     if (pc != m_.priority_classes.end() && !pc->second.preempt_lower) return std::nullopt;
-    ResourceVector need;
-    for (int32_t t = 0; t < pj->task_count; ++t)
-      if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
+    const ResourceVector need = CheapestStart(*pj);
     if (reclaim) {
       // Only a queue within its guarantee (counting this job, and what this cycle's earlier
       // reclaimers of it will take) may take capacity back.
@@ -2175,12 +2193,10 @@ void CycleRun::Backfill() {
       }
       return false;
     };
-    // Cheap check before each trial: the head's GPUs must not exceed the free ones plus
-    // those released so far (a trial costs a gang placement).
-    int64_t head_gpu = 0, avail_gpu = m_.capacity.gpu_milli;
-    for (int32_t t = 0; t < head->task_count; ++t)
-      if (!head->rec->allocations[t])
-        head_gpu += RequestVector(head->rec->spec->GroupOfTask(t).request).gpu_milli;
+    // Cheap check before each trial: the head's GPUs (its gang minimum) must not exceed the
+    // free ones plus those released so far (a trial costs a gang placement).
+    const int64_t head_gpu = CheapestStart(*head).gpu_milli;
+    int64_t avail_gpu = m_.capacity.gpu_milli;
     for (const auto& [id, j] : m_.jobs) avail_gpu -= CountedGpuMilli(j);
     auto release = [&](JobRec* j) {
       avail_gpu += j->allocated.gpu_milli - (OccupiedGpuMilli(*j) - CountedGpuMilli(*j));
