@@ -2073,8 +2073,16 @@ void CycleRun::EvictFor(bool reclaim) {
       ++failed_searches;
       continue;
     }
-    // Minimise: drop units (most valuable first) whose eviction is not needed.
+    // Minimise: drop units (most valuable first) whose eviction is not needed. A task above
+    // a job's gang minimum stays in the set while the job's minimum (its whole unit) does:
+    // it cannot run on alone.
+    auto whole_in = [&](const std::vector<size_t>& set, const JobRec* job) {
+      for (size_t u : set)
+        if (units[u].whole && units[u].job == job) return true;
+      return false;
+    };
     for (size_t k = chosen.size(); k-- > 0;) {
+      if (!units[chosen[k]].whole && whole_in(chosen, units[chosen[k]].job)) continue;
       std::vector<size_t> without;  // chosen less its k-th unit
       for (size_t i = 0; i < chosen.size(); ++i)
         if (i != k) without.push_back(chosen[i]);
@@ -2082,6 +2090,19 @@ void CycleRun::EvictFor(bool reclaim) {
     }
     m_.Rollback(search_mark);
     std::sort(chosen.begin(), chosen.end());
+    // A job whose minimum goes loses every task it runs: its whole unit takes the tasks above
+    // the minimum that the search did not choose (not reclaimable alone, or past the bound
+    // on units).
+    for (size_t u : chosen) {
+      Unit& w = units[u];
+      if (!w.whole) continue;
+      std::set<int32_t> going;
+      for (size_t v : chosen)
+        if (units[v].job == w.job) going.insert(units[v].tasks.begin(), units[v].tasks.end());
+      for (int32_t t = 0; t < static_cast<int32_t>(w.job->allocations.size()); ++t)
+        if (w.job->allocations[t] && !going.count(t)) w.tasks.push_back(t);
+      std::sort(w.tasks.begin(), w.tasks.end());
+    }
     // What the victims give back to their queues, job by job (an exclusive job's node charge
     // depends on all of its tasks leaving a node; a job's units are adjacent), and what the
     // preemptor will take.
