@@ -83,6 +83,10 @@ struct TaskContext {
   const Placement& placement() const { return job->PlacementOfTask(task); }
 };
 
+// What one task asks for as a ResourceVector: whole GPUs 1000 milli each, a fraction its
+// milli, a MIG instance its profile's compute slices out of 7 (1000 * slices / 7).
+ResourceVector RequestVector(const TaskRequest& r);
+
 // A job's progress as the engine's state holds it at cycle time. Read this, not the Job's
 // own `allocations` and `start_time`: those are the definition the host submitted.
 struct JobProgress {

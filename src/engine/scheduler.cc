@@ -358,9 +358,10 @@ class CycleRun {
   std::vector<PendingJob*> visit_;     // the order allocate visited them
   bool any_over_limit_ = false;        // a job waits on its queue's limit
   // During a pass that only binds (allocate's, backfill's after its reservation): per
-  // fence mode (none, backfill's fence) and shape id, the failure (index into failures_)
-  // of a single-task job of that shape that found no node in this pass, or -1. See Attempt.
-  std::vector<int32_t> shape_failed_[2];
+  // fence mode (none, backfill's fence, the preemptors' nodes only) and shape id, the failure
+  // (index into failures_) of a single-task job of that shape that found no node in this pass, or
+  // -1. See Attempt.
+  std::vector<int32_t> shape_failed_[3];
   bool binding_pass_ = false;
   void StartBindingPass();
   bool strict_ = false;           // backfill configured: allocate stops at the blocked head
@@ -407,6 +408,26 @@ class CycleRun {
   ResourceVector Settled(int32_t q) const {
     return m_.queues[q].allocated - evicting_[q] + claimed_[q];
   }
+  // While preempt and reclaim run, each preemptor's victims are released and the preemptor
+  // is bound where it will go (from undo mark hold_mark_, -1 when none), so that the later
+  // searches of the cycle see only what is left: two preemptors must not count on the same
+  // free capacity. The holds bind no one for real; they are undone before any action that
+  // binds (DropHolds), their charges then moved into evicting_ and claimed_, and backfill
+  // fences the nodes each preemptor was bound to (held_).
+  struct Hold {
+    PendingJob* preemptor;
+    std::vector<int32_t> nodes;                                // sorted, distinct
+    std::vector<std::pair<int32_t, ResourceVector>> evicting;  // victims' queue, charge
+    ResourceVector claimed;                                    // the preemptor's charge
+  };
+  std::vector<Hold> held_;
+  int64_t hold_mark_ = -1;
+  size_t holds_settled_ = 0;  // held_[0, this) are undone, their charges in evicting_/claimed_
+  void DropHolds();
+  bool fence_held_only_ = false;  // fenced_ holds only the preemptors' nodes (backfill)
+  int64_t CountedGpuMilli(const JobRec& j) const;
+  bool all_counted_ = true;  // every node is ready and uncordoned (counted in the capacity)
+  ResourceVector CheapestStart(const PendingJob& pj) const;
   std::vector<int64_t> scratch_;
   // Per-shape index of feasible classes ordered by (-total score, lowest member): the best
   // node for a task is its first entry. Kept current from ClusterState's touched classes.
@@ -581,6 +602,48 @@ int64_t OccupiedGpuMilli(const JobRec& j) {
   return milli;
 }
 }  // namespace
+
+// OccupiedGpuMilli on the nodes counted in the capacity (ready and not cordoned) only: the
+// bounds on free GPUs start from that capacity, and work still running on a drained node
+// holds none of it.
+int64_t CycleRun::CountedGpuMilli(const JobRec& j) const {
+  if (all_counted_) return OccupiedGpuMilli(j);
+  int64_t milli = 0;
+  std::vector<int32_t> whole;  // an exclusive job's nodes, charged once each
+  for (const auto& a : j.allocations) {
+    if (!a) continue;
+    const auto at = m_.node_index.find(a->node);
+    if (at == m_.node_index.end()) continue;
+    const Node& n = *m_.nodes[at->second].node;
+    if (!n.ready || n.unschedulable) continue;
+    if (!j.exclusive) {
+      milli += a->GpuMilli();
+    } else if (std::find(whole.begin(), whole.end(), at->second) == whole.end()) {
+      whole.push_back(at->second);
+      for (const auto& d : n.devices) milli += d.healthy ? 1000 : 0;
+    }
+  }
+  return milli;
+}
+
+// The least a job's start takes: its unplaced gang minimum (at least one task), the tasks
+// with the fewest GPUs first. Bounds that rule a job out use it rather than every unplaced
+// task: an elastic job (minAvailable below its task count) starts with its minimum.
+ResourceVector CycleRun::CheapestStart(const PendingJob& pj) const {
+  const JobRec& j = *pj.rec;
+  std::vector<std::pair<int64_t, int32_t>> tasks;  // (GPU milli, task), unplaced
+  for (int32_t t = 0; t < pj.task_count; ++t)
+    if (!j.allocations[t])
+      tasks.push_back({RequestVector(pj.groups[pj.GroupOf(t)].request).gpu_milli, t});
+  const size_t required = static_cast<size_t>(std::max(1, pj.gang_min - j.running));
+  if (tasks.size() > required) {
+    std::sort(tasks.begin(), tasks.end());
+    tasks.resize(required);
+  }
+  ResourceVector need;
+  for (const auto& [gpu, t] : tasks) need += RequestVector(pj.groups[pj.GroupOf(t)].request);
+  return need;
+}
 
 ResourceVector CycleRun::EvictionCharge(const JobRec& j, const std::vector<int32_t>& tasks) const {
   ResourceVector v;
@@ -959,7 +1022,7 @@ void CycleRun::FillFailure(PendingJob& pj, int32_t task, const std::vector<int32
   why->code = "Unschedulable";
   why->task = task;
   why->shape = group_shapes_[pj.shapes_at + group];
-  why->fenced = !fenced_.empty();
+  why->fenced = !fenced_.empty() && !fence_held_only_;
   why->infeasible = NeverFits(pj, task);
   if (job.one_task_per_node) {
     why->ever_nodes = NodesEverHolding(job);
@@ -1441,7 +1504,7 @@ void CycleRun::Attempt(PendingJob& pj) {
   if (binding_pass_ && pj.task_count == 1 && !pj.one_task_per_node &&
       !(pj.queue >= 0 && limited_[pj.queue])) {
     const int32_t shape = group_shapes_[pj.shapes_at];
-    std::vector<int32_t>& failed = shape_failed_[fenced_.empty() ? 0 : 1];
+    std::vector<int32_t>& failed = shape_failed_[fenced_.empty() ? 0 : fence_held_only_ ? 2 : 1];
     if (failed.size() <= static_cast<size_t>(shape))
       failed.resize(static_cast<size_t>(shape) + 1, -1);
     repeat = &failed[shape];
@@ -1731,9 +1794,7 @@ void CycleRun::EvictFor(bool reclaim) {
     const Job& pjob = *pre.spec;
     auto pc = m_.priority_classes.find(pjob.priority_class);
     if (pc != m_.priority_classes.end() && !pc->second.preempt_lower) return std::nullopt;
-    ResourceVector need;
-    for (int32_t t = 0; t < pj->task_count; ++t)
-      if (!pre.allocations[t]) need += RequestVector(pjob.GroupOfTask(t).request);
+    const ResourceVector need = CheapestStart(*pj);
     if (reclaim) {
       // Only a queue within its guarantee (counting this job, and what this cycle's earlier
       // reclaimers of it will take) may take capacity back.
@@ -1753,19 +1814,20 @@ void CycleRun::EvictFor(bool reclaim) {
   // Possible victims: jobs running when the cycle began. A job this cycle bound is not
   // running yet (its eviction would be stale); a job already chosen is skipped below.
   std::set<const JobRec*> fresh;
+  // (Nor is a preemptor bound where it will go by an earlier eviction action's hold.)
   for (const PendingJob& pj : jobs_)
-    if (pj.state == JState::kPlaced) fresh.insert(pj.rec);
+    if (pj.state == JState::kPlaced || pj.awaits_eviction) fresh.insert(pj.rec);
   struct Running {
     JobRec* job;
     std::optional<int64_t> rank;
   };
   std::vector<Running> running;
-  std::vector<JobRec*> terminating;  // tasks being stopped: soon free
-  int64_t used_gpu = 0;
+  // Tasks being stopped (docs/model.md: never evicted again) are no victims; their capacity
+  // counts as soon free.
+  std::vector<JobRec*> terminating;
   for (auto& [id, j] : m_.jobs) {
-    used_gpu += OccupiedGpuMilli(j);
     if (j.running > 0 && j.spec->terminating) terminating.push_back(&j);
-    if (j.running == 0 || !j.spec->preemptible || fresh.count(&j)) continue;
+    if (j.running == 0 || !j.spec->preemptible || j.spec->terminating || fresh.count(&j)) continue;
     if (e_.preempt_exempt_seconds > 0 && j.start_time >= 0 &&
         now_ - j.start_time < e_.preempt_exempt_seconds)
       continue;  // exempt: its current run is too young (preemptExemptSeconds)
@@ -1788,7 +1850,19 @@ void CycleRun::EvictFor(bool reclaim) {
       return a.id < b.id;
     });
   };
-  const int64_t free_gpu = std::max<int64_t>(0, m_.capacity.gpu_milli - used_gpu);
+  // Free GPUs, and those of tasks being stopped, as the holds so far leave them.
+  int64_t free_gpu = 0, stopping_gpu = 0;
+  auto count_free = [&] {
+    int64_t used = 0;
+    stopping_gpu = 0;
+    for (const auto& [id, j] : m_.jobs) {
+      const int64_t g = CountedGpuMilli(j);
+      used += g;
+      if (j.spec->terminating) stopping_gpu += g;
+    }
+    free_gpu = std::max<int64_t>(0, m_.capacity.gpu_milli - used);
+  };
+  count_free();
   const bool cross_queue_rank = !e_.queue_drf && !e_.queue_proportion;
   // Bounds that rule most preemptors out without a pass over the running jobs: a victim
   // has a lower priority or a higher rank than its preemptor.
@@ -1933,7 +2007,7 @@ void CycleRun::EvictFor(bool reclaim) {
       }
     }
     // Cheap check: not even every candidate's GPUs plus the free ones would hold it.
-    if (need.gpu_milli > free_gpu + victim_gpu) {
+    if (need.gpu_milli > free_gpu + stopping_gpu + victim_gpu) {
       nobody();
       continue;
     }
@@ -1974,6 +2048,11 @@ void CycleRun::EvictFor(bool reclaim) {
       nobody();
       continue;
     }
+    // The search counts the tasks being stopped as gone (they are no victims).
+    const size_t search_mark = m_.undo.size();
+    for (JobRec* j : terminating)
+      for (int32_t t = 0; t < static_cast<int32_t>(j->allocations.size()); ++t)
+        if (j->allocations[t]) (void)m_.ReleaseTask(*j, t);
     // Fits(S): would the preemptor fit with the units in S gone?
     auto fits = [&](const std::vector<size_t>& set) {
       size_t mark = m_.undo.size();
@@ -1994,7 +2073,7 @@ void CycleRun::EvictFor(bool reclaim) {
       int64_t freed_gpu = 0;
       auto attempt = [&] {
         // Too few GPUs free yet, wherever they are: no placement attempt.
-        if (need.gpu_milli > free_gpu + freed_gpu) return false;
+        if (need.gpu_milli > free_gpu + stopping_gpu + freed_gpu) return false;
         const size_t inner = m_.undo.size();
         const bool ok = TryPlaceJob(*pj, nullptr);
         m_.Rollback(inner);
@@ -2015,29 +2094,52 @@ void CycleRun::EvictFor(bool reclaim) {
     };
     const bool found = greedy(/*try_each=*/false) && greedy(/*try_each=*/true);
     if (!found) {
+      m_.Rollback(search_mark);
       nobody();
       ++failed_searches;
       continue;
     }
-    // Minimise: drop units (most valuable first) whose eviction is not needed.
+    // Minimise: drop units (most valuable first) whose eviction is not needed. A task above
+    // a job's gang minimum stays in the set while the job's minimum (its whole unit) does:
+    // it cannot run on alone.
+    auto whole_in = [&](const std::vector<size_t>& set, const JobRec* job) {
+      for (size_t u : set)
+        if (units[u].whole && units[u].job == job) return true;
+      return false;
+    };
     for (size_t k = chosen.size(); k-- > 0;) {
+      if (!units[chosen[k]].whole && whole_in(chosen, units[chosen[k]].job)) continue;
       std::vector<size_t> without;  // chosen less its k-th unit
       for (size_t i = 0; i < chosen.size(); ++i)
         if (i != k) without.push_back(chosen[i]);
       if (!without.empty() && fits(without)) chosen = std::move(without);
     }
+    m_.Rollback(search_mark);
     std::sort(chosen.begin(), chosen.end());
+    // A job whose minimum goes loses every task it runs: its whole unit takes the tasks above
+    // the minimum that the search did not choose (not reclaimable alone, or past the bound
+    // on units).
+    for (size_t u : chosen) {
+      Unit& w = units[u];
+      if (!w.whole) continue;
+      std::set<int32_t> going;
+      for (size_t v : chosen)
+        if (units[v].job == w.job) going.insert(units[v].tasks.begin(), units[v].tasks.end());
+      for (int32_t t = 0; t < static_cast<int32_t>(w.job->allocations.size()); ++t)
+        if (w.job->allocations[t] && !going.count(t)) w.tasks.push_back(t);
+      std::sort(w.tasks.begin(), w.tasks.end());
+    }
     // What the victims give back to their queues, job by job (an exclusive job's node charge
-    // depends on all of its tasks leaving a node; a job's units are adjacent), and what the
-    // preemptor will take.
+    // depends on all of its tasks leaving a node; a job's units are adjacent); kept with the
+    // hold below until DropHolds.
+    Hold hold{pj, {}, {}, {}};
     for (size_t k = 0; k < chosen.size();) {
       JobRec& vj = *units[chosen[k]].job;
       std::vector<int32_t> tasks;
       for (; k < chosen.size() && units[chosen[k]].job == &vj; ++k)
         tasks.insert(tasks.end(), units[chosen[k]].tasks.begin(), units[chosen[k]].tasks.end());
-      evicting_[vj.queue] += EvictionCharge(vj, tasks);
+      hold.evicting.push_back({vj.queue, EvictionCharge(vj, tasks)});
     }
-    claimed_[pre.queue] += need;
     int32_t count = 0;
     // The preemptor's owners see its victims of their own queue by name, of another queue
     // (reclaim) by how many there are.
@@ -2065,6 +2167,30 @@ void CycleRun::EvictFor(bool reclaim) {
                                    vj.spec->grace_period_seconds});
       }
     }
+    // The hold: the victims go and the preemptor is bound where it fits then (counting the
+    // tasks being stopped as gone, as the search did, only if it must), for the rest of the
+    // eviction actions.
+    if (hold_mark_ < 0) hold_mark_ = static_cast<int64_t>(m_.undo.size());
+    for (size_t u : chosen)
+      for (int32_t t : units[u].tasks) (void)m_.ReleaseTask(*units[u].job, t);
+    const ResourceVector before = pre.allocated;
+    size_t bound_at = m_.undo.size();
+    if (!TryPlaceJob(*pj, nullptr)) {
+      m_.Rollback(bound_at);
+      for (JobRec* j : terminating)
+        for (int32_t t = 0; t < static_cast<int32_t>(j->allocations.size()); ++t)
+          if (j->allocations[t]) (void)m_.ReleaseTask(*j, t);
+      bound_at = m_.undo.size();
+      (void)TryPlaceJob(*pj, nullptr);  // fits: the search's last trial was this state
+    }
+    for (size_t i = bound_at; i < m_.undo.size(); ++i)
+      if (m_.undo[i].kind == UndoOp::kBind)
+        hold.nodes.push_back(m_.node_index.at(m_.undo[i].job->allocations[m_.undo[i].task]->node));
+    std::sort(hold.nodes.begin(), hold.nodes.end());
+    hold.nodes.erase(std::unique(hold.nodes.begin(), hold.nodes.end()), hold.nodes.end());
+    hold.claimed = pre.allocated - before;
+    held_.push_back(std::move(hold));
+    count_free();
     std::string names;
     for (const auto& v : own_victims) names += (names.empty() ? "" : ", ") + v;
     for (const auto& [queue, jobs] : other_victims)
@@ -2079,6 +2205,17 @@ void CycleRun::EvictFor(bool reclaim) {
                         (reclaim ? "reclaimed" : "preempted") + ")",
                     "",
                     {}});
+  }
+}
+
+void CycleRun::DropHolds() {
+  if (hold_mark_ < 0) return;
+  m_.Rollback(static_cast<size_t>(hold_mark_));
+  hold_mark_ = -1;
+  for (; holds_settled_ < held_.size(); ++holds_settled_) {
+    const Hold& h = held_[holds_settled_];
+    for (const auto& [q, charge] : h.evicting) evicting_[q] += charge;
+    claimed_[h.preemptor->queue] += h.claimed;
   }
 }
 
@@ -2138,20 +2275,25 @@ void CycleRun::Backfill() {
       }
       return false;
     };
-    // Cheap check before each trial: the head's GPUs must not exceed the free ones plus
-    // those released so far (a trial costs a gang placement).
-    int64_t head_gpu = 0, avail_gpu = m_.capacity.gpu_milli;
-    for (int32_t t = 0; t < head->task_count; ++t)
-      if (!head->rec->allocations[t])
-        head_gpu += RequestVector(head->rec->spec->GroupOfTask(t).request).gpu_milli;
-    for (const auto& [id, j] : m_.jobs) avail_gpu -= OccupiedGpuMilli(j);
+    // Cheap check before each trial: the head's GPUs (its gang minimum) must not exceed the
+    // free ones plus those released so far (a trial costs a gang placement).
+    const int64_t head_gpu = CheapestStart(*head).gpu_milli;
+    int64_t avail_gpu = m_.capacity.gpu_milli;
+    for (const auto& [id, j] : m_.jobs) avail_gpu -= CountedGpuMilli(j);
     auto release = [&](JobRec* j) {
-      avail_gpu += j->allocated.gpu_milli;
+      avail_gpu += j->allocated.gpu_milli - (OccupiedGpuMilli(*j) - CountedGpuMilli(*j));
       for (int32_t t = 0; t < static_cast<int32_t>(j->allocations.size()); ++t)
         if (j->allocations[t]) (void)m_.ReleaseTask(*j, t);
     };
     bool ok = false;
-    if (head->awaits_eviction) {
+    // A preemptor's hold (EvictFor) says where it goes once its victims are gone.
+    const auto hold = std::find_if(held_.begin(), held_.end(),
+                                   [&](const Hold& h) { return h.preemptor == head; });
+    if (hold != held_.end()) {
+      reserved = hold->nodes;
+      earliest = now_;
+      ok = true;
+    } else if (head->awaits_eviction) {
       for (auto& [id, j] : m_.jobs)
         for (int32_t t = 0; t < static_cast<int32_t>(j.allocations.size()); ++t)
           if (j.allocations[t] && (j.spec->terminating || victims_.count({&j, t}))) {
@@ -2241,6 +2383,19 @@ void CycleRun::Backfill() {
           std::to_string(kUnknownStartFenceAfter) + " s).";
     }
   }
+  // Every other preemptor's nodes are fenced too, for everyone: what it counted on beside its
+  // victims must still be there once they have gone. (Whole nodes, as the head's.)
+  std::vector<bool> held_fence;
+  for (const Hold& h : held_) {
+    if (h.nodes.empty()) continue;
+    if (held_fence.empty()) held_fence.assign(m_.nodes.size(), false);
+    for (int32_t i : h.nodes) held_fence[i] = true;
+    if (fence_owner_ == nullptr) fence_owner_ = h.preemptor;
+  }
+  if (!held_fence.empty()) {
+    if (fenced_.empty()) fenced_.assign(m_.nodes.size(), false);
+    for (size_t i = 0; i < fenced_.size(); ++i) fenced_[i] = fenced_[i] || held_fence[i];
+  }
   StartBindingPass();  // the reservation's trials are undone: from here on it only binds
   for (size_t i = 0; i < seq.size(); ++i) {
     PrefetchAhead(seq, i);
@@ -2249,10 +2404,17 @@ void CycleRun::Backfill() {
     if (!(pj->state == JState::kAdmitted || pj->state == JState::kFailed)) continue;
     const auto& est = pj->rec->spec->runtime_estimate_seconds;
     bool ends_before = est && earliest >= 0 && now_ + *est <= earliest;
-    std::vector<bool> saved;
-    if (ends_before) saved.swap(fenced_);
+    // (A job that ends before the head's start passes the head's fence, not the holds'.)
+    std::vector<bool> saved = held_fence;
+    if (ends_before) {
+      saved.swap(fenced_);
+      fence_held_only_ = !fenced_.empty();
+    }
     Attempt(*pj);
-    if (ends_before) saved.swap(fenced_);
+    if (ends_before) {
+      saved.swap(fenced_);
+      fence_held_only_ = false;
+    }
   }
   binding_pass_ = false;
 }
@@ -2277,6 +2439,7 @@ Plan CycleRun::Run() {
   }
   ctx_.now = now_;
   ctx_.rng = &rng_;
+  for (const NodeState& n : m_.nodes) all_counted_ &= n.node->ready && !n.node->unschedulable;
   for (const auto& t : *ctx_.typical) ctx_.typical_total_weight += t.weight;
   BindMemo();
 
@@ -2342,9 +2505,11 @@ Plan CycleRun::Run() {
   for (Action a : e_.actions) {
     switch (a) {
       case Action::kEnqueue:
+        DropHolds();
         Enqueue();
         break;
       case Action::kAllocate:
+        DropHolds();
         Allocate();
         break;
       case Action::kPreempt:
@@ -2354,10 +2519,12 @@ Plan CycleRun::Run() {
         EvictFor(true);
         break;
       case Action::kBackfill:
+        DropHolds();
         Backfill();
         break;
     }
   }
+  DropHolds();
   Finalize();
   if (restore_) m_.Rollback(0);
   m_.undo.clear();

@@ -221,7 +221,7 @@ struct ClusterState::Impl {
 };
 
 // (AllocationVector and ChargeOf, what binding or releasing an allocation counts against its
-// job and queues, are in model/job.h: the server and the metrics charge the same.)
-ResourceVector RequestVector(const TaskRequest& r);
+// job and queues, are in model/job.h: the server and the metrics charge the same.
+// RequestVector is in engine/plugin.h, for plugins too.)
 
 }  // namespace tessera

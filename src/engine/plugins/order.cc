@@ -82,15 +82,11 @@ class LasOrder : public JobOrderPlugin {
            tag;
   }
 
+  // MIG counts as its compute slices (RequestVector), not as no GPU: a MIG job's service
+  // would be ~1000x its real one and the starvation guard would never promote it.
   static int64_t RequestedGpuMilli(const Job& j) {
     int64_t m = 0;
-    for (const TaskGroup& g : j.groups) {
-      const GpuRequest& r = g.request.gpu;
-      int64_t per = r.kind == GpuRequestKind::kWhole      ? 1000 * int64_t{r.count}
-                    : r.kind == GpuRequestKind::kFraction ? int64_t{r.milli} * r.count
-                                                          : 0;
-      m += per * g.replicas;
-    }
+    for (const TaskGroup& g : j.groups) m += RequestVector(g.request).gpu_milli * g.replicas;
     return m;
   }
 
@@ -103,7 +99,11 @@ class LasOrder : public JobOrderPlugin {
   int64_t Level(const Job& j, const JobProgress& p, int64_t now) const {
     const int64_t attained = Attained(j, p, now);
     if (starvation_ > 0 && attained > 0) {
-      const int64_t service = attained / std::max<int64_t>(1, RequestedGpuMilli(j));
+      // Service seconds: attained over the rate it accrues at, the GPU milli the job is
+      // charged while it runs (an exclusive job: its nodes whole), else what it asks for.
+      const int64_t rate =
+          p.running_tasks > 0 && p.gpu_milli > 0 ? p.gpu_milli : RequestedGpuMilli(j);
+      const int64_t service = attained / std::max<int64_t>(1, rate);
       const int64_t waited = now - j.submit_time - service;
       const bool running = p.running_tasks > 0;
       // Pending: promoted at K x service; running: kept while >= K/2 x service.
