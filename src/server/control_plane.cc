@@ -2941,6 +2941,9 @@ StatusOr<Json> ControlPlane::Heartbeat(const Principal& p, const std::string& no
       if (state == "running") {
         if (a.state == AllocState::kAssigned) {
           a.state = AllocState::kRunning;
+          // Why a pool kept it queued ("Slurm job 42 PENDING (Resources)") is over once it
+          // runs: such a message is kept only while the allocation is Assigned.
+          a.message.clear();
           ops.push_back(AllocOp(a));
           started();
         }

@@ -1144,6 +1144,31 @@ TEST_F(ControlPlaneTest, ADependencyOnAnArrayJudgesItAsAWhole) {
             "line 2: -d afterok:sweep: array sweep ended so that: afterok can never be satisfied");
 }
 
+// A pool that queues a task on its own (Slurm) says why on the allocation while it is
+// Assigned; once the task runs, that is no longer so and the message goes (agent protocol).
+TEST_F(ControlPlaneTest, APoolsPendingMessageIsClearedWhenTheTaskRuns) {
+  const int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("queued", 1, 1)).ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  const Json desired = Beat("node-a", epoch);
+  ASSERT_EQ(desired["allocations"].size(), 1u) << desired.dump();
+  const std::string alloc = desired["allocations"][0]["allocation"];
+  Json pending = Task(alloc, "pending");
+  pending["message"] = "slurm:42: Slurm job 42 PENDING (Resources)";
+  Beat("node-a", epoch, Json::array({pending}));
+  Json j = Job("queued");
+  ASSERT_EQ(j["allocations"].size(), 1u);
+  EXPECT_EQ(j["allocations"][0]["state"], "Assigned");
+  EXPECT_EQ(j["allocations"][0].value("message", ""), "slurm:42: Slurm job 42 PENDING (Resources)");
+  EXPECT_EQ(Reasons("queued").back(), "WaitingInPool");
+
+  Beat("node-a", epoch, Json::array({Task(alloc, "running")}));
+  j = Job("queued");
+  EXPECT_EQ(j["state"], "Running");
+  EXPECT_EQ(j["allocations"][0]["state"], "Running");
+  EXPECT_FALSE(j["allocations"][0].contains("message")) << j["allocations"][0].dump();
+}
+
 // sbatch -t and activeDeadlineSeconds are limits, not only estimates: past them the job's
 // tasks are stopped and it fails (DeadlineExceeded), without a retry. -t counts from when the
 // attempt first ran (time queued in a pool is not charged, as in Slurm); a batch/v1 Job's
