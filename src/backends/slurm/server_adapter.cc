@@ -1,5 +1,7 @@
 #include "backends/slurm/server_adapter.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "backends/slurm/sbatch.h"
@@ -75,13 +77,38 @@ SlurmServerBackend::~SlurmServerBackend() {
   if (worker_.joinable()) worker_.join();
 }
 
+std::string SlurmServerBackend::NewGangLocked(const std::string& job, int32_t attempt) {
+  char seq[24];
+  std::snprintf(seq, sizeof seq, "%012lld", static_cast<long long>(next_gang_++));
+  std::string key = job + "#" + std::to_string(attempt) + "#" + seq;
+  Gang& g = gangs_[key];
+  g.job = job;
+  g.attempt = attempt;
+  return key;
+}
+
+int32_t SlurmServerBackend::LiveTasksLocked(const std::string& job, int32_t attempt) const {
+  int32_t n = 0;
+  for (const auto& [key, g] : gangs_) {
+    if (g.job != job || g.attempt != attempt) continue;
+    for (const auto& [t, d] : g.tasks) n += g.stopped.contains(d.allocation) ? 0 : 1;
+  }
+  return n;
+}
+
 void SlurmServerBackend::Launch(const server::Dispatch& d) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string key = d.job + "#" + std::to_string(d.attempt);
+    if (gang_of_.contains(d.allocation)) return;  // (launched already)
+    // The attempt's gang still gathering, if any: once an sbatch was tried for a gang, its
+    // tasks are Slurm's job's, and a task launched later (a Deployment scaled up, a replica
+    // replaced alone) is a Slurm job of its own.
+    std::string key;
+    for (const auto& [k, g] : gangs_) {
+      if (g.open && g.job == d.job && g.attempt == d.attempt) key = k;
+    }
+    if (key.empty()) key = NewGangLocked(d.job, d.attempt);
     Gang& g = gangs_[key];
-    g.job = d.job;
-    g.attempt = d.attempt;
     g.tasks[d.task] = d;
     g.last_launch = std::chrono::steady_clock::now();
     gang_of_[d.allocation] = key;
@@ -94,7 +121,7 @@ void SlurmServerBackend::Stop(const std::string& allocation, int64_t) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = gang_of_.find(allocation);
     if (it == gang_of_.end()) return;
-    gangs_[it->second].stop_requested = true;
+    gangs_[it->second].stopped.insert(allocation);
   }
   cv_.notify_all();
 }
@@ -105,18 +132,25 @@ void SlurmServerBackend::Adopt(const std::vector<server::Dispatch>& tasks,
   {
     std::lock_guard<std::mutex> lock(mu_);
     const server::Dispatch& first = tasks.front();
-    std::string key = first.job + "#" + std::to_string(first.attempt);
+    const std::string key = NewGangLocked(first.job, first.attempt);
     Gang& g = gangs_[key];
-    g.job = first.job;
-    g.attempt = first.attempt;
     for (const server::Dispatch& d : tasks) {
+      if (auto was = gang_of_.find(d.allocation); was != gang_of_.end()) {
+        // Adopted twice: the one Slurm job a task belongs to is the latest word.
+        auto og = gangs_.find(was->second);
+        if (og != gangs_.end()) {
+          og->second.tasks.erase(d.task);
+          og->second.stopped.erase(d.allocation);
+          if (og->second.tasks.empty()) gangs_.erase(og);
+        }
+      }
       g.tasks[d.task] = d;
       gang_of_[d.allocation] = key;
     }
+    g.open = false;
     g.last_launch = std::chrono::steady_clock::now();
     g.dispatched_at = g.last_launch;  // (its pending time counts from here)
     g.slurm_allocation = slurm_allocation;
-    g.reported.clear();
   }
   cv_.notify_all();
 }
@@ -149,70 +183,98 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
   // Decide under the lock, call Slurm without it (Launch/Stop must never wait on Slurm).
   struct Work {
     std::string key;
-    DispatchRequest request;
-    std::string cancel;                       // slurm allocation to cancel
-    std::vector<server::Dispatch> never_run;  // stopped before it was dispatched
+    std::string cancel;  // slurm allocation (tag) to cancel
   };
   std::vector<Work> work;
   std::vector<TaskReport> reported_refusals;  // sent once the lock is released
+  std::vector<server::Dispatch> never_run;    // stopped before they reached Slurm
   bool any_dispatched = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (paused_) return;
-    for (auto& [key, g] : gangs_) {
-      if (now < g.not_before) continue;
+    for (auto it = gangs_.begin(); it != gangs_.end();) {
+      const std::string& key = it->first;
+      Gang& g = it->second;
+      if (now < g.not_before) {
+        ++it;
+        continue;
+      }
       if (!g.slurm_allocation.empty()) {
         any_dispatched = true;
-        if ((g.stop_requested || !g.requeue_why.empty()) && !g.cancelled)
-          work.push_back({key, {}, g.slurm_allocation, {}});
+        // Slurm runs the gang's tasks as one job: cancelled once all of them are stopped.
+        if ((g.AllStopped() || !g.requeue_why.empty()) && !g.cancelled)
+          work.push_back({key, g.slurm_allocation});
+        ++it;
         continue;
       }
-      if (g.stop_requested) {  // never reached Slurm: nothing to cancel
-        Work w{key, {}, "", {}};
-        for (const auto& [t, d] : g.tasks) w.never_run.push_back(d);
-        work.push_back(std::move(w));
+      // Never reached Slurm: a stopped task is over, the rest go on.
+      for (const std::string& a : g.stopped) {
+        auto t = std::find_if(g.tasks.begin(), g.tasks.end(),
+                              [&](const auto& e) { return e.second.allocation == a; });
+        if (t == g.tasks.end()) continue;
+        never_run.push_back(t->second);
+        g.tasks.erase(t);
+        gang_of_.erase(a);
+      }
+      g.stopped.clear();
+      if (g.tasks.empty()) {
+        it = gangs_.erase(it);
         continue;
       }
-      work.push_back({key, {}, "", {}});  // a candidate for dispatch; checked below
+      work.push_back({key, ""});  // a candidate for dispatch; checked below
+      ++it;
     }
+  }
+  for (const server::Dispatch& d : never_run) {
+    sink_({d.allocation, d.job, d.task, AllocationPhase::kKilled, 0,
+           "stopped before it reached Slurm", "", "", true});
   }
 
   for (Work& w : work) {
-    if (!w.never_run.empty()) {
-      for (const server::Dispatch& d : w.never_run) {
-        sink_({d.allocation, d.job, d.task, AllocationPhase::kKilled, 0,
-               "stopped before it reached Slurm", "", ""});
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const server::Dispatch& d : w.never_run) gang_of_.erase(d.allocation);
-      gangs_.erase(w.key);
-      continue;
-    }
     if (!w.cancel.empty()) {
       Status s = pool_->Cancel(w.cancel);
-      std::lock_guard<std::mutex> lock(mu_);
-      Gang& g = gangs_[w.key];
-      if (s.ok()) {
-        g.cancelled = true;
-      } else {
-        g.not_before = now + options_.retry;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = gangs_.find(w.key);
+        if (it == gangs_.end()) continue;
+        Gang& g = it->second;
+        if (!s.ok()) {
+          g.not_before = now + options_.retry;
+        } else {
+          g.cancelled = true;  // its end comes with the next squeue
+        }
       }
       continue;
     }
     // Dispatch once the gang is complete, or `gather` after its last task arrived.
-    std::vector<server::Dispatch> tasks;
-    std::chrono::steady_clock::time_point last;
     std::string job;
-    int32_t attempt = 1;
+    std::chrono::steady_clock::time_point last;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      const Gang& g = gangs_[w.key];
-      for (const auto& [t, d] : g.tasks) tasks.push_back(d);
-      last = g.last_launch;
-      job = g.job;
-      attempt = g.attempt;
+      auto it = gangs_.find(w.key);
+      if (it == gangs_.end()) continue;
+      job = it->second.job;
+      last = it->second.last_launch;
     }
     std::optional<JobInfo> info = lookup_(job);
+    std::vector<server::Dispatch> tasks;
+    int32_t attempt = 1;
+    std::string tag;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = gangs_.find(w.key);
+      if (it == gangs_.end()) continue;
+      Gang& g = it->second;
+      attempt = g.attempt;
+      if (info && g.open) {
+        // Complete: every task the job has now is launched (in this gang or an earlier one).
+        bool complete = LiveTasksLocked(g.job, g.attempt) >= info->tasks;
+        if (!complete && now - last < options_.gather) continue;
+      }
+      g.open = false;  // its tasks are fixed from here: a later Launch is a gang of its own
+      for (const auto& [t, d] : g.tasks) tasks.push_back(d);
+      tag = g.uncertain.empty() ? tasks.front().allocation : g.uncertain;
+    }
     if (!info) {
       for (const server::Dispatch& d : tasks) {
         sink_({d.allocation, d.job, d.task, AllocationPhase::kFailed, 0,
@@ -223,11 +285,9 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
       gangs_.erase(w.key);
       continue;
     }
-    bool complete = static_cast<int32_t>(tasks.size()) >= info->tasks;
-    if (!complete && now - last < options_.gather) continue;
     DispatchRequest r;
     r.job = job;
-    r.allocation = tasks.front().allocation;  // never reused: a fine tag for the gang
+    r.allocation = tag;  // never reused: a fine tag for the gang
     for (const server::Dispatch& d : tasks) r.bindings.push_back({d.job, d.task, d.placement});
     r.script = info->script;
     r.command = info->command;
@@ -242,8 +302,13 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     r.stderr_path = out.stderr_path.empty() ? info->stderr_file : out.stderr_path;
     auto id = pool_->Dispatch(r);
     if (!id.ok() && id.status().retryable()) {
+      // The sbatch may have created the job without our hearing of it (SlurmPool marks it
+      // uncertain): the gang keeps its tasks and tag.
       std::lock_guard<std::mutex> lock(mu_);
-      gangs_[w.key].not_before = now + options_.retry;
+      if (auto it = gangs_.find(w.key); it != gangs_.end()) {
+        it->second.not_before = now + options_.retry;
+        it->second.uncertain = r.allocation;
+      }
       continue;
     }
     if (!id.ok() && IsAccessRefusal(id.status()) && info->restart_on_eviction) {
@@ -274,8 +339,11 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    gangs_[w.key].slurm_allocation = r.allocation;
-    gangs_[w.key].dispatched_at = now;
+    if (auto it = gangs_.find(w.key); it != gangs_.end()) {
+      it->second.slurm_allocation = r.allocation;
+      it->second.uncertain.clear();
+      it->second.dispatched_at = now;
+    }
     any_dispatched = true;
   }
   for (const TaskReport& r : reported_refusals) sink_(r);
@@ -304,7 +372,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
       if (st.phase == AllocationPhase::kPending && !g.stays_pending.empty())
         st.message += ": " + g.stays_pending;
       if (st.phase == AllocationPhase::kPending && g.requeue_why.empty() &&
-          g.stays_pending.empty() && !g.stop_requested && options_.pending_timeout.count() > 0 &&
+          g.stays_pending.empty() && g.stopped.empty() && options_.pending_timeout.count() > 0 &&
           pending_for >= options_.pending_timeout && st.reason.rfind("JobHeld", 0) != 0) {
         using std::chrono::duration_cast;
         using std::chrono::seconds;
@@ -315,7 +383,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
                  std::to_string(duration_cast<seconds>(options_.pending_timeout).count()) +
                  " s): cancelled in Slurm, to be placed again"});
       }
-      if (!g.requeue_why.empty() && !g.stop_requested && st.phase == AllocationPhase::kKilled) {
+      if (!g.requeue_why.empty() && !g.AllStopped() && st.phase == AllocationPhase::kKilled) {
         // Our own scancel: the tasks go back to the server as evicted, not as cancelled.
         st.state = "PENDING";
         st.message = g.requeue_why;
@@ -325,8 +393,10 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
         auto now_is = std::make_pair(st.phase, st.message);
         if (prev != g.reported.end() && prev->second == now_is) continue;  // nothing new
         g.reported[d.allocation] = now_is;
+        // Ended by our own scancel, which only a stop of every task asks for.
+        const bool ours = g.cancelled && g.AllStopped() && IsTerminal(st.phase);
         reports.push_back({d.allocation, d.job, d.task, st.phase, st.exit_code, st.message,
-                           st.external_id, st.state});
+                           st.external_id, st.state, ours});
       }
       // Started or ended for good: the next time it is stuck is a first time again.
       if (st.phase == AllocationPhase::kRunning || (IsTerminal(st.phase) && g.requeue_why.empty()))

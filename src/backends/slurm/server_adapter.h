@@ -5,8 +5,14 @@
 // returns; a worker thread gathers a job attempt's tasks (until JobInfo::tasks have
 // arrived, or `gather` has passed since the last one), dispatches them as one Slurm job
 // tagged with the first task's allocation id, polls Slurm, and reports every task's state
-// through the sink. Stop() cancels the whole Slurm job (a gang lives and dies together).
-// Nothing here blocks the caller of Launch/Stop. Thread-safe.
+// through the sink. A task launched once its attempt's gang has gone to Slurm (a Deployment
+// scaled up, a replica replaced alone) starts a new gang: its own sbatch. Nothing here
+// blocks the caller of Launch/Stop. Thread-safe.
+//
+// Stop() of a task: one that never reached Slurm is over at once; a Slurm job is scancelled
+// once every task of it is stopped (Slurm runs its tasks as one job: stopping some of them,
+// a Deployment scaled down or an elastic job evicted in part, leaves them running there, and
+// their stop waits for the rest or for the job's end).
 //
 // A gang Slurm keeps PENDING for longer than `pending_timeout` (the nodes Tessera chose were
 // taken by jobs Tessera does not know, or Slurm will not start it there) is scancelled, and
@@ -77,6 +83,9 @@ struct TaskReport {
   std::string message;
   std::string external_id;  // "slurm:42"
   std::string state;        // Slurm's word for what decided `phase` ("NODE_FAIL", "CANCELLED")
+  // Ended by Tessera's own scancel (every task of the Slurm job was stopped): an expected
+  // stop for each of them, whatever Slurm calls it, not a cancel from outside Tessera.
+  bool stopped_by_tessera = false;
 };
 
 struct ServerAdapterOptions {
@@ -131,21 +140,27 @@ class SlurmServerBackend : public server::Backend {
   void Step(std::chrono::steady_clock::time_point now);
 
  private:
+  // The tasks of one sbatch (or of one still being gathered).
   struct Gang {
     std::string job;
     int32_t attempt = 1;
     std::map<int32_t, server::Dispatch> tasks;  // by task index
     std::chrono::steady_clock::time_point last_launch;
     std::chrono::steady_clock::time_point not_before;  // retry back-off
+    // Gathering Launch()es: no sbatch for it has been tried yet (then its tasks are fixed).
+    bool open = true;
+    // The tag of an sbatch tried for it whose answer was lost: Slurm may run it.
+    std::string uncertain;
     std::string slurm_allocation;  // set once dispatched: the tag's allocation id
     std::chrono::steady_clock::time_point dispatched_at;
-    bool stop_requested = false;
+    std::set<std::string> stopped;  // task allocations Stop() was called for
+    bool AllStopped() const { return !tasks.empty() && stopped.size() >= tasks.size(); }
     // Set when it stayed pending past options_.pending_timeout: why it is cancelled in Slurm
     // and handed back (its tasks' message once Slurm confirms the cancel).
     std::string requeue_why;
     // Past the timeout, but left in Slurm's queue: why (added to its tasks' message).
     std::string stays_pending;
-    bool cancelled = false;  // the scancel (stop_requested or requeue_why) went through
+    bool cancelled = false;  // the scancel (AllStopped or requeue_why) went through
     // Per task allocation: what was reported last (a pending job's reason may change).
     std::map<std::string, std::pair<AllocationPhase, std::string>> reported;
   };
@@ -157,9 +172,15 @@ class SlurmServerBackend : public server::Backend {
   ServerAdapterOptions options_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, Gang> gangs_;           // by "<job>#<attempt>"
+  // Tasks of `key`'s job attempt, in any gang, not stopped.
+  int32_t LiveTasksLocked(const std::string& job, int32_t attempt) const;
+  // A new gang's key: "<job>#<attempt>#<sequence>".
+  std::string NewGangLocked(const std::string& job, int32_t attempt);
+
+  std::map<std::string, Gang> gangs_;           // by NewGangLocked's key
   std::map<std::string, std::string> gang_of_;  // task allocation -> gang key
-  std::map<std::string, int> replaced_;         // job -> cancels for pending, in a row
+  int64_t next_gang_ = 0;
+  std::map<std::string, int> replaced_;  // job -> cancels for pending, in a row
   bool stopping_ = false;
   bool paused_ = false;
   std::thread worker_;

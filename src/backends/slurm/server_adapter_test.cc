@@ -40,6 +40,33 @@ CommandResult Squeue(const std::string& comment, const std::string& state, int64
   return {0, doc.dump(), ""};
 }
 
+struct SlurmJobRow {
+  int64_t id;
+  std::string comment, state;
+  std::string nodes = "node1";
+};
+// squeue --json listing these jobs.
+CommandResult SqueueJobs(const std::vector<SlurmJobRow>& rows) {
+  nlohmann::json doc = {{"errors", nlohmann::json::array()}, {"jobs", nlohmann::json::array()}};
+  for (const SlurmJobRow& r : rows)
+    doc["jobs"].push_back({{"job_id", r.id},
+                           {"het_job_id", 0},
+                           {"het_job_offset", 0},
+                           {"array_job_id", 0},
+                           {"name", "x"},
+                           {"comment", r.comment},
+                           {"job_state", r.state},
+                           {"state_reason", "None"},
+                           {"exit_code", r.state == "CANCELLED" ? 15 : 0},
+                           {"nodes", r.nodes},
+                           {"submit_time", 1},
+                           {"start_time", 2},
+                           {"end_time", 3},
+                           {"tasks", 1},
+                           {"node_count", 1}});
+  return {0, doc.dump(), ""};
+}
+
 server::Dispatch Task(int32_t task, const std::string& node) {
   server::Dispatch d;
   d.allocation = "a-00" + std::to_string(task + 1);
@@ -122,6 +149,7 @@ TEST_F(AdapterTest, AnIncompleteGangWaitsForGather) {
 TEST_F(AdapterTest, StopBeforeAndAfterDispatch) {
   adapter.Launch(Task(0, "node1"));
   adapter.Launch(Task(1, "node2"));
+  adapter.Stop("a-001", 30);
   adapter.Stop("a-002", 30);
   adapter.Step(Clock::now());
   EXPECT_EQ(runner->Count("sbatch"), 0);  // never reached Slurm
@@ -139,10 +167,97 @@ TEST_F(AdapterTest, StopBeforeAndAfterDispatch) {
   adapter.Launch(t1);
   adapter.Step(Clock::now());
   adapter.Stop("a-001", 30);
+  adapter.Stop("a-002", 30);
   adapter.Step(Clock::now());
   EXPECT_EQ(runner->calls.back().argv.at(0), "squeue");
   EXPECT_EQ(runner->Count("scancel"), 1);
   EXPECT_EQ(reports.back().phase, AllocationPhase::kKilled);
+  EXPECT_TRUE(reports.back().stopped_by_tessera);  // our own scancel: an expected stop
+}
+
+// Slurm runs a gang's tasks as one job: stopping some of them (an elastic job evicted in
+// part) cannot end only those. The job is scancelled once every task of it is stopped.
+TEST_F(AdapterTest, ASlurmJobIsCancelledOnlyOnceEveryTaskOfItIsStopped) {
+  runner->Reply("sbatch", {0, "42", ""});
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "RUNNING"));
+  runner->Reply("scancel", {0, "", ""});
+  adapter.Launch(Task(0, "node1"));
+  adapter.Launch(Task(1, "node2"));
+  const auto t0 = Clock::now();
+  adapter.Step(t0);
+  ASSERT_EQ(runner->Count("sbatch"), 1);
+  adapter.Stop("a-002", 30);
+  for (int i = 1; i <= 5; ++i) adapter.Step(t0 + std::chrono::seconds(i));
+  EXPECT_EQ(runner->Count("scancel"), 0) << "task 0 still runs in that Slurm job";
+  EXPECT_TRUE(adapter.Tracks("a-001"));
+  EXPECT_TRUE(adapter.Tracks("a-002"));
+  for (const TaskReport& r : reports) EXPECT_EQ(r.phase, AllocationPhase::kRunning);
+  adapter.Stop("a-001", 30);
+  adapter.Step(t0 + std::chrono::seconds(6));
+  ASSERT_EQ(runner->Count("scancel"), 1);
+  for (const auto& c : runner->calls)
+    if (c.argv.at(0) == "scancel") {
+      EXPECT_EQ(c.argv, (std::vector<std::string>{"scancel", "42"}));
+    }
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "CANCELLED", 15));
+  adapter.Step(t0 + std::chrono::seconds(7));
+  ASSERT_EQ(reports.size(), 4u);
+  for (const TaskReport& r : {reports[2], reports[3]}) {
+    EXPECT_EQ(r.phase, AllocationPhase::kKilled) << r.allocation;
+    EXPECT_TRUE(r.stopped_by_tessera) << r.allocation;
+  }
+  EXPECT_FALSE(adapter.Tracks("a-001"));
+}
+
+// A Deployment scaled up: the new replica is launched once its attempt's Slurm job runs. It
+// is a Slurm job of its own (not added, unsent, to the first one), and scaling down again
+// cancels that one alone.
+TEST_F(AdapterTest, ATaskLaunchedAfterItsAttemptWentToSlurmIsASlurmJobOfItsOwn) {
+  tasks = 1;
+  runner->Reply("sbatch", {0, "42", ""});
+  runner->Reply("squeue", SqueueJobs({{42, "tessera:train:a-001", "RUNNING"}}));
+  adapter.Launch(Task(0, "node1"));
+  const auto t0 = Clock::now();
+  adapter.Step(t0);
+  ASSERT_EQ(runner->Count("sbatch"), 1);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].phase, AllocationPhase::kRunning);
+
+  tasks = 2;  // scaled to 2 replicas
+  runner->Reply("sbatch", {0, "43", ""});
+  runner->Reply("squeue", SqueueJobs({{42, "tessera:train:a-001", "RUNNING"},
+                                      {43, "tessera:train:a-002", "RUNNING", "node2"}}));
+  adapter.Launch(Task(1, "node2"));
+  adapter.Step(t0 + std::chrono::seconds(1));  // (complete: no wait for `gather`)
+  ASSERT_EQ(runner->Count("sbatch"), 2);
+  const auto& argv = runner->calls[runner->calls.size() - 2].argv;
+  ASSERT_EQ(argv.at(0), "sbatch");
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "tessera:train:a-002"), argv.end());
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--nodelist=node2"), argv.end());
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--ntasks=1"), argv.end());
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[1].allocation, "a-002");
+  EXPECT_EQ(reports[1].phase, AllocationPhase::kRunning);
+  EXPECT_EQ(reports[1].external_id, "slurm:43");
+
+  // Scaled back to 1: replica 1's Slurm job is cancelled, replica 0's runs on.
+  runner->Reply("scancel", {0, "", ""});
+  adapter.Stop("a-002", 30);
+  adapter.Step(t0 + std::chrono::seconds(2));
+  ASSERT_EQ(runner->Count("scancel"), 1);
+  for (const auto& c : runner->calls)
+    if (c.argv.at(0) == "scancel") {
+      EXPECT_EQ(c.argv, (std::vector<std::string>{"scancel", "43"}));
+    }
+  runner->Reply("squeue", SqueueJobs({{42, "tessera:train:a-001", "RUNNING"},
+                                      {43, "tessera:train:a-002", "CANCELLED", "node2"}}));
+  adapter.Step(t0 + std::chrono::seconds(3));
+  ASSERT_EQ(reports.size(), 3u);
+  EXPECT_EQ(reports[2].allocation, "a-002");
+  EXPECT_EQ(reports[2].phase, AllocationPhase::kKilled);
+  EXPECT_TRUE(reports[2].stopped_by_tessera);
+  EXPECT_TRUE(adapter.Tracks("a-001"));
+  EXPECT_FALSE(adapter.Tracks("a-002"));
 }
 
 // Pending in Slurm past the timeout (5 min by default): scancelled, and once Slurm confirms,

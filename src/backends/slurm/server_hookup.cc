@@ -132,17 +132,22 @@ class SlurmPoolHookup::JournalingPool final : public PoolBackend {
   }
   StatusOr<std::string> Dispatch(const DispatchRequest& r) override {
     std::string key = prefix_ + r.allocation;
+    // Which of the attempt's tasks this Slurm job runs: a task launched after the first
+    // sbatch (a Deployment scaled up) has a Slurm job of its own.
+    Json tasks = Json::array();
+    for (const Binding& b : r.bindings) tasks.push_back(b.task);
     auto had = store_.Get(key);
     if (!had.ok()) return had.status();
     if (!had->has_value()) {
       // Durable before sbatch runs: after a crash the allocation is known to be "maybe
       // submitted" and is never submitted twice.
-      auto w = store_.Write({store::Op::Put(key, Json{{"job", r.job}}.dump())});
+      auto w = store_.Write({store::Op::Put(key, Json{{"job", r.job}, {"tasks", tasks}}.dump())});
       if (!w.ok()) return w.status().WithContext("journal " + key);
     }
     auto id = inner_->Dispatch(r);
     if (id.ok()) {
-      (void)store_.Write({store::Op::Put(key, Json{{"job", r.job}, {"externalId", *id}}.dump())});
+      (void)store_.Write({store::Op::Put(
+          key, Json{{"job", r.job}, {"tasks", tasks}, {"externalId", *id}}.dump())});
     }
     return id;
   }
@@ -165,18 +170,30 @@ class SlurmPoolHookup::JournalingPool final : public PoolBackend {
   }
   Status Cancel(const std::string& allocation) override { return inner_->Cancel(allocation); }
 
-  // allocation -> external id ("" while the sbatch answer was never recorded).
-  StatusOr<std::map<std::string, std::string>> Journaled() {
+  struct Entry {
+    std::string external_id;  // "" while the sbatch answer was never recorded
+    // The task indexes its Slurm job runs; nullopt (written before they were recorded): all
+    // of the attempt's tasks.
+    std::optional<std::set<int32_t>> tasks;
+  };
+  // By allocation (the Slurm job's tag).
+  StatusOr<std::map<std::string, Entry>> Journaled() {
     auto kvs = store_.Range(prefix_);
     if (!kvs.ok()) return kvs.status();
-    std::map<std::string, std::string> out;
+    std::map<std::string, Entry> out;
     for (const auto& kv : *kvs) {
-      std::string ext;
+      Entry e;
       try {
-        ext = Json::parse(kv.value).value("externalId", "");
+        Json j = Json::parse(kv.value);
+        e.external_id = j.value("externalId", "");
+        if (j.contains("tasks") && j["tasks"].is_array()) {
+          e.tasks.emplace();
+          for (const auto& t : j["tasks"])
+            if (t.is_number_integer()) e.tasks->insert(t.get<int32_t>());
+        }
       } catch (const std::exception&) {
       }
-      out[kv.key.substr(prefix_.size())] = ext;
+      out[kv.key.substr(prefix_.size())] = std::move(e);
     }
     return out;
   }
@@ -315,6 +332,7 @@ void SlurmPoolHookup::OnReport(const TaskReport& r) {
                          : r.message.empty()   ? r.external_id
                                                : r.external_id + ": " + r.message;
     it->second.slurm_state = r.state;
+    it->second.stopped_by_tessera = it->second.stopped_by_tessera || r.stopped_by_tessera;
     if (!r.external_id.empty()) it->second.external_id = r.external_id;
     report_now_ = true;  // (a pending task's reason too: the job shows it)
   }
@@ -353,12 +371,13 @@ void SlurmPoolHookup::SyncLoop() {
 
 Status SlurmPoolHookup::Reconcile() {
   // What the server wants to exist on Slurm: the live allocations on the pool's nodes,
-  // grouped by job attempt (one Slurm job each, tagged with its lowest task's allocation).
-  struct Gang {
+  // grouped by job attempt, then by Slurm job (one per sbatch, tagged with its lowest
+  // task's allocation; the journal says which tasks each runs).
+  struct Attempt {
     std::vector<server::Dispatch> tasks;  // by task index
-    bool stopping = false;                // the server was stopping it
+    std::set<std::string> stopping;       // allocations the server was stopping
   };
-  std::map<std::string, Gang> gangs;
+  std::map<std::string, Attempt> attempts;
   const Json listed = cp_.ListNodes(System(), true);
   for (const auto& n : listed["items"]) {
     if (n.value("pool", "") != options_.pool) continue;
@@ -373,28 +392,53 @@ Status SlurmPoolHookup::Reconcile() {
       auto place = PlacementFromJson(a.at("placement"), d.task);
       if (!place.ok()) return place.status().WithContext("allocation " + d.allocation);
       d.placement = *place;
-      Gang& g = gangs[d.job + "#" + std::to_string(d.attempt)];
+      Attempt& g = attempts[d.job + "#" + std::to_string(d.attempt)];
       g.tasks.push_back(d);
-      g.stopping = g.stopping || state == "Stopping";
+      if (state == "Stopping") g.stopping.insert(d.allocation);
     }
   }
-  for (auto& [key, g] : gangs)
+  for (auto& [key, g] : attempts)
     std::sort(g.tasks.begin(), g.tasks.end(),
               [](const server::Dispatch& a, const server::Dispatch& b) { return a.task < b.task; });
   auto journal = journal_->Journaled();
   if (!journal.ok()) return journal.status();
-  std::vector<DesiredAllocation> desired;
-  for (const auto& [key, g] : gangs)
-    for (const server::Dispatch& d : g.tasks) {
-      DesiredAllocation w{d.job, d.allocation, "", {}};
-      if (auto j = journal->find(d.allocation); j != journal->end()) w.external_id = j->second;
-      for (const server::Dispatch& t : g.tasks) w.bindings.push_back({t.job, t.task, t.placement});
-      desired.push_back(std::move(w));
+  // An attempt's tasks, per Slurm job: each journaled tag (in allocation order) takes the
+  // tasks its entry names (all those left, for an entry that names none); "" holds the tasks
+  // no sbatch was ever tried for.
+  using Batches = std::map<std::string, std::vector<server::Dispatch>>;
+  auto split = [&](const Attempt& g, const std::set<std::string>& extra_tags) {
+    std::set<std::string> tags = extra_tags;
+    for (const server::Dispatch& d : g.tasks)
+      if (journal->contains(d.allocation)) tags.insert(d.allocation);
+    Batches out;
+    std::set<int32_t> claimed;
+    for (const std::string& tag : tags) {
+      std::optional<std::set<int32_t>> only;
+      if (auto j = journal->find(tag); j != journal->end()) only = j->second.tasks;
+      for (const server::Dispatch& d : g.tasks) {
+        if (claimed.contains(d.task) || (only && !only->contains(d.task))) continue;
+        out[tag].push_back(d);
+        claimed.insert(d.task);
+      }
     }
+    for (const server::Dispatch& d : g.tasks)
+      if (!claimed.contains(d.task)) out[""].push_back(d);
+    return out;
+  };
+  std::vector<DesiredAllocation> desired;
+  for (const auto& [key, g] : attempts)
+    for (const auto& [tag, tasks] : split(g, {}))
+      for (const server::Dispatch& d : tasks) {
+        DesiredAllocation w{d.job, d.allocation, "", {}};
+        if (auto j = journal->find(d.allocation); j != journal->end())
+          w.external_id = j->second.external_id;
+        for (const server::Dispatch& t : tasks) w.bindings.push_back({t.job, t.task, t.placement});
+        desired.push_back(std::move(w));
+      }
   auto report = journal_->Reconcile(desired);
   if (!report.ok()) return report.status();
-  std::map<std::string, std::string> adopted;  // task allocation -> tag allocation
-  for (const AllocationStatus& s : report->adopted) adopted[s.allocation] = s.allocation;
+  std::set<std::string> adopted;  // tags found in Slurm
+  for (const AllocationStatus& s : report->adopted) adopted.insert(s.allocation);
 
   Counts c;
   c.cancelled =
@@ -403,47 +447,50 @@ Status SlurmPoolHookup::Reconcile() {
   std::vector<server::Dispatch> launch;
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (const auto& [key, g] : gangs) {
-      std::string tag;
-      bool submitted = false;  // an sbatch for it was answered with a Slurm job id
-      for (const server::Dispatch& d : g.tasks) {
-        if (tag.empty() && adopted.count(d.allocation)) tag = d.allocation;
-        auto j = journal->find(d.allocation);
-        submitted = submitted || (j != journal->end() && !j->second.empty());
-      }
+    for (const auto& [key, g] : attempts) {
+      // (A tag found in Slurm that the journal does not hold: its tasks are all those left.)
+      std::set<std::string> found;
+      for (const server::Dispatch& d : g.tasks)
+        if (adopted.contains(d.allocation)) found.insert(d.allocation);
       for (const server::Dispatch& d : g.tasks) {
         TaskState& t = tasks_[d.allocation];
         t.node = d.placement.node;
         t.job = d.job;
         t.stop_requested = t.stop_requested || stopped_.count(d.allocation) > 0;
       }
-      if (!tag.empty()) {
-        adopt.push_back({g.tasks, tag});  // (a stopping one is cancelled below)
-        ++c.adopted;
-      } else if (g.stopping) {
-        // Being stopped, and no Slurm job runs it (never submitted, or over): it is gone.
-        for (const server::Dispatch& d : g.tasks) {
-          TaskState& t = tasks_[d.allocation];
-          t.phase = AllocationPhase::kKilled;
-          t.stop_requested = true;
-          t.message = "stopped; no Slurm job runs it";
+      for (const auto& [tag, tasks] : split(g, found)) {
+        if (!tag.empty() && adopted.contains(tag)) {
+          adopt.push_back({tasks, tag});  // (its stopping tasks are stopped below)
+          ++c.adopted;
+          continue;
         }
-      } else if (submitted) {
-        // Submitted by a previous instance, and Slurm no longer knows it.
-        for (const server::Dispatch& d : g.tasks) {
+        // An sbatch for it was answered with a Slurm job id.
+        const bool submitted = !tag.empty() && !journal->at(tag).external_id.empty();
+        bool lost = false, relaunched = false;
+        for (const server::Dispatch& d : tasks) {
           TaskState& t = tasks_[d.allocation];
-          t.phase = AllocationPhase::kLost;
-          t.message =
-              "the Slurm job submitted for it before the server restarted is gone "
-              "from Slurm (lost)";
+          if (g.stopping.contains(d.allocation)) {
+            // Being stopped, and no Slurm job runs it (never submitted, or over): it is gone.
+            t.phase = AllocationPhase::kKilled;
+            t.stop_requested = true;
+            t.message = "stopped; no Slurm job runs it";
+          } else if (submitted) {
+            // Submitted by a previous instance, and Slurm no longer knows it.
+            t.phase = AllocationPhase::kLost;
+            t.message =
+                "the Slurm job submitted for it before the server restarted is gone "
+                "from Slurm (lost)";
+            lost = true;
+          } else {
+            // Never submitted, or every sbatch for it went unanswered (slurmctld away: the
+            // journal entry is written before each try) and squeue has no job with its tag:
+            // it never reached Slurm. Dispatched now, as a fresh submission.
+            launch.push_back(d);
+            relaunched = true;
+          }
         }
-        ++c.lost;
-      } else {
-        // Never submitted, or every sbatch for it went unanswered (slurmctld away: the
-        // journal entry is written before each try) and squeue has no job with its tag:
-        // it never reached Slurm. Dispatched now, as a fresh submission.
-        for (const server::Dispatch& d : g.tasks) launch.push_back(d);
-        ++c.redispatched;
+        c.lost += lost ? 1 : 0;
+        c.redispatched += relaunched ? 1 : 0;
       }
     }
     c.nodes = counts_.nodes;
@@ -629,7 +676,8 @@ void SlurmPoolHookup::HeartbeatAll() {
         beat.final.push_back(alloc);
         // Cancelled in Slurm (scancel) without Tessera asking: the job ends, as a Slurm job
         // does (Slurm never requeues a cancelled job), rather than restart as an eviction.
-        if (p == AllocationPhase::kKilled && t.slurm_state == "CANCELLED" && !t.stop_requested)
+        if (p == AllocationPhase::kKilled && t.slurm_state == "CANCELLED" && !t.stop_requested &&
+            !t.stopped_by_tessera)
           cancelled.emplace(t.job, t.external_id.empty() ? "its Slurm job" : t.external_id);
       }
       beat.tasks.push_back(std::move(r));

@@ -99,6 +99,7 @@ class SlurmPoolHookup {
     std::string slurm_state;  // Slurm's word for the end ("CANCELLED", "NODE_FAIL", ...)
     std::string external_id;  // "slurm:42"
     bool stop_requested = false;
+    bool stopped_by_tessera = false;  // its Slurm job ended by Tessera's own scancel
   };
   struct NodeState {
     std::string json;  // NodeToJson of what was last registered

@@ -94,6 +94,11 @@ class FakeSlurm : public CommandRunner {
     std::lock_guard<std::mutex> l(mu_);
     return jobs_.size();
   }
+  std::string JobState(int64_t id) {  // "" for a job it never had
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(id);
+    return it == jobs_.end() ? "" : it->second.state;
+  }
   std::vector<std::string> LastSbatch() {
     std::lock_guard<std::mutex> l(mu_);
     return last_sbatch_;
@@ -406,6 +411,57 @@ TEST_F(HookupTest, ScancelInSlurmEndsTheJob) {
   EXPECT_EQ(Describe("sc").value("attempt", 0), 1);
   for (int i = 0; i < 20; ++i) (void)cp_->RunCycle();
   EXPECT_EQ(slurm_->Calls("sbatch"), 1);  // never submitted again
+}
+
+// A Deployment scaled on a Slurm pool: the new replica is a Slurm job of its own, and scaling
+// down cancels that job alone; the replica left runs on, the job is not taken as cancelled
+// in Slurm.
+TEST_F(HookupTest, ScalingADeploymentRunsAndCancelsItsOwnSlurmJobs) {
+  real_engine_ = true;  // (the first fit places only whole jobs, not a running job's new task)
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"
+                          "spec:\n  replicas: 1\n  template:\n    spec:\n      containers:\n"
+                          "      - name: web\n        command: [sleep, '3000']\n"
+                          "        resources: {requests: {cpu: 1, memory: 100Mi}}\n")
+                  .ok());
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  slurm_->SetAll("RUNNING");
+  ASSERT_TRUE(Until([&] { return State("web") == "Running"; })) << State("web");
+  auto running = [&] {
+    int n = 0;
+    const Json j = Describe("web");  // (a temporary's items would dangle)
+    for (const auto& a : j["allocations"]) n += a.value("state", "") == "Running";
+    return n;
+  };
+
+  ASSERT_TRUE(cp_->Scale(kAdmin, "web", 2).ok());
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 2; }))
+      << "the new replica never reached Slurm: " << Describe("web").dump();
+  EXPECT_EQ(slurm_->JobState(42), "RUNNING");
+  slurm_->SetAll("RUNNING");
+  ASSERT_TRUE(Until([&] { return running() == 2; })) << Describe("web")["allocations"].dump();
+
+  ASSERT_TRUE(cp_->Scale(kAdmin, "web", 1).ok());
+  ASSERT_TRUE(Until([&] { return slurm_->JobState(43) == "CANCELLED"; }));
+  auto gone = [&] {
+    const Json j = Describe("web");
+    for (const auto& a : j["allocations"])
+      if (a.value("task", -1) == 1 && a.value("state", "") == "Stopping") return false;
+    return true;
+  };
+  ASSERT_TRUE(Until(gone)) << Describe("web")["allocations"].dump();
+  for (int i = 0; i < 30; ++i) {
+    (void)cp_->RunCycle();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(State("web"), "Running");
+  EXPECT_EQ(running(), 1);
+  EXPECT_EQ(slurm_->JobState(42), "RUNNING");  // replica 0's Slurm job is left alone
+  EXPECT_EQ(slurm_->Calls("scancel"), 1);
+  const std::string events = Describe("web")["events"].dump();
+  EXPECT_EQ(events.find("outside Tessera"), std::string::npos) << events;
 }
 
 // Submitted while slurmctld was down, then the server restarts: the sbatch never got an
