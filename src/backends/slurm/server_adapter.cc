@@ -184,6 +184,8 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
   struct Work {
     std::string key;
     std::string cancel;  // slurm allocation (tag) to cancel
+    // The gang is not known to Slurm yet; `cancel` is the tag of its lost sbatch.
+    bool uncertain = false;
   };
   std::vector<Work> work;
   std::vector<TaskReport> reported_refusals;  // sent once the lock is released
@@ -203,7 +205,13 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
         any_dispatched = true;
         // Slurm runs the gang's tasks as one job: cancelled once all of them are stopped.
         if ((g.AllStopped() || !g.requeue_why.empty()) && !g.cancelled)
-          work.push_back({key, g.slurm_allocation});
+          work.push_back({key, g.slurm_allocation, false});
+        ++it;
+        continue;
+      }
+      if (!g.uncertain.empty()) {
+        // Its sbatch answer was lost: Slurm may run it. Asked by tag, never assumed away.
+        work.push_back({key, g.AllStopped() ? g.uncertain : "", true});
         ++it;
         continue;
       }
@@ -221,7 +229,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
         it = gangs_.erase(it);
         continue;
       }
-      work.push_back({key, ""});  // a candidate for dispatch; checked below
+      work.push_back({key, "", false});  // a candidate for dispatch; checked below
       ++it;
     }
   }
@@ -233,6 +241,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
   for (Work& w : work) {
     if (!w.cancel.empty()) {
       Status s = pool_->Cancel(w.cancel);
+      std::vector<TaskReport> over;
       {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = gangs_.find(w.key);
@@ -240,10 +249,22 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
         Gang& g = it->second;
         if (!s.ok()) {
           g.not_before = now + options_.retry;
-        } else {
+        } else if (!w.uncertain) {
           g.cancelled = true;  // its end comes with the next squeue
+        } else {
+          // Slurm answered: whatever its lost sbatch created is cancelled (SlurmPool::Cancel
+          // looks for the tag in squeue). Only now are the tasks over.
+          for (const auto& [t, d] : g.tasks) {
+            over.push_back({d.allocation, d.job, d.task, AllocationPhase::kKilled, 0,
+                            "stopped while its sbatch's answer was lost: whatever Slurm "
+                            "job it created is cancelled",
+                            "", "", true});
+            gang_of_.erase(d.allocation);
+          }
+          gangs_.erase(it);
         }
       }
+      for (const TaskReport& r : over) sink_(r);
       continue;
     }
     // Dispatch once the gang is complete, or `gather` after its last task arrived.
@@ -303,7 +324,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     auto id = pool_->Dispatch(r);
     if (!id.ok() && id.status().retryable()) {
       // The sbatch may have created the job without our hearing of it (SlurmPool marks it
-      // uncertain): the gang keeps its tasks and tag.
+      // uncertain): the gang keeps its tasks and tag, and a stop must ask Slurm.
       std::lock_guard<std::mutex> lock(mu_);
       if (auto it = gangs_.find(w.key); it != gangs_.end()) {
         it->second.not_before = now + options_.retry;

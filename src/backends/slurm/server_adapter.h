@@ -12,7 +12,9 @@
 // Stop() of a task: one that never reached Slurm is over at once; a Slurm job is scancelled
 // once every task of it is stopped (Slurm runs its tasks as one job: stopping some of them,
 // a Deployment scaled down or an elastic job evicted in part, leaves them running there, and
-// their stop waits for the rest or for the job's end).
+// their stop waits for the rest or for the job's end). A gang whose sbatch answer was lost
+// (it may or may not exist in Slurm) is cancelled in Slurm by its tag, and its tasks are
+// over only once Slurm has answered that.
 //
 // A gang Slurm keeps PENDING for longer than `pending_timeout` (the nodes Tessera chose were
 // taken by jobs Tessera does not know, or Slurm will not start it there) is scancelled, and

@@ -340,6 +340,42 @@ TEST_F(AdapterTest, AJobPendingOnASlurmLimitIsLeftInSlurmsQueue) {
             "Slurm's queue (placing it again would not lift it)");
 }
 
+// sbatch's answer was lost (slurmctld went away mid-call): the job may exist in Slurm under
+// its tag. A stop then asks Slurm (squeue by tag, scancel what it finds) and the tasks are
+// over only once Slurm has answered, never "stopped before it reached Slurm" on a guess.
+TEST_F(AdapterTest, AStopWhileTheSubmissionIsUncertainCancelsItInSlurm) {
+  runner->Fail("sbatch", Unavailable("sbatch: error: Batch job submission failed: Socket "
+                                     "timed out on send/recv operation"));
+  adapter.Launch(Task(0, "node1"));
+  adapter.Launch(Task(1, "node2"));
+  const auto t0 = Clock::now();
+  adapter.Step(t0);
+  ASSERT_EQ(runner->Count("sbatch"), 1);
+  EXPECT_TRUE(reports.empty());
+  adapter.Stop("a-001", 30);
+  adapter.Stop("a-002", 30);
+  // Slurm still away: nothing is known, so nothing is reported; asked again later.
+  runner->Fail("squeue", Unavailable("squeue: error: Unable to contact slurm controller"));
+  adapter.Step(t0 + std::chrono::seconds(3));
+  EXPECT_TRUE(reports.empty());
+  EXPECT_TRUE(adapter.Tracks("a-001"));
+  EXPECT_EQ(runner->Count("scancel"), 0);
+  // It answers: the lost sbatch did create job 42, which is cancelled.
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "RUNNING"));
+  runner->Reply("scancel", {0, "", ""});
+  adapter.Step(t0 + std::chrono::seconds(6));
+  ASSERT_EQ(runner->Count("scancel"), 1);
+  EXPECT_EQ(runner->calls.back().argv, (std::vector<std::string>{"scancel", "42"}));
+  EXPECT_EQ(runner->Count("sbatch"), 1);  // never submitted again
+  ASSERT_EQ(reports.size(), 2u);
+  for (const TaskReport& r : reports) {
+    EXPECT_EQ(r.phase, AllocationPhase::kKilled) << r.allocation;
+    EXPECT_NE(r.message.find("answer was lost"), std::string::npos) << r.message;
+  }
+  EXPECT_FALSE(adapter.Tracks("a-001"));
+  EXPECT_FALSE(adapter.Tracks("a-002"));
+}
+
 TEST(PlacingAgainMayHelp, NodesAndQueueYesLimitsNo) {
   for (const char* r : {"Resources", "Priority", "ReqNodeNotAvail, UnavailableNodes:node3",
                         "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved", "PartitionDown",
