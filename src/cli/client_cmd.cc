@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -75,18 +79,53 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-std::string ServerUrl(const ClientFlags& f) {
-  if (!f.server.empty()) return f.server;
-  if (const char* e = std::getenv("TESSERA_SERVER")) return e;
-  return "http://127.0.0.1:8080";
+// Every file read before anything is sent: a missing one sends nothing (exit 2, naming it).
+bool ReadEvery(const std::vector<std::string>& files, std::vector<std::string>& texts) {
+  for (const auto& file : files) {
+    if (file != "-" && !std::filesystem::is_regular_file(file)) {
+      std::fprintf(stderr, "error: %s: no such file\n", file.c_str());
+      SetExitCode(2);
+      return false;
+    }
+    texts.push_back(ReadAll(file));
+  }
+  return true;
 }
 
-std::string Token(const ClientFlags& f) {
+std::string ServerUrl(const ClientFlags& f) {
+  std::string url = !f.server.empty()                          ? f.server
+                    : std::getenv("TESSERA_SERVER") != nullptr ? std::getenv("TESSERA_SERVER")
+                                                               : "http://127.0.0.1:8080";
+  // As kubectl takes it: http://host:8080/ is the server at http://host:8080.
+  while (url.size() > 1 && url.back() == '/') url.pop_back();
+  return url;
+}
+
+// [http[s]://]HOST[:PORT] and nothing after: cpp-httplib takes anything else whole for a host
+// name, and then says only that it cannot connect.
+bool IsServerUrl(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme != std::string::npos && url.compare(0, scheme, "http") != 0 &&
+      url.compare(0, scheme, "https") != 0)
+    return false;
+  const std::string rest = scheme == std::string::npos ? url : url.substr(scheme + 3);
+  return !rest.empty() && rest.find_first_of("/?#") == std::string::npos;
+}
+
+// The bearer token: --token, $TESSERA_TOKEN, $TESSERA_TOKEN_FILE (an error when it cannot be
+// read: a token silently left out reads as a server refusing it), or ./data/admin.token.
+StatusOr<std::string> Token(const ClientFlags& f) {
   if (!f.token.empty()) return f.token;
-  if (const char* e = std::getenv("TESSERA_TOKEN")) return e;
-  if (const char* e = std::getenv("TESSERA_TOKEN_FILE")) return Trim(ReadAll(e));
+  if (const char* e = std::getenv("TESSERA_TOKEN")) return std::string(e);
+  if (const char* e = std::getenv("TESSERA_TOKEN_FILE")) {
+    std::ifstream in(e);
+    if (!in)
+      return InvalidArgument(std::string("$TESSERA_TOKEN_FILE ") + e +
+                             ": cannot read: " + std::strerror(errno));
+    return Trim(ReadAll(e));
+  }
   if (std::filesystem::exists("data/admin.token")) return Trim(ReadAll("data/admin.token"));
-  return "";
+  return std::string();
 }
 
 struct Response {
@@ -114,13 +153,23 @@ Response Call(const ClientFlags& f, const std::string& method, const std::string
     out.bad_flag = true;
     return out;
   }
+  auto tok = Token(f);
+  if (!tok.ok()) {
+    out.error = tok.status().message();
+    out.bad_flag = true;
+    return out;
+  }
   httplib::Client c(url);
+  if (!IsServerUrl(url) || !c.is_valid()) {
+    out.error = "server URL \"" + url + "\": not http[s]://HOST[:PORT] (--server, $TESSERA_SERVER)";
+    out.bad_flag = true;
+    return out;
+  }
   ApplyTls(c, *tls);
   c.set_connection_timeout(5, 0);
   c.set_read_timeout(60, 0);
   httplib::Headers h;
-  std::string tok = Token(f);
-  if (!tok.empty()) h.emplace("Authorization", "Bearer " + tok);
+  if (!tok->empty()) h.emplace("Authorization", "Bearer " + *tok);
   h.insert(extra.begin(), extra.end());
   httplib::Result r = method == "GET"      ? c.Get(path.c_str(), h)
                       : method == "DELETE" ? c.Delete(path.c_str(), h)
@@ -181,7 +230,7 @@ bool Check(const ClientFlags& f, const Response& r) {
   }
   std::fprintf(stderr, "Error from server (%s): %s\n", code.c_str(), msg.c_str());
   // A server started with its own --data-dir writes its admin token there, not in ./data.
-  if (r.status == 401 && Token(f).empty())
+  if (auto sent = Token(f); r.status == 401 && sent.ok() && sent->empty())
     std::fprintf(stderr,
                  "hint: no token was sent: give --token, $TESSERA_TOKEN or $TESSERA_TOKEN_FILE "
                  "(`tessera server` writes its admin token to DATA_DIR/admin.token)\n");
@@ -194,10 +243,17 @@ bool Check(const ClientFlags& f, const Response& r) {
 std::string YamlScalar(const Json& v) {
   if (v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();
-    bool plain = !s.empty() && s.find_first_of(":#{}[],&*!|>'\"%@`\n") == std::string::npos &&
-                 s.front() != ' ' && s.back() != ' ' && s != "true" && s != "false" &&
-                 s != "null" && s != "~" &&
-                 s.find_first_not_of("0123456789.-+") != std::string::npos && s.front() != '-';
+    // Plain only where no YAML 1.1 or 1.2 reader would take it for anything but a string: not
+    // a bool or null word in any case (no, On, NULL), nor anything that starts like a number
+    // (0x1f, 1e3, .5, .inf, +1); quoting more is never wrong.
+    std::string lower = s;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    static const std::set<std::string> kWords = {"true", "false", "yes",  "no", "y",   "n",
+                                                 "on",   "off",   "null", "~",  "nan", "inf"};
+    const bool numeric_start = !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) ||
+                                              s[0] == '.' || s[0] == '+' || s[0] == '-');
+    bool plain = !s.empty() && s.find_first_of(":#{}[],&*!|>'\"%@`\n\t\\?") == std::string::npos &&
+                 s.front() != ' ' && s.back() != ' ' && !kWords.count(lower) && !numeric_start;
     return plain ? s : v.dump();
   }
   return v.dump();
@@ -548,7 +604,13 @@ struct BenchFlags {
 void RunBench(const ClientFlags& f, const BenchFlags& b) {
   std::unique_ptr<server::ControlPlane> cp;
   std::unique_ptr<server::ApiServer> api;
-  std::string url = f.server, token = Token(f), dir;
+  auto given = Token(f);
+  if (!given.ok()) {
+    std::fprintf(stderr, "error: %s\n", given.status().message().c_str());
+    SetExitCode(2);
+    return;
+  }
+  std::string url = f.server, token = *given, dir;
   if (url.empty()) {
     // In-process server on a fresh data dir: the same code as `tessera server`.
     dir = b.data_dir.empty() ? (std::filesystem::temp_directory_path() /
@@ -738,16 +800,8 @@ void AddClientCommands(CLI::App& app) {
     AddCommon(c, *f);
     c->callback([f, files] {
       if (!ValidOutput(*f)) return;
-      // Every file is read before anything is sent: a missing one submits nothing.
       std::vector<std::string> texts;
-      for (const auto& file : *files) {
-        if (file != "-" && !std::filesystem::is_regular_file(file)) {
-          std::fprintf(stderr, "error: %s: no such file\n", file.c_str());
-          SetExitCode(2);
-          return;
-        }
-        texts.push_back(ReadAll(file));
-      }
+      if (!ReadEvery(*files, texts)) return;
       // Each file is one request (all of its documents or none). When a later file is
       // refused, what the earlier ones submitted is printed before the error.
       Json all = Json::array();
@@ -791,8 +845,9 @@ void AddClientCommands(CLI::App& app) {
     c->add_option("-f,--filename", *files, "file ('-' = stdin); repeatable")->required();
     AddCommon(c, *f);
     c->callback([f, files] {
-      for (const auto& file : *files) {
-        std::string text = ReadAll(file);
+      std::vector<std::string> texts;
+      if (!ReadEvery(*files, texts)) return;
+      for (const std::string& text : texts) {
         bool pcs = text.find("kind: PriorityClass") != std::string::npos;
         auto r = Call(*f, "POST", pcs ? "/v1/priorityclasses" : "/v1/queues", text);
         if (!Check(*f, r)) return;
@@ -815,15 +870,26 @@ void AddClientCommands(CLI::App& app) {
     c->add_option("kind", *what,
                   "jobs | nodes | queues | priorityclasses | pools | events | tokens")
         ->required()
-        ->check(CLI::IsMember({"jobs", "job", "nodes", "node", "queues", "queue", "priorityclasses",
-                               "pc", "pools", "events", "tokens", "token"}));
+        ->check(
+            CLI::IsMember({"jobs", "job", "nodes", "node", "queues", "queue", "priorityclasses",
+                           "priorityclass", "pc", "pools", "pool", "events", "tokens", "token"}));
     c->add_option("name", *name, "one object by name");
     c->add_option("--queue", *queue, "jobs: only this queue");
     c->add_option("--state", *state, "jobs: only this state (Pending, Running, ...; any case)");
     c->add_option("--limit", *limit, "at most this many (events: the newest)");
     AddCommon(c, *f);
     c->callback([f, what, name, queue, state, limit] {
-      std::string k = *what;
+      // One name per kind from here on: the plural (kubectl takes either, and `pc`).
+      static const std::map<std::string, std::string> kPlural = {
+          {"job", "jobs"},
+          {"node", "nodes"},
+          {"queue", "queues"},
+          {"pool", "pools"},
+          {"token", "tokens"},
+          {"pc", "priorityclasses"},
+          {"priorityclass", "priorityclasses"}};
+      const auto plural_of = kPlural.find(*what);
+      std::string k = plural_of == kPlural.end() ? *what : plural_of->second;
       // kubectl's -o name: KIND/NAME per line, for scripts (`tessera cancel` takes job/NAME).
       const bool names_only = f->output == "name";
       if (names_only && k == "events") {
@@ -862,7 +928,7 @@ void AddClientCommands(CLI::App& app) {
       size_t keep = *limit > 0 ? static_cast<size_t>(*limit) : 0;
       if (jobs) {
         if (!name->empty()) {
-          auto r = Call(*f, "GET", "/v1/jobs/" + Esc(*name));
+          auto r = Call(*f, "GET", "/v1/jobs/" + Esc(JobArg(*name)));
           if (!Check(*f, r)) return;
           items.push_back(r.body);
         } else {
@@ -875,13 +941,15 @@ void AddClientCommands(CLI::App& app) {
       } else {
         std::string path = k.starts_with("node")    ? "/v1/nodes"
                            : k.starts_with("queue") ? "/v1/queues"
-                           : k == "pools"           ? "/v1/pools"
+                           : k.starts_with("pool")  ? "/v1/pools"
                            : k.starts_with("token") ? "/v1/tokens"
                                                     : "/v1/priorityclasses";
         if (!fetch(path)) return;
       }
       if (keep && items.size() > keep) items.erase(items.begin() + keep, items.end());
-      std::string plural = k == "pc" ? "priorityclasses" : k.ends_with("s") ? k : k + "s";
+      std::string plural = k == "pc" || k == "priorityclass" ? "priorityclasses"
+                           : k.ends_with("s")                ? k
+                                                             : k + "s";
       if (items.empty() && !name->empty()) {
         std::fprintf(stderr, "error: %s \"%s\" not found\n", plural.c_str(), name->c_str());
         SetExitCode(1);
@@ -891,7 +959,7 @@ void AddClientCommands(CLI::App& app) {
         const char* singular = jobs                     ? "job"
                                : k.starts_with("node")  ? "node"
                                : k.starts_with("queue") ? "queue"
-                               : k == "pools"           ? "pool"
+                               : k.starts_with("pool")  ? "pool"
                                : k.starts_with("token") ? "token"
                                                         : "priorityclass";
         for (const auto& x : items) std::printf("%s/%s\n", singular, S(x, "name").c_str());
@@ -1259,14 +1327,18 @@ void AddClientCommands(CLI::App& app) {
                                : k == "job"   ? "/v1/jobs/"
                                : k == "node"  ? "/v1/nodes/"
                                               : "/v1/priorityclasses/";
-      for (const auto& n : *names) {
+      for (const auto& given : *names) {
+        // kubectl's KIND/NAME (`get jobs -o name | xargs tessera delete job`).
+        const std::string n = k == "job" ? JobArg(given) : given;
         auto r = Call(*f, "DELETE", path + Esc(n));
         if (!Check(*f, r)) continue;
+        // The job the name or number resolved to (an array's id: its first element).
+        const std::string shown = k == "job" && !S(r.body, "name").empty() ? S(r.body, "name") : n;
         if (k == "job" && !r.body.value("deleted", false))
-          std::printf("job/%s %s (delete it again to remove it once it has ended)\n", n.c_str(),
+          std::printf("job/%s %s (delete it again to remove it once it has ended)\n", shown.c_str(),
                       S(r.body, "state") == "Cancelled" ? "cancelled" : "cancelling");
         else
-          std::printf("%s/%s deleted\n", k.c_str(), n.c_str());
+          std::printf("%s/%s deleted\n", k.c_str(), shown.c_str());
       }
     });
   }

@@ -1127,6 +1127,7 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
             true)
       << out_j;
   EXPECT_EQ(out_j.find("items"), std::string::npos) << out_j;
+  EXPECT_EQ(run("get job job/a1 -o name"), (std::pair<int, std::string>{0, "job/a1\n"}));
   // apply says what it did to each object, as kubectl.
   const std::string queues = dir_ + "/queues.yaml";
   std::ofstream(queues) << "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
@@ -1241,6 +1242,12 @@ TEST_F(ApiTest, CliGetFiltersEveryKindSubmitReadsEveryFileFirstDeleteRevokes) {
   const std::string listed = run("get jobs").second;
   EXPECT_LT(listed.find("n_2 "), listed.find("n_10 ")) << listed;
   EXPECT_LT(listed.find("a3 "), listed.find("n_2 ")) << listed;
+  // -o yaml quotes a string any YAML reader would take for a bool or a number.
+  for (const std::string name : {"no", "On", "0x1f", "1e3", ".5"}) {
+    ASSERT_EQ(Do("POST", "/v1/jobs", "root-token-0123456789", Job(name, "training")).status, 201);
+    auto [rc_y, out_y] = CaptureCommand(cli + "get job " + name + server + " -o yaml");
+    EXPECT_NE(out_y.find("name: \"" + name + "\"\n"), std::string::npos) << out_y;
+  }
 }
 
 TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
@@ -1265,6 +1272,12 @@ TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
       {"get jobs -o xml" + server, 2},                        // the command's own usage check
       {"describe job nope" + server, 1},                      // the server refused (404)
       {"get jobs --server http://127.0.0.1:1 --token x", 3},  // nothing listens there
+      // A trailing slash is the same server (kubectl takes it); a URL with a path is no server.
+      {"get jobs --server " + api_->url() + "/ --token root-token-0123456789", 0},
+      {"get jobs --server " + api_->url() + "/v1 --token root-token-0123456789", 2},
+      {"apply -f /nonexistent/queue.yaml" + server, 2},  // named, nothing sent
+      {"get pool" + server, 0},                          // singular kinds, as kubectl
+      {"get priorityclass" + server, 0},
   };
   for (const auto& c : cases) {
     std::string cmd = std::string(bin) + " " + c.args + " > /dev/null 2>&1";
@@ -1272,6 +1285,13 @@ TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
     ASSERT_TRUE(WIFEXITED(rc)) << c.args;
     EXPECT_EQ(WEXITSTATUS(rc), c.code) << "tessera " << c.args;
   }
+  // A token file that cannot be read is an error naming it, not a request without a token.
+  auto [rc, out] = CaptureCommand("env -u TESSERA_TOKEN TESSERA_TOKEN_FILE=/nonexistent/token " +
+                                  std::string(bin) + " get jobs --server " + api_->url() + " 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_EQ(out,
+            "error: $TESSERA_TOKEN_FILE /nonexistent/token: cannot read: No such file or "
+            "directory\n");
 }
 
 // `tessera delete job`: an unfinished job is cancelled, a finished one removed, and its name
@@ -1299,7 +1319,7 @@ TEST_F(ApiTest, CliDeleteJobCancelsThenRemovesAndFreesTheName) {
   EXPECT_NE(taken.raw.find("already exists (Cancelled); `tessera delete job again` removes it"),
             std::string::npos)
       << taken.raw;
-  auto [rc2, out2] = run("delete job again");
+  auto [rc2, out2] = run("delete job job/again");  // kubectl's KIND/NAME, as `-o name` prints
   EXPECT_EQ(rc2, 0) << out2;
   EXPECT_NE(out2.find("job/again deleted"), std::string::npos) << out2;
   EXPECT_EQ(Do("GET", "/v1/jobs/again", root).status, 404);
