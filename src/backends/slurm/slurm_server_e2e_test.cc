@@ -196,6 +196,59 @@ TEST_F(SlurmServerE2ETest, AnArraysElementsRunAsSlurmJobsThatKnowTheirIndex) {
   }
 }
 
+// tessera scale on a Slurm pool: the added replica runs as a Slurm job of its own, and scaling
+// back down cancels that one alone; the Deployment runs on with its first replica.
+TEST_F(SlurmServerE2ETest, ADeploymentScalesOnTheSlurmPool) {
+  ASSERT_TRUE(server_->Start()) << ReadFile(work_ + "/server.log");
+  const std::string name = N("e2e-web");
+  const std::string path = work_ + "/web.yaml";
+  std::ofstream(path) << "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: " << name
+                      << "}\nspec:\n  replicas: 1\n  template:\n    spec:\n      containers:\n"
+                         "      - name: web\n        command: [sleep, '3000']\n"
+                         "        resources: {requests: {cpu: 1, memory: 100Mi}}\n";
+  auto [rc, out] = server_->Cli("submit -f '" + path + "'");
+  ASSERT_EQ(rc, 0) << out;
+  WaitState(name, "Running");
+  // Tagged Slurm jobs of the Deployment in this Slurm state.
+  auto in_slurm = [&](const std::string& state) {
+    auto [qrc, q] = CaptureCommand("SLURM_CONF='" + ClusterDir() +
+                                   "/slurm.conf' squeue -h -t all -o '%k %T' 2>/dev/null");
+    int n = 0;
+    std::stringstream ss(q);
+    for (std::string line; std::getline(ss, line);)
+      n += line.rfind("tessera:" + name + ":", 0) == 0 && line.ends_with(" " + state);
+    return n;
+  };
+  auto running = [](const Json& j) {
+    int n = 0;
+    for (const auto& a : j["allocations"]) n += a.value("state", "") == "Running";
+    return n;
+  };
+  auto [s2, o2] = server_->Cli("scale " + name + " --replicas 2");
+  ASSERT_EQ(s2, 0) << o2;
+  WaitJob(name, [&](const Json& j) { return running(j) == 2 && in_slurm("RUNNING") == 2; });
+  EXPECT_EQ(in_slurm("RUNNING"), 2);
+
+  auto [s1, o1] = server_->Cli("scale " + name + " --replicas 1");
+  ASSERT_EQ(s1, 0) << o1;
+  Json j = WaitJob(name, [&](const Json& j) {
+    bool stopping = false;
+    for (const auto& a : j["allocations"])
+      stopping = stopping || a.value("state", "") == "Stopping";
+    return !stopping && running(j) == 1 && in_slurm("CANCELLED") == 1;
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // (a wrong cancel would show by now)
+  j = server_->Get("/v1/jobs/" + name + "/describe");
+  EXPECT_EQ(j.value("state", ""), "Running") << j.dump();
+  EXPECT_EQ(running(j), 1) << j.dump();
+  EXPECT_EQ(in_slurm("RUNNING"), 1);
+  EXPECT_EQ(in_slurm("CANCELLED"), 1);
+  EXPECT_FALSE(HasEvent(j, "Cancelling", "outside Tessera")) << j["events"].dump();
+  auto [crc, cout] = server_->Cli("cancel " + name);
+  EXPECT_EQ(crc, 0) << cout;
+  WaitState(name, "Cancelled");
+}
+
 TEST_F(SlurmServerE2ETest, SbatchScriptsRunOnTheSlurmPoolThroughTheServer) {
   ASSERT_TRUE(server_->Start()) << ReadFile(work_ + "/server.log");
 
