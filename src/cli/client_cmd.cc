@@ -1268,7 +1268,8 @@ void AddClientCommands(CLI::App& app) {
         "set a Deployment's replicas (kubectl scale): fewer stop the highest-numbered ones");
     c->add_option("names", *names, "Deployment names (NAME or deployment/NAME)")->required();
     c->add_option("--replicas", *replicas, "the replicas it should have (0 stops them all)")
-        ->required();
+        ->required()
+        ->check(CLI::Range(0, 1000000));
     AddCommon(c, *f, false);
     c->callback([f, names, replicas] {
       auto deployment = [](const std::string& kind) {
@@ -1356,7 +1357,9 @@ void AddClientCommands(CLI::App& app) {
     c->add_option("--type,--types", *type, "only events of this type (Normal, Warning)")
         ->transform(CLI::IsMember({"Normal", "Warning"}, CLI::ignore_case));
     c->add_option("--after", *after, "only events after this sequence number");
-    c->add_option("--limit", *limit, "at most this many")->capture_default_str();
+    c->add_option("--limit", *limit, "at most this many")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 10000));  // the server's bounds, said before asking it
     AddCommon(c, *f);
     c->callback([f, job, object, type, after, limit] {
       if (!ValidOutput(*f)) return;

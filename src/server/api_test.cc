@@ -1277,6 +1277,8 @@ TEST_F(ApiTest, CliExitCodesUsageTwoRefusedOneUnreachableThree) {
       {"get jobs --server " + api_->url() + "/v1 --token root-token-0123456789", 2},
       {"apply -f /nonexistent/queue.yaml" + server, 2},  // named, nothing sent
       {"get pool" + server, 0},                          // singular kinds, as kubectl
+      {"events --limit 0" + server, 2},                  // out of range, said by the CLI
+      {"scale web --replicas -1" + server, 2},
       {"get priorityclass" + server, 0},
   };
   for (const auto& c : cases) {
