@@ -85,6 +85,19 @@ class ExecutorTest : public ::testing::Test {
     if (!ex.Start(t).ok() || !WaitFor([&] { return fs::exists(file); })) return 0;
     return std::atoi(Slurp(file).c_str());
   }
+  // An agent that adopted a stopping task (whose grace period has over 1.5 s left) polls it:
+  // it runs on for 1.5 s, then is killed when the period ends.
+  void ExpectKilledWhenItsGraceEnds(Executor& next, pid_t task) {
+    for (int i = 0; i < 15; ++i) {
+      next.Poll();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(Running(task)) << "killed at once by the adopting agent";
+    EXPECT_TRUE(WaitFor([&] {
+      next.Poll();
+      return !Running(task);
+    }));
+  }
   static TaskSpec Shell(const std::string& id, const std::string& script) {
     TaskSpec s;
     s.allocation = id;
@@ -526,15 +539,7 @@ TEST_F(ExecutorTest, AnAdoptedStoppingTaskKeepsItsGracePeriod) {
   Executor next(Options());
   ASSERT_TRUE(next.Recover().ok());
   const auto adopted = std::chrono::steady_clock::now();
-  for (int i = 0; i < 15; ++i) {  // 1.5 s of the 4 s grace
-    next.Poll();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_TRUE(Running(task)) << "killed at once by the adopting agent";
-  EXPECT_TRUE(WaitFor([&] {
-    next.Poll();
-    return !Running(task);
-  }));
+  ExpectKilledWhenItsGraceEnds(next, task);  // 1.5 s of the 4 s grace, then gone
   EXPECT_GE(std::chrono::steady_clock::now() - adopted, std::chrono::seconds(2));
 }
 
@@ -554,15 +559,7 @@ TEST_F(ExecutorTest, ATaskStoppedForALapsedLeaseKeepsItsGracePeriodUnderTheNextA
   std::ofstream(o.lease_file) << "";  // the next agent, within the grace period
   Executor next(o);
   ASSERT_TRUE(next.Recover().ok());
-  for (int i = 0; i < 15; ++i) {  // 1.5 s of the 5 s grace
-    next.Poll();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_TRUE(Running(task)) << "killed at once by the adopting agent";
-  EXPECT_TRUE(WaitFor([&] {
-    next.Poll();
-    return !Running(task);
-  }));
+  ExpectKilledWhenItsGraceEnds(next, task);  // 1.5 s of the 5 s grace, then gone
 }
 
 // A task the agent cannot record (task.json: a full disk; here a folder in its place) never
