@@ -19,6 +19,28 @@ std::string Amount(const Dim& d, int64_t v) { return d.bytes ? FormatBytes(v) : 
 
 }  // namespace
 
+Status CheckQueueParents(const std::vector<Queue>& queues, const std::string& parent_field) {
+  std::map<std::string, const Queue*> by_name;
+  for (const Queue& q : queues) by_name[q.name] = &q;
+  for (const Queue& q : queues) {
+    if (!q.parent.empty() && by_name.count(q.parent) == 0)
+      return InvalidArgument("queue " + q.name + ": " + parent_field + ": unknown queue \"" +
+                             q.parent + "\"");
+    // A chain into a loop elsewhere stops after as many steps as there are queues: that
+    // loop's own queues are refused.
+    std::string path = q.name;
+    const Queue* at = &q;
+    for (size_t steps = 0; !at->parent.empty() && steps < queues.size(); ++steps) {
+      path += " -> " + at->parent;
+      if (at->parent == q.name)
+        return InvalidArgument("queue " + q.name + ": " + parent_field + ": \"" + q.parent +
+                               "\" makes a loop (" + path + ")");
+      at = by_name.at(at->parent);
+    }
+  }
+  return Status::Ok();
+}
+
 std::vector<std::string> QueueGuaranteeViolations(const std::vector<Queue>& queues) {
   std::vector<std::string> out;
   std::map<std::string, const Queue*> by_name;

@@ -34,6 +34,10 @@ struct PriorityClass {
   bool global_default = false;
 };
 
+// A tree: every parent is one of `queues`, and no parent chain comes back to where it began.
+// The first fault, as "queue NAME: <parent_field>: ..." (a loop with its path: qa -> qb -> qa).
+Status CheckQueueParents(const std::vector<Queue>& queues, const std::string& parent_field);
+
 // Guarantees a queue tree can honour: the children of a parent together are guaranteed no
 // more than the parent (in the resources the parent is guaranteed), and no queue more than
 // an ancestor's limit. (Unknown parents and loops are the caller's to refuse first.)

@@ -2167,29 +2167,15 @@ StatusOr<std::vector<Json>> ControlPlane::Apply(const Principal& p, const std::s
           "PriorityClass documents and applied nothing of this text");
     }
   }
-  for (const auto& [name, q] : queues) {
-    if (!q.parent.empty() && queues.count(q.parent) == 0)
-      return InvalidArgument("queue " + name + ": spec.parent: unknown queue \"" + q.parent + "\"");
-    // A parent chain that comes back to the queue: no tree (and no end to a walk up it).
-    // (A chain into a loop elsewhere stops after as many steps as there are queues: that
-    // loop's own queues are refused.)
-    std::string path = name;
-    const Queue* at = &q;
-    for (size_t steps = 0; !at->parent.empty() && steps < queues.size(); ++steps) {
-      path += " -> " + at->parent;
-      if (at->parent == name)
-        return InvalidArgument("queue " + name + ": spec.parent: \"" + q.parent +
-                               "\" makes a loop (" + path + ")");
-      at = &queues.at(at->parent);
-    }
-  }
   {
-    // Refused: what this apply makes the tree promise that it cannot. (A tree stored by an
-    // earlier version may already break the rule: that is logged at start, and does not
-    // stop other applies.)
     std::vector<Queue> before, after;
     for (const auto& [name, q] : queues_) before.push_back(q);
     for (const auto& [name, q] : queues) after.push_back(q);
+    // A parent chain that comes back to the queue: no tree (and no end to a walk up it).
+    TESSERA_RETURN_IF_ERROR(CheckQueueParents(after, "spec.parent"));
+    // Refused: what this apply makes the tree promise that it cannot. (A tree stored by an
+    // earlier version may already break the rule: that is logged at start, and does not
+    // stop other applies.)
     const auto old_violations = QueueGuaranteeViolations(before);
     for (const std::string& v : QueueGuaranteeViolations(after))
       if (std::find(old_violations.begin(), old_violations.end(), v) == old_violations.end())

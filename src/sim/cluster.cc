@@ -11,6 +11,9 @@ namespace {
 // that can honour them (CheckQueueGuarantees): a guarantee nothing can honour would make
 // reclaim promise what is not there, and the replay's share-vs-guarantee report meaningless.
 Status CheckGuarantees(const Snapshot& s) {
+  // First a tree: a queue under an unknown parent would escape the top-level sum below.
+  if (Status tree = CheckQueueParents(s.queues, "parent"); !tree.ok())
+    return InvalidArgument("queues: " + tree.message());
   ResourceVector cluster, top;
   for (const Node& n : s.nodes) {
     cluster.gpu_milli += static_cast<int64_t>(n.devices.size()) * 1000;

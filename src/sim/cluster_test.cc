@@ -52,6 +52,13 @@ TEST(Cluster, ErrorsNameThePath) {
        "queues: [{name: org, guarantee: {cpu: 4}}, {name: a, parent: org, guarantee: {cpu: "
        "3}}, {name: b, parent: org, guarantee: {cpu: 2}}]",
        "queues: queue org: its children are guaranteed 5 cpu together; it is guaranteed 4"},
+      // A tree: a queue under an unknown parent would escape the top-level sum above.
+      {"nodes: [{name: n, cpu: 8, memory: 1Gi, gpus: {model: T4, count: 4}}]\n"
+       "queues: [{name: a, parent: nosuch, guarantee: {nvidia.com/gpu: 1000}}]",
+       "queues: queue a: parent: unknown queue \"nosuch\""},
+      {"nodes: [{name: n, cpu: 1, memory: 1Gi}]\n"
+       "queues: [{name: a, parent: b}, {name: b, parent: a}]",
+       "queues: queue a: parent: \"b\" makes a loop (a -> b -> a)"},
   };
   for (const Case& c : cases) {
     auto doc = ParseYaml(c.yaml);

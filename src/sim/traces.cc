@@ -197,6 +197,16 @@ bool ParseTimestamp(std::string_view s, int64_t& out) {
 // `gpus` whole GPUs as the fewest equal tasks of at most `per` GPUs (one machine each);
 // with 8: 12 -> 2 x 6, 24 -> 3 x 8, 20 -> 4 x 5; a prime above 8 becomes that many 1-GPU
 // tasks.
+// The most GPUs one trace job may ask (2^20; the largest SWF logs have 786,432 processors):
+// more is a corrupt line, refused rather than wrapped into another job's size.
+constexpr int64_t kMaxJobGpus = int64_t{1} << 20;
+
+Status CheckJobGpus(const std::string& where, int64_t gpus) {
+  if (gpus >= 1 && gpus <= kMaxJobGpus) return Status::Ok();
+  return InvalidArgument(where + ": must be 1.." + std::to_string(kMaxJobGpus) + ", got " +
+                         std::to_string(gpus));
+}
+
 void SplitGang(int64_t gpus, TraceJob& j, int64_t per = 8) {
   for (int64_t k = (gpus + per - 1) / per; k <= gpus; ++k)
     if (gpus % k == 0 && gpus / k <= per) {
@@ -391,9 +401,7 @@ StatusOr<std::vector<TraceJob>> LoadPhilly(const std::string& path) {
     TESSERA_RETURN_IF_ERROR(csv->Seconds(i, "duration", j.duration));
     int64_t gpus = 0;
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "num_gpus", gpus));
-    if (gpus < 1)
-      return InvalidArgument(csv->Where(i, "num_gpus") + ": must be >= 1, got " +
-                             std::to_string(gpus));
+    TESSERA_RETURN_IF_ERROR(CheckJobGpus(csv->Where(i, "num_gpus"), gpus));
     // Whole GPUs; a job larger than one 8-GPU machine becomes a gang of equal tasks.
     SplitGang(gpus, j);
     if (csv->Cell(i, "cluster").empty())
@@ -417,9 +425,7 @@ StatusOr<std::vector<TraceJob>> LoadTiresias(const std::string& path) {
     TESSERA_RETURN_IF_ERROR(csv->Int(i, "num_gpu", gpus));
     TESSERA_RETURN_IF_ERROR(csv->Seconds(i, "submit_time", j.submit));
     TESSERA_RETURN_IF_ERROR(csv->Seconds(i, "duration", j.duration));
-    if (gpus < 1)
-      return InvalidArgument(csv->Where(i, "num_gpu") + ": must be >= 1, got " +
-                             std::to_string(gpus));
+    TESSERA_RETURN_IF_ERROR(CheckJobGpus(csv->Where(i, "num_gpu"), gpus));
     SplitGang(gpus, j);
     out.push_back(std::move(j));
   }
@@ -469,6 +475,8 @@ StatusOr<std::vector<TraceJob>> LoadSwf(const std::string& path, const SwfOption
       ++skip.by_reason[f[3] <= 0 ? "runtime <= 0" : "processors <= 0"];
       continue;
     }
+    TESSERA_RETURN_IF_ERROR(CheckJobGpus(
+        name + ":" + std::to_string(line_no) + ": field " + (f[4] > 0 ? "5" : "8"), procs));
     TraceJob j;
     j.id = "swf-" + std::to_string(f[0]);
     j.line = line_no;

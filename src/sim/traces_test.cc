@@ -117,6 +117,21 @@ TEST(Traces, SwfRefusesExtraFieldsAndNegativeSubmitTimes) {
   EXPECT_EQ(neg.status().message(), "neg.swf:1: field 2: submit time must be >= 0, got -50");
 }
 
+// A corrupt count is refused, not wrapped into another job's size (4294967311 GPUs became a
+// 15-GPU job after a split that took seconds).
+TEST(Traces, HugeGpuCountsAreRefused) {
+  auto tiresias =
+      LoadTiresias(WriteTemp("huge.csv",
+                             "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                             "1,4294967311,30,133,vgg11,10,23\n"));
+  ASSERT_FALSE(tiresias.ok());
+  EXPECT_EQ(tiresias.status().message(), "huge.csv:2: num_gpu: must be 1..1048576, got 4294967311");
+  auto swf =
+      LoadSwf(WriteTemp("huge.swf", "1 0 -1 100 2000000 -1 -1 1 -1 -1 1 1 1 -1 3 -1 -1 -1\n"));
+  ASSERT_FALSE(swf.ok());
+  EXPECT_EQ(swf.status().message(), "huge.swf:1: field 5: must be 1..1048576, got 2000000");
+}
+
 // A spreadsheet's export starts with a UTF-8 byte-order mark: the header's first column is
 // still found, and the format still told.
 TEST(Traces, AByteOrderMarkBeforeTheHeaderIsSkipped) {
