@@ -356,6 +356,18 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
       if (const Json* q = rr.Get("requests"))
         TESSERA_RETURN_IF_ERROR(CheckRequestsWithinLimits(*q, *l, rr.Path("requests")));
     }
+    // As Kubernetes: an extended resource (a GPU, a MIG instance, a share of one) cannot be
+    // overcommitted, so a request needs its limit ("Limit must be set for non overcommitable
+    // resources").
+    if (const Json* q = rr.Get("requests"); q != nullptr) {
+      const Json* l = rr.Get("limits");
+      for (const auto& [name, v] : q->items())
+        if (name != "cpu" && name != "memory" && (l == nullptr || !l->contains(name)))
+          return InvalidArgument(rr.Path("limits") + "." + name + ": required, equal to " +
+                                 rr.Path("requests") + "." + name +
+                                 " (as Kubernetes: a limit must be set for a resource that "
+                                 "cannot be overcommitted)");
+    }
     TaskRequest c;
     TESSERA_RETURN_IF_ERROR(ReadTaskResources(merged, r.Path("resources"), c));
     TESSERA_RETURN_IF_ERROR(AddRequests(req, c, path));
@@ -1626,7 +1638,10 @@ StatusOr<int64_t> SlurmTime(const std::string& v, const std::string& path) {
       return std::nullopt;
     return std::stoll(s);
   };
-  if (v == "UNLIMITED" || v == "infinite") return int64_t{0};
+  // No limit, as Slurm reads them (0 here: none).
+  std::string up = v;
+  for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (up == "UNLIMITED" || up == "INFINITE" || v == "-1") return int64_t{0};
   if (dash != std::string::npos) {
     auto d = num(v.substr(0, dash));
     if (!d) return InvalidArgument(path + ": bad time \"" + v + "\"");
@@ -1655,6 +1670,9 @@ StatusOr<int64_t> SlurmTime(const std::string& v, const std::string& path) {
   } else {
     secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
   }
+  // As sbatch: "Time resolution is one minute and second values are rounded up to the next
+  // minute."
+  secs = (secs + 59) / 60 * 60;
   return days * 86400 + secs;
 }
 
@@ -2131,6 +2149,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         cpus_at = p + (long_opt ? "=" : " ") + val;
       } else if (opt == "--mem") {
         std::string q = val;
+        // Slurm takes a whole number (of its unit): 1.5G or 1e3 is refused there too.
+        const size_t digits = q.find_first_not_of("0123456789");
+        if (q.empty() || digits == 0 || (digits != std::string::npos && digits + 1 != q.size()))
+          return InvalidArgument(p + ": bad memory \"" + val +
+                                 "\" (a whole number with an optional unit K, M, G or T, as "
+                                 "Slurm takes it: e.g. 64G, 1536M)");
         if (!q.empty() && std::isalpha(static_cast<unsigned char>(q.back()))) {
           char u = static_cast<char>(std::toupper(static_cast<unsigned char>(q.back())));
           q.pop_back();
@@ -2163,6 +2187,10 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
           if (f.empty() || f[0] != "gpu")
             return InvalidArgument(p + ": only gpu resources are supported, got \"" + val + "\"");
           f.erase(f.begin());
+          // name[[:type]:count]: Slurm's count defaults to 1 (gpu, gpu:a100; a type is a name).
+          if (f.empty() ||
+              (f.size() == 1 && !f[0].empty() && std::isalpha(static_cast<unsigned char>(f[0][0]))))
+            f.push_back("1");
         }
         if (f.empty() || f.size() > 2)
           return InvalidArgument(p + ": expected " +
@@ -2320,11 +2348,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
     g.request.gpu.kind = GpuRequestKind::kWhole;
     g.request.gpu.count = static_cast<int32_t>(gpus->count);
     if (!gpus->type.empty()) {
-      // Slurm types are lower-case model names ("a100"); match any memory variant.
+      // Slurm types are lower-case model families ("a100", "h100", "v100"): any model of the
+      // family, A100-40GB and A100-80GB, H100-94GB (NVL), V100-SXM2-32GB, ignoring case
+      // (GpuModelMatches); a Slurm pool's own devices are named by the type alone ("A100").
       std::string up = gpus->type;
       for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      g.request.gpu.models = {up, up + "-40GB", up + "-80GB"};
-      if (up == "H200") g.request.gpu.models = {"H200-141GB"};
+      g.request.gpu.models = {up, up + "-*"};
     }
   }
   s.job.groups.push_back(g);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -987,15 +988,17 @@ TEST(Spec, SbatchGpusPerNode) {
     std::vector<std::string> models;
   } cases[] = {
       {"--gres=gpu:2", 2, {}},
-      {"--gpus-per-node=a100:4", 4, {"A100", "A100-40GB", "A100-80GB"}},
-      {"--gres=gpu:a100:2 --gpus-per-node=a100:2", 2, {"A100", "A100-40GB", "A100-80GB"}},
+      {"--gres=gpu:a100", 1, {"A100", "A100-*"}},  // Slurm's count defaults to 1
+      {"--gres=gpu", 1, {}},
+      {"--gpus-per-node=a100:4", 4, {"A100", "A100-*"}},
+      {"--gres=gpu:a100:2 --gpus-per-node=a100:2", 2, {"A100", "A100-*"}},
       {"--gres=gpu:2 --gpus-per-node=2", 2, {}},
       {"--gres=gpu:a100:2 --gres=gpu:4", 4, {}},  // the last, type and all
-      {"--gpus-per-node=1 --gpus-per-node=h200:8", 8, {"H200-141GB"}},
+      {"--gpus-per-node=1 --gpus-per-node=h200:8", 8, {"H200", "H200-*"}},
       // -G/--gpus: the job's in all, the same on each node.
       {"--gpus=2", 2, {}},
       {"-G 4", 4, {}},
-      {"-N 2 --gpus=h100:8", 4, {"H100", "H100-40GB", "H100-80GB"}},
+      {"-N 2 --gpus=h100:8", 4, {"H100", "H100-*"}},
       {"-N 2 --gpus=4 --gpus-per-node=2", 2, {}},
       // Without -N, one node, whatever its size: Slurm would take as many as the GPUs need,
       // which the spec cannot know and the engine cannot leave open (docs/slurm.md).
@@ -1007,6 +1010,53 @@ TEST(Spec, SbatchGpusPerNode) {
     const GpuRequest& gpu = (*r)[0].job.job.groups[0].request.gpu;
     EXPECT_EQ(gpu.count, c.count) << c.directives;
     EXPECT_EQ(gpu.models, c.models) << c.directives;
+  }
+}
+
+// -t as sbatch reads it: to the minute, seconds rounded up; UNLIMITED, INFINITE (any case)
+// and -1 are no limit.
+TEST(Spec, SbatchTimeLimits) {
+  struct Case {
+    const char* time;
+    std::optional<int64_t> seconds;  // nullopt: no limit
+  } cases[] = {
+      {"90", 5400},      {"1:30", 120},       {"0:01", 60},     {"2:00", 120},
+      {"1:00:01", 3660}, {"1-0:0:30", 86460}, {"1-2", 93600},   {"0", std::nullopt},
+      {"UNLIMITED", {}}, {"unlimited", {}},   {"INFINITE", {}}, {"Infinite", {}},
+      {"-1", {}},
+  };
+  for (const auto& c : cases) {
+    auto r = SbatchWith(std::string("-t ") + c.time);
+    ASSERT_TRUE(r.ok()) << c.time << ": " << r.status().ToString();
+    EXPECT_EQ((*r)[0].job.time_limit_seconds, c.seconds) << c.time;
+  }
+  ExpectSbatchRefused("-t -2", "bad time");
+  ExpectSbatchRefused("-t forever", "bad time");
+}
+
+// A Slurm GPU type names a model family: every model the agents report for it (NVML names,
+// agent/nvml.cc) matches, whatever its memory or form factor, ignoring case; another family
+// does not.
+TEST(Spec, SbatchGpuTypeMatchesItsFamily) {
+  struct Case {
+    const char* type;
+    std::vector<std::string> match, other;
+  } cases[] = {
+      {"h100", {"H100-80GB", "H100-94GB", "H100"}, {"H200-141GB", "H1000", "A100-80GB"}},
+      {"v100", {"V100-SXM2-32GB", "V100-PCIE-16GB", "v100-sxm2-16gb"}, {"V1000", "A100-40GB"}},
+      {"a100", {"A100-40GB", "A100-80GB", "A100"}, {"A10", "A100X"}},
+      {"h200", {"H200-141GB"}, {"H100-80GB"}},
+  };
+  for (const auto& c : cases) {
+    auto r = SbatchWith(std::string("--gres=gpu:") + c.type + ":1");
+    ASSERT_TRUE(r.ok()) << c.type << ": " << r.status().ToString();
+    const std::vector<std::string>& models = (*r)[0].job.job.groups[0].request.gpu.models;
+    auto allowed = [&](const std::string& m) {
+      return std::any_of(models.begin(), models.end(),
+                         [&](const std::string& a) { return GpuModelMatches(a, m); });
+    };
+    for (const std::string& m : c.match) EXPECT_TRUE(allowed(m)) << c.type << " " << m;
+    for (const std::string& m : c.other) EXPECT_FALSE(allowed(m)) << c.type << " " << m;
   }
 }
 
@@ -1036,19 +1086,11 @@ TEST(Spec, SbatchGpusPerTask) {
   } cases[] = {
       {"-n 4 --gpus-per-task=1", 1, 4, 4, {}},
       {"-N 2 --ntasks-per-node=4 --gpus-per-task=2", 2, 8, 8, {}},
-      {"-n 8 --ntasks-per-node=4 --gpus-per-task=a100:1",
-       2,
-       4,
-       8,
-       {"A100", "A100-40GB", "A100-80GB"}},
+      {"-n 8 --ntasks-per-node=4 --gpus-per-task=a100:1", 2, 4, 8, {"A100", "A100-*"}},
       {"--ntasks-per-node=2 --gpus-per-task=1", 1, 2, 2, {}},
       {"-N 2 -n 4 --gpus-per-task=1 --gpus-per-node=2", 2, 2, 4, {}},
       {"-N 2 -n 4 --gpus-per-task=1 --gpus=4", 2, 2, 4, {}},
-      {"-n 2 --gres=gpu:h100:4 --gpus-per-task=h100:2",
-       1,
-       4,
-       2,
-       {"H100", "H100-40GB", "H100-80GB"}},
+      {"-n 2 --gres=gpu:h100:4 --gpus-per-task=h100:2", 1, 4, 2, {"H100", "H100-*"}},
       // -G with --gpus-per-task and no -n: G / per-task tasks (16 = 2 nodes of 8, 8 GPUs each).
       {"--gpus=16 --gpus-per-task=1 --ntasks-per-node=8", 2, 8, 16, {}},
       {"--gpus=4 --gpus-per-task=2", 1, 4, 2, {}},
@@ -1744,6 +1786,21 @@ TEST(Spec, RejectsWithFieldPaths) {
        "line 3: --mem=0: all of each node's memory (Slurm's meaning) is not supported: give the "
        "amount per node (e.g. --mem=500G)"},
       {"sbatch --mem 0G", "#!/bin/bash\n#SBATCH --mem 0G\ntrue\n", "line 2: --mem=0G: all of"},
+      // Slurm takes whole numbers of its units.
+      {"sbatch --mem=1.5G", "#!/bin/bash\n#SBATCH --mem=1.5G\ntrue\n",
+       "bad memory \"1.5G\" (a whole number"},
+      {"sbatch --mem=1e3", "#!/bin/bash\n#SBATCH --mem=1e3\ntrue\n", "bad memory \"1e3\""},
+      // As Kubernetes: a GPU request needs its limit.
+      {"pod gpu request without a limit",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+       "    command: [x]\n    resources:\n      requests: {cpu: 1, nvidia.com/gpu: 1}\n",
+       "spec.containers[0].resources.limits.nvidia.com/gpu: required, equal to "
+       "spec.containers[0].resources.requests.nvidia.com/gpu"},
+      {"pod MIG request without a limit",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+       "    command: [x]\n    resources:\n      limits: {cpu: 1}\n"
+       "      requests: {nvidia.com/mig-1g.10gb: 1}\n",
+       "resources.limits.nvidia.com/mig-1g.10gb: required"},
       // Slurm rejects conflicting GPU requests; the last one no longer wins silently.
       {"sbatch --gres and --gpus-per-node differ",
        "#!/bin/bash\n#SBATCH --gres=gpu:a100:2\n#SBATCH --gpus-per-node=1\ntrue\n",
