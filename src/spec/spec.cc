@@ -386,8 +386,13 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
   if (r.Has("envFrom")) return Unsupported(r, "envFrom", "processes get literal env values only");
   TESSERA_RETURN_IF_ERROR(r.Finish());
   if (tmpl != nullptr) {
-    tmpl->command = command;
-    tmpl->command.insert(tmpl->command.end(), args.begin(), args.end());
+    // args without a command are the arguments of the image's entrypoint, which is not run
+    // here: left without a command, the task is refused naming it (ParseDocument), rather
+    // than its first argument run as the program.
+    if (!command.empty()) {
+      tmpl->command = command;
+      tmpl->command.insert(tmpl->command.end(), args.begin(), args.end());
+    }
     tmpl->env = std::move(env);
     tmpl->working_dir = wd;
     tmpl->image = image;
@@ -1531,7 +1536,7 @@ StatusOr<Document> ParseDocument(const Json& doc) {
     if (api != "tessera.io/v1" && meta.name.empty())
       return InvalidArgument("metadata.name: required");
     TESSERA_RETURN_IF_ERROR(ReadDependencyAnnotation(meta, out.job));
-    TESSERA_RETURN_IF_ERROR(CheckName(out.job.job.queue, "spec.queue"));
+    TESSERA_RETURN_IF_ERROR(CheckName(out.job.job.queue, out.job.origin.queue));
     TESSERA_RETURN_IF_ERROR(CheckUniqueGroupNames(out.job.job.groups));
     TESSERA_RETURN_IF_ERROR(CheckTaskCount(out.job));
     out.job.job.allocations.assign(out.job.job.TaskCount(), std::nullopt);

@@ -1679,6 +1679,21 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: "
        "x}]}\n",
        "spec.containers[0].command: required (Tessera runs the first container's command"},
+      // args without a command are the image entrypoint's arguments, not a program.
+      {"pod with args but no command",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: "
+       "x, args: [sleep, \"1\"]}]}\n",
+       "spec.containers[0].command: required (Tessera runs the first container's command"},
+      {"deployment with args but no command",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: 1\n"
+       "  template: {spec: {containers: [{name: c, image: vllm, args: [--port, \"80\"]}]}}\n",
+       "spec.template.spec.containers[0].command: required"},
+      // A queue name is checked where the document gave it: a Pod's annotation.
+      {"pod queue annotation not a name",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: a, annotations: "
+       "{scheduling.volcano.sh/queue-name: \"gpu queue\"}}\n"
+       "spec: {containers: [{name: c, command: [x]}]}\n",
+       "metadata.annotations.scheduling.volcano.sh/queue-name: \"gpu queue\" may contain only"},
       {"volcano task without a command",
        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
        "  - {name: a, replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}\n"
