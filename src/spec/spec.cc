@@ -482,28 +482,19 @@ StatusOr<Json> KubeToleration(Json tol, const std::string& path) {
   return tol;
 }
 
-// One of a pod template's topologySpreadConstraints: the selector and matchLabelKeys here,
-// the rest through the model codec (which refuses unknown fields).
-Status ReadSpreadConstraint(const Json& c, const std::string& p, PodInfo& out) {
-  if (!c.is_object()) return TypeError(p, "an object", c);
-  auto key_error = [](const std::string& key, const std::string& at) -> Status {
-    if (std::string why = LabelKeyProblem(key); !why.empty())
-      return InvalidArgument(at + ": \"" + key + "\" is not a label key: " + why);
-    return Status::Ok();
-  };
-  auto sel = std::make_shared<PodInfo::SpreadSelector>();
-  Json rest = c;
-  ObjectReader r(c, p);
-  const Json* ls = r.Get("labelSelector");
-  if (ls == nullptr)
-    return InvalidArgument(r.Path("labelSelector") +
-                           ": required here: without it Kubernetes counts no pod and the "
-                           "constraint spreads nothing; select the template's own labels "
-                           "(matchLabels: {app: web})");
-  ObjectReader sr(*ls, r.Path("labelSelector"));
-  TESSERA_RETURN_IF_ERROR(sr.StringMap("matchLabels", sel->match_labels));
-  for (const auto& [k, v] : sel->match_labels) {
-    TESSERA_RETURN_IF_ERROR(key_error(k, sr.Path("matchLabels")));
+Status LabelKeyError(const std::string& key, const std::string& at) {
+  if (std::string why = LabelKeyProblem(key); !why.empty())
+    return InvalidArgument(at + ": \"" + key + "\" is not a label key: " + why);
+  return Status::Ok();
+}
+
+// A Kubernetes labelSelector (matchLabels, matchExpressions), checked as Kubernetes' API
+// validation checks it.
+Status ReadLabelSelector(const Json& ls, const std::string& path, PodInfo::SpreadSelector& out) {
+  ObjectReader sr(ls, path);
+  TESSERA_RETURN_IF_ERROR(sr.StringMap("matchLabels", out.match_labels));
+  for (const auto& [k, v] : out.match_labels) {
+    TESSERA_RETURN_IF_ERROR(LabelKeyError(k, sr.Path("matchLabels")));
     if (std::string why = LabelValueProblem(v); !why.empty())
       return InvalidArgument(sr.Path("matchLabels") + "." + k + ": \"" + v +
                              "\" is not a label value: " + why);
@@ -517,7 +508,7 @@ Status ReadSpreadConstraint(const Json& c, const std::string& p, PodInfo& out) {
         TESSERA_RETURN_IF_ERROR(er.String("operator", x.op, true));
         TESSERA_RETURN_IF_ERROR(er.StringList("values", x.values));
         TESSERA_RETURN_IF_ERROR(er.Finish());
-        TESSERA_RETURN_IF_ERROR(key_error(x.key, er.Path("key")));
+        TESSERA_RETURN_IF_ERROR(LabelKeyError(x.key, er.Path("key")));
         const bool set = x.op == "In" || x.op == "NotIn";
         if (!set && x.op != "Exists" && x.op != "DoesNotExist")
           return InvalidArgument(er.Path("operator") + ": unknown \"" + x.op +
@@ -527,15 +518,31 @@ Status ReadSpreadConstraint(const Json& c, const std::string& p, PodInfo& out) {
         if (!set && !x.values.empty())
           return InvalidArgument(er.Path("values") +
                                  ": must be empty when operator is Exists or DoesNotExist");
-        sel->expressions.push_back(std::move(x));
+        out.expressions.push_back(std::move(x));
         return Status::Ok();
       }));
-  TESSERA_RETURN_IF_ERROR(sr.Finish());
+  return sr.Finish();
+}
+
+// One of a pod template's topologySpreadConstraints: the selector and matchLabelKeys here,
+// the rest through the model codec (which refuses unknown fields).
+Status ReadSpreadConstraint(const Json& c, const std::string& p, PodInfo& out) {
+  if (!c.is_object()) return TypeError(p, "an object", c);
+  auto sel = std::make_shared<PodInfo::SpreadSelector>();
+  Json rest = c;
+  ObjectReader r(c, p);
+  const Json* ls = r.Get("labelSelector");
+  if (ls == nullptr)
+    return InvalidArgument(r.Path("labelSelector") +
+                           ": required here: without it Kubernetes counts no pod and the "
+                           "constraint spreads nothing; select the template's own labels "
+                           "(matchLabels: {app: web})");
+  TESSERA_RETURN_IF_ERROR(ReadLabelSelector(*ls, r.Path("labelSelector"), *sel));
   std::vector<std::string> keys;
   TESSERA_RETURN_IF_ERROR(r.StringList("matchLabelKeys", keys));
   for (size_t i = 0; i < keys.size(); ++i) {
     const std::string at = Idx(r.Path("matchLabelKeys"), i);
-    TESSERA_RETURN_IF_ERROR(key_error(keys[i], at));
+    TESSERA_RETURN_IF_ERROR(LabelKeyError(keys[i], at));
     const bool in_selector = sel->match_labels.count(keys[i]) > 0 ||
                              std::any_of(sel->expressions.begin(), sel->expressions.end(),
                                          [&](const auto& e) { return e.key == keys[i]; });
@@ -866,9 +873,14 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
       return Status::Ok();
     }
     TESSERA_RETURN_IF_ERROR(r.Finish());
-    if (!event.empty()) events.push_back(event);
-    if (events.empty()) return InvalidArgument(pp + ".event: required (or events, or exitCode)");
-    for (const std::string& e : events) {
+    if (events.empty() && event.empty())
+      return InvalidArgument(pp + ".event: required (or events, or exitCode)");
+    // Each event with where it was given, for its errors.
+    std::vector<std::pair<std::string, std::string>> given;
+    for (size_t i = 0; i < events.size(); ++i)
+      given.emplace_back(events[i], Idx(pp + ".events", i));
+    if (!event.empty()) given.emplace_back(event, pp + ".event");
+    for (const auto& [e, at] : given) {
       if (e == "TaskCompleted") {
         if (action != "CompleteJob")
           return InvalidArgument(pp + ".action: TaskCompleted supports CompleteJob only, got \"" +
@@ -890,9 +902,13 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
         if (e == "*") rp.on_eviction = on_eviction;
         if (names_failure) *names_failure = true;
       } else if (e == "JobUnknown" || e == "PodPending" || e == "CommandIssued") {
-        continue;  // nothing to do
+        // Events of Volcano's controller that its admission refuses in a policy: accepted,
+        // the policy would be dropped, its action never taken.
+        return InvalidArgument(at + ": \"" + e +
+                               "\" is not supported in a policy (PodEvicted, PodFailed, "
+                               "TaskCompleted, TaskFailed, Unknown, *)");
       } else {
-        return InvalidArgument(pp + ".event: unknown \"" + e +
+        return InvalidArgument(at + ": unknown \"" + e +
                                "\" (PodEvicted, PodFailed, TaskCompleted, TaskFailed, Unknown, *)");
       }
     }
@@ -1108,9 +1124,24 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
     s.source = "apps/v1 Deployment";
     s.service = true;
     TESSERA_RETURN_IF_ERROR(r.Int32("replicas", g.replicas, false, 1));
-    Ignore(r, {"selector", "strategy", "revisionHistoryLimit", "minReadySeconds",
-               "progressDeadlineSeconds", "paused"});
+    // A Deployment created paused starts no pods until it is resumed (its controller makes
+    // no ReplicaSet for it): submitted held, until `tessera release`.
+    TESSERA_RETURN_IF_ERROR(r.Bool("paused", s.held));
+    std::optional<PodInfo::SpreadSelector> selector;
+    if (const Json* sel = r.Get("selector"))
+      TESSERA_RETURN_IF_ERROR(ReadLabelSelector(*sel, "spec.selector", selector.emplace()));
+    Ignore(r, {"strategy", "revisionHistoryLimit", "minReadySeconds", "progressDeadlineSeconds"});
     TESSERA_RETURN_IF_ERROR(ReadPodTemplate(r.Get("template"), "spec.template", tmpl));
+    // As Kubernetes' validation: the selector must select the template's pods, and an empty
+    // one (every pod) is invalid. (Tessera keeps a job's tasks its own either way.)
+    if (selector && selector->match_labels.empty() && selector->expressions.empty())
+      return InvalidArgument(
+          "spec.selector: empty (it would select every pod); select the "
+          "template's labels (matchLabels: {app: web})");
+    if (selector && !selector->Matches(tmpl.labels))
+      return InvalidArgument("spec.selector: does not match the template's labels (" +
+                             Json(tmpl.labels).dump() +
+                             " at spec.template.metadata.labels), as Kubernetes requires");
     if (tmpl.pod.restart_policy != "Always")  // as Kubernetes: a service always restarts
       return InvalidArgument("spec.template.spec.restartPolicy: a Deployment needs Always, got \"" +
                              tmpl.pod.restart_policy + "\"");
@@ -1164,6 +1195,23 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
   return s;
 }
 
+// No guarantee `g` (given at `guarantee_path`) above `limit`, where the limit caps that
+// resource (0: uncapped).
+Status CheckWithinLimit(const ResourceVector& g, const std::optional<ResourceVector>& limit,
+                        const std::string& guarantee_path, const std::string& limit_path) {
+  if (!limit) return Status::Ok();
+  auto check = [&](const char* name, int64_t want, int64_t l, bool bytes) -> Status {
+    if (l == 0 || want <= l) return Status::Ok();
+    auto f = bytes ? FormatBytes : FormatMilli;
+    return InvalidArgument(guarantee_path + "." + name + ": " + f(want) + " is more than " +
+                           limit_path + "." + name + " " + f(l) +
+                           " (a queue cannot be guaranteed more than it may use)");
+  };
+  TESSERA_RETURN_IF_ERROR(check("cpu", g.cpu_milli, limit->cpu_milli, false));
+  TESSERA_RETURN_IF_ERROR(check("memory", g.memory_bytes, limit->memory_bytes, true));
+  return check("nvidia.com/gpu", g.gpu_milli, limit->gpu_milli, false);
+}
+
 StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
   Queue q;
   q.name = meta.name;
@@ -1190,6 +1238,8 @@ StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
       if (const Json* res = gr.Get("resource"))
         TESSERA_RETURN_IF_ERROR(ReadResourceVector(*res, "spec.guarantee.resource", q.guarantee));
       TESSERA_RETURN_IF_ERROR(gr.Finish());
+      TESSERA_RETURN_IF_ERROR(
+          CheckWithinLimit(q.guarantee, q.limit, "spec.guarantee.resource", "spec.capability"));
     }
     if (const Json* d = r.Get("deserved")) {
       // Volcano's capacity plugin: deserved is the share the queue reclaims back to, its
@@ -1197,6 +1247,9 @@ StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
       // restores, lent while unused: deserved, component by component the larger of the two.
       ResourceVector deserved;
       TESSERA_RETURN_IF_ERROR(ReadResourceVector(*d, "spec.deserved", deserved));
+      // (Checked before the merge, so that the error names the field the value came from.)
+      TESSERA_RETURN_IF_ERROR(
+          CheckWithinLimit(deserved, q.limit, "spec.deserved", "spec.capability"));
       q.guarantee.cpu_milli = std::max(q.guarantee.cpu_milli, deserved.cpu_milli);
       q.guarantee.memory_bytes = std::max(q.guarantee.memory_bytes, deserved.memory_bytes);
       q.guarantee.gpu_milli = std::max(q.guarantee.gpu_milli, deserved.gpu_milli);
@@ -1458,17 +1511,7 @@ Status CheckTaskCount(const JobSpec& s) {
 // No guarantee above the limit, where the limit caps that resource (0: uncapped).
 Status CheckGuaranteeWithinLimit(const Queue& q, const std::string& guarantee_path,
                                  const std::string& limit_path) {
-  if (!q.limit) return Status::Ok();
-  auto check = [&](const char* name, int64_t g, int64_t l, bool bytes) -> Status {
-    if (l == 0 || g <= l) return Status::Ok();
-    auto f = bytes ? FormatBytes : FormatMilli;
-    return InvalidArgument(guarantee_path + "." + name + ": " + f(g) + " is more than " +
-                           limit_path + "." + name + " " + f(l) +
-                           " (a queue cannot be guaranteed more than it may use)");
-  };
-  TESSERA_RETURN_IF_ERROR(check("cpu", q.guarantee.cpu_milli, q.limit->cpu_milli, false));
-  TESSERA_RETURN_IF_ERROR(check("memory", q.guarantee.memory_bytes, q.limit->memory_bytes, true));
-  return check("nvidia.com/gpu", q.guarantee.gpu_milli, q.limit->gpu_milli, false);
+  return CheckWithinLimit(q.guarantee, q.limit, guarantee_path, limit_path);
 }
 
 }  // namespace

@@ -1210,7 +1210,11 @@ TEST(Spec, HeldSubmissions) {
       "    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: x, command: "
       "[x]}]\n",
       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {suspend: true, tasks: "
-      "[{command: [x]}]}\n"};
+      "[{command: [x]}]}\n",
+      // A Deployment created paused starts no pods until resumed.
+      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  paused: true\n"
+      "  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n"
+      "    spec: {containers: [{name: c, command: [x]}]}\n"};
   for (const char* doc : held) {
     auto s = ParseDocuments(doc);
     ASSERT_TRUE(s.ok()) << doc << s.status().ToString();
@@ -1717,6 +1721,46 @@ TEST(Spec, RejectsWithFieldPaths) {
        "    command: [x]\n    resources:\n      limits: {nvidia.com/gpu: 2}\n"
        "      requests: {nvidia.com/gpu: 1}\n",
        "requests.nvidia.com/gpu: 1 must equal its limit 2"},
+      // Events Volcano's admission refuses in a policy: refused, not dropped.
+      {"volcano policy on PodPending",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n"
+       "  policies: [{event: PodPending, action: RestartJob}]\n"
+       "  tasks: [{replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}]\n",
+       "spec.policies[0].event: \"PodPending\" is not supported in a policy"},
+      {"volcano policy on JobUnknown among events",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n"
+       "  policies: [{events: [PodEvicted, JobUnknown], action: AbortJob}]\n"
+       "  tasks: [{replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}]\n",
+       "spec.policies[0].events[1]: \"JobUnknown\" is not supported in a policy"},
+      {"volcano task policy on CommandIssued",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n"
+       "  tasks: [{replicas: 1, policies: [{event: CommandIssued, action: RestartJob}],\n"
+       "           template: {spec: {containers: [{name: c, command: [x]}]}}}]\n",
+       "spec.tasks[0].policies[0].event: \"CommandIssued\" is not supported in a policy"},
+      // A Deployment's selector must select its template's pods, as Kubernetes requires.
+      {"deployment selector unlike its template",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+       "  selector: {matchLabels: {app: other}}\n  template:\n    metadata: {labels: {app: web}}\n"
+       "    spec: {containers: [{name: c, command: [x]}]}\n",
+       "spec.selector: does not match the template's labels ({\"app\":\"web\"}"},
+      {"deployment selector expression unlike its template",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+       "  selector: {matchExpressions: [{key: app, operator: In, values: [api]}]}\n"
+       "  template: {spec: {containers: [{name: c, command: [x]}]}}\n",
+       "spec.selector: does not match the template's labels ({}"},
+      {"deployment empty selector",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  selector: {}\n"
+       "  template: {spec: {containers: [{name: c, command: [x]}]}}\n",
+       "spec.selector: empty"},
+      {"deployment selector bad operator",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+       "  selector: {matchExpressions: [{key: app, operator: Near}]}\n"
+       "  template: {spec: {containers: [{name: c, command: [x]}]}}\n",
+       "spec.selector.matchExpressions[0].operator: unknown \"Near\""},
+      {"deployment paused not a boolean",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  paused: maybe\n"
+       "  template: {spec: {containers: [{name: c, command: [x]}]}}\n",
+       "spec.paused"},
       {"volcano duplicate task names",
        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
        "  - {name: w, replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}\n"
@@ -1730,6 +1774,11 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
        "  capability: {nvidia.com/gpu: 8}\n  guarantee: {resource: {nvidia.com/gpu: 16}}\n",
        "spec.guarantee.resource.nvidia.com/gpu: 16 is more than spec.capability.nvidia.com/gpu 8"},
+      {"volcano queue deserved above its capability",
+       "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
+       "  capability: {nvidia.com/gpu: 8}\n  guarantee: {resource: {nvidia.com/gpu: 2}}\n"
+       "  deserved: {nvidia.com/gpu: 12}\n",
+       "spec.deserved.nvidia.com/gpu: 12 is more than spec.capability.nvidia.com/gpu 8"},
       {"tessera queue guaranteed above its limit",
        "apiVersion: tessera.io/v1\nkind: Queue\nmetadata: {name: q}\nspec: {limit: {cpu: 4}, "
        "guarantee: {cpu: 8}}\n",
