@@ -807,8 +807,21 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
   if (first) {
     j.placement = std::move(place);
     if (pod.grace_period) j.grace_period_seconds = *pod.grace_period;
-    if (pod.active_deadline)
+    if (pod.active_deadline && spec.time_limit_whole_job) {
+      // A batch/v1 Job's own activeDeadlineSeconds is the whole job's limit, which stays.
+      // A pod's own counts from that pod's start, so one at least as long never ends a pod
+      // before the job's does; a shorter one would need a second limit, per pod, which a
+      // job here does not have: refused rather than dropped or put in the job's place.
+      if (*pod.active_deadline < *spec.time_limit_seconds)
+        return InvalidArgument(
+            path + ".activeDeadlineSeconds: " + std::to_string(*pod.active_deadline) +
+            " is less than the Job's spec.activeDeadlineSeconds " +
+            std::to_string(*spec.time_limit_seconds) +
+            ": a job has one time limit here (the Job's, through its retries); leave the "
+            "pod's out, or make it at least the Job's");
+    } else if (pod.active_deadline) {
       j.runtime_estimate_seconds = spec.time_limit_seconds = pod.active_deadline;
+    }
   } else {
     auto differs = [&](const std::string& field) {
       return InvalidArgument(path + "." + field + ": every task of a job must use the same " +
@@ -1189,6 +1202,11 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
   g.spread = tmpl.pod.spread;
   TESSERA_RETURN_IF_ERROR(
       MergePodIntoJob(tmpl.pod, kind == "Pod" ? "spec" : "spec.template.spec", true, s, g));
+  // A bare pod's activeDeadlineSeconds counts from the pod's start, through the kubelet's
+  // restarts of its container in place; a restart here is a new attempt, so the limit counts
+  // from the job's first start. (A template's, in a workload whose controller replaces the
+  // pod, is per attempt.)
+  if (kind == "Pod" && s.time_limit_seconds) s.time_limit_whole_job = true;
   s.job.service = s.service;  // spread by default (model/job.h)
   s.job.groups.push_back(g);
   s.templates.push_back(tmpl.pod.tmpl);

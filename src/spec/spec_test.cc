@@ -693,6 +693,51 @@ TEST(Spec, KubernetesWorkloads) {
                    .ok());
 }
 
+// activeDeadlineSeconds, where Kubernetes counts it from: a bare Pod's from its start, through
+// in-place restarts (here: from the job's first start); a batch/v1 Job's own for the whole job,
+// never replaced by its template's; a template's alone, per attempt.
+TEST(Spec, ActiveDeadlineScopes) {
+  auto job = [](const std::string& job_deadline, const std::string& pod_deadline) {
+    return ParseDocuments("apiVersion: batch/v1\nkind: Job\nmetadata: {name: b}\nspec:\n" +
+                          job_deadline + "  template:\n    spec:\n      restartPolicy: Never\n" +
+                          pod_deadline + "      containers: [{name: c, command: [x]}]\n");
+  };
+  struct Case {
+    const char* name;
+    StatusOr<std::vector<Document>> docs;
+    int64_t limit;
+    bool whole_job;
+  } cases[] = {
+      {"pod",
+       ParseDocuments("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+                      "  activeDeadlineSeconds: 300\n  containers: [{name: c, command: [x]}]\n"),
+       300, true},
+      {"job's own", job("  activeDeadlineSeconds: 600\n", ""), 600, true},
+      {"job's and a longer pod's",
+       job("  activeDeadlineSeconds: 600\n", "      activeDeadlineSeconds: 900\n"), 600, true},
+      {"job's and an equal pod's",
+       job("  activeDeadlineSeconds: 600\n", "      activeDeadlineSeconds: 600\n"), 600, true},
+      {"template's alone", job("", "      activeDeadlineSeconds: 300\n"), 300, false},
+      {"deployment template's",
+       ParseDocuments("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+                      "  template: {spec: {activeDeadlineSeconds: 300, containers: [{name: c, "
+                      "command: [x]}]}}\n"),
+       300, false},
+  };
+  for (const auto& c : cases) {
+    ASSERT_TRUE(c.docs.ok()) << c.name << ": " << c.docs.status().ToString();
+    const JobSpec& s = (*c.docs)[0].job;
+    EXPECT_EQ(s.time_limit_seconds, c.limit) << c.name;
+    EXPECT_EQ(s.job.runtime_estimate_seconds, c.limit) << c.name;
+    EXPECT_EQ(s.time_limit_whole_job, c.whole_job) << c.name;
+  }
+  // A shorter pod deadline would need a second, per-pod limit: refused, not dropped.
+  ExpectRefused(job("  activeDeadlineSeconds: 600\n", "      activeDeadlineSeconds: 300\n"),
+                "spec.template.spec.activeDeadlineSeconds: 300 is less than the Job's "
+                "spec.activeDeadlineSeconds 600",
+                "job 600, pod 300");
+}
+
 TEST(Spec, QueuesAndPriorityClasses) {
   auto q = ParseDocuments(SeedFile("queues.yaml"));
   ASSERT_TRUE(q.ok());
