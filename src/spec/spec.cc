@@ -318,6 +318,7 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
   TESSERA_RETURN_IF_ERROR(r.String("image", image));
   TESSERA_RETURN_IF_ERROR(r.String("workingDir", wd));
   std::map<std::string, std::string> env;
+  std::vector<std::string> env_order;  // as declared: $(VAR) sees the ones before it
   TESSERA_RETURN_IF_ERROR(
       ForEach(r.Get("env"), r.Path("env"), [&](const Json& e, const std::string& p) -> Status {
         ObjectReader er(e, p);
@@ -327,6 +328,7 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
         if (er.Has("valueFrom"))
           return Unsupported(er, "valueFrom", "processes get literal values only");
         TESSERA_RETURN_IF_ERROR(er.Finish());
+        if (!env.count(n)) env_order.push_back(n);
         env[n] = v;
         return Status::Ok();
       }));
@@ -394,6 +396,8 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
       tmpl->command.insert(tmpl->command.end(), args.begin(), args.end());
     }
     tmpl->env = std::move(env);
+    tmpl->env_order = std::move(env_order);
+    tmpl->expand_references = true;
     tmpl->working_dir = wd;
     tmpl->image = image;
   }
@@ -1451,6 +1455,73 @@ size_t EstimateNesting(const std::string& text) {
 }
 
 }  // namespace
+
+std::string ExpandKubeReferences(
+    const std::string& in, const std::function<const std::string*(const std::string&)>& lookup) {
+  // Kubernetes' third_party/forked/golang/expansion, step for step.
+  std::string out;
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '$' || i + 1 == in.size()) {
+      out += in[i];
+      continue;
+    }
+    const char next = in[i + 1];
+    if (next == '$') {  // escaped: one '$'
+      out += '$';
+      ++i;
+    } else if (next == '(') {
+      const size_t close = in.find(')', i + 2);
+      if (close == std::string::npos) {  // incomplete: as written
+        out += "$(";
+        ++i;
+        continue;
+      }
+      const std::string name = in.substr(i + 2, close - i - 2);
+      const std::string* value = lookup(name);
+      out += value != nullptr ? *value : "$(" + name + ")";
+      i = close;
+    } else {  // not a reference: the '$' and what follows, as written
+      out += '$';
+      out += next;
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> TaskEnvironment(const TaskTemplate& t,
+                                                   std::map<std::string, std::string> server,
+                                                   std::vector<std::string>* command) {
+  std::map<std::string, std::string> env = std::move(server);
+  if (!t.expand_references) {
+    for (const auto& [k, v] : t.env) env.emplace(k, v);  // the server's win
+    return env;
+  }
+  // Each value sees those declared before it (as expanded), then the server's.
+  std::map<std::string, std::string> declared;
+  auto lookup = [&](const std::string& name) -> const std::string* {
+    if (auto d = declared.find(name); d != declared.end()) return &d->second;
+    if (auto e = env.find(name); e != env.end()) return &e->second;
+    return nullptr;
+  };
+  std::vector<std::string> order = t.env_order;
+  for (const auto& [k, v] : t.env)  // (a name missing from the order, last)
+    if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
+  for (const std::string& name : order) {
+    auto v = t.env.find(name);
+    if (v != t.env.end()) declared[name] = ExpandKubeReferences(v->second, lookup);
+  }
+  for (auto& [k, v] : declared) env.emplace(k, std::move(v));  // the server's win
+  if (command != nullptr) {
+    auto final_lookup = [&](const std::string& name) -> const std::string* {
+      auto e = env.find(name);
+      return e == env.end() ? nullptr : &e->second;
+    };
+    for (std::string& word : *command) word = ExpandKubeReferences(word, final_lookup);
+  }
+  return env;
+}
 
 const char* FailureActionName(FailureAction a) {
   return a == FailureAction::kFailJob      ? "FailJob"
@@ -2527,6 +2598,8 @@ Json JobSpecToJson(const JobSpec& s) {
     x["command"] = tt.command;
     if (!tt.script.empty()) x["script"] = tt.script;
     if (!tt.env.empty()) x["env"] = tt.env;
+    if (tt.expand_references) x["expandReferences"] = true;
+    if (!tt.env_order.empty()) x["envOrder"] = tt.env_order;
     if (!tt.working_dir.empty()) x["workingDir"] = tt.working_dir;
     if (!tt.image.empty()) x["image"] = tt.image;
     if (!tt.stdout_file.empty()) x["stdoutFile"] = tt.stdout_file;
@@ -2593,6 +2666,8 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
         TESSERA_RETURN_IF_ERROR(tr.StringList("command", tt.command));
         TESSERA_RETURN_IF_ERROR(tr.String("script", tt.script));
         TESSERA_RETURN_IF_ERROR(tr.StringMap("env", tt.env));
+        TESSERA_RETURN_IF_ERROR(tr.Bool("expandReferences", tt.expand_references));
+        TESSERA_RETURN_IF_ERROR(tr.StringList("envOrder", tt.env_order));
         TESSERA_RETURN_IF_ERROR(tr.String("workingDir", tt.working_dir));
         TESSERA_RETURN_IF_ERROR(tr.String("image", tt.image));
         TESSERA_RETURN_IF_ERROR(tr.String("stdoutFile", tt.stdout_file));

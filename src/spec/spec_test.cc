@@ -738,6 +738,74 @@ TEST(Spec, ActiveDeadlineScopes) {
                 "job 600, pod 300");
 }
 
+// Kubernetes' $(VAR) expansion, case by case as its expansion package does it.
+TEST(Spec, KubernetesReferencesExpandAsTheKubeletDoes) {
+  const std::map<std::string, std::string> vars = {{"A", "x"}, {"B", "$(A)"}, {"", "empty"}};
+  auto lookup = [&](const std::string& name) -> const std::string* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : &it->second;
+  };
+  const std::pair<const char*, const char*> cases[] = {
+      {"$(A)", "x"},         {"--a=$(A)/$(A)", "--a=x/x"},
+      {"$(B)", "$(A)"},  // not again
+      {"$$(A)", "$(A)"},     {"$$$(A)", "$x"},
+      {"$(C)", "$(C)"},  // unknown: kept
+      {"$(A", "$(A"},        {"$A", "$A"},
+      {"a$", "a$"},          {"$$", "$"},
+      {"$()", "empty"},      {"$(A)$(A", "x$(A"},
+      {"no refs", "no refs"}};
+  for (const auto& [in, want] : cases) EXPECT_EQ(ExpandKubeReferences(in, lookup), want) << in;
+}
+
+// Kubernetes containers keep their env's order and are marked for expansion (stored so);
+// sbatch scripts and Tessera Jobs are not, and their values are used as written.
+TEST(Spec, KubernetesTemplatesExpandTheirReferences) {
+  auto k = ParseDocuments(
+      "apiVersion: batch/v1\nkind: Job\nmetadata: {name: k}\nspec:\n  completionMode: "
+      "Indexed\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n"
+      "      - name: c\n        command: [/bin/sh, -c]\n"
+      "        args: ['echo rank=$(JOB_COMPLETION_INDEX) greet=$GREETING shard=$SHARD']\n"
+      "        env:\n        - {name: BASE, value: data}\n"
+      "        - {name: SHARD, value: '$(BASE)-$(JOB_COMPLETION_INDEX)'}\n"
+      "        - {name: GREETING, value: 'hello $$(BASE)'}\n"
+      "        - {name: AFTER, value: '$(ZED)'}\n        - {name: ZED, value: z}\n");
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  const TaskTemplate& t = (*k)[0].job.templates[0];
+  EXPECT_TRUE(t.expand_references);
+  EXPECT_EQ(t.env_order, (std::vector<std::string>{"BASE", "SHARD", "GREETING", "AFTER", "ZED"}));
+  auto stored = JobSpecFromJson(JobSpecToJson((*k)[0].job), "");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->templates[0], t);
+  std::vector<std::string> command = t.command;
+  auto env = TaskEnvironment(t, {{"JOB_COMPLETION_INDEX", "0"}, {"RANK", "0"}}, &command);
+  EXPECT_EQ(command, (std::vector<std::string>{"/bin/sh", "-c",
+                                               "echo rank=0 greet=$GREETING shard=$SHARD"}));
+  EXPECT_EQ(env["SHARD"], "data-0");
+  EXPECT_EQ(env["GREETING"], "hello $(BASE)");
+  EXPECT_EQ(env["AFTER"], "$(ZED)");  // ZED is declared after it
+  // The server's variables win over the template's of the same name, as before.
+  TaskTemplate mine = t;
+  mine.env["RANK"] = "7";
+  mine.env_order.push_back("RANK");
+  EXPECT_EQ(TaskEnvironment(mine, {{"RANK", "0"}}, nullptr)["RANK"], "0");
+
+  for (const char* doc :
+       {"#!/bin/bash\n#SBATCH -J s\necho $(hostname)\n",
+        "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{command: "
+        "[echo, '$(RANK)'], env: {A: '$(RANK)'}}]}\n"}) {
+    auto d = ParseDocuments(doc);
+    ASSERT_TRUE(d.ok()) << doc << d.status().ToString();
+    const TaskTemplate& plain = (*d)[0].job.templates[0];
+    EXPECT_FALSE(plain.expand_references) << doc;
+    std::vector<std::string> cmd = plain.command;
+    auto e = TaskEnvironment(plain, {{"RANK", "0"}}, &cmd);
+    EXPECT_EQ(cmd, plain.command) << doc;
+    if (plain.env.count("A")) {
+      EXPECT_EQ(e["A"], "$(RANK)");
+    }
+  }
+}
+
 TEST(Spec, QueuesAndPriorityClasses) {
   auto q = ParseDocuments(SeedFile("queues.yaml"));
   ASSERT_TRUE(q.ok());
