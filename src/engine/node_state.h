@@ -81,10 +81,11 @@ struct FilterVerdict {
 
 // ---- resource arithmetic shared by the engine and by plugins ----
 
-// True if `g` names no models or names `model`.
+// True if `g` names no models or names `model` (GpuModelMatches: a family entry too).
 // (Inline: placement asks it per device, millions of times per cycle.)
 inline bool ModelAllowed(const GpuRequest& g, const std::string& model) {
-  return g.models.empty() || std::find(g.models.begin(), g.models.end(), model) != g.models.end();
+  return g.models.empty() || std::any_of(g.models.begin(), g.models.end(),
+                                         [&](const auto& m) { return GpuModelMatches(m, model); });
 }
 // True if device `d` of `node` may serve `r` at all: healthy, model allowed, MIG mode
 // matching the request kind.

@@ -6,6 +6,7 @@
 // thread-compatible.
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -56,10 +57,25 @@ struct GpuRequest {
   int32_t milli = 0;         // kFraction: 1..999 thousandths of one device's compute
   int64_t memory_bytes = 0;  // kFraction: device memory wanted; kWhole: min memory per device
   std::string mig_profile;   // kMig: "1g.10gb", "3g.40gb", ...
-  std::vector<std::string> models;  // allowed GPU models ("A100-80GB", ...); empty = any
+  // Allowed GPU models ("A100-80GB", ...; "H100-*": a family, GpuModelMatches); empty = any.
+  std::vector<std::string> models;
 
   friend bool operator==(const GpuRequest&, const GpuRequest&) = default;
 };
+
+// Whether a device of model `model` is one that `allowed` (an entry of GpuRequest::models)
+// names: the same model, or, for an entry ending in `*`, any model that starts with the rest,
+// ignoring case ("H100-*" takes H100-80GB and H100-94GB, as sbatch's --gres=gpu:h100 means
+// any H100). (Inline: placement asks it per device.)
+inline bool GpuModelMatches(const std::string& allowed, const std::string& model) {
+  if (allowed == model) return true;
+  if (allowed.empty() || allowed.back() != '*' || model.size() < allowed.size() - 1) return false;
+  for (size_t i = 0; i + 1 < allowed.size(); ++i) {
+    const auto a = static_cast<unsigned char>(allowed[i]), m = static_cast<unsigned char>(model[i]);
+    if (a != m && std::tolower(a) != std::tolower(m)) return false;
+  }
+  return true;
+}
 
 // What one task of a job needs on one node.
 struct TaskRequest {

@@ -3458,7 +3458,10 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
       break;
     }
   }
-  if (g < static_cast<int32_t>(j.spec.templates.size())) env = j.spec.templates[g].env;
+  // (The caller adds the template's own env under these: spec::TaskEnvironment.)
+  const std::map<std::string, std::string> no_env;
+  const std::map<std::string, std::string>& spec_env =
+      g < static_cast<int32_t>(j.spec.templates.size()) ? j.spec.templates[g].env : no_env;
   std::vector<std::string> visible;
   auto n = nodes_.find(a.node);
   for (const auto& d : a.devices) {
@@ -3540,7 +3543,7 @@ std::map<std::string, std::string> ControlPlane::TaskEnv(
     // one's CPUs, the node's GPUs.
     const int32_t nodes_n = std::max(1, j.spec.job.TaskCount());
     int32_t per_node = 1;
-    if (auto t = env.find("SLURM_NTASKS"); t != env.end())
+    if (auto t = spec_env.find("SLURM_NTASKS"); t != spec_env.end())
       per_node = std::max(1, std::atoi(t->second.c_str()) / nodes_n);
     env["SLURM_NTASKS_PER_NODE"] = std::to_string(per_node);
     const TaskRequest& req = j.spec.job.groups[g].request;
@@ -3692,8 +3695,14 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
         if (!tt.stdout_file.empty()) a.stdout_file = spec::ExpandSlurmFilename(tt.stdout_file, f);
         if (!tt.stderr_file.empty()) a.stderr_file = spec::ExpandSlurmFilename(tt.stderr_file, f);
       }
-      a.env = TaskEnv(j, b->task, b->allocation, placed);
-      a.env["TESSERA_ALLOCATION"] = a.id;
+      std::map<std::string, std::string> server_env = TaskEnv(j, b->task, b->allocation, placed);
+      server_env["TESSERA_ALLOCATION"] = a.id;
+      // The template's env under the server's; a Kubernetes container's $(VAR) references in
+      // its env, command and args expanded against them.
+      static const spec::TaskTemplate kNoTemplate;
+      a.env = spec::TaskEnvironment(
+          g < static_cast<int32_t>(j.spec.templates.size()) ? j.spec.templates[g] : kNoTemplate,
+          std::move(server_env), &a.command);
       node_names.insert(a.placement.node);
       ops.push_back(AllocOp(a));
       j.allocations.push_back(a.id);

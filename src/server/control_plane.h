@@ -503,6 +503,8 @@ class ControlPlane {
   // `bound` (may be null) gets each attempt the plan bound.
   Status ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& placeholder_owner,
                    std::vector<JobBound>* bound);
+  // The variables the server gives task `task` placed at `a` (RANK, MASTER_ADDR, SLURM_*,
+  // ...), without its template's own env (spec::TaskEnvironment adds that under them).
   std::map<std::string, std::string> TaskEnv(
       const JobRecord& j, int32_t task, const TaskAllocation& a,
       const std::map<std::string, TaskAllocation>& others) const;

@@ -1708,6 +1708,50 @@ TEST_F(ControlPlaneTest, AnIndexedJobsPodsHaveTheirCompletionIndex) {
     EXPECT_EQ(a["env"]["JOB_COMPLETION_INDEX"], std::to_string(a["task"].get<int>()));
 }
 
+// A Kubernetes container's $(VAR) references are expanded as the kubelet expands them: an env
+// value by the variables declared before it and the server's (JOB_COMPLETION_INDEX, RANK, ...),
+// command and args by the task's whole environment; $$ is one $, an unknown name stays as
+// written. A Tessera Job's command and env, documented as run as written, are.
+TEST_F(ControlPlaneTest, KubernetesVariableReferencesAreExpandedWhereTheTaskIsPlaced) {
+  int64_t epoch = Epoch("node-a");
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: batch/v1\nkind: Job\nmetadata: {name: k1}\nspec:\n"
+                          "  parallelism: 2\n  completionMode: Indexed\n  template:\n"
+                          "    spec:\n      restartPolicy: Never\n      containers:\n"
+                          "      - name: c\n        command: [/bin/sh, -c]\n"
+                          "        args: ['echo rank=$(JOB_COMPLETION_INDEX) greet=$GREETING "
+                          "shard=$SHARD', '--rank=$(RANK)', '$(NOPE) $$(SHARD) $ $(']\n"
+                          "        env:\n        - {name: SHARD, value: '$(BASE)-$(RANK)'}\n"
+                          "        - {name: BASE, value: data}\n"
+                          "        - {name: PATHS, value: '$(BASE)/$(JOB_COMPLETION_INDEX)'}\n"
+                          "        - {name: GREETING, value: 'hello $$(BASE)'}\n")
+                  .ok());
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: own}\n"
+                          "spec: {tasks: [{command: [echo, '$(RANK)'], env: {A: '$(RANK)'}}]}\n")
+                  .ok());
+  ASSERT_TRUE(cp_->RunCycle().ok());
+  Json d = Beat("node-a", epoch);
+  ASSERT_EQ(d["allocations"].size(), 3u) << d;
+  for (const auto& a : d["allocations"]) {
+    const Json& env = a["env"];
+    if (a["job"] == "own") {
+      EXPECT_EQ(a["command"], Json({"echo", "$(RANK)"}));
+      EXPECT_EQ(env["A"], "$(RANK)");
+      continue;
+    }
+    const std::string i = std::to_string(a["task"].get<int>());
+    EXPECT_EQ(a["command"],
+              Json({"/bin/sh", "-c", "echo rank=" + i + " greet=$GREETING shard=$SHARD",
+                    "--rank=" + i, "$(NOPE) $(SHARD) $ $("}));
+    // BASE is declared after SHARD: SHARD's $(BASE) stays; RANK is the server's, known to all.
+    EXPECT_EQ(env["SHARD"], "$(BASE)-" + i);
+    EXPECT_EQ(env["PATHS"], "data/" + i);
+    EXPECT_EQ(env["GREETING"], "hello $(BASE)");
+    EXPECT_EQ(env["RANK"], i);
+  }
+}
+
 // A running job with tasks the cluster has no room for says why, as a pending job does.
 TEST_F(ControlPlaneTest, ARunningJobsUnplacedTasksHaveAPendingReason) {
   real_engine_ = true;

@@ -318,6 +318,7 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
   TESSERA_RETURN_IF_ERROR(r.String("image", image));
   TESSERA_RETURN_IF_ERROR(r.String("workingDir", wd));
   std::map<std::string, std::string> env;
+  std::vector<std::string> env_order;  // as declared: $(VAR) sees the ones before it
   TESSERA_RETURN_IF_ERROR(
       ForEach(r.Get("env"), r.Path("env"), [&](const Json& e, const std::string& p) -> Status {
         ObjectReader er(e, p);
@@ -327,6 +328,7 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
         if (er.Has("valueFrom"))
           return Unsupported(er, "valueFrom", "processes get literal values only");
         TESSERA_RETURN_IF_ERROR(er.Finish());
+        if (!env.count(n)) env_order.push_back(n);
         env[n] = v;
         return Status::Ok();
       }));
@@ -356,6 +358,18 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
       if (const Json* q = rr.Get("requests"))
         TESSERA_RETURN_IF_ERROR(CheckRequestsWithinLimits(*q, *l, rr.Path("requests")));
     }
+    // As Kubernetes: an extended resource (a GPU, a MIG instance, a share of one) cannot be
+    // overcommitted, so a request needs its limit ("Limit must be set for non overcommitable
+    // resources").
+    if (const Json* q = rr.Get("requests"); q != nullptr) {
+      const Json* l = rr.Get("limits");
+      for (const auto& [name, v] : q->items())
+        if (name != "cpu" && name != "memory" && (l == nullptr || !l->contains(name)))
+          return InvalidArgument(rr.Path("limits") + "." + name + ": required, equal to " +
+                                 rr.Path("requests") + "." + name +
+                                 " (as Kubernetes: a limit must be set for a resource that "
+                                 "cannot be overcommitted)");
+    }
     TaskRequest c;
     TESSERA_RETURN_IF_ERROR(ReadTaskResources(merged, r.Path("resources"), c));
     TESSERA_RETURN_IF_ERROR(AddRequests(req, c, path));
@@ -374,9 +388,16 @@ Status ReadContainer(const Json& c, const std::string& path, PodInfo& pod, TaskT
   if (r.Has("envFrom")) return Unsupported(r, "envFrom", "processes get literal env values only");
   TESSERA_RETURN_IF_ERROR(r.Finish());
   if (tmpl != nullptr) {
-    tmpl->command = command;
-    tmpl->command.insert(tmpl->command.end(), args.begin(), args.end());
+    // args without a command are the arguments of the image's entrypoint, which is not run
+    // here: left without a command, the task is refused naming it (ParseDocument), rather
+    // than its first argument run as the program.
+    if (!command.empty()) {
+      tmpl->command = command;
+      tmpl->command.insert(tmpl->command.end(), args.begin(), args.end());
+    }
     tmpl->env = std::move(env);
+    tmpl->env_order = std::move(env_order);
+    tmpl->expand_references = true;
     tmpl->working_dir = wd;
     tmpl->image = image;
   }
@@ -465,28 +486,19 @@ StatusOr<Json> KubeToleration(Json tol, const std::string& path) {
   return tol;
 }
 
-// One of a pod template's topologySpreadConstraints: the selector and matchLabelKeys here,
-// the rest through the model codec (which refuses unknown fields).
-Status ReadSpreadConstraint(const Json& c, const std::string& p, PodInfo& out) {
-  if (!c.is_object()) return TypeError(p, "an object", c);
-  auto key_error = [](const std::string& key, const std::string& at) -> Status {
-    if (std::string why = LabelKeyProblem(key); !why.empty())
-      return InvalidArgument(at + ": \"" + key + "\" is not a label key: " + why);
-    return Status::Ok();
-  };
-  auto sel = std::make_shared<PodInfo::SpreadSelector>();
-  Json rest = c;
-  ObjectReader r(c, p);
-  const Json* ls = r.Get("labelSelector");
-  if (ls == nullptr)
-    return InvalidArgument(r.Path("labelSelector") +
-                           ": required here: without it Kubernetes counts no pod and the "
-                           "constraint spreads nothing; select the template's own labels "
-                           "(matchLabels: {app: web})");
-  ObjectReader sr(*ls, r.Path("labelSelector"));
-  TESSERA_RETURN_IF_ERROR(sr.StringMap("matchLabels", sel->match_labels));
-  for (const auto& [k, v] : sel->match_labels) {
-    TESSERA_RETURN_IF_ERROR(key_error(k, sr.Path("matchLabels")));
+Status LabelKeyError(const std::string& key, const std::string& at) {
+  if (std::string why = LabelKeyProblem(key); !why.empty())
+    return InvalidArgument(at + ": \"" + key + "\" is not a label key: " + why);
+  return Status::Ok();
+}
+
+// A Kubernetes labelSelector (matchLabels, matchExpressions), checked as Kubernetes' API
+// validation checks it.
+Status ReadLabelSelector(const Json& ls, const std::string& path, PodInfo::SpreadSelector& out) {
+  ObjectReader sr(ls, path);
+  TESSERA_RETURN_IF_ERROR(sr.StringMap("matchLabels", out.match_labels));
+  for (const auto& [k, v] : out.match_labels) {
+    TESSERA_RETURN_IF_ERROR(LabelKeyError(k, sr.Path("matchLabels")));
     if (std::string why = LabelValueProblem(v); !why.empty())
       return InvalidArgument(sr.Path("matchLabels") + "." + k + ": \"" + v +
                              "\" is not a label value: " + why);
@@ -500,7 +512,7 @@ Status ReadSpreadConstraint(const Json& c, const std::string& p, PodInfo& out) {
         TESSERA_RETURN_IF_ERROR(er.String("operator", x.op, true));
         TESSERA_RETURN_IF_ERROR(er.StringList("values", x.values));
         TESSERA_RETURN_IF_ERROR(er.Finish());
-        TESSERA_RETURN_IF_ERROR(key_error(x.key, er.Path("key")));
+        TESSERA_RETURN_IF_ERROR(LabelKeyError(x.key, er.Path("key")));
         const bool set = x.op == "In" || x.op == "NotIn";
         if (!set && x.op != "Exists" && x.op != "DoesNotExist")
           return InvalidArgument(er.Path("operator") + ": unknown \"" + x.op +
@@ -510,15 +522,31 @@ Status ReadSpreadConstraint(const Json& c, const std::string& p, PodInfo& out) {
         if (!set && !x.values.empty())
           return InvalidArgument(er.Path("values") +
                                  ": must be empty when operator is Exists or DoesNotExist");
-        sel->expressions.push_back(std::move(x));
+        out.expressions.push_back(std::move(x));
         return Status::Ok();
       }));
-  TESSERA_RETURN_IF_ERROR(sr.Finish());
+  return sr.Finish();
+}
+
+// One of a pod template's topologySpreadConstraints: the selector and matchLabelKeys here,
+// the rest through the model codec (which refuses unknown fields).
+Status ReadSpreadConstraint(const Json& c, const std::string& p, PodInfo& out) {
+  if (!c.is_object()) return TypeError(p, "an object", c);
+  auto sel = std::make_shared<PodInfo::SpreadSelector>();
+  Json rest = c;
+  ObjectReader r(c, p);
+  const Json* ls = r.Get("labelSelector");
+  if (ls == nullptr)
+    return InvalidArgument(r.Path("labelSelector") +
+                           ": required here: without it Kubernetes counts no pod and the "
+                           "constraint spreads nothing; select the template's own labels "
+                           "(matchLabels: {app: web})");
+  TESSERA_RETURN_IF_ERROR(ReadLabelSelector(*ls, r.Path("labelSelector"), *sel));
   std::vector<std::string> keys;
   TESSERA_RETURN_IF_ERROR(r.StringList("matchLabelKeys", keys));
   for (size_t i = 0; i < keys.size(); ++i) {
     const std::string at = Idx(r.Path("matchLabelKeys"), i);
-    TESSERA_RETURN_IF_ERROR(key_error(keys[i], at));
+    TESSERA_RETURN_IF_ERROR(LabelKeyError(keys[i], at));
     const bool in_selector = sel->match_labels.count(keys[i]) > 0 ||
                              std::any_of(sel->expressions.begin(), sel->expressions.end(),
                                          [&](const auto& e) { return e.key == keys[i]; });
@@ -783,8 +811,21 @@ Status MergePodIntoJob(const PodInfo& pod, const std::string& path, bool first, 
   if (first) {
     j.placement = std::move(place);
     if (pod.grace_period) j.grace_period_seconds = *pod.grace_period;
-    if (pod.active_deadline)
+    if (pod.active_deadline && spec.time_limit_whole_job) {
+      // A batch/v1 Job's own activeDeadlineSeconds is the whole job's limit, which stays.
+      // A pod's own counts from that pod's start, so one at least as long never ends a pod
+      // before the job's does; a shorter one would need a second limit, per pod, which a
+      // job here does not have: refused rather than dropped or put in the job's place.
+      if (*pod.active_deadline < *spec.time_limit_seconds)
+        return InvalidArgument(
+            path + ".activeDeadlineSeconds: " + std::to_string(*pod.active_deadline) +
+            " is less than the Job's spec.activeDeadlineSeconds " +
+            std::to_string(*spec.time_limit_seconds) +
+            ": a job has one time limit here (the Job's, through its retries); leave the "
+            "pod's out, or make it at least the Job's");
+    } else if (pod.active_deadline) {
       j.runtime_estimate_seconds = spec.time_limit_seconds = pod.active_deadline;
+    }
   } else {
     auto differs = [&](const std::string& field) {
       return InvalidArgument(path + "." + field + ": every task of a job must use the same " +
@@ -849,9 +890,14 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
       return Status::Ok();
     }
     TESSERA_RETURN_IF_ERROR(r.Finish());
-    if (!event.empty()) events.push_back(event);
-    if (events.empty()) return InvalidArgument(pp + ".event: required (or events, or exitCode)");
-    for (const std::string& e : events) {
+    if (events.empty() && event.empty())
+      return InvalidArgument(pp + ".event: required (or events, or exitCode)");
+    // Each event with where it was given, for its errors.
+    std::vector<std::pair<std::string, std::string>> given;
+    for (size_t i = 0; i < events.size(); ++i)
+      given.emplace_back(events[i], Idx(pp + ".events", i));
+    if (!event.empty()) given.emplace_back(event, pp + ".event");
+    for (const auto& [e, at] : given) {
       if (e == "TaskCompleted") {
         if (action != "CompleteJob")
           return InvalidArgument(pp + ".action: TaskCompleted supports CompleteJob only, got \"" +
@@ -873,9 +919,13 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
         if (e == "*") rp.on_eviction = on_eviction;
         if (names_failure) *names_failure = true;
       } else if (e == "JobUnknown" || e == "PodPending" || e == "CommandIssued") {
-        continue;  // nothing to do
+        // Events of Volcano's controller that its admission refuses in a policy: accepted,
+        // the policy would be dropped, its action never taken.
+        return InvalidArgument(at + ": \"" + e +
+                               "\" is not supported in a policy (PodEvicted, PodFailed, "
+                               "TaskCompleted, TaskFailed, Unknown, *)");
       } else {
-        return InvalidArgument(pp + ".event: unknown \"" + e +
+        return InvalidArgument(at + ": unknown \"" + e +
                                "\" (PodEvicted, PodFailed, TaskCompleted, TaskFailed, Unknown, *)");
       }
     }
@@ -1091,9 +1141,24 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
     s.source = "apps/v1 Deployment";
     s.service = true;
     TESSERA_RETURN_IF_ERROR(r.Int32("replicas", g.replicas, false, 1));
-    Ignore(r, {"selector", "strategy", "revisionHistoryLimit", "minReadySeconds",
-               "progressDeadlineSeconds", "paused"});
+    // A Deployment created paused starts no pods until it is resumed (its controller makes
+    // no ReplicaSet for it): submitted held, until `tessera release`.
+    TESSERA_RETURN_IF_ERROR(r.Bool("paused", s.held));
+    std::optional<PodInfo::SpreadSelector> selector;
+    if (const Json* sel = r.Get("selector"))
+      TESSERA_RETURN_IF_ERROR(ReadLabelSelector(*sel, "spec.selector", selector.emplace()));
+    Ignore(r, {"strategy", "revisionHistoryLimit", "minReadySeconds", "progressDeadlineSeconds"});
     TESSERA_RETURN_IF_ERROR(ReadPodTemplate(r.Get("template"), "spec.template", tmpl));
+    // As Kubernetes' validation: the selector must select the template's pods, and an empty
+    // one (every pod) is invalid. (Tessera keeps a job's tasks its own either way.)
+    if (selector && selector->match_labels.empty() && selector->expressions.empty())
+      return InvalidArgument(
+          "spec.selector: empty (it would select every pod); select the "
+          "template's labels (matchLabels: {app: web})");
+    if (selector && !selector->Matches(tmpl.labels))
+      return InvalidArgument("spec.selector: does not match the template's labels (" +
+                             Json(tmpl.labels).dump() +
+                             " at spec.template.metadata.labels), as Kubernetes requires");
     if (tmpl.pod.restart_policy != "Always")  // as Kubernetes: a service always restarts
       return InvalidArgument("spec.template.spec.restartPolicy: a Deployment needs Always, got \"" +
                              tmpl.pod.restart_policy + "\"");
@@ -1141,10 +1206,32 @@ StatusOr<JobSpec> KubeWorkload(const std::string& kind, ObjectReader& top, const
   g.spread = tmpl.pod.spread;
   TESSERA_RETURN_IF_ERROR(
       MergePodIntoJob(tmpl.pod, kind == "Pod" ? "spec" : "spec.template.spec", true, s, g));
+  // A bare pod's activeDeadlineSeconds counts from the pod's start, through the kubelet's
+  // restarts of its container in place; a restart here is a new attempt, so the limit counts
+  // from the job's first start. (A template's, in a workload whose controller replaces the
+  // pod, is per attempt.)
+  if (kind == "Pod" && s.time_limit_seconds) s.time_limit_whole_job = true;
   s.job.service = s.service;  // spread by default (model/job.h)
   s.job.groups.push_back(g);
   s.templates.push_back(tmpl.pod.tmpl);
   return s;
+}
+
+// No guarantee `g` (given at `guarantee_path`) above `limit`, where the limit caps that
+// resource (0: uncapped).
+Status CheckWithinLimit(const ResourceVector& g, const std::optional<ResourceVector>& limit,
+                        const std::string& guarantee_path, const std::string& limit_path) {
+  if (!limit) return Status::Ok();
+  auto check = [&](const char* name, int64_t want, int64_t l, bool bytes) -> Status {
+    if (l == 0 || want <= l) return Status::Ok();
+    auto f = bytes ? FormatBytes : FormatMilli;
+    return InvalidArgument(guarantee_path + "." + name + ": " + f(want) + " is more than " +
+                           limit_path + "." + name + " " + f(l) +
+                           " (a queue cannot be guaranteed more than it may use)");
+  };
+  TESSERA_RETURN_IF_ERROR(check("cpu", g.cpu_milli, limit->cpu_milli, false));
+  TESSERA_RETURN_IF_ERROR(check("memory", g.memory_bytes, limit->memory_bytes, true));
+  return check("nvidia.com/gpu", g.gpu_milli, limit->gpu_milli, false);
 }
 
 StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
@@ -1173,6 +1260,8 @@ StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
       if (const Json* res = gr.Get("resource"))
         TESSERA_RETURN_IF_ERROR(ReadResourceVector(*res, "spec.guarantee.resource", q.guarantee));
       TESSERA_RETURN_IF_ERROR(gr.Finish());
+      TESSERA_RETURN_IF_ERROR(
+          CheckWithinLimit(q.guarantee, q.limit, "spec.guarantee.resource", "spec.capability"));
     }
     if (const Json* d = r.Get("deserved")) {
       // Volcano's capacity plugin: deserved is the share the queue reclaims back to, its
@@ -1180,6 +1269,9 @@ StatusOr<Queue> VolcanoQueue(ObjectReader& top, const Meta& meta) {
       // restores, lent while unused: deserved, component by component the larger of the two.
       ResourceVector deserved;
       TESSERA_RETURN_IF_ERROR(ReadResourceVector(*d, "spec.deserved", deserved));
+      // (Checked before the merge, so that the error names the field the value came from.)
+      TESSERA_RETURN_IF_ERROR(
+          CheckWithinLimit(deserved, q.limit, "spec.deserved", "spec.capability"));
       q.guarantee.cpu_milli = std::max(q.guarantee.cpu_milli, deserved.cpu_milli);
       q.guarantee.memory_bytes = std::max(q.guarantee.memory_bytes, deserved.memory_bytes);
       q.guarantee.gpu_milli = std::max(q.guarantee.gpu_milli, deserved.gpu_milli);
@@ -1364,6 +1456,73 @@ size_t EstimateNesting(const std::string& text) {
 
 }  // namespace
 
+std::string ExpandKubeReferences(
+    const std::string& in, const std::function<const std::string*(const std::string&)>& lookup) {
+  // Kubernetes' third_party/forked/golang/expansion, step for step.
+  std::string out;
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '$' || i + 1 == in.size()) {
+      out += in[i];
+      continue;
+    }
+    const char next = in[i + 1];
+    if (next == '$') {  // escaped: one '$'
+      out += '$';
+      ++i;
+    } else if (next == '(') {
+      const size_t close = in.find(')', i + 2);
+      if (close == std::string::npos) {  // incomplete: as written
+        out += "$(";
+        ++i;
+        continue;
+      }
+      const std::string name = in.substr(i + 2, close - i - 2);
+      const std::string* value = lookup(name);
+      out += value != nullptr ? *value : "$(" + name + ")";
+      i = close;
+    } else {  // not a reference: the '$' and what follows, as written
+      out += '$';
+      out += next;
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> TaskEnvironment(const TaskTemplate& t,
+                                                   std::map<std::string, std::string> server,
+                                                   std::vector<std::string>* command) {
+  std::map<std::string, std::string> env = std::move(server);
+  if (!t.expand_references) {
+    for (const auto& [k, v] : t.env) env.emplace(k, v);  // the server's win
+    return env;
+  }
+  // Each value sees those declared before it (as expanded), then the server's.
+  std::map<std::string, std::string> declared;
+  auto lookup = [&](const std::string& name) -> const std::string* {
+    if (auto d = declared.find(name); d != declared.end()) return &d->second;
+    if (auto e = env.find(name); e != env.end()) return &e->second;
+    return nullptr;
+  };
+  std::vector<std::string> order = t.env_order;
+  for (const auto& [k, v] : t.env)  // (a name missing from the order, last)
+    if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
+  for (const std::string& name : order) {
+    auto v = t.env.find(name);
+    if (v != t.env.end()) declared[name] = ExpandKubeReferences(v->second, lookup);
+  }
+  for (auto& [k, v] : declared) env.emplace(k, std::move(v));  // the server's win
+  if (command != nullptr) {
+    auto final_lookup = [&](const std::string& name) -> const std::string* {
+      auto e = env.find(name);
+      return e == env.end() ? nullptr : &e->second;
+    };
+    for (std::string& word : *command) word = ExpandKubeReferences(word, final_lookup);
+  }
+  return env;
+}
+
 const char* FailureActionName(FailureAction a) {
   return a == FailureAction::kFailJob      ? "FailJob"
          : a == FailureAction::kRestartJob ? "RestartJob"
@@ -1441,17 +1600,7 @@ Status CheckTaskCount(const JobSpec& s) {
 // No guarantee above the limit, where the limit caps that resource (0: uncapped).
 Status CheckGuaranteeWithinLimit(const Queue& q, const std::string& guarantee_path,
                                  const std::string& limit_path) {
-  if (!q.limit) return Status::Ok();
-  auto check = [&](const char* name, int64_t g, int64_t l, bool bytes) -> Status {
-    if (l == 0 || g <= l) return Status::Ok();
-    auto f = bytes ? FormatBytes : FormatMilli;
-    return InvalidArgument(guarantee_path + "." + name + ": " + f(g) + " is more than " +
-                           limit_path + "." + name + " " + f(l) +
-                           " (a queue cannot be guaranteed more than it may use)");
-  };
-  TESSERA_RETURN_IF_ERROR(check("cpu", q.guarantee.cpu_milli, q.limit->cpu_milli, false));
-  TESSERA_RETURN_IF_ERROR(check("memory", q.guarantee.memory_bytes, q.limit->memory_bytes, true));
-  return check("nvidia.com/gpu", q.guarantee.gpu_milli, q.limit->gpu_milli, false);
+  return CheckWithinLimit(q.guarantee, q.limit, guarantee_path, limit_path);
 }
 
 }  // namespace
@@ -1519,7 +1668,7 @@ StatusOr<Document> ParseDocument(const Json& doc) {
     if (api != "tessera.io/v1" && meta.name.empty())
       return InvalidArgument("metadata.name: required");
     TESSERA_RETURN_IF_ERROR(ReadDependencyAnnotation(meta, out.job));
-    TESSERA_RETURN_IF_ERROR(CheckName(out.job.job.queue, "spec.queue"));
+    TESSERA_RETURN_IF_ERROR(CheckName(out.job.job.queue, out.job.origin.queue));
     TESSERA_RETURN_IF_ERROR(CheckUniqueGroupNames(out.job.job.groups));
     TESSERA_RETURN_IF_ERROR(CheckTaskCount(out.job));
     out.job.job.allocations.assign(out.job.job.TaskCount(), std::nullopt);
@@ -1626,7 +1775,10 @@ StatusOr<int64_t> SlurmTime(const std::string& v, const std::string& path) {
       return std::nullopt;
     return std::stoll(s);
   };
-  if (v == "UNLIMITED" || v == "infinite") return int64_t{0};
+  // No limit, as Slurm reads them (0 here: none).
+  std::string up = v;
+  for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (up == "UNLIMITED" || up == "INFINITE" || v == "-1") return int64_t{0};
   if (dash != std::string::npos) {
     auto d = num(v.substr(0, dash));
     if (!d) return InvalidArgument(path + ": bad time \"" + v + "\"");
@@ -1655,6 +1807,9 @@ StatusOr<int64_t> SlurmTime(const std::string& v, const std::string& path) {
   } else {
     secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
   }
+  // As sbatch: "Time resolution is one minute and second values are rounded up to the next
+  // minute."
+  secs = (secs + 59) / 60 * 60;
   return days * 86400 + secs;
 }
 
@@ -2131,6 +2286,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
         cpus_at = p + (long_opt ? "=" : " ") + val;
       } else if (opt == "--mem") {
         std::string q = val;
+        // Slurm takes a whole number (of its unit): 1.5G or 1e3 is refused there too.
+        const size_t digits = q.find_first_not_of("0123456789");
+        if (q.empty() || digits == 0 || (digits != std::string::npos && digits + 1 != q.size()))
+          return InvalidArgument(p + ": bad memory \"" + val +
+                                 "\" (a whole number with an optional unit K, M, G or T, as "
+                                 "Slurm takes it: e.g. 64G, 1536M)");
         if (!q.empty() && std::isalpha(static_cast<unsigned char>(q.back()))) {
           char u = static_cast<char>(std::toupper(static_cast<unsigned char>(q.back())));
           q.pop_back();
@@ -2163,6 +2324,10 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
           if (f.empty() || f[0] != "gpu")
             return InvalidArgument(p + ": only gpu resources are supported, got \"" + val + "\"");
           f.erase(f.begin());
+          // name[[:type]:count]: Slurm's count defaults to 1 (gpu, gpu:a100; a type is a name).
+          if (f.empty() ||
+              (f.size() == 1 && !f[0].empty() && std::isalpha(static_cast<unsigned char>(f[0][0]))))
+            f.push_back("1");
         }
         if (f.empty() || f.size() > 2)
           return InvalidArgument(p + ": expected " +
@@ -2320,11 +2485,12 @@ StatusOr<JobSpec> ParseSbatchScript(const std::string& text) {
     g.request.gpu.kind = GpuRequestKind::kWhole;
     g.request.gpu.count = static_cast<int32_t>(gpus->count);
     if (!gpus->type.empty()) {
-      // Slurm types are lower-case model names ("a100"); match any memory variant.
+      // Slurm types are lower-case model families ("a100", "h100", "v100"): any model of the
+      // family, A100-40GB and A100-80GB, H100-94GB (NVL), V100-SXM2-32GB, ignoring case
+      // (GpuModelMatches); a Slurm pool's own devices are named by the type alone ("A100").
       std::string up = gpus->type;
       for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      g.request.gpu.models = {up, up + "-40GB", up + "-80GB"};
-      if (up == "H200") g.request.gpu.models = {"H200-141GB"};
+      g.request.gpu.models = {up, up + "-*"};
     }
   }
   s.job.groups.push_back(g);
@@ -2432,6 +2598,8 @@ Json JobSpecToJson(const JobSpec& s) {
     x["command"] = tt.command;
     if (!tt.script.empty()) x["script"] = tt.script;
     if (!tt.env.empty()) x["env"] = tt.env;
+    if (tt.expand_references) x["expandReferences"] = true;
+    if (!tt.env_order.empty()) x["envOrder"] = tt.env_order;
     if (!tt.working_dir.empty()) x["workingDir"] = tt.working_dir;
     if (!tt.image.empty()) x["image"] = tt.image;
     if (!tt.stdout_file.empty()) x["stdoutFile"] = tt.stdout_file;
@@ -2498,6 +2666,8 @@ StatusOr<JobSpec> JobSpecFromJson(const Json& v, const std::string& path) {
         TESSERA_RETURN_IF_ERROR(tr.StringList("command", tt.command));
         TESSERA_RETURN_IF_ERROR(tr.String("script", tt.script));
         TESSERA_RETURN_IF_ERROR(tr.StringMap("env", tt.env));
+        TESSERA_RETURN_IF_ERROR(tr.Bool("expandReferences", tt.expand_references));
+        TESSERA_RETURN_IF_ERROR(tr.StringList("envOrder", tt.env_order));
         TESSERA_RETURN_IF_ERROR(tr.String("workingDir", tt.working_dir));
         TESSERA_RETURN_IF_ERROR(tr.String("image", tt.image));
         TESSERA_RETURN_IF_ERROR(tr.String("stdoutFile", tt.stdout_file));

@@ -13,6 +13,7 @@
 // containers[0].resources.limits.cpu: must not be negative, got -1"). Stateless; thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -55,6 +56,11 @@ struct TaskTemplate {
   // its #! line names the interpreter, as Slurm does; `command` is then empty.
   std::string script;
   std::map<std::string, std::string> env;
+  // Kubernetes containers: `$(VAR)` references in env values, command and args are expanded
+  // when the task is placed (TaskEnvironment), the env values in the order they were
+  // declared: `env_order`, the names of `env` (a name given twice: where it was first given).
+  bool expand_references = false;
+  std::vector<std::string> env_order;
   std::string working_dir;
   std::string image;  // informational: Kubernetes documents name one
   // sbatch -o / -e: files (relative to working_dir) the task's stdout and stderr go to, as
@@ -159,6 +165,23 @@ struct Document {
   Queue queue;
   PriorityClass priority_class;
 };
+
+// Kubernetes' expansion of `$(VAR)` references in one string, as the kubelet expands a
+// container's command, args and env values: a name `lookup` knows (not nullptr) is replaced
+// by its value, an unknown one stays as written, `$$` becomes `$` (so `$$(VAR)` is the text
+// `$(VAR)`), any other `$` stays. Values put in are not expanded again.
+std::string ExpandKubeReferences(
+    const std::string& in, const std::function<const std::string*(const std::string&)>& lookup);
+
+// The environment a task of template `t` runs with: `server` (what the server sets: RANK,
+// MASTER_ADDR, JOB_COMPLETION_INDEX, ...) over the template's env. With `expand_references`
+// (a Kubernetes container), the template's env values are expanded in declaration order, each
+// seeing the values declared before it and the server's (which, as Kubernetes' service
+// variables, are defined for all), and then `*command` (its command and args, may be null)
+// with the whole environment. Other templates' values and command are used as written.
+std::map<std::string, std::string> TaskEnvironment(const TaskTemplate& t,
+                                                   std::map<std::string, std::string> server,
+                                                   std::vector<std::string>* command);
 
 // Limits on hostile input, checked before any parser runs.
 inline constexpr size_t kMaxNesting = 64;

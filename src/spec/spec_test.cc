@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -692,6 +693,119 @@ TEST(Spec, KubernetesWorkloads) {
                    .ok());
 }
 
+// activeDeadlineSeconds, where Kubernetes counts it from: a bare Pod's from its start, through
+// in-place restarts (here: from the job's first start); a batch/v1 Job's own for the whole job,
+// never replaced by its template's; a template's alone, per attempt.
+TEST(Spec, ActiveDeadlineScopes) {
+  auto job = [](const std::string& job_deadline, const std::string& pod_deadline) {
+    return ParseDocuments("apiVersion: batch/v1\nkind: Job\nmetadata: {name: b}\nspec:\n" +
+                          job_deadline + "  template:\n    spec:\n      restartPolicy: Never\n" +
+                          pod_deadline + "      containers: [{name: c, command: [x]}]\n");
+  };
+  struct Case {
+    const char* name;
+    StatusOr<std::vector<Document>> docs;
+    int64_t limit;
+    bool whole_job;
+  } cases[] = {
+      {"pod",
+       ParseDocuments("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+                      "  activeDeadlineSeconds: 300\n  containers: [{name: c, command: [x]}]\n"),
+       300, true},
+      {"job's own", job("  activeDeadlineSeconds: 600\n", ""), 600, true},
+      {"job's and a longer pod's",
+       job("  activeDeadlineSeconds: 600\n", "      activeDeadlineSeconds: 900\n"), 600, true},
+      {"job's and an equal pod's",
+       job("  activeDeadlineSeconds: 600\n", "      activeDeadlineSeconds: 600\n"), 600, true},
+      {"template's alone", job("", "      activeDeadlineSeconds: 300\n"), 300, false},
+      {"deployment template's",
+       ParseDocuments("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+                      "  template: {spec: {activeDeadlineSeconds: 300, containers: [{name: c, "
+                      "command: [x]}]}}\n"),
+       300, false},
+  };
+  for (const auto& c : cases) {
+    ASSERT_TRUE(c.docs.ok()) << c.name << ": " << c.docs.status().ToString();
+    const JobSpec& s = (*c.docs)[0].job;
+    EXPECT_EQ(s.time_limit_seconds, c.limit) << c.name;
+    EXPECT_EQ(s.job.runtime_estimate_seconds, c.limit) << c.name;
+    EXPECT_EQ(s.time_limit_whole_job, c.whole_job) << c.name;
+  }
+  // A shorter pod deadline would need a second, per-pod limit: refused, not dropped.
+  ExpectRefused(job("  activeDeadlineSeconds: 600\n", "      activeDeadlineSeconds: 300\n"),
+                "spec.template.spec.activeDeadlineSeconds: 300 is less than the Job's "
+                "spec.activeDeadlineSeconds 600",
+                "job 600, pod 300");
+}
+
+// Kubernetes' $(VAR) expansion, case by case as its expansion package does it.
+TEST(Spec, KubernetesReferencesExpandAsTheKubeletDoes) {
+  const std::map<std::string, std::string> vars = {{"A", "x"}, {"B", "$(A)"}, {"", "empty"}};
+  auto lookup = [&](const std::string& name) -> const std::string* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : &it->second;
+  };
+  const std::pair<const char*, const char*> cases[] = {
+      {"$(A)", "x"},         {"--a=$(A)/$(A)", "--a=x/x"},
+      {"$(B)", "$(A)"},  // not again
+      {"$$(A)", "$(A)"},     {"$$$(A)", "$x"},
+      {"$(C)", "$(C)"},  // unknown: kept
+      {"$(A", "$(A"},        {"$A", "$A"},
+      {"a$", "a$"},          {"$$", "$"},
+      {"$()", "empty"},      {"$(A)$(A", "x$(A"},
+      {"no refs", "no refs"}};
+  for (const auto& [in, want] : cases) EXPECT_EQ(ExpandKubeReferences(in, lookup), want) << in;
+}
+
+// Kubernetes containers keep their env's order and are marked for expansion (stored so);
+// sbatch scripts and Tessera Jobs are not, and their values are used as written.
+TEST(Spec, KubernetesTemplatesExpandTheirReferences) {
+  auto k = ParseDocuments(
+      "apiVersion: batch/v1\nkind: Job\nmetadata: {name: k}\nspec:\n  completionMode: "
+      "Indexed\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n"
+      "      - name: c\n        command: [/bin/sh, -c]\n"
+      "        args: ['echo rank=$(JOB_COMPLETION_INDEX) greet=$GREETING shard=$SHARD']\n"
+      "        env:\n        - {name: BASE, value: data}\n"
+      "        - {name: SHARD, value: '$(BASE)-$(JOB_COMPLETION_INDEX)'}\n"
+      "        - {name: GREETING, value: 'hello $$(BASE)'}\n"
+      "        - {name: AFTER, value: '$(ZED)'}\n        - {name: ZED, value: z}\n");
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  const TaskTemplate& t = (*k)[0].job.templates[0];
+  EXPECT_TRUE(t.expand_references);
+  EXPECT_EQ(t.env_order, (std::vector<std::string>{"BASE", "SHARD", "GREETING", "AFTER", "ZED"}));
+  auto stored = JobSpecFromJson(JobSpecToJson((*k)[0].job), "");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->templates[0], t);
+  std::vector<std::string> command = t.command;
+  auto env = TaskEnvironment(t, {{"JOB_COMPLETION_INDEX", "0"}, {"RANK", "0"}}, &command);
+  EXPECT_EQ(command, (std::vector<std::string>{"/bin/sh", "-c",
+                                               "echo rank=0 greet=$GREETING shard=$SHARD"}));
+  EXPECT_EQ(env["SHARD"], "data-0");
+  EXPECT_EQ(env["GREETING"], "hello $(BASE)");
+  EXPECT_EQ(env["AFTER"], "$(ZED)");  // ZED is declared after it
+  // The server's variables win over the template's of the same name, as before.
+  TaskTemplate mine = t;
+  mine.env["RANK"] = "7";
+  mine.env_order.push_back("RANK");
+  EXPECT_EQ(TaskEnvironment(mine, {{"RANK", "0"}}, nullptr)["RANK"], "0");
+
+  for (const char* doc :
+       {"#!/bin/bash\n#SBATCH -J s\necho $(hostname)\n",
+        "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {tasks: [{command: "
+        "[echo, '$(RANK)'], env: {A: '$(RANK)'}}]}\n"}) {
+    auto d = ParseDocuments(doc);
+    ASSERT_TRUE(d.ok()) << doc << d.status().ToString();
+    const TaskTemplate& plain = (*d)[0].job.templates[0];
+    EXPECT_FALSE(plain.expand_references) << doc;
+    std::vector<std::string> cmd = plain.command;
+    auto e = TaskEnvironment(plain, {{"RANK", "0"}}, &cmd);
+    EXPECT_EQ(cmd, plain.command) << doc;
+    if (plain.env.count("A")) {
+      EXPECT_EQ(e["A"], "$(RANK)");
+    }
+  }
+}
+
 TEST(Spec, QueuesAndPriorityClasses) {
   auto q = ParseDocuments(SeedFile("queues.yaml"));
   ASSERT_TRUE(q.ok());
@@ -987,15 +1101,17 @@ TEST(Spec, SbatchGpusPerNode) {
     std::vector<std::string> models;
   } cases[] = {
       {"--gres=gpu:2", 2, {}},
-      {"--gpus-per-node=a100:4", 4, {"A100", "A100-40GB", "A100-80GB"}},
-      {"--gres=gpu:a100:2 --gpus-per-node=a100:2", 2, {"A100", "A100-40GB", "A100-80GB"}},
+      {"--gres=gpu:a100", 1, {"A100", "A100-*"}},  // Slurm's count defaults to 1
+      {"--gres=gpu", 1, {}},
+      {"--gpus-per-node=a100:4", 4, {"A100", "A100-*"}},
+      {"--gres=gpu:a100:2 --gpus-per-node=a100:2", 2, {"A100", "A100-*"}},
       {"--gres=gpu:2 --gpus-per-node=2", 2, {}},
       {"--gres=gpu:a100:2 --gres=gpu:4", 4, {}},  // the last, type and all
-      {"--gpus-per-node=1 --gpus-per-node=h200:8", 8, {"H200-141GB"}},
+      {"--gpus-per-node=1 --gpus-per-node=h200:8", 8, {"H200", "H200-*"}},
       // -G/--gpus: the job's in all, the same on each node.
       {"--gpus=2", 2, {}},
       {"-G 4", 4, {}},
-      {"-N 2 --gpus=h100:8", 4, {"H100", "H100-40GB", "H100-80GB"}},
+      {"-N 2 --gpus=h100:8", 4, {"H100", "H100-*"}},
       {"-N 2 --gpus=4 --gpus-per-node=2", 2, {}},
       // Without -N, one node, whatever its size: Slurm would take as many as the GPUs need,
       // which the spec cannot know and the engine cannot leave open (docs/slurm.md).
@@ -1007,6 +1123,53 @@ TEST(Spec, SbatchGpusPerNode) {
     const GpuRequest& gpu = (*r)[0].job.job.groups[0].request.gpu;
     EXPECT_EQ(gpu.count, c.count) << c.directives;
     EXPECT_EQ(gpu.models, c.models) << c.directives;
+  }
+}
+
+// -t as sbatch reads it: to the minute, seconds rounded up; UNLIMITED, INFINITE (any case)
+// and -1 are no limit.
+TEST(Spec, SbatchTimeLimits) {
+  struct Case {
+    const char* time;
+    std::optional<int64_t> seconds;  // nullopt: no limit
+  } cases[] = {
+      {"90", 5400},      {"1:30", 120},       {"0:01", 60},     {"2:00", 120},
+      {"1:00:01", 3660}, {"1-0:0:30", 86460}, {"1-2", 93600},   {"0", std::nullopt},
+      {"UNLIMITED", {}}, {"unlimited", {}},   {"INFINITE", {}}, {"Infinite", {}},
+      {"-1", {}},
+  };
+  for (const auto& c : cases) {
+    auto r = SbatchWith(std::string("-t ") + c.time);
+    ASSERT_TRUE(r.ok()) << c.time << ": " << r.status().ToString();
+    EXPECT_EQ((*r)[0].job.time_limit_seconds, c.seconds) << c.time;
+  }
+  ExpectSbatchRefused("-t -2", "bad time");
+  ExpectSbatchRefused("-t forever", "bad time");
+}
+
+// A Slurm GPU type names a model family: every model the agents report for it (NVML names,
+// agent/nvml.cc) matches, whatever its memory or form factor, ignoring case; another family
+// does not.
+TEST(Spec, SbatchGpuTypeMatchesItsFamily) {
+  struct Case {
+    const char* type;
+    std::vector<std::string> match, other;
+  } cases[] = {
+      {"h100", {"H100-80GB", "H100-94GB", "H100"}, {"H200-141GB", "H1000", "A100-80GB"}},
+      {"v100", {"V100-SXM2-32GB", "V100-PCIE-16GB", "v100-sxm2-16gb"}, {"V1000", "A100-40GB"}},
+      {"a100", {"A100-40GB", "A100-80GB", "A100"}, {"A10", "A100X"}},
+      {"h200", {"H200-141GB"}, {"H100-80GB"}},
+  };
+  for (const auto& c : cases) {
+    auto r = SbatchWith(std::string("--gres=gpu:") + c.type + ":1");
+    ASSERT_TRUE(r.ok()) << c.type << ": " << r.status().ToString();
+    const std::vector<std::string>& models = (*r)[0].job.job.groups[0].request.gpu.models;
+    auto allowed = [&](const std::string& m) {
+      return std::any_of(models.begin(), models.end(),
+                         [&](const std::string& a) { return GpuModelMatches(a, m); });
+    };
+    for (const std::string& m : c.match) EXPECT_TRUE(allowed(m)) << c.type << " " << m;
+    for (const std::string& m : c.other) EXPECT_FALSE(allowed(m)) << c.type << " " << m;
   }
 }
 
@@ -1036,19 +1199,11 @@ TEST(Spec, SbatchGpusPerTask) {
   } cases[] = {
       {"-n 4 --gpus-per-task=1", 1, 4, 4, {}},
       {"-N 2 --ntasks-per-node=4 --gpus-per-task=2", 2, 8, 8, {}},
-      {"-n 8 --ntasks-per-node=4 --gpus-per-task=a100:1",
-       2,
-       4,
-       8,
-       {"A100", "A100-40GB", "A100-80GB"}},
+      {"-n 8 --ntasks-per-node=4 --gpus-per-task=a100:1", 2, 4, 8, {"A100", "A100-*"}},
       {"--ntasks-per-node=2 --gpus-per-task=1", 1, 2, 2, {}},
       {"-N 2 -n 4 --gpus-per-task=1 --gpus-per-node=2", 2, 2, 4, {}},
       {"-N 2 -n 4 --gpus-per-task=1 --gpus=4", 2, 2, 4, {}},
-      {"-n 2 --gres=gpu:h100:4 --gpus-per-task=h100:2",
-       1,
-       4,
-       2,
-       {"H100", "H100-40GB", "H100-80GB"}},
+      {"-n 2 --gres=gpu:h100:4 --gpus-per-task=h100:2", 1, 4, 2, {"H100", "H100-*"}},
       // -G with --gpus-per-task and no -n: G / per-task tasks (16 = 2 nodes of 8, 8 GPUs each).
       {"--gpus=16 --gpus-per-task=1 --ntasks-per-node=8", 2, 8, 16, {}},
       {"--gpus=4 --gpus-per-task=2", 1, 4, 2, {}},
@@ -1168,7 +1323,11 @@ TEST(Spec, HeldSubmissions) {
       "    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: x, command: "
       "[x]}]\n",
       "apiVersion: tessera.io/v1\nkind: Job\nmetadata: {name: t}\nspec: {suspend: true, tasks: "
-      "[{command: [x]}]}\n"};
+      "[{command: [x]}]}\n",
+      // A Deployment created paused starts no pods until resumed.
+      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  paused: true\n"
+      "  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n"
+      "    spec: {containers: [{name: c, command: [x]}]}\n"};
   for (const char* doc : held) {
     auto s = ParseDocuments(doc);
     ASSERT_TRUE(s.ok()) << doc << s.status().ToString();
@@ -1637,6 +1796,21 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: "
        "x}]}\n",
        "spec.containers[0].command: required (Tessera runs the first container's command"},
+      // args without a command are the image entrypoint's arguments, not a program.
+      {"pod with args but no command",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: "
+       "x, args: [sleep, \"1\"]}]}\n",
+       "spec.containers[0].command: required (Tessera runs the first container's command"},
+      {"deployment with args but no command",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: 1\n"
+       "  template: {spec: {containers: [{name: c, image: vllm, args: [--port, \"80\"]}]}}\n",
+       "spec.template.spec.containers[0].command: required"},
+      // A queue name is checked where the document gave it: a Pod's annotation.
+      {"pod queue annotation not a name",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: a, annotations: "
+       "{scheduling.volcano.sh/queue-name: \"gpu queue\"}}\n"
+       "spec: {containers: [{name: c, command: [x]}]}\n",
+       "metadata.annotations.scheduling.volcano.sh/queue-name: \"gpu queue\" may contain only"},
       {"volcano task without a command",
        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
        "  - {name: a, replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}\n"
@@ -1660,6 +1834,46 @@ TEST(Spec, RejectsWithFieldPaths) {
        "    command: [x]\n    resources:\n      limits: {nvidia.com/gpu: 2}\n"
        "      requests: {nvidia.com/gpu: 1}\n",
        "requests.nvidia.com/gpu: 1 must equal its limit 2"},
+      // Events Volcano's admission refuses in a policy: refused, not dropped.
+      {"volcano policy on PodPending",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n"
+       "  policies: [{event: PodPending, action: RestartJob}]\n"
+       "  tasks: [{replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}]\n",
+       "spec.policies[0].event: \"PodPending\" is not supported in a policy"},
+      {"volcano policy on JobUnknown among events",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n"
+       "  policies: [{events: [PodEvicted, JobUnknown], action: AbortJob}]\n"
+       "  tasks: [{replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}]\n",
+       "spec.policies[0].events[1]: \"JobUnknown\" is not supported in a policy"},
+      {"volcano task policy on CommandIssued",
+       "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n"
+       "  tasks: [{replicas: 1, policies: [{event: CommandIssued, action: RestartJob}],\n"
+       "           template: {spec: {containers: [{name: c, command: [x]}]}}}]\n",
+       "spec.tasks[0].policies[0].event: \"CommandIssued\" is not supported in a policy"},
+      // A Deployment's selector must select its template's pods, as Kubernetes requires.
+      {"deployment selector unlike its template",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+       "  selector: {matchLabels: {app: other}}\n  template:\n    metadata: {labels: {app: web}}\n"
+       "    spec: {containers: [{name: c, command: [x]}]}\n",
+       "spec.selector: does not match the template's labels ({\"app\":\"web\"}"},
+      {"deployment selector expression unlike its template",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+       "  selector: {matchExpressions: [{key: app, operator: In, values: [api]}]}\n"
+       "  template: {spec: {containers: [{name: c, command: [x]}]}}\n",
+       "spec.selector: does not match the template's labels ({}"},
+      {"deployment empty selector",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  selector: {}\n"
+       "  template: {spec: {containers: [{name: c, command: [x]}]}}\n",
+       "spec.selector: empty"},
+      {"deployment selector bad operator",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+       "  selector: {matchExpressions: [{key: app, operator: Near}]}\n"
+       "  template: {spec: {containers: [{name: c, command: [x]}]}}\n",
+       "spec.selector.matchExpressions[0].operator: unknown \"Near\""},
+      {"deployment paused not a boolean",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  paused: maybe\n"
+       "  template: {spec: {containers: [{name: c, command: [x]}]}}\n",
+       "spec.paused"},
       {"volcano duplicate task names",
        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n"
        "  - {name: w, replicas: 1, template: {spec: {containers: [{name: c, command: [x]}]}}}\n"
@@ -1673,6 +1887,11 @@ TEST(Spec, RejectsWithFieldPaths) {
        "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
        "  capability: {nvidia.com/gpu: 8}\n  guarantee: {resource: {nvidia.com/gpu: 16}}\n",
        "spec.guarantee.resource.nvidia.com/gpu: 16 is more than spec.capability.nvidia.com/gpu 8"},
+      {"volcano queue deserved above its capability",
+       "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
+       "  capability: {nvidia.com/gpu: 8}\n  guarantee: {resource: {nvidia.com/gpu: 2}}\n"
+       "  deserved: {nvidia.com/gpu: 12}\n",
+       "spec.deserved.nvidia.com/gpu: 12 is more than spec.capability.nvidia.com/gpu 8"},
       {"tessera queue guaranteed above its limit",
        "apiVersion: tessera.io/v1\nkind: Queue\nmetadata: {name: q}\nspec: {limit: {cpu: 4}, "
        "guarantee: {cpu: 8}}\n",
@@ -1744,6 +1963,21 @@ TEST(Spec, RejectsWithFieldPaths) {
        "line 3: --mem=0: all of each node's memory (Slurm's meaning) is not supported: give the "
        "amount per node (e.g. --mem=500G)"},
       {"sbatch --mem 0G", "#!/bin/bash\n#SBATCH --mem 0G\ntrue\n", "line 2: --mem=0G: all of"},
+      // Slurm takes whole numbers of its units.
+      {"sbatch --mem=1.5G", "#!/bin/bash\n#SBATCH --mem=1.5G\ntrue\n",
+       "bad memory \"1.5G\" (a whole number"},
+      {"sbatch --mem=1e3", "#!/bin/bash\n#SBATCH --mem=1e3\ntrue\n", "bad memory \"1e3\""},
+      // As Kubernetes: a GPU request needs its limit.
+      {"pod gpu request without a limit",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+       "    command: [x]\n    resources:\n      requests: {cpu: 1, nvidia.com/gpu: 1}\n",
+       "spec.containers[0].resources.limits.nvidia.com/gpu: required, equal to "
+       "spec.containers[0].resources.requests.nvidia.com/gpu"},
+      {"pod MIG request without a limit",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+       "    command: [x]\n    resources:\n      limits: {cpu: 1}\n"
+       "      requests: {nvidia.com/mig-1g.10gb: 1}\n",
+       "resources.limits.nvidia.com/mig-1g.10gb: required"},
       // Slurm rejects conflicting GPU requests; the last one no longer wins silently.
       {"sbatch --gres and --gpus-per-node differ",
        "#!/bin/bash\n#SBATCH --gres=gpu:a100:2\n#SBATCH --gpus-per-node=1\ntrue\n",

@@ -53,7 +53,9 @@ JobInfo JobInfoFromSpec(const spec::JobSpec& spec, const std::string& job) {
     if (t.stderr_file != t.stdout_file)
       info.stderr_file = spec::ExpandForSlurm(t.stderr_file, name, spec.array);
   } else {
+    // A Kubernetes container's $(VAR) references, to its own env: Slurm sets the rest.
     info.command = t.command;
+    info.env = spec::TaskEnvironment(t, {}, &info.command);
   }
   return info;
 }
