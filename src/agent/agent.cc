@@ -128,12 +128,18 @@ StatusOr<TaskSpec> SpecFromJson(const Json& a, const std::string& path) {
 std::string IdentityNotice(const IdentityPolicy& p) {
   const bool root = ::geteuid() == 0;
   std::string s = "tasks run as ";
-  s += p.run_as_submitter ? "their submitters' Unix accounts (--run-as-submitter)"
-                          : "this agent's own user (uid " + std::to_string(::geteuid()) + ")";
-  s += " unless their securityContext names a runAsUser";
+  if (p.run_as_submitter)
+    s += "their submitters' Unix accounts (--run-as-submitter); a securityContext may name "
+         "only the submitter's own ids" +
+         std::string(p.allowed_uids.empty() && p.allowed_gids.empty()
+                         ? ""
+                         : " and those --allow-run-as-uids/--allow-run-as-gids list");
+  else
+    s += "this agent's own user (uid " + std::to_string(::geteuid()) +
+         ") unless their securityContext names a runAsUser";
   if (!root) return s + "; not root: a task asking for another user fails";
   if (!p.allow_root_tasks)
-    return s + (p.run_as_submitter ? "; none runs as root (uid 0)"
+    return s + (p.run_as_submitter ? "; none runs as root (uid 0) or with its group (gid 0)"
                                    : "; that is root, and no task runs as root "
                                      "(--allow-root-tasks=false): only tasks that name a "
                                      "runAsUser other than 0 run here");

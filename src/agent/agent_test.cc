@@ -295,10 +295,11 @@ TEST_F(AgentTest, RunsEachTaskAsItsAllocationSays) {
   server.Want("gpu-node-1", unknown);
   Json nobody = Alloc("a-nobody", "id -u");
   nobody["securityContext"] = {{"runAsUser", 65534}};
-  nobody["submitter"] = "tessera-no-such-user";  // (runAsUser wins)
+  nobody["submitter"] = "tessera-no-such-user";  // (a listed runAsUser wins)
   if (::geteuid() == 0) server.Want("gpu-node-1", nobody);
   AgentOptions o = Options(server.url());
   o.identity.run_as_submitter = true;
+  o.identity.allowed_uids = {{65534, 65534}};  // (--allow-run-as-uids 65534)
   auto agent = StartAgent(o);
   ASSERT_TRUE(WaitFor([&] { return server.StateOf("a-bad") == "failed"; }));
   EXPECT_EQ(server.LastStateOf("a-bad")["message"],

@@ -799,13 +799,154 @@ TEST_F(ExecutorTest, RunAsSubmitterUsesTheAccountAndFailsForAnUnknownName) {
   ASSERT_NE(pw, nullptr);
   EXPECT_EQ(Slurp(ex.LogPath("a-nobody", "stdout")),
             std::to_string(pw->pw_uid) + "\nnobody " + pw->pw_dir + "\n");
-  // A runAsUser wins over the submitter.
+  // A runAsUser the operator listed (--allow-run-as-uids) wins over the submitter.
+  ExecutorOptions listed = Options();
+  listed.identity.run_as_submitter = true;
+  listed.identity.allowed_uids = {{4000, 4999}};
+  Executor allowing(listed);
   TaskSpec given = Shell("a-given", "id -u");
   given.submitter = "tessera-no-such-user";
   given.run_as.user = 4444;  // a uid without an account: Kubernetes allows it
-  ASSERT_TRUE(ex.Start(given).ok());
+  ASSERT_TRUE(allowing.Start(given).ok());
+  ASSERT_TRUE(allowing.WaitAll(20000));
+  EXPECT_EQ(Slurp(allowing.LogPath("a-given", "stdout")), "4444\n")
+      << StatusOf(allowing, "a-given").message;
+}
+
+// The audit's escalation: a member of a shared node asked for uid 4242 with root's group and
+// the disk and shadow groups, and read /etc/shadow. With --run-as-submitter it fails and
+// never runs.
+TEST_F(ExecutorTest, RunAsSubmitterRefusesAnotherIdentityAndRootsGroup) {
+  ExecutorOptions o = Options();
+  o.identity.run_as_submitter = true;
+  o.identity.allow_root_tasks = false;  // (the CLI's default with --run-as-submitter)
+  Executor ex(o);
+  TaskSpec escalate = Shell("a-escalate", "touch ran; cat /etc/shadow");
+  escalate.submitter = "nobody";
+  escalate.run_as.user = 4242;
+  escalate.run_as.group = 0;
+  escalate.run_as.supplemental_groups = {0, 6, 42};
+  ASSERT_TRUE(ex.Start(escalate).ok());
   ASSERT_TRUE(ex.WaitAll(20000));
-  EXPECT_EQ(Slurp(ex.LogPath("a-given", "stdout")), "4444\n") << StatusOf(ex, "a-given").message;
+  const TaskStatus st = StatusOf(ex, "a-escalate");
+  EXPECT_EQ(st.state, TaskState::kFailed);
+  EXPECT_EQ(st.exit_code, 127);
+  EXPECT_NE(st.message.find("the task would run with root's group (gid 0): "
+                            "securityContext.runAsGroup 0; the agent on node n1 runs no task "
+                            "with group 0 unless started with --allow-root-tasks"),
+            std::string::npos)
+      << st.message;
+  EXPECT_FALSE(fs::exists(dir_ / "tasks/a-escalate/ran"));
+  EXPECT_FALSE(fs::exists(dir_ / "tasks/a-escalate/work/ran"));
+  EXPECT_EQ(Slurp(ex.LogPath("a-escalate", "stdout")), "");
+}
+
+// Which ids a securityContext may name (docs/agent.md, "Task identity").
+TEST(TaskIdentityTest, GroupZeroIsRefusedAsUidZeroIs) {
+  IdentityPolicy strict;
+  strict.allow_root_tasks = false;
+  RunAs group0;
+  group0.user = 4242;
+  group0.group = 0;
+  auto id = ResolveTaskIdentity(group0, "", strict, "n1");
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().message(),
+            "the task would run with root's group (gid 0): securityContext.runAsGroup 0; the "
+            "agent on node n1 runs no task with group 0 unless started with --allow-root-tasks");
+  RunAs supplemental;
+  supplemental.user = 4242;
+  supplemental.supplemental_groups = {6, 0, 42};
+  id = ResolveTaskIdentity(supplemental, "", strict, "n1");
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("securityContext.supplementalGroups 0;"), std::string::npos)
+      << id.status().message();
+  if (::geteuid() != 0) return;  // (the rest resolves an identity only root may switch to)
+  // Allowed with --allow-root-tasks (the default without --run-as-submitter), as before.
+  id = ResolveTaskIdentity(supplemental, "", {}, "n1");
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  EXPECT_EQ(id->uid, 4242u);
+  // Other groups stay allowed without --run-as-submitter.
+  supplemental.supplemental_groups = {6, 42};
+  EXPECT_TRUE(ResolveTaskIdentity(supplemental, "", strict, "n1").ok());
+}
+
+TEST(TaskIdentityTest, RunAsSubmitterAllowsOnlyTheSubmittersIdsAndListedOnes) {
+  const passwd* pw = ::getpwnam("nobody");
+  if (pw == nullptr) GTEST_SKIP() << "no account \"nobody\" here";
+  const uid_t nobody_uid = pw->pw_uid;
+  const gid_t nobody_gid = pw->pw_gid;
+  IdentityPolicy p;
+  p.run_as_submitter = true;
+  p.allow_root_tasks = false;
+  RunAs other;
+  other.user = 4242;
+  auto id = ResolveTaskIdentity(other, "nobody", p, "n1");
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().message(),
+            "securityContext.runAsUser 4242 is not the submitter \"nobody\"'s own uid (" +
+                std::to_string(nobody_uid) +
+                "): the agent on node n1 runs each task as its submitter's account "
+                "(--run-as-submitter) and other ids only where --allow-run-as-uids lists them");
+  // An unknown submitter does not open every uid.
+  id = ResolveTaskIdentity(other, "tessera-no-such-user", p, "n1");
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("is not the submitter's own (\"tessera-no-such-user\" "
+                                       "has no account on node n1) uid"),
+            std::string::npos)
+      << id.status().message();
+  RunAs disk;
+  disk.supplemental_groups = {6};
+  id = ResolveTaskIdentity(disk, "nobody", p, "n1");
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("securityContext.supplementalGroups 6 is not one of the "
+                                       "submitter \"nobody\"'s own groups ("),
+            std::string::npos)
+      << id.status().message();
+  EXPECT_NE(id.status().message().find("--allow-run-as-gids lists them"), std::string::npos);
+  RunAs shadow;
+  shadow.group = 42;
+  EXPECT_FALSE(ResolveTaskIdentity(shadow, "nobody", p, "n1").ok());
+
+  // Listed by the operator: allowed, and still never root's group.
+  p.allowed_uids = {{4000, 4999}};
+  p.allowed_gids = {{6, 6}, {42, 42}, {0, 0}};
+  RunAs listed = other;
+  listed.group = 42;
+  listed.supplemental_groups = {6};
+  RunAs root_group = listed;
+  root_group.group = 0;
+  EXPECT_NE(ResolveTaskIdentity(root_group, "nobody", p, "n1")
+                .status()
+                .message()
+                .find("root's group (gid 0)"),
+            std::string::npos);
+  other.user = 5000;
+  EXPECT_FALSE(ResolveTaskIdentity(other, "nobody", p, "n1").ok());
+  if (::geteuid() != 0) return;
+  id = ResolveTaskIdentity(listed, "nobody", p, "n1");
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  EXPECT_EQ(id->uid, 4242u);
+  EXPECT_EQ(id->gid, 42u);
+  // The submitter's own ids need no list.
+  RunAs own;
+  own.user = nobody_uid;
+  own.group = nobody_gid;
+  EXPECT_TRUE(ResolveTaskIdentity(own, "nobody", IdentityPolicy{true, {}, {}, false}, "n1").ok());
+}
+
+TEST(TaskIdentityTest, ParsesIdRanges) {
+  auto r = ParseIdRanges("1000-1999,65534", "--allow-run-as-uids");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(*r, (std::vector<IdRange>{{1000, 1999}, {65534, 65534}}));
+  EXPECT_TRUE(InIdRanges(*r, 1500));
+  EXPECT_FALSE(InIdRanges(*r, 2000));
+  for (const char* bad : {"", "x", "5-1", "1,,2", "-1", "1-", "2147483648", "1000 "}) {
+    auto b = ParseIdRanges(bad, "--allow-run-as-uids");
+    EXPECT_FALSE(b.ok()) << bad;
+  }
+  EXPECT_EQ(ParseIdRanges("x", "--allow-run-as-gids").status().message(),
+            "--allow-run-as-gids: \"x\" is not an id or a range of ids (e.g. 1000-1999,65534; "
+            "ids 0..2147483647)");
 }
 
 // uid 0 is refused unless the agent allows root tasks: asked for, or by running as the

@@ -61,7 +61,52 @@ std::vector<gid_t> OwnGroups() {
   return groups;
 }
 
+bool Contains(const std::vector<gid_t>& v, int64_t g) {
+  return std::find(v.begin(), v.end(), static_cast<gid_t>(g)) != v.end();
+}
+
+std::string JoinIds(const std::vector<gid_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
 }  // namespace
+
+bool InIdRanges(const std::vector<IdRange>& ranges, int64_t id) {
+  return std::any_of(ranges.begin(), ranges.end(),
+                     [&](const IdRange& r) { return r.first <= id && id <= r.last; });
+}
+
+StatusOr<std::vector<IdRange>> ParseIdRanges(const std::string& text, const std::string& flag) {
+  std::vector<IdRange> out;
+  auto id = [&](const std::string& s, int64_t& v) {
+    if (s.empty() || s.size() > 10 ||
+        !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return false;
+    v = std::stoll(s);
+    return v <= kMaxUnixId;
+  };
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(at, comma - at);
+    const size_t dash = item.find('-');
+    IdRange r;
+    const bool ok = dash == std::string::npos
+                        ? id(item, r.first) && (r.last = r.first, true)
+                        : id(item.substr(0, dash), r.first) && id(item.substr(dash + 1), r.last) &&
+                              r.first <= r.last;
+    if (!ok)
+      return InvalidArgument(flag + ": \"" + item +
+                             "\" is not an id or a range of ids (e.g. 1000-1999,65534; ids 0.." +
+                             std::to_string(kMaxUnixId) + ")");
+    out.push_back(r);
+    at = comma + 1;
+  }
+  return out;
+}
 
 std::string TaskIdentity::Describe() const {
   std::string s = "uid " + std::to_string(uid) + (name.empty() ? "" : " (" + name + ")") +
@@ -127,6 +172,54 @@ StatusOr<TaskIdentity> ResolveTaskIdentity(const RunAs& run_as, const std::strin
   if (id.uid == 0 && !policy.allow_root_tasks)
     return FailedPrecondition("the task would run as root (uid 0): " + who + "; the agent" + on +
                               " runs no task as root unless started with --allow-root-tasks");
+  // Root's group opens what root's files allow their group (/etc/shadow, disks): refused as
+  // uid 0 is.
+  if (!policy.allow_root_tasks && asked) {
+    std::string how;  // (a group the group database gives the account is the operator's)
+    if (id.gid == 0)
+      how = run_as.group ? "securityContext.runAsGroup 0" : "the primary group of " + who;
+    else if (std::find(run_as.supplemental_groups.begin(), run_as.supplemental_groups.end(), 0) !=
+             run_as.supplemental_groups.end())
+      how = "securityContext.supplementalGroups 0";
+    if (!how.empty())
+      return FailedPrecondition("the task would run with root's group (gid 0): " + how +
+                                "; the agent" + on +
+                                " runs no task with group 0 unless started with "
+                                "--allow-root-tasks");
+  }
+  // A tenant's task runs as its submitter, not as whoever its securityContext names: another
+  // user's uid, or a group the submitter is not in, only where the operator listed it.
+  if (policy.run_as_submitter &&
+      (run_as.user || run_as.group || !run_as.supplemental_groups.empty())) {
+    std::optional<Account> own;
+    if (!run_as.user)
+      own = account;
+    else if (!submitter.empty())
+      own = AccountByName(submitter);
+    const std::vector<gid_t> own_groups =
+        own ? GroupList(own->name, own->gid) : std::vector<gid_t>{};
+    const std::string whose =
+        own ? "the submitter \"" + submitter + "\"'s own"
+            : "the submitter's own (\"" + submitter + "\" has no account" + on + ")";
+    const std::string rule = ": the agent" + on +
+                             " runs each task as its submitter's account (--run-as-submitter) "
+                             "and other ids only where ";
+    if (run_as.user && !(own && own->uid == *run_as.user) &&
+        !InIdRanges(policy.allowed_uids, *run_as.user))
+      return FailedPrecondition("securityContext.runAsUser " + std::to_string(*run_as.user) +
+                                " is not " + whose + " uid" +
+                                (own ? " (" + std::to_string(own->uid) + ")" : "") + rule +
+                                "--allow-run-as-uids lists them");
+    std::vector<std::pair<std::string, int64_t>> gids;
+    if (run_as.group) gids.push_back({"runAsGroup", *run_as.group});
+    for (int64_t g : run_as.supplemental_groups) gids.push_back({"supplementalGroups", g});
+    for (const auto& [field, g] : gids)
+      if (!Contains(own_groups, g) && !InIdRanges(policy.allowed_gids, g))
+        return FailedPrecondition("securityContext." + field + " " + std::to_string(g) +
+                                  " is not one of " + whose + " groups" +
+                                  (own ? " (" + JoinIds(own_groups) + ")" : "") + rule +
+                                  "--allow-run-as-gids lists them");
+  }
   if (asked && euid != 0) {
     const std::vector<gid_t> own = OwnGroups();
     const bool has_all = std::all_of(id.groups.begin(), id.groups.end(), [&](gid_t g) {

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,11 +18,28 @@
 
 namespace tessera::agent {
 
+// Inclusive ranges of Unix ids, as an operator lists them: "1000-1999,65534".
+struct IdRange {
+  int64_t first = 0, last = 0;
+  friend bool operator==(const IdRange&, const IdRange&) = default;
+};
+bool InIdRanges(const std::vector<IdRange>& ranges, int64_t id);
+// "1000-1999,65534" -> {{1000, 1999}, {65534, 65534}}; InvalidArgument naming `flag` for
+// anything else (ids 0..kMaxUnixId, first <= last).
+StatusOr<std::vector<IdRange>> ParseIdRanges(const std::string& text, const std::string& flag);
+
 struct IdentityPolicy {
-  // Tasks without a runAsUser run as the Unix account named by their submitter (as slurmd
-  // runs a job as the user who submitted it); a name the node does not know fails the task.
+  // Tasks run as the Unix account named by their submitter (as slurmd runs a job as the user
+  // who submitted it); a name the node does not know fails the task. A securityContext may
+  // then only name the submitter's own uid, its primary gid and groups (its account's, from
+  // the group database), or ids listed below: a tenant picks no one else's identity.
   bool run_as_submitter = false;
-  // Whether a task may run as uid 0 (root): given, or by running as the agent's own root.
+  // With run_as_submitter: the uids a runAsUser, and the gids a runAsGroup or
+  // supplementalGroups, may name beside the submitter's own (--allow-run-as-uids,
+  // --allow-run-as-gids). Listing 0 is not enough for root: allow_root_tasks must say so too.
+  std::vector<IdRange> allowed_uids, allowed_gids;
+  // Whether a task may run as uid 0 (root) or with gid 0 (root's group) as its group or one
+  // of its supplementalGroups: given, or by running as the agent's own root.
   bool allow_root_tasks = true;
 };
 
@@ -43,8 +61,10 @@ struct TaskIdentity {
 // - gid: runAsGroup; else the user's primary group; else (a uid without an account) 65534.
 // - groups: the user's groups in the group database (as initgroups), then supplementalGroups.
 // A FailedPrecondition whose message says why (naming the user and the node) when the task
-// may not start: runAsNonRoot or !allow_root_tasks with uid 0, an unknown submitter, or an
-// agent that is not root asked for an identity other than its own.
+// may not start: runAsNonRoot or !allow_root_tasks with uid 0, !allow_root_tasks with gid 0
+// (runAsGroup, the primary group, or supplementalGroups), an unknown submitter, with
+// run_as_submitter an id other than the submitter's own that the policy does not list, or
+// an agent that is not root asked for an identity other than its own.
 StatusOr<TaskIdentity> ResolveTaskIdentity(const RunAs& run_as, const std::string& submitter,
                                            const IdentityPolicy& policy, const std::string& node);
 

@@ -58,6 +58,7 @@ struct AgentFlags {
   // --allow-root-tasks[=true|false]; not given: off with --run-as-submitter, else on.
   bool allow_root_tasks = false;
   bool allow_root_tasks_given = false;
+  std::string allow_run_as_uids, allow_run_as_gids;  // id ranges: "1000-1999,65534"
 };
 
 // The node as the inventory file declares it, else as discovered (NVML when present).
@@ -165,6 +166,23 @@ int RunAgent(const AgentFlags& f) {
               << f.max_finished_tasks << "\n";
     return 1;
   }
+  std::vector<agent::IdRange> allowed_ids[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string& text = i == 0 ? f.allow_run_as_uids : f.allow_run_as_gids;
+    const std::string flag = i == 0 ? "--allow-run-as-uids" : "--allow-run-as-gids";
+    if (text.empty()) continue;
+    if (!f.run_as_submitter) {
+      // Without it a securityContext names any id already: the list would restrict nothing.
+      std::cerr << "tessera agent: " << flag << " needs --run-as-submitter\n";
+      return 2;
+    }
+    auto ranges = agent::ParseIdRanges(text, flag);
+    if (!ranges.ok()) {
+      std::cerr << "tessera agent: " << ranges.status().ToString() << "\n";
+      return 2;
+    }
+    allowed_ids[i] = *ranges;
+  }
   std::shared_ptr<agent::NvmlGpus> nvml;
   std::string source;
   auto node = ResolveNode(f, nvml, source);
@@ -195,6 +213,8 @@ int RunAgent(const AgentFlags& f) {
   // often): refusing root then would refuse every task. An operator who asks for
   // per-user tasks gets no root ones unless they allow them (docs/agent.md).
   o.identity.allow_root_tasks = f.allow_root_tasks_given ? f.allow_root_tasks : !f.run_as_submitter;
+  o.identity.allowed_uids = allowed_ids[0];
+  o.identity.allowed_gids = allowed_ids[1];
   auto colon = f.logs_listen.rfind(':');
   o.logs_host = colon == std::string::npos ? f.logs_listen : f.logs_listen.substr(0, colon);
   o.logs_port = colon == std::string::npos ? 0 : std::atoi(f.logs_listen.c_str() + colon + 1);
@@ -323,12 +343,20 @@ void AddAgentCommands(CLI::App& app) {
   cmd->add_flag("--stop-tasks-on-exit", f->stop_tasks_on_exit,
                 "On SIGTERM/SIGINT also stop every task");
   cmd->add_flag("--run-as-submitter", f->run_as_submitter,
-                "Run each task without a securityContext runAsUser as the Unix account named "
-                "by its submitter, as slurmd does (needs root)");
+                "Run each task as the Unix account named by its submitter, as slurmd does "
+                "(needs root); a securityContext may name only that account's uid, gid and "
+                "groups, or ids the two flags below list");
+  cmd->add_option("--allow-run-as-uids", f->allow_run_as_uids,
+                  "With --run-as-submitter: uids any submitter's runAsUser may name besides "
+                  "its own, e.g. 1000-1999,65534 (default none)");
+  cmd->add_option("--allow-run-as-gids", f->allow_run_as_gids,
+                  "With --run-as-submitter: gids any submitter's runAsGroup and "
+                  "supplementalGroups may name besides its account's groups (default none)");
   CLI::Option* allow_root =
       cmd->add_flag("--allow-root-tasks", f->allow_root_tasks,
-                    "Whether tasks may run as root, uid 0 (--allow-root-tasks=false refuses "
-                    "them; default: false with --run-as-submitter, else true)");
+                    "Whether tasks may run as root, uid 0, or with root's group, gid 0 "
+                    "(--allow-root-tasks=false refuses them; default: false with "
+                    "--run-as-submitter, else true)");
   cmd->add_flag("--discover", f->discover,
                 "Print this node's inventory (NVML or --inventory) and exit");
   cmd->add_option("-o,--output", f->output, "Output of --discover: json or table")
