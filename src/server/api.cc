@@ -59,6 +59,11 @@ void Reply(httplib::Response& res, int status, const Json& body) {
   res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
+// The most one logs request returns (docs/api.md), and the most the server reads of an
+// agent's answer to one: that chunk and room for an error's words.
+constexpr int64_t kLogsChunk = 1 << 20;
+constexpr size_t kMaxAgentLogsAnswer = kLogsChunk + (64 << 10);
+
 // Why an agent may refuse the logs proxy for a moment after a server restart.
 constexpr const char* kNoTokenYet =
     " (the server restarted and has not heard from that agent since; it gives its logs token "
@@ -78,7 +83,7 @@ StatusOr<Json> AgentBody(const httplib::Request& req) {
 // A piece of a task's output file (pools whose output the server reads itself: Slurm):
 // at most 1 MiB from `offset`, as an agent serves it.
 StatusOr<FileChunk> ReadOutputFile(const std::string& path, int64_t offset) {
-  auto chunk = ReadFileChunk(path, offset, 1 << 20);
+  auto chunk = ReadFileChunk(path, offset, kLogsChunk);
   if (chunk.ok()) return chunk;
   if (chunk.status().code() == StatusCode::kNotFound)
     return NotFound("no output yet: " + chunk.status().message() +
@@ -402,8 +407,26 @@ void ApiServer::Routes() {
               // The agent's --logs-token, which it gave the server.
               if (!src->token.empty()) c.set_bearer_token_auth(src->token.c_str());
               std::string path = "/v1/logs/" + src->allocation + "?stream=" + stream +
-                                 "&offset=" + std::to_string(*offset);
-              auto r = c.Get(path.c_str());
+                                 "&offset=" + std::to_string(*offset) +
+                                 "&limit=" + std::to_string(kLogsChunk);
+              // An agent answers at most one chunk (1 MiB, as ReadOutputFile); whatever it
+              // sends beyond that and the slack for an error's words is not read into memory:
+              // an agent-token holder could otherwise have the server buffer gigabytes.
+              std::string answer;
+              bool too_long = false;
+              auto r = c.Get(path.c_str(), [&](const char* data, size_t n) {
+                if (answer.size() + n > kMaxAgentLogsAnswer) return !(too_long = true);
+                answer.append(data, n);
+                return true;
+              });
+              if (too_long)
+                return Reply(res, 502,
+                             ErrorJson(Unavailable(
+                                 "job \"" + std::string(req.matches[1]) + "\" task " +
+                                 std::to_string(*task) + ": node agent at " + src->url +
+                                 " answered more than " + std::to_string(kLogsChunk >> 20) +
+                                 " MiB, the most one logs request returns: not passed on (is the "
+                                 "agent a Tessera agent of this version?)")));
               if (!r)
                 return Fail(res, Unavailable("node agent at " + src->url + " did not answer" +
                                              (IsTlsError(r.error())
@@ -414,7 +437,7 @@ void ApiServer::Routes() {
               // given yet: it comes with its next heartbeat.
               const bool no_token_yet = r->status == 401 && src->agent_unheard;
               if (r->status == 200) {
-                body = r->body;
+                body = std::move(answer);
                 next = *offset + static_cast<int64_t>(body.size());
                 if (r->has_header("X-Tessera-Log-Size"))
                   eof = next >= std::strtoll(r->get_header_value("X-Tessera-Log-Size").c_str(),
@@ -422,10 +445,10 @@ void ApiServer::Routes() {
               } else if (!follow || (r->status != 404 && !no_token_yet)) {
                 // Not following (or a real error, or output gone for good): the agent's
                 // words, in the API's shape.
-                Json e = Json::parse(r->body, nullptr, false);
+                Json e = Json::parse(answer, nullptr, false);
                 std::string why = e.is_object() && e.contains("error") && e["error"].is_string()
                                       ? e["error"].get<std::string>()
-                                      : r->body;
+                                      : answer;
                 const std::string what = "job \"" + std::string(req.matches[1]) + "\" task " +
                                          std::to_string(*task) + ": ";
                 // 410: the agent removed the task's folder after its retention, and says so.

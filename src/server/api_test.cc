@@ -856,6 +856,31 @@ TEST_F(ApiTest, TheLogsProxySendsTheTokenTheAgentGave) {
   EXPECT_EQ(follow.raw, "hello\n");
 }
 
+// The API promises at most 1 MiB per logs request; an agent (or whoever holds an agent
+// token and registered a node) answering more is refused, 502 naming it, without the server
+// holding the whole answer: the audit's 800 MiB answer took its RSS from 38 MB to 1.25 GB.
+TEST_F(ApiTest, TheLogsProxyRefusesAnAgentAnsweringMoreThanOneChunk) {
+  const std::string root = "root-token-0123456789";
+  FakeAgentLogs agent;  // (serves the whole log from the offset, whatever the limit)
+  RunningTalk talk;
+  ASSERT_NO_FATAL_FAILURE(RunTalkOn(agent.Registration(), &talk));
+  agent.Append(std::string(1 << 20, 'x'));  // one chunk exactly: passed on
+  Resp one = Do("GET", "/v1/jobs/talk/logs?task=0", root);
+  ASSERT_EQ(one.status, 200) << one.raw.substr(0, 300);
+  EXPECT_EQ(one.raw.size(), size_t{1} << 20);
+  agent.Append(std::string(32 << 20, 'y'));
+  Resp big = Do("GET", "/v1/jobs/talk/logs?task=0", root);
+  EXPECT_EQ(big.status, 502) << big.raw.substr(0, 300);
+  EXPECT_LT(big.raw.size(), 4096u);
+  EXPECT_EQ(big.body["error"]
+                .value("message", "")
+                .rfind("job \"talk\" task 0: node agent at " + agent.url() +
+                           " answered more than 1 MiB, the most one logs request returns",
+                       0),
+            0u)
+      << big.raw.substr(0, 300);
+}
+
 // The agent removed a finished task's folder after its retention (--task-retention) and
 // answers 410 saying so: `tessera logs`, following or not, shows its words as NotFound, not
 // as an unavailable agent to try again.
