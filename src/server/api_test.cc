@@ -404,6 +404,18 @@ TEST_F(ApiTest, TwoTeamsSeeAndCancelOnlyTheirQueues) {
   };
   EXPECT_EQ(holders(root), (std::vector<std::string>{"a-train", "b-debug"}));
   EXPECT_EQ(holders(a), (std::vector<std::string>{"?", "a-train"}));
+  // Of another queue's allocation, only what capacity in use needs: no identity (runAs,
+  // securityContext), attempt, times or limits.
+  const Json listing = Do("GET", "/v1/nodes?allocations=true", a).body;
+  for (const auto& n : listing["items"])
+    for (const auto& x : n["allocations"]) {
+      if (x.contains("job")) continue;
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : x.items()) keys.push_back(k);
+      std::sort(keys.begin(), keys.end());
+      EXPECT_EQ(keys, (std::vector<std::string>{"placement", "state", "task"})) << x.dump();
+      EXPECT_TRUE(x["placement"].contains("node")) << x.dump();
+    }
   EXPECT_EQ(holders(agent), (std::vector<std::string>{"?", "?"}));
   // Own job: cancel works (it runs: its task is being stopped).
   Resp cancel = Do("POST", "/v1/jobs/a-train/cancel", a);

@@ -1913,15 +1913,17 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
   std::lock_guard<std::mutex> l(mu_);
   // What holds each node's devices, without the command and environment (secrets live
   // there; describe shows them to whoever may see the job). Another queue's allocation is
-  // shown as capacity in use only: no job, no id.
+  // shown as capacity in use only: where, which task, in what state; named fields kept, so
+  // that a field added to allocations later is not shown to other tenants by default.
   auto view = [&](const Allocation& a) {
     Json o = AllocView(a);
     for (const char* k : {"command", "script", "env", "workingDir", "stdoutFile", "stderrFile"})
       o.erase(k);
     auto j = jobs_.find(a.job);
-    if (j == jobs_.end() || !Visible(p, j->second))
-      for (const char* k : {"id", "job", "message", "exitCode"}) o.erase(k);
-    return o;
+    if (j != jobs_.end() && Visible(p, j->second)) return o;
+    Json capacity = Json::object();
+    for (const char* k : {"task", "state", "placement"}) capacity[k] = o[k];
+    return capacity;
   };
   std::map<std::string, std::vector<const Allocation*>> by_node;
   for (const auto& [id, a] : allocations_)
