@@ -363,6 +363,8 @@ Status ControlPlane::Load() {
     a.action = j.value("action", "");
     a.object = j.value("object", "");
     a.result = j.value("result", "");
+    a.count = j.value("count", int64_t{1});
+    a.last_time = j.value("lastTime", a.time);
     next_audit_seq_ = std::max(next_audit_seq_, a.seq + 1);
     audit_[a.seq] = a;
     return Status::Ok();
@@ -674,13 +676,37 @@ StatusOr<Json> ControlPlane::DeleteJob(const Principal& p, const std::string& gi
   return Cancel(p, id);  // unfinished: cancelled first (a second delete removes it)
 }
 
+namespace {
+
+// An audit record as stored and listed; `count` and `lastTime` only for merged denials.
+Json AuditJson(const AuditRecord& a) {
+  Json j = {{"seq", a.seq},       {"time", a.time},     {"principal", a.principal},
+            {"action", a.action}, {"object", a.object}, {"result", a.result}};
+  if (a.count > 1) j["count"] = a.count, j["lastTime"] = a.last_time;
+  return j;
+}
+
+// `s` cut to at most `most` bytes (on a UTF-8 boundary) and marked so, with its length.
+std::string Clipped(const std::string& s, size_t most) {
+  if (s.size() <= most) return s;
+  size_t cut = most;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...(cut; " + std::to_string(s.size()) + " bytes)";
+}
+
+}  // namespace
+
+store::Op ControlPlane::AuditOp(const AuditRecord& a) const {
+  return store::Op::Put("audit/" + Pad(a.seq, 16),
+                        AuditJson(a).dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
 int64_t ControlPlane::AddAudit(std::vector<store::Op>& ops, const Principal& p,
                                const std::string& action, const std::string& object,
                                const std::string& result) {
   AuditRecord a{next_audit_seq_++, Now(), p.name, action, object, result};
-  Json j = {{"seq", a.seq},       {"time", a.time},     {"principal", a.principal},
-            {"action", a.action}, {"object", a.object}, {"result", a.result}};
-  ops.push_back(store::Op::Put("audit/" + Pad(a.seq, 16), j.dump()));
+  a.last_time = a.time;
+  ops.push_back(AuditOp(a));
   const int64_t seq = a.seq;
   audit_[seq] = std::move(a);
   return seq;
@@ -689,8 +715,41 @@ int64_t ControlPlane::AddAudit(std::vector<store::Op>& ops, const Principal& p,
 void ControlPlane::AuditDenied(const Principal& p, const std::string& action,
                                const std::string& object, const std::string& why) {
   std::lock_guard<std::mutex> l(mu_);
+  const int64_t now = Now();
   std::vector<store::Op> ops;
-  AddAudit(ops, p, action, object, "denied: " + why);
+  // Windows that ended: their last repeats are stored, and they are forgotten.
+  std::erase_if(open_denials_, [&](const auto& e) {
+    if (e.second.until > now) return false;
+    auto a = audit_.find(e.second.seq);
+    if (a != audit_.end() && a->second.count != e.second.written_count)
+      ops.push_back(AuditOp(a->second));
+    return true;
+  });
+  std::string obj = Clipped(object, kMaxAuditObject);
+  auto key = std::make_tuple(p.name, action, obj);
+  if (!open_denials_.count(key)) {
+    size_t objects = 0;  // this principal's open records
+    for (auto it = open_denials_.lower_bound({p.name, "", ""});
+         it != open_denials_.end() && std::get<0>(it->first) == p.name; ++it)
+      ++objects;
+    if (objects >= kMaxDenialsPerWindow) key = {p.name, action, "(other objects)"};
+  }
+  auto open = open_denials_.find(key);
+  auto record = open == open_denials_.end() ? audit_.end() : audit_.find(open->second.seq);
+  if (record != audit_.end()) {
+    AuditRecord& a = record->second;
+    ++a.count;
+    a.last_time = now;
+    if (now > open->second.written_at) {  // at most once a second
+      ops.push_back(AuditOp(a));
+      open->second.written_at = now;
+      open->second.written_count = a.count;
+    }
+  } else {
+    const int64_t seq =
+        AddAudit(ops, p, action, std::get<2>(key), "denied: " + Clipped(why, kMaxAuditObject * 2));
+    open_denials_[key] = {seq, now + kDenialWindowSeconds, now, 1};
+  }
   (void)Commit(std::move(ops));
 }
 
@@ -2085,13 +2144,7 @@ StatusOr<Json> ControlPlane::ListAudit(const Principal& p, int64_t after, size_t
   const int64_t below = PublishedBelow(audit_in_flight_);
   for (auto it = audit_.upper_bound(after);
        it != audit_.end() && it->first < below && items.size() < limit; ++it) {
-    const AuditRecord& a = it->second;
-    items.push_back({{"seq", a.seq},
-                     {"time", a.time},
-                     {"principal", a.principal},
-                     {"action", a.action},
-                     {"object", a.object},
-                     {"result", a.result}});
+    items.push_back(AuditJson(it->second));
   }
   // As events: where the next page begins (pass it as `after`), and whether there is one.
   int64_t next = items.empty() ? after : items.back()["seq"].get<int64_t>();

@@ -25,6 +25,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/rng.h"
@@ -171,6 +172,11 @@ struct NodeRecord {
   bool heard_since_start = false;  // last_heartbeat is a real heartbeat (what views show)
 };
 
+// How denials (403) are audited (ControlPlane::AuditDenied, docs/api.md).
+inline constexpr size_t kMaxAuditObject = 256;  // characters of a denied path kept
+inline constexpr int64_t kDenialWindowSeconds = 60;
+inline constexpr size_t kMaxDenialsPerWindow = 32;  // a principal's records per window
+
 struct AuditRecord {
   int64_t seq = 0;
   int64_t time = 0;
@@ -178,6 +184,10 @@ struct AuditRecord {
   std::string action;
   std::string object;
   std::string result;
+  // Denials repeated within a short window (AuditDenied) are one record: how many, and the
+  // time of the last.
+  int64_t count = 1;
+  int64_t last_time = 0;
 };
 
 // One job's lifecycle as observability needs it (finished jobs too, while the server keeps them).
@@ -339,7 +349,11 @@ class ControlPlane {
   Json ListPools();
   StatusOr<Json> ListAudit(const Principal& p, int64_t after, size_t limit);
   // A request refused for the caller's role or queues (403), audited by the API layer:
-  // result "denied: <why>".
+  // result "denied: <why>". The object is cut to kMaxAuditObject characters (with a marker),
+  // and the repeats of one principal's denial of one action on one object within
+  // kDenialWindowSeconds count in one record ("count"), written at most once a second; a
+  // principal denied on more than kMaxDenialsPerWindow objects in a window has the others
+  // counted under the object "(other objects)". A tenant cannot grow the log at line rate.
   void AuditDenied(const Principal& p, const std::string& action, const std::string& object,
                    const std::string& why);
   // Queue / PriorityClass documents (admin): create or replace.
@@ -442,6 +456,7 @@ class ControlPlane {
   // memory at once. Returns its seq.
   int64_t AddAudit(std::vector<store::Op>& ops, const Principal& p, const std::string& action,
                    const std::string& object, const std::string& result);
+  store::Op AuditOp(const AuditRecord& a) const;
   store::Op JobOp(const JobRecord& j) const;
   store::Op AllocOp(const Allocation& a) const;
   store::Op NodeOp(const NodeRecord& n) const;
@@ -601,6 +616,14 @@ class ControlPlane {
   std::vector<Allocation*> AllocationsOn(const std::string& node);
   std::map<int64_t, Event> events_;
   std::map<int64_t, AuditRecord> audit_;
+  // Open denial records (AuditDenied), by principal, action and object.
+  struct OpenDenial {
+    int64_t seq = 0;
+    int64_t until = 0;          // the window ends
+    int64_t written_at = 0;     // the count was last stored then...
+    int64_t written_count = 0;  // ...as this
+  };
+  std::map<std::tuple<std::string, std::string, std::string>, OpenDenial> open_denials_;
   // Numbers a submission took under the lock and publishes once stored, without it: the
   // listings stop below the lowest, so that a client paging with `after` never moves past
   // an event it has not seen, nor reads an audit record the store then refuses.

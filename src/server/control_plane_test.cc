@@ -261,6 +261,59 @@ TEST_F(ControlPlaneTest, RefusedChangesLeaveNoAuditRecord) {
   EXPECT_EQ(audit(), after);
 }
 
+// A member refused again and again (the audit's loop wrote ~10 MB/s of records, each the whole
+// path asked for) leaves one record per action and object per window, its path cut, with a
+// count; ever new paths add at most kMaxDenialsPerWindow records, then one for the others.
+TEST_F(ControlPlaneTest, DenialsAreCutAndRepeatsCountInOneRecord) {
+  const Principal member{"bob", Role::kMember, {"default"}};
+  auto items = [&] { return (*cp_->ListAudit(kAdmin, 0, 10000))["items"]; };
+  const size_t before = items().size();
+  const std::string path = "/v1/queues/" + std::string(100000, 'x');
+  const std::string why = "only an admin may delete a queue";
+  for (int i = 0; i < 1000; ++i) cp_->AuditDenied(member, "DELETE", path, why);
+  Json all = items();
+  ASSERT_EQ(all.size(), before + 1);
+  Json d = all.back();
+  EXPECT_EQ(d["count"], 1000);
+  EXPECT_EQ(d["principal"], "bob");
+  EXPECT_EQ(d["result"], "denied: " + why);
+  const std::string object = d["object"];
+  EXPECT_EQ(object, path.substr(0, kMaxAuditObject) + "...(cut; 100011 bytes)");
+  // Stored at most once a second: the count a second later is what a restart reads.
+  clock_.now += 1;
+  cp_->AuditDenied(member, "DELETE", path, why);
+  Reopen();
+  all = items();
+  ASSERT_EQ(all.size(), before + 1);
+  EXPECT_EQ(all.back()["count"], 1001);
+  EXPECT_EQ(all.back()["object"], object);
+
+  // Ever new paths.
+  for (int i = 0; i < 500; ++i)
+    cp_->AuditDenied(member, "GET", "/v1/audit/" + std::to_string(i), "only an admin may read");
+  all = items();
+  // The DELETE's record, one per path up to the most, and one for the others.
+  ASSERT_EQ(all.size(), before + 1 + kMaxDenialsPerWindow + 1);
+  EXPECT_EQ(all.back()["object"], "(other objects)");
+  EXPECT_EQ(all.back()["count"], 500 - static_cast<int64_t>(kMaxDenialsPerWindow));
+  // Another principal is counted apart.
+  cp_->AuditDenied(kAdmin, "GET", "/v1/audit/0", "x");
+  EXPECT_EQ(items().size(), all.size() + 1);
+
+  // A window later, a repeat opens a new record, and the last repeats of the old one are
+  // stored.
+  clock_.now += kDenialWindowSeconds;
+  const size_t settled = items().size();
+  cp_->AuditDenied(member, "DELETE", path, why);
+  all = items();
+  ASSERT_EQ(all.size(), settled + 1);
+  EXPECT_FALSE(all.back().contains("count"));
+  Reopen();
+  all = items();
+  EXPECT_EQ(all.size(), settled + 1);
+  EXPECT_EQ(all[all.size() - 3]["count"], 500 - static_cast<int64_t>(kMaxDenialsPerWindow));
+}
+
 TEST_F(ControlPlaneTest, AParentQueueShowsItsChildrensUse) {
   ASSERT_TRUE(cp_->Apply(kAdmin,
                          "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"
