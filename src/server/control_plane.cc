@@ -1930,6 +1930,8 @@ Json ControlPlane::ListQueues(const Principal& p) {
   std::map<std::string, std::vector<const TaskAllocation*>> held;  // by job
   for (const auto& [id, a] : allocations_)
     if (a.HoldsDevices() && !WrittenOff(a)) held[a.job].push_back(&a.placement);
+  const std::vector<Binding> kept = KeptInBackoff();  // as the scheduler counts them
+  for (const Binding& b : kept) held[b.job].push_back(&b.allocation);
   for (const auto& [job, allocs] : held) {
     auto j = jobs_.find(job);
     if (j == jobs_.end()) continue;
@@ -1987,6 +1989,18 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
   std::map<std::string, std::vector<const Allocation*>> by_node;
   for (const auto& [id, a] : allocations_)
     if (a.HoldsDevices()) by_node[a.placement.node].push_back(&a);
+  // Devices a task restarting alone keeps during its back-off are in use, as the scheduler
+  // counts them: shown as its last allocation, state "BackingOff".
+  std::map<std::string, std::vector<std::pair<const Binding*, const Allocation*>>> kept_on;
+  const std::vector<Binding> kept = KeptInBackoff();
+  for (const Binding& b : kept) {
+    const Allocation* last = nullptr;
+    for (const auto& aid : jobs_.at(b.job).allocations)
+      if (const Allocation& a = allocations_.at(aid);
+          a.task == b.task && a.attempt == jobs_.at(b.job).attempt)
+        last = &a;
+    kept_on[b.allocation.node].push_back({&b, last});
+  }
   Json items = Json::array();
   for (const auto& [name, n] : nodes_) {
     Json o = NodeToJson(n.node);
@@ -2003,6 +2017,13 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
     for (const Allocation* a : by_node[name]) {
       by_job[a->job].push_back(&a->placement);
       if (with_allocations) allocs.push_back(view(*a));
+    }
+    for (const auto& [b, last] : kept_on[name]) {
+      by_job[b->job].push_back(&b->allocation);
+      if (!with_allocations || last == nullptr) continue;
+      Json o = view(*last);
+      o["state"] = "BackingOff";
+      allocs.push_back(o);
     }
     static const tessera::Job kShared;
     for (const auto& [job, held] : by_job) {
@@ -3272,9 +3293,17 @@ void KeepOff(Job& job, const std::vector<std::string>& nodes) {
 
 }  // namespace
 
+std::vector<Binding> ControlPlane::KeptInBackoff() const {
+  std::map<std::string, std::string> owner;
+  std::vector<Binding> kept;
+  (void)BuildSnapshot(owner, nullptr, nullptr, &kept);
+  return kept;
+}
+
 Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
                                      std::vector<Binding>* in_place,
-                                     std::map<std::string, std::string>* refused) const {
+                                     std::map<std::string, std::string>* refused,
+                                     std::vector<Binding>* kept) const {
   Snapshot s;
   for (const auto& [name, n] : nodes_) {
     s.nodes.push_back(n.node);
@@ -3399,6 +3428,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
       if (n == nodes_.end() || !n->second.node.ready || !used.Fits(last->placement)) continue;
       used.Add(last->placement);
       job.allocations[task] = last->placement;
+      if (kept != nullptr) kept->push_back({id, task, last->placement});
       if (c.until <= Now() && in_place != nullptr) in_place->push_back({id, task, last->placement});
     }
     // A task that finished for good, or one restarted alone still backing off, is not to

@@ -512,9 +512,16 @@ class ControlPlane {
   // `in_place`: tasks whose back-off is over, to restart on the devices they kept.
   // `refused` (may be null) gets, per pending job that some pool refuses on some of its
   // nodes (Backend::RefusingNodes), those nodes and why, in words.
+  // `kept` (may be null) gets every task restarted alone that keeps the devices it ran on
+  // while it backs off (in_place are those whose back-off is over).
   Snapshot BuildSnapshot(std::map<std::string, std::string>& placeholder_owner,
                          std::vector<Binding>* in_place = nullptr,
-                         std::map<std::string, std::string>* refused = nullptr) const;
+                         std::map<std::string, std::string>* refused = nullptr,
+                         std::vector<Binding>* kept = nullptr) const;
+  // The devices tasks restarting alone keep during their back-off, exactly as the
+  // scheduler's snapshot keeps them (BuildSnapshot): in use beside the allocations that
+  // hold devices, for whatever shows use (get queues, get nodes), as for /metrics.
+  std::vector<Binding> KeptInBackoff() const;
   // `bound` (may be null) gets each attempt the plan bound.
   Status ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& placeholder_owner,
                    std::vector<JobBound>* bound);

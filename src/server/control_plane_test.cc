@@ -1608,12 +1608,39 @@ TEST_F(ControlPlaneTest, ACrashingReplicaKeepsItsGpuThroughItsBackOff) {
     }
   }
   Beat("node-a", epoch, running);
+  // What `get nodes` and `get queues` show in use.
+  auto in_use = [&] {
+    int64_t node = -1, queue = -1;
+    const Json nodes = cp_->ListNodes(kAdmin);  // (a temporary's items would dangle)
+    for (const auto& n : nodes["items"])
+      if (n["name"] == "node-a") node = n["gpuMilliInUse"];
+    const std::string q = Job("svc")["queue"];
+    const Json queues = cp_->ListQueues(kAdmin);
+    for (const auto& x : queues["items"])
+      if (x["name"] == q) queue = x["gpuMilliInUse"];
+    return std::pair{node, queue};
+  };
+  const auto running_use = in_use();
+  ASSERT_GT(running_use.first, 0);
   ASSERT_TRUE(cp_->Submit(kAdmin, JobDoc("grab", 1, 6)).ok());  // 5 GPUs free: waits
   running[1] = Task(crashing, "failed", 1);
   Beat("node-a", epoch, running);
   ASSERT_TRUE(cp_->RunCycle().ok());
   EXPECT_EQ(State("grab"), "Pending") << "the crashed replica's GPU is kept for it";
   EXPECT_EQ(Job("svc")["pendingReason"]["code"], "BackOff");
+  // Shown in use as the scheduler counts it (the audit saw 0/8 free while an 8-GPU job was
+  // refused "Insufficient"), and listed as backing off on its devices.
+  EXPECT_EQ(in_use(), running_use);
+  bool listed = false;
+  const Json listing = cp_->ListNodes(kAdmin, true);
+  for (const auto& n : listing["items"])
+    for (const auto& a : n["allocations"])
+      if (a["job"] == "svc" && a["task"] == 1) {
+        EXPECT_EQ(a["state"], "BackingOff") << a;
+        EXPECT_EQ(a["id"], crashing);
+        listed = true;
+      }
+  EXPECT_TRUE(listed);
   clock_.now += 300;  // past the back-off
   ASSERT_TRUE(cp_->RunCycle().ok());
   const Json again = Beat("node-a", epoch);
