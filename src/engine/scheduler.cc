@@ -329,6 +329,12 @@ class CycleRun {
   // ---- actions ----
   void Enqueue();
   void Allocate();
+  // Serves `jobs` (in job order, each in a queue) one by one in hierarchical queue order
+  // (drf / proportion, QueueKey), calling serve(job) on each; stops when it returns false.
+  // Keys are read as the jobs are served, so each job goes to the queue that is then the
+  // least served. Allocate's pass, and backfill's after its reservation.
+  template <typename Serve>
+  void WalkQueues(const std::vector<PendingJob*>& jobs, Serve serve);
   void Attempt(PendingJob& pj);
   // For the attempt at seq[i] (seq: the order allocate visits).
   void PrefetchAhead(const std::vector<PendingJob*>& seq, size_t i);
@@ -1655,36 +1661,16 @@ void CycleRun::StartBindingPass() {
   for (auto& failed : shape_failed_) failed.assign(failed.size(), -1);
 }
 
-void CycleRun::Allocate() {
-  StartBindingPass();
-  struct Done {
-    bool& flag;
-    ~Done() { flag = false; }
-  } done{binding_pass_};
-  auto eligible = [](const PendingJob* pj) { return pj->state == JState::kAdmitted && !pj->tried; };
-  if (!e_.queue_drf && !e_.queue_proportion) {
-    for (size_t i = 0; i < order_.size(); ++i) {
-      PrefetchAhead(order_, i);
-      PendingJob* pj = order_[i];
-      if (!eligible(pj)) continue;
-      Attempt(*pj);
-      visit_.push_back(pj);
-      if (strict_ && pj->state == JState::kFailed) {
-        stopped_at_head_ = true;
-        return;
-      }
-    }
-    return;
-  }
-  // Queue order, hierarchical: from the root down, a queue with jobs of its own goes before
-  // its children, and among siblings whose subtrees hold jobs the least (QueueKey, name)
-  // goes first. Each queue with jobs left in its subtree sits in its parent's ordered set
-  // (index Q: the roots' set); serving a job changes the keys of its queue and ancestors
-  // only, which move in their parents' sets. Per job: O(depth x log(siblings)).
+// Queue order, hierarchical: from the root down, a queue with jobs of its own goes before
+// its children, and among siblings whose subtrees hold jobs the least (QueueKey, name) goes
+// first. Each queue with jobs left in its subtree sits in its parent's ordered set (index
+// Q: the roots' set); serving a job changes the keys of its queue and ancestors only, which
+// move in their parents' sets. Per job: O(depth x log(siblings)).
+template <typename Serve>
+void CycleRun::WalkQueues(const std::vector<PendingJob*>& jobs, Serve serve) {
   const int32_t Q = static_cast<int32_t>(m_.queues.size());
   std::vector<std::vector<PendingJob*>> lists(Q);
-  for (PendingJob* pj : order_)
-    if (eligible(pj) && pj->queue >= 0) lists[pj->queue].push_back(pj);
+  for (PendingJob* pj : jobs) lists[pj->queue].push_back(pj);
   std::vector<size_t> cursor(Q, 0);
   std::vector<int64_t> left(Q, 0);  // jobs left in the queue's subtree
   for (int32_t q = 0; q < Q; ++q)
@@ -1719,17 +1705,47 @@ void CycleRun::Allocate() {
     const std::vector<PendingJob*>& list = lists[best];
     PrefetchAhead(list, cursor[best]);  // the queue served is likely served again next
     PendingJob* pj = list[cursor[best]++];
-    Attempt(*pj);
-    visit_.push_back(pj);
-    if (strict_ && pj->state == JState::kFailed) {
-      stopped_at_head_ = true;
-      return;
-    }
+    if (!serve(pj)) return;
     for (int32_t p = best; p >= 0; p = m_.queues[p].parent) {
       parent_set(p).erase(entry[p]);
       if (--left[p] > 0) enter(p);
     }
   }
+}
+
+void CycleRun::Allocate() {
+  StartBindingPass();
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{binding_pass_};
+  auto eligible = [](const PendingJob* pj) { return pj->state == JState::kAdmitted && !pj->tried; };
+  if (!e_.queue_drf && !e_.queue_proportion) {
+    for (size_t i = 0; i < order_.size(); ++i) {
+      PrefetchAhead(order_, i);
+      PendingJob* pj = order_[i];
+      if (!eligible(pj)) continue;
+      Attempt(*pj);
+      visit_.push_back(pj);
+      if (strict_ && pj->state == JState::kFailed) {
+        stopped_at_head_ = true;
+        return;
+      }
+    }
+    return;
+  }
+  std::vector<PendingJob*> jobs;
+  for (PendingJob* pj : order_)
+    if (eligible(pj) && pj->queue >= 0) jobs.push_back(pj);
+  WalkQueues(jobs, [&](PendingJob* pj) {
+    Attempt(*pj);
+    visit_.push_back(pj);
+    if (strict_ && pj->state == JState::kFailed) {
+      stopped_at_head_ = true;
+      return false;
+    }
+    return true;
+  });
 }
 
 // ---- preempt / reclaim: minimal victim sets by a deterministic greedy ----
@@ -2397,11 +2413,7 @@ void CycleRun::Backfill() {
     for (size_t i = 0; i < fenced_.size(); ++i) fenced_[i] = fenced_[i] || held_fence[i];
   }
   StartBindingPass();  // the reservation's trials are undone: from here on it only binds
-  for (size_t i = 0; i < seq.size(); ++i) {
-    PrefetchAhead(seq, i);
-    PendingJob* pj = seq[i];
-    if (pj == head) continue;
-    if (!(pj->state == JState::kAdmitted || pj->state == JState::kFailed)) continue;
+  auto backfill = [&](PendingJob* pj) {
     const auto& est = pj->rec->spec->runtime_estimate_seconds;
     bool ends_before = est && earliest >= 0 && now_ + *est <= earliest;
     // (A job that ends before the head's start passes the head's fence, not the holds'.)
@@ -2414,6 +2426,25 @@ void CycleRun::Backfill() {
     if (ends_before) {
       saved.swap(fenced_);
       fence_held_only_ = false;
+    }
+    return true;
+  };
+  auto eligible = [&](const PendingJob* pj) {
+    return pj != head && (pj->state == JState::kAdmitted || pj->state == JState::kFailed);
+  };
+  if (e_.queue_drf || e_.queue_proportion) {
+    // The jobs behind the head in allocate's queue order, continued from where it stopped
+    // (the keys count what allocate placed): in job order alone, the team that submitted
+    // first would take every GPU the head leaves, whatever its share.
+    std::vector<PendingJob*> jobs, queueless;
+    for (PendingJob* pj : order_)
+      if (eligible(pj)) (pj->queue >= 0 ? jobs : queueless).push_back(pj);
+    WalkQueues(jobs, backfill);
+    for (PendingJob* pj : queueless) backfill(pj);
+  } else {
+    for (size_t i = 0; i < seq.size(); ++i) {
+      PrefetchAhead(seq, i);
+      if (eligible(seq[i])) backfill(seq[i]);
     }
   }
   binding_pass_ = false;
