@@ -50,6 +50,18 @@ bool AboveGuarantee(const ResourceVector& used, const ResourceVector& g) {
          (g.memory_bytes && used.memory_bytes > g.memory_bytes);
 }
 
+// `proportion`'s test (QueueKey): a queue is served before those that are not while some
+// guaranteed component is under its guarantee, unless it is above its guarantee by reclaim's
+// test. A queue guaranteed {2 GPUs, 64 CPUs} running 6 GPUs on 6 CPUs is above (reclaim
+// takes from it), so it is not below too: else it would be served first, take what reclaim
+// frees, and be reclaimed from again.
+bool BelowGuarantee(const ResourceVector& used, const ResourceVector& g) {
+  if (AboveGuarantee(used, g)) return false;
+  return (g.cpu_milli > 0 && used.cpu_milli < g.cpu_milli) ||
+         (g.memory_bytes > 0 && used.memory_bytes < g.memory_bytes) ||
+         (g.gpu_milli > 0 && used.gpu_milli < g.gpu_milli);
+}
+
 // Whether reclaim may take `unit` from a queue that uses `used`: the queue is above its
 // guarantee and the eviction leaves it at or above every guaranteed component it is not
 // already below (Volcano's proportion: deserved <= allocated - reclaimee). Reclaim takes
@@ -506,15 +518,7 @@ void CycleRun::SortJobs() {
 std::pair<int64_t, int64_t> CycleRun::QueueKey(int32_t q) const {
   const QueueRec& r = m_.queues[q];
   int64_t below = 1;
-  if (e_.queue_proportion) {
-    // Below its guarantee in some guaranteed resource: served before every queue that is not.
-    const ResourceVector& g = r.q.guarantee;
-    const ResourceVector& a = r.allocated;
-    if ((g.cpu_milli > 0 && a.cpu_milli < g.cpu_milli) ||
-        (g.memory_bytes > 0 && a.memory_bytes < g.memory_bytes) ||
-        (g.gpu_milli > 0 && a.gpu_milli < g.gpu_milli))
-      below = 0;
-  }
+  if (e_.queue_proportion && BelowGuarantee(r.allocated, r.q.guarantee)) below = 0;
   int64_t share = std::max({Ppm(r.allocated.cpu_milli, m_.capacity.cpu_milli),
                             Ppm(r.allocated.memory_bytes, m_.capacity.memory_bytes),
                             Ppm(r.allocated.gpu_milli, m_.capacity.gpu_milli)});
