@@ -1243,12 +1243,15 @@ Failure CycleRun::CountNeverFits(PendingJob& pj, int32_t task) {
 void CycleRun::Finalize() {
   // Per (shape, fenced): the rejections counted, and the reason of a single-task job without
   // gang or one-task-per-node terms, which depends on nothing else (its `infeasible` is the
-  // shape's): such jobs, most of those not placed in a busy cycle, share it.
+  // shape's): such jobs, most of those not placed in a busy cycle, share it. The fence's
+  // words depend on the viewer too: the fence owner's queue sees its job by name, the others
+  // only its queue (JobSeenFrom), so whether the job shares the owner's queue is in the key.
   struct Counted {
     Failure failure;
     std::shared_ptr<const PendingReason> plain;
   };
-  std::map<std::tuple<int32_t, bool, bool>, Counted> cache;  // (shape, fenced, infeasible)
+  // (shape, fenced, infeasible, in the fence owner's queue)
+  std::map<std::tuple<int32_t, bool, bool, bool>, Counted> cache;
   std::vector<bool> saved;
   for (auto& pj : jobs_) {
     if (pj.failure < 0) continue;
@@ -1261,7 +1264,8 @@ void CycleRun::Finalize() {
       continue;
     }
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
-      auto key = std::make_tuple(f.shape, f.fenced, f.infeasible);
+      const bool owners = f.fenced && fence_owner_ != nullptr && fence_owner_->queue == pj.queue;
+      auto key = std::make_tuple(f.shape, f.fenced, f.infeasible, owners);
       // An exclusive job's own nodes make its counts its own (CountRejections): not shared;
       // so do where a job's tasks are under topology spread constraints.
       const bool own =
