@@ -139,26 +139,48 @@ int64_t Ppm(int64_t used, int64_t total) {
   return static_cast<int64_t>((static_cast<__int128>(used) * 1000000) / total);
 }
 
-// Components with limit 0 are unlimited (a limit names only what it caps).
-bool WithinLimit(const ResourceVector& use, const ResourceVector& limit) {
-  return (limit.cpu_milli == 0 || use.cpu_milli <= limit.cpu_milli) &&
-         (limit.memory_bytes == 0 || use.memory_bytes <= limit.memory_bytes) &&
-         (limit.gpu_milli == 0 || use.gpu_milli <= limit.gpu_milli);
+// What a queue may use: its limit, and where it may not borrow, its guarantee. `capped`
+// says which components `max` holds: a limit names only what it caps (its 0 components cap
+// nothing), but a queue that may not borrow is capped at 0 GPUs when it is guaranteed none.
+struct QueueCap {
+  ResourceVector max;
+  bool cpu = false, memory = false, gpu = false;
+};
+
+bool WithinLimit(const ResourceVector& use, const QueueCap& cap) {
+  return (!cap.cpu || use.cpu_milli <= cap.max.cpu_milli) &&
+         (!cap.memory || use.memory_bytes <= cap.max.memory_bytes) &&
+         (!cap.gpu || use.gpu_milli <= cap.max.gpu_milli);
 }
 
-std::optional<ResourceVector> EffectiveLimit(const Queue& q) {
+// `borrowing: false` caps the queue at its guarantee as reclaim counts it (AboveGuarantee):
+// GPUs always, at 0 if none are guaranteed (else a queue guaranteed only CPU could take every
+// GPU, and reclaim would then take them back); CPU and memory where they are guaranteed.
+std::optional<QueueCap> EffectiveLimit(const Queue& q) {
   if (q.borrowing && !q.limit) return std::nullopt;
-  ResourceVector l = q.limit ? *q.limit : ResourceVector{};
-  if (!q.borrowing) {
-    auto cap = [](int64_t lim, int64_t g) { return g > 0 && (lim == 0 || g < lim) ? g : lim; };
-    l.cpu_milli = cap(l.cpu_milli, q.guarantee.cpu_milli);
-    l.memory_bytes = cap(l.memory_bytes, q.guarantee.memory_bytes);
-    l.gpu_milli = cap(l.gpu_milli, q.guarantee.gpu_milli);
+  QueueCap c;
+  if (q.limit) {
+    c.max = *q.limit;
+    c.cpu = c.max.cpu_milli > 0;
+    c.memory = c.max.memory_bytes > 0;
+    c.gpu = c.max.gpu_milli > 0;
   }
-  return l;
+  if (!q.borrowing) {
+    auto cap = [](int64_t& max, bool& capped, int64_t g) {
+      if (!capped || g < max) max = g;
+      capped = true;
+    };
+    const ResourceVector& g = q.guarantee;
+    if (g.cpu_milli > 0) cap(c.max.cpu_milli, c.cpu, g.cpu_milli);
+    if (g.memory_bytes > 0) cap(c.max.memory_bytes, c.memory, g.memory_bytes);
+    cap(c.max.gpu_milli, c.gpu, g.gpu_milli);
+  }
+  return c;
 }
 
-std::string ResourceWords(const ResourceVector& v) {
+// "nvidia.com/gpu 4, cpu 8, memory 16Gi": the components of `v` that gpu, cpu and memory
+// say to show, 0 included.
+std::string ResourceWords(const ResourceVector& v, bool gpu, bool cpu, bool memory) {
   std::string s;
   auto add = [&](const char* name, const std::string& x) {
     if (!s.empty()) s += ", ";
@@ -166,10 +188,19 @@ std::string ResourceWords(const ResourceVector& v) {
     s += " ";
     s += x;
   };
-  if (v.gpu_milli) add("nvidia.com/gpu", FormatMilli(v.gpu_milli));
-  if (v.cpu_milli) add("cpu", FormatMilli(v.cpu_milli));
-  if (v.memory_bytes) add("memory", FormatBytes(v.memory_bytes));
+  if (gpu) add("nvidia.com/gpu", FormatMilli(v.gpu_milli));
+  if (cpu) add("cpu", FormatMilli(v.cpu_milli));
+  if (memory) add("memory", FormatBytes(v.memory_bytes));
   return s.empty() ? "nothing" : s;
+}
+
+std::string ResourceWords(const ResourceVector& v) {
+  return ResourceWords(v, v.gpu_milli != 0, v.cpu_milli != 0, v.memory_bytes != 0);
+}
+
+// A cap's words: the components it holds, 0 included ("nvidia.com/gpu 0").
+std::string ResourceWords(const QueueCap& c) {
+  return ResourceWords(c.max, c.gpu, c.cpu, c.memory);
 }
 
 std::string KubeMessage(int32_t total, const std::map<std::string, int32_t>& rejected,
@@ -2018,8 +2049,8 @@ void CycleRun::EvictFor(bool reclaim) {
       bool short_of_quota = false;
       for (int32_t a = blocking; a >= 0 && !short_of_quota; a = m_.queues[a].parent) {
         const auto lim = EffectiveLimit(m_.queues[a].q);
-        if (!lim || lim->gpu_milli == 0) continue;
-        int64_t room = lim->gpu_milli - m_.queues[a].allocated.gpu_milli;
+        if (!lim || !lim->gpu) continue;
+        int64_t room = lim->max.gpu_milli - m_.queues[a].allocated.gpu_milli;
         if (need.gpu_milli <= room) continue;
         for (const auto& [queue, gpu] : reclaim_gpu)
           if (Within(queue, a)) room += gpu;
