@@ -1451,6 +1451,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
   int32_t placed = 0;
   Failure first;
   bool failed = false;
+  bool over_by_request = false;  // `first` is a limit its tasks' requests exceeded
   for (int32_t t = 0; t < n; ++t) {
     if (j.allocations[t]) continue;
     std::string limit_why;
@@ -1465,7 +1466,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
         first.message = limit_why;
         first.resource.clear();
         first.rejected.clear();
-        failed = true;
+        failed = over_by_request = true;
       }
       if (placed < required) break;
       continue;
@@ -1511,9 +1512,17 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     if (why != nullptr) {
       *why = first;
       if (first.code == "QueueOverLimit") {
-        why->message = ExceedsQueueLimit(pj, MinimumNeed(pj));
+        const ResourceVector need = MinimumNeed(pj);
+        why->message = ExceedsQueueLimit(pj, need);
         why->infeasible = !why->message.empty();
-        if (!why->infeasible) why->message = first.message;
+        if (!why->infeasible) {
+          why->message = first.message;
+          // Worded as enqueue words it: the queue's use without the tasks just rolled back,
+          // and what the job's start needs, not the one task that hit the limit.
+          std::string words;
+          if (over_by_request && !need.IsZero() && !QueueAdmits(j, need, &words))
+            why->message = std::move(words);
+        }
       }
       if (!why->infeasible && pj.gang_min > 1 && j.running == 0 && first.code != "QueueOverLimit") {
         why->exceeds_cluster = GangExceedsCluster(*j.spec);
