@@ -50,6 +50,18 @@ bool AboveGuarantee(const ResourceVector& used, const ResourceVector& g) {
          (g.memory_bytes && used.memory_bytes > g.memory_bytes);
 }
 
+// `proportion`'s test (QueueKey): a queue is served before those that are not while some
+// guaranteed component is under its guarantee, unless it is above its guarantee by reclaim's
+// test. A queue guaranteed {2 GPUs, 64 CPUs} running 6 GPUs on 6 CPUs is above (reclaim
+// takes from it), so it is not below too: else it would be served first, take what reclaim
+// frees, and be reclaimed from again.
+bool BelowGuarantee(const ResourceVector& used, const ResourceVector& g) {
+  if (AboveGuarantee(used, g)) return false;
+  return (g.cpu_milli > 0 && used.cpu_milli < g.cpu_milli) ||
+         (g.memory_bytes > 0 && used.memory_bytes < g.memory_bytes) ||
+         (g.gpu_milli > 0 && used.gpu_milli < g.gpu_milli);
+}
+
 // Whether reclaim may take `unit` from a queue that uses `used`: the queue is above its
 // guarantee and the eviction leaves it at or above every guaranteed component it is not
 // already below (Volcano's proportion: deserved <= allocated - reclaimee). Reclaim takes
@@ -127,26 +139,48 @@ int64_t Ppm(int64_t used, int64_t total) {
   return static_cast<int64_t>((static_cast<__int128>(used) * 1000000) / total);
 }
 
-// Components with limit 0 are unlimited (a limit names only what it caps).
-bool WithinLimit(const ResourceVector& use, const ResourceVector& limit) {
-  return (limit.cpu_milli == 0 || use.cpu_milli <= limit.cpu_milli) &&
-         (limit.memory_bytes == 0 || use.memory_bytes <= limit.memory_bytes) &&
-         (limit.gpu_milli == 0 || use.gpu_milli <= limit.gpu_milli);
+// What a queue may use: its limit, and where it may not borrow, its guarantee. `capped`
+// says which components `max` holds: a limit names only what it caps (its 0 components cap
+// nothing), but a queue that may not borrow is capped at 0 GPUs when it is guaranteed none.
+struct QueueCap {
+  ResourceVector max;
+  bool cpu = false, memory = false, gpu = false;
+};
+
+bool WithinLimit(const ResourceVector& use, const QueueCap& cap) {
+  return (!cap.cpu || use.cpu_milli <= cap.max.cpu_milli) &&
+         (!cap.memory || use.memory_bytes <= cap.max.memory_bytes) &&
+         (!cap.gpu || use.gpu_milli <= cap.max.gpu_milli);
 }
 
-std::optional<ResourceVector> EffectiveLimit(const Queue& q) {
+// `borrowing: false` caps the queue at its guarantee as reclaim counts it (AboveGuarantee):
+// GPUs always, at 0 if none are guaranteed (else a queue guaranteed only CPU could take every
+// GPU, and reclaim would then take them back); CPU and memory where they are guaranteed.
+std::optional<QueueCap> EffectiveLimit(const Queue& q) {
   if (q.borrowing && !q.limit) return std::nullopt;
-  ResourceVector l = q.limit ? *q.limit : ResourceVector{};
-  if (!q.borrowing) {
-    auto cap = [](int64_t lim, int64_t g) { return g > 0 && (lim == 0 || g < lim) ? g : lim; };
-    l.cpu_milli = cap(l.cpu_milli, q.guarantee.cpu_milli);
-    l.memory_bytes = cap(l.memory_bytes, q.guarantee.memory_bytes);
-    l.gpu_milli = cap(l.gpu_milli, q.guarantee.gpu_milli);
+  QueueCap c;
+  if (q.limit) {
+    c.max = *q.limit;
+    c.cpu = c.max.cpu_milli > 0;
+    c.memory = c.max.memory_bytes > 0;
+    c.gpu = c.max.gpu_milli > 0;
   }
-  return l;
+  if (!q.borrowing) {
+    auto cap = [](int64_t& max, bool& capped, int64_t g) {
+      if (!capped || g < max) max = g;
+      capped = true;
+    };
+    const ResourceVector& g = q.guarantee;
+    if (g.cpu_milli > 0) cap(c.max.cpu_milli, c.cpu, g.cpu_milli);
+    if (g.memory_bytes > 0) cap(c.max.memory_bytes, c.memory, g.memory_bytes);
+    cap(c.max.gpu_milli, c.gpu, g.gpu_milli);
+  }
+  return c;
 }
 
-std::string ResourceWords(const ResourceVector& v) {
+// "nvidia.com/gpu 4, cpu 8, memory 16Gi": the components of `v` that gpu, cpu and memory
+// say to show, 0 included.
+std::string ResourceWords(const ResourceVector& v, bool gpu, bool cpu, bool memory) {
   std::string s;
   auto add = [&](const char* name, const std::string& x) {
     if (!s.empty()) s += ", ";
@@ -154,10 +188,19 @@ std::string ResourceWords(const ResourceVector& v) {
     s += " ";
     s += x;
   };
-  if (v.gpu_milli) add("nvidia.com/gpu", FormatMilli(v.gpu_milli));
-  if (v.cpu_milli) add("cpu", FormatMilli(v.cpu_milli));
-  if (v.memory_bytes) add("memory", FormatBytes(v.memory_bytes));
+  if (gpu) add("nvidia.com/gpu", FormatMilli(v.gpu_milli));
+  if (cpu) add("cpu", FormatMilli(v.cpu_milli));
+  if (memory) add("memory", FormatBytes(v.memory_bytes));
   return s.empty() ? "nothing" : s;
+}
+
+std::string ResourceWords(const ResourceVector& v) {
+  return ResourceWords(v, v.gpu_milli != 0, v.cpu_milli != 0, v.memory_bytes != 0);
+}
+
+// A cap's words: the components it holds, 0 included ("nvidia.com/gpu 0").
+std::string ResourceWords(const QueueCap& c) {
+  return ResourceWords(c.max, c.gpu, c.cpu, c.memory);
 }
 
 std::string KubeMessage(int32_t total, const std::map<std::string, int32_t>& rejected,
@@ -329,6 +372,12 @@ class CycleRun {
   // ---- actions ----
   void Enqueue();
   void Allocate();
+  // Serves `jobs` (in job order, each in a queue) one by one in hierarchical queue order
+  // (drf / proportion, QueueKey), calling serve(job) on each; stops when it returns false.
+  // Keys are read as the jobs are served, so each job goes to the queue that is then the
+  // least served. Allocate's pass, and backfill's after its reservation.
+  template <typename Serve>
+  void WalkQueues(const std::vector<PendingJob*>& jobs, Serve serve);
   void Attempt(PendingJob& pj);
   // For the attempt at seq[i] (seq: the order allocate visits).
   void PrefetchAhead(const std::vector<PendingJob*>& seq, size_t i);
@@ -500,15 +549,7 @@ void CycleRun::SortJobs() {
 std::pair<int64_t, int64_t> CycleRun::QueueKey(int32_t q) const {
   const QueueRec& r = m_.queues[q];
   int64_t below = 1;
-  if (e_.queue_proportion) {
-    // Below its guarantee in some guaranteed resource: served before every queue that is not.
-    const ResourceVector& g = r.q.guarantee;
-    const ResourceVector& a = r.allocated;
-    if ((g.cpu_milli > 0 && a.cpu_milli < g.cpu_milli) ||
-        (g.memory_bytes > 0 && a.memory_bytes < g.memory_bytes) ||
-        (g.gpu_milli > 0 && a.gpu_milli < g.gpu_milli))
-      below = 0;
-  }
+  if (e_.queue_proportion && BelowGuarantee(r.allocated, r.q.guarantee)) below = 0;
   int64_t share = std::max({Ppm(r.allocated.cpu_milli, m_.capacity.cpu_milli),
                             Ppm(r.allocated.memory_bytes, m_.capacity.memory_bytes),
                             Ppm(r.allocated.gpu_milli, m_.capacity.gpu_milli)});
@@ -1233,12 +1274,15 @@ Failure CycleRun::CountNeverFits(PendingJob& pj, int32_t task) {
 void CycleRun::Finalize() {
   // Per (shape, fenced): the rejections counted, and the reason of a single-task job without
   // gang or one-task-per-node terms, which depends on nothing else (its `infeasible` is the
-  // shape's): such jobs, most of those not placed in a busy cycle, share it.
+  // shape's): such jobs, most of those not placed in a busy cycle, share it. The fence's
+  // words depend on the viewer too: the fence owner's queue sees its job by name, the others
+  // only its queue (JobSeenFrom), so whether the job shares the owner's queue is in the key.
   struct Counted {
     Failure failure;
     std::shared_ptr<const PendingReason> plain;
   };
-  std::map<std::tuple<int32_t, bool, bool>, Counted> cache;  // (shape, fenced, infeasible)
+  // (shape, fenced, infeasible, in the fence owner's queue)
+  std::map<std::tuple<int32_t, bool, bool, bool>, Counted> cache;
   std::vector<bool> saved;
   for (auto& pj : jobs_) {
     if (pj.failure < 0) continue;
@@ -1251,7 +1295,8 @@ void CycleRun::Finalize() {
       continue;
     }
     if (f.deferred && pj.state != JState::kPlaced && pj.state != JState::kWaiting) {
-      auto key = std::make_tuple(f.shape, f.fenced, f.infeasible);
+      const bool owners = f.fenced && fence_owner_ != nullptr && fence_owner_->queue == pj.queue;
+      auto key = std::make_tuple(f.shape, f.fenced, f.infeasible, owners);
       // An exclusive job's own nodes make its counts its own (CountRejections): not shared;
       // so do where a job's tasks are under topology spread constraints.
       const bool own =
@@ -1406,6 +1451,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
   int32_t placed = 0;
   Failure first;
   bool failed = false;
+  bool over_by_request = false;  // `first` is a limit its tasks' requests exceeded
   for (int32_t t = 0; t < n; ++t) {
     if (j.allocations[t]) continue;
     std::string limit_why;
@@ -1420,7 +1466,7 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
         first.message = limit_why;
         first.resource.clear();
         first.rejected.clear();
-        failed = true;
+        failed = over_by_request = true;
       }
       if (placed < required) break;
       continue;
@@ -1466,9 +1512,17 @@ bool CycleRun::TryPlaceJob(PendingJob& pj, Failure* why) {
     if (why != nullptr) {
       *why = first;
       if (first.code == "QueueOverLimit") {
-        why->message = ExceedsQueueLimit(pj, MinimumNeed(pj));
+        const ResourceVector need = MinimumNeed(pj);
+        why->message = ExceedsQueueLimit(pj, need);
         why->infeasible = !why->message.empty();
-        if (!why->infeasible) why->message = first.message;
+        if (!why->infeasible) {
+          why->message = first.message;
+          // Worded as enqueue words it: the queue's use without the tasks just rolled back,
+          // and what the job's start needs, not the one task that hit the limit.
+          std::string words;
+          if (over_by_request && !need.IsZero() && !QueueAdmits(j, need, &words))
+            why->message = std::move(words);
+        }
       }
       if (!why->infeasible && pj.gang_min > 1 && j.running == 0 && first.code != "QueueOverLimit") {
         why->exceeds_cluster = GangExceedsCluster(*j.spec);
@@ -1655,36 +1709,16 @@ void CycleRun::StartBindingPass() {
   for (auto& failed : shape_failed_) failed.assign(failed.size(), -1);
 }
 
-void CycleRun::Allocate() {
-  StartBindingPass();
-  struct Done {
-    bool& flag;
-    ~Done() { flag = false; }
-  } done{binding_pass_};
-  auto eligible = [](const PendingJob* pj) { return pj->state == JState::kAdmitted && !pj->tried; };
-  if (!e_.queue_drf && !e_.queue_proportion) {
-    for (size_t i = 0; i < order_.size(); ++i) {
-      PrefetchAhead(order_, i);
-      PendingJob* pj = order_[i];
-      if (!eligible(pj)) continue;
-      Attempt(*pj);
-      visit_.push_back(pj);
-      if (strict_ && pj->state == JState::kFailed) {
-        stopped_at_head_ = true;
-        return;
-      }
-    }
-    return;
-  }
-  // Queue order, hierarchical: from the root down, a queue with jobs of its own goes before
-  // its children, and among siblings whose subtrees hold jobs the least (QueueKey, name)
-  // goes first. Each queue with jobs left in its subtree sits in its parent's ordered set
-  // (index Q: the roots' set); serving a job changes the keys of its queue and ancestors
-  // only, which move in their parents' sets. Per job: O(depth x log(siblings)).
+// Queue order, hierarchical: from the root down, a queue with jobs of its own goes before
+// its children, and among siblings whose subtrees hold jobs the least (QueueKey, name) goes
+// first. Each queue with jobs left in its subtree sits in its parent's ordered set (index
+// Q: the roots' set); serving a job changes the keys of its queue and ancestors only, which
+// move in their parents' sets. Per job: O(depth x log(siblings)).
+template <typename Serve>
+void CycleRun::WalkQueues(const std::vector<PendingJob*>& jobs, Serve serve) {
   const int32_t Q = static_cast<int32_t>(m_.queues.size());
   std::vector<std::vector<PendingJob*>> lists(Q);
-  for (PendingJob* pj : order_)
-    if (eligible(pj) && pj->queue >= 0) lists[pj->queue].push_back(pj);
+  for (PendingJob* pj : jobs) lists[pj->queue].push_back(pj);
   std::vector<size_t> cursor(Q, 0);
   std::vector<int64_t> left(Q, 0);  // jobs left in the queue's subtree
   for (int32_t q = 0; q < Q; ++q)
@@ -1719,17 +1753,47 @@ void CycleRun::Allocate() {
     const std::vector<PendingJob*>& list = lists[best];
     PrefetchAhead(list, cursor[best]);  // the queue served is likely served again next
     PendingJob* pj = list[cursor[best]++];
-    Attempt(*pj);
-    visit_.push_back(pj);
-    if (strict_ && pj->state == JState::kFailed) {
-      stopped_at_head_ = true;
-      return;
-    }
+    if (!serve(pj)) return;
     for (int32_t p = best; p >= 0; p = m_.queues[p].parent) {
       parent_set(p).erase(entry[p]);
       if (--left[p] > 0) enter(p);
     }
   }
+}
+
+void CycleRun::Allocate() {
+  StartBindingPass();
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{binding_pass_};
+  auto eligible = [](const PendingJob* pj) { return pj->state == JState::kAdmitted && !pj->tried; };
+  if (!e_.queue_drf && !e_.queue_proportion) {
+    for (size_t i = 0; i < order_.size(); ++i) {
+      PrefetchAhead(order_, i);
+      PendingJob* pj = order_[i];
+      if (!eligible(pj)) continue;
+      Attempt(*pj);
+      visit_.push_back(pj);
+      if (strict_ && pj->state == JState::kFailed) {
+        stopped_at_head_ = true;
+        return;
+      }
+    }
+    return;
+  }
+  std::vector<PendingJob*> jobs;
+  for (PendingJob* pj : order_)
+    if (eligible(pj) && pj->queue >= 0) jobs.push_back(pj);
+  WalkQueues(jobs, [&](PendingJob* pj) {
+    Attempt(*pj);
+    visit_.push_back(pj);
+    if (strict_ && pj->state == JState::kFailed) {
+      stopped_at_head_ = true;
+      return false;
+    }
+    return true;
+  });
 }
 
 // ---- preempt / reclaim: minimal victim sets by a deterministic greedy ----
@@ -1994,8 +2058,8 @@ void CycleRun::EvictFor(bool reclaim) {
       bool short_of_quota = false;
       for (int32_t a = blocking; a >= 0 && !short_of_quota; a = m_.queues[a].parent) {
         const auto lim = EffectiveLimit(m_.queues[a].q);
-        if (!lim || lim->gpu_milli == 0) continue;
-        int64_t room = lim->gpu_milli - m_.queues[a].allocated.gpu_milli;
+        if (!lim || !lim->gpu) continue;
+        int64_t room = lim->max.gpu_milli - m_.queues[a].allocated.gpu_milli;
         if (need.gpu_milli <= room) continue;
         for (const auto& [queue, gpu] : reclaim_gpu)
           if (Within(queue, a)) room += gpu;
@@ -2397,11 +2461,7 @@ void CycleRun::Backfill() {
     for (size_t i = 0; i < fenced_.size(); ++i) fenced_[i] = fenced_[i] || held_fence[i];
   }
   StartBindingPass();  // the reservation's trials are undone: from here on it only binds
-  for (size_t i = 0; i < seq.size(); ++i) {
-    PrefetchAhead(seq, i);
-    PendingJob* pj = seq[i];
-    if (pj == head) continue;
-    if (!(pj->state == JState::kAdmitted || pj->state == JState::kFailed)) continue;
+  auto backfill = [&](PendingJob* pj) {
     const auto& est = pj->rec->spec->runtime_estimate_seconds;
     bool ends_before = est && earliest >= 0 && now_ + *est <= earliest;
     // (A job that ends before the head's start passes the head's fence, not the holds'.)
@@ -2414,6 +2474,25 @@ void CycleRun::Backfill() {
     if (ends_before) {
       saved.swap(fenced_);
       fence_held_only_ = false;
+    }
+    return true;
+  };
+  auto eligible = [&](const PendingJob* pj) {
+    return pj != head && (pj->state == JState::kAdmitted || pj->state == JState::kFailed);
+  };
+  if (e_.queue_drf || e_.queue_proportion) {
+    // The jobs behind the head in allocate's queue order, continued from where it stopped
+    // (the keys count what allocate placed): in job order alone, the team that submitted
+    // first would take every GPU the head leaves, whatever its share.
+    std::vector<PendingJob*> jobs, queueless;
+    for (PendingJob* pj : order_)
+      if (eligible(pj)) (pj->queue >= 0 ? jobs : queueless).push_back(pj);
+    WalkQueues(jobs, backfill);
+    for (PendingJob* pj : queueless) backfill(pj);
+  } else {
+    for (size_t i = 0; i < seq.size(); ++i) {
+      PrefetchAhead(seq, i);
+      if (eligible(seq[i])) backfill(seq[i]);
     }
   }
   binding_pass_ = false;

@@ -75,9 +75,13 @@ bool MatchesSelection(const Placement& place, const std::map<std::string, std::s
     auto it = labels.find(k);
     if (it == labels.end() || it->second != v) return false;
   }
+  // A required term with no expressions matches no node (Kubernetes: "a null or empty node
+  // selector term matches no objects"); the API refuses one, a snapshot may still hold one.
   return place.affinity.required.empty() ||
          std::any_of(place.affinity.required.begin(), place.affinity.required.end(),
-                     [&](const NodeSelectorTerm& t) { return MatchesTerm(t, labels); });
+                     [&](const NodeSelectorTerm& t) {
+                       return !t.match_expressions.empty() && MatchesTerm(t, labels);
+                     });
 }
 
 namespace {
