@@ -470,6 +470,9 @@ class CycleRun {
     ResourceVector claimed;                                    // the preemptor's charge
   };
   std::vector<Hold> held_;
+  // The preemptors held (their jobs): no victims for the rest of the cycle, since a hold binds
+  // their unplaced tasks, which a later search would take for running ones.
+  std::unordered_set<const JobRec*> held_jobs_;
   int64_t hold_mark_ = -1;
   size_t holds_settled_ = 0;  // held_[0, this) are undone, their charges in evicting_/claimed_
   void DropHolds();
@@ -1947,6 +1950,8 @@ void CycleRun::EvictFor(bool reclaim) {
   std::set<std::vector<int64_t>> evicts_nobody;  // AlikeKey of jobs that evicted nobody
   for (PendingJob* pj : candidates) {
     if (failed_searches >= kMaxFailedSearches) break;
+    // A job chosen as a victim this cycle preempts nobody: its tasks are going.
+    if (victim_jobs_.count(pj->rec)) continue;
     const std::optional<ResourceVector> may = may_evict(pj);
     if (!may) continue;
     const ResourceVector& need = *may;
@@ -2038,7 +2043,7 @@ void CycleRun::EvictFor(bool reclaim) {
                        (j.queue == pre.queue || cross_queue_rank);
         if (!by_priority && !by_rank) continue;
       }
-      if (victim_jobs_.count(&j)) continue;  // being evicted already
+      if (victim_jobs_.count(&j) || held_jobs_.count(&j)) continue;  // evicted, or held
       vjobs.push_back(&r);
       victim_gpu += j.allocated.gpu_milli;
     }
@@ -2254,6 +2259,7 @@ void CycleRun::EvictFor(bool reclaim) {
     hold.nodes.erase(std::unique(hold.nodes.begin(), hold.nodes.end()), hold.nodes.end());
     hold.claimed = pre.allocated - before;
     held_.push_back(std::move(hold));
+    held_jobs_.insert(&pre);
     count_free();
     std::string names;
     for (const auto& v : own_victims) names += (names.empty() ? "" : ", ") + v;
