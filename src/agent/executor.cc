@@ -619,7 +619,8 @@ Status Executor::Start(const TaskSpec& spec) {
           break;
         }
         if (lease > 0 && kill_at < 0 && LeaseLapsed(lease_fd, lease_c, lease)) {
-          int fd = ::open(stopped_c, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+          // O_EXCL: a stop the agent began before it went (its reason and deadline) stands.
+          int fd = ::open(stopped_c, O_WRONLY | O_CREAT | O_EXCL, 0644);
           if (fd >= 0) {
             // As Stop writes it: the reason, then when the grace period ends (wall clock), so
             // that an agent started meanwhile keeps that deadline rather than killing at once.

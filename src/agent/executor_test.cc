@@ -562,6 +562,22 @@ TEST_F(ExecutorTest, ATaskStoppedForALapsedLeaseKeepsItsGracePeriodUnderTheNextA
   ExpectKilledWhenItsGraceEnds(next, task);  // 1.5 s of the 5 s grace, then gone
 }
 
+// A stop the agent began before it went keeps its reason and deadline when the lease then
+// lapses: the monitor's own stop does not overwrite them.
+TEST_F(ExecutorTest, ALeaseLapseKeepsTheStopTheAgentBegan) {
+  const ExecutorOptions o = Leased(1);
+  {
+    Executor agent(o);
+    TaskSpec t = Shell("a-began", "trap '' TERM; echo $$ > pid; sleep 60");
+    t.grace_period_seconds = 5;
+    ASSERT_GT(StartWritingPid(agent, t), 0);
+    agent.Stop("a-began", "cancelled by admin");
+  }  // gone in the grace period; its lease lapses in about 1.5 s
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const std::string stopped = Slurp(dir_.string() + "/tasks/a-began/stopped");
+  EXPECT_EQ(stopped.rfind("cancelled by admin\nkill-at ", 0), 0u) << stopped;
+}
+
 // A task the agent cannot record (task.json: a full disk; here a folder in its place) never
 // runs: after a restart no agent would find it, and it would run on unseen beside the
 // attempt the server starts next.
