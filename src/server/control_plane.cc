@@ -1528,7 +1528,15 @@ StatusOr<std::vector<Json>> ControlPlane::Submit(const Principal& p, const std::
     done = store_->TxnAsyncAnnounced({}, std::move(ops));
     announcement.pending = false;
   }
-  auto result = done.get();
+  // A write the store drops unanswered (a broken promise at shutdown) is a failed one: the
+  // reservations below are released either way, or the names would stay taken and the event
+  // and audit listings stop below these numbers until a restart.
+  StatusOr<store::TxnResult> result = Unavailable("the store dropped the write");
+  try {
+    result = done.get();
+  } catch (const std::exception& e) {
+    result = Unavailable(std::string("the store dropped the write: ") + e.what());
+  }
   std::vector<Json> out;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -3670,8 +3678,16 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     if (a.HoldsDevices()) used.Add(a.placement);
   std::map<std::string, std::vector<const Binding*>> by_job;
   for (const auto& b : plan.bindings) by_job[b.job].push_back(&b);
-  const std::set<std::string> limited =
-      by_job.empty() ? std::set<std::string>{} : ArrayTaskLimited(plan.now);
+  // Arrays' throttles, computed for the arrays bound this cycle only, before their bindings.
+  std::map<int64_t, std::set<std::string>> throttled;
+  auto held_back = [&](const JobRecord& j) -> const char* {
+    if (const char* why = HeldBack(j, plan.now); *why || !j.spec.array) return why;
+    const int64_t array = j.spec.array->job_id;
+    auto it = throttled.find(array);
+    if (it == throttled.end())
+      it = throttled.emplace(array, ArrayTaskLimited(plan.now, array)).first;
+    return it->second.count(j.id()) ? "JobArrayTaskLimit" : "";
+  };
   for (const auto& [jid, binds] : by_job) {
     auto ji = jobs_.find(jid);
     if (ji == jobs_.end()) continue;
@@ -3680,7 +3696,7 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
     if (!pending && j.state != JobState::kScheduled && j.state != JobState::kRunning) continue;
     // Held since the snapshot the plan was made from (the engine ran outside the lock): the
     // API has answered "Held", and that stands.
-    if (const char* held = pending ? HeldBack(j, plan.now, limited) : ""; *held) {
+    if (const char* held = pending ? held_back(j) : ""; *held) {
       std::fprintf(stderr, "tessera server: dropped bindings of %s: %s since the cycle began\n",
                    jid.c_str(), held);
       continue;
@@ -3704,9 +3720,10 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
       } else if (n == nodes_.end() || !n->second.node.ready) {
         ok = false;
         why = "node " + b->allocation.node + " is not ready";
-      } else if (n->second.cordoned) {  // since the snapshot: a cordon or drain has answered
+      } else if (n->second.cordoned || n->second.node.unschedulable) {
+        // Since the snapshot: a cordon or drain has answered, or the agent said so.
         ok = false;
-        why = "node " + b->allocation.node + " was cordoned since the cycle began";
+        why = "node " + b->allocation.node + " was made unschedulable since the cycle began";
       }
       for (const auto& d : b->allocation.devices) {
         if (!ok) break;
