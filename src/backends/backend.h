@@ -59,7 +59,11 @@ struct DispatchRequest {
   std::optional<int64_t> time_limit_seconds;
   std::string stdout_path;  // "" = the pool's default
   std::string stderr_path;  // "" = with stdout
-  std::string partition;    // Slurm: "" = the first partition all chosen nodes share
+  // Both files are Tessera's, one pair per job attempt, which every Slurm job of the attempt
+  // appends to (a replica added by scaling up must not empty what the first is writing);
+  // false for a script's own -o/-e, which keep sbatch's default.
+  bool append_output = false;
+  std::string partition;  // Slurm: "" = the first partition all chosen nodes share
   // Processes per task: an sbatch job is one Tessera task per node holding all of that
   // node's Slurm tasks (spec::ParseSbatchScript), which Slurm must see as N tasks again.
   int32_t processes_per_task = 1;

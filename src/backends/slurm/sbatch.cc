@@ -629,10 +629,7 @@ StatusOr<SbatchCommand> BuildSbatch(const DispatchRequest& req,
   if (!req.working_dir.empty()) argv.push_back("--chdir=" + req.working_dir);
   if (!req.stdout_path.empty()) argv.push_back("--output=" + req.stdout_path);
   if (!req.stderr_path.empty()) argv.push_back("--error=" + req.stderr_path);
-  // Both files Tessera's (one pair per job attempt): the Slurm jobs of one attempt (a
-  // replica added by scaling up is one of its own) share them, and the next must not empty
-  // what the first is writing. A script's own -o/-e keep sbatch's default.
-  if (!req.stdout_path.empty() && !req.stderr_path.empty()) argv.push_back("--open-mode=append");
+  if (req.append_output) argv.push_back("--open-mode=append");  // (DispatchRequest)
   if (!req.env.empty()) {
     std::string exp = "--export=ALL";
     for (const auto& [k, v] : req.env) {

@@ -155,9 +155,10 @@ TEST(BuildSbatch, SingleCpuTaskWithOptions) {
                                       "--partition=debug", "--nodes=1", "--nodelist=node3",
                                       "--ntasks=1", "--ntasks-per-node=1", "--cpus-per-task=1"}));
   EXPECT_EQ(cmd->script.substr(cmd->script.rfind("exec")), "exec /bin/true\n");
-  // Both streams in Tessera's files (one pair per attempt, shared by its Slurm jobs): appended
-  // to, so that a replica added later does not empty what the first is writing.
+  // Tessera's own files (one pair per attempt, shared by its Slurm jobs): appended to, so that
+  // a replica added later does not empty what the first is writing.
   r.stderr_path = "/tmp/w/%j.err";
+  r.append_output = true;
   auto both = BuildSbatch(r, Inventory(), Partitions());
   ASSERT_TRUE(both.ok()) << both.status().ToString();
   EXPECT_EQ(std::count(both->argv.begin(), both->argv.end(), "--open-mode=append"), 1);

@@ -323,6 +323,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
     // A stream the script names itself: its file, as Slurm would expand it (array elements).
     r.stdout_path = out.stdout_path.empty() ? info->stdout_file : out.stdout_path;
     r.stderr_path = out.stderr_path.empty() ? info->stderr_file : out.stderr_path;
+    r.append_output = !out.stdout_path.empty() && !out.stderr_path.empty();
     auto id = pool_->Dispatch(r);
     if (!id.ok() && id.status().retryable()) {
       // The sbatch may have created the job without our hearing of it (SlurmPool marks it

@@ -90,6 +90,9 @@ class AdapterTest : public ::testing::Test {
               info.tasks = tasks;
               info.command = {"python3", "train.py"};
               info.restart_on_eviction = restart_on_eviction;
+              info.script = script;
+              info.stdout_file = own_out;
+              info.stderr_file = own_err;
               return info;
             },
             [this](const TaskReport& r) { reports.push_back(r); },
@@ -100,6 +103,7 @@ class AdapterTest : public ::testing::Test {
   }
   int32_t tasks = 2;
   bool restart_on_eviction = true;
+  std::string script, own_out, own_err;  // a batch script, and the files it names itself
   std::shared_ptr<FakeCommandRunner> runner;
   std::vector<TaskReport> reports;
   SlurmServerBackend adapter;
@@ -120,6 +124,8 @@ TEST_F(AdapterTest, AGangIsOneSbatchAndEveryTaskHearsItsState) {
   // Output where the server reads it: per job attempt.
   EXPECT_NE(std::find(argv.begin(), argv.end(), "--output=/shared/logs/train.1.out"), argv.end());
   EXPECT_NE(std::find(argv.begin(), argv.end(), "--error=/shared/logs/train.1.err"), argv.end());
+  // Tessera's files, shared by the attempt's Slurm jobs: appended to.
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--open-mode=append"), argv.end());
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].allocation, "a-001");
   EXPECT_EQ(reports[1].allocation, "a-002");
@@ -131,6 +137,22 @@ TEST_F(AdapterTest, AGangIsOneSbatchAndEveryTaskHearsItsState) {
   adapter.Step(now);  // finished gangs are forgotten: nothing more
   EXPECT_EQ(reports.size(), 4u);
   EXPECT_EQ(runner->Count("sbatch"), 1);
+}
+
+// A script's own -o and -e keep sbatch's default open mode (truncate): only Tessera's files are
+// appended to.
+TEST_F(AdapterTest, AScriptsOwnOutputFilesKeepSbatchsOpenMode) {
+  tasks = 1;
+  script = "#!/bin/sh\n#SBATCH -o mine.out\n#SBATCH -e mine.err\ntrue\n";
+  own_out = "mine.out";
+  own_err = "mine.err";
+  runner->Reply("sbatch", {0, "42", ""});
+  adapter.Launch(Task(0, "node1"));
+  adapter.Step(Clock::now());
+  ASSERT_EQ(runner->Count("sbatch"), 1);
+  const auto& argv = runner->calls[2].argv;
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--output=mine.out"), argv.end());
+  EXPECT_EQ(std::find(argv.begin(), argv.end(), "--open-mode=append"), argv.end());
 }
 
 TEST_F(AdapterTest, AnIncompleteGangWaitsForGather) {
