@@ -479,7 +479,7 @@ class CycleRun {
   bool fence_held_only_ = false;  // fenced_ holds only the preemptors' nodes (backfill)
   int64_t CountedGpuMilli(const JobRec& j) const;
   bool all_counted_ = true;  // every node is ready and uncordoned (counted in the capacity)
-  ResourceVector CheapestStart(const PendingJob& pj) const;
+  ResourceVector StartNeed(const PendingJob& pj) const;
   std::vector<int64_t> scratch_;
   // Per-shape index of feasible classes ordered by (-total score, lowest member): the best
   // node for a task is its first entry. Kept current from ClusterState's touched classes.
@@ -670,23 +670,15 @@ int64_t CycleRun::CountedGpuMilli(const JobRec& j) const {
   return milli;
 }
 
-// The least a job's start takes: its unplaced gang minimum (at least one task), the tasks
-// with the fewest GPUs first. Bounds that rule a job out use it rather than every unplaced
-// task: an elastic job (minAvailable below its task count) starts with its minimum.
-ResourceVector CycleRun::CheapestStart(const PendingJob& pj) const {
-  const JobRec& j = *pj.rec;
-  std::vector<std::pair<int64_t, int32_t>> tasks;  // (GPU milli, task), unplaced
+// What a job's start takes: its unplaced gang minimum, the first tasks in task order as
+// TryPlaceJob requires them (MinimumNeed), or, with its minimum running, its next task. Bounds
+// that rule a job out use it rather than every unplaced task: an elastic job (minAvailable
+// below its task count) starts with its minimum.
+ResourceVector CycleRun::StartNeed(const PendingJob& pj) const {
+  if (pj.gang_min > pj.rec->running) return MinimumNeed(pj);
   for (int32_t t = 0; t < pj.task_count; ++t)
-    if (!j.allocations[t])
-      tasks.push_back({RequestVector(pj.groups[pj.GroupOf(t)].request).gpu_milli, t});
-  const size_t required = static_cast<size_t>(std::max(1, pj.gang_min - j.running));
-  if (tasks.size() > required) {
-    std::sort(tasks.begin(), tasks.end());
-    tasks.resize(required);
-  }
-  ResourceVector need;
-  for (const auto& [gpu, t] : tasks) need += RequestVector(pj.groups[pj.GroupOf(t)].request);
-  return need;
+    if (!pj.rec->allocations[t]) return RequestVector(pj.groups[pj.GroupOf(t)].request);
+  return {};
 }
 
 ResourceVector CycleRun::EvictionCharge(const JobRec& j, const std::vector<int32_t>& tasks) const {
@@ -1861,7 +1853,7 @@ void CycleRun::EvictFor(bool reclaim) {
     const Job& pjob = *pre.spec;
     auto pc = m_.priority_classes.find(pjob.priority_class);
     if (pc != m_.priority_classes.end() && !pc->second.preempt_lower) return std::nullopt;
-    const ResourceVector need = CheapestStart(*pj);
+    const ResourceVector need = StartNeed(*pj);
     if (reclaim) {
       // Only a queue within its guarantee (counting this job, and what this cycle's earlier
       // reclaimers of it will take) may take capacity back.
@@ -2347,7 +2339,7 @@ void CycleRun::Backfill() {
     };
     // Cheap check before each trial: the head's GPUs (its gang minimum) must not exceed the
     // free ones plus those released so far (a trial costs a gang placement).
-    const int64_t head_gpu = CheapestStart(*head).gpu_milli;
+    const int64_t head_gpu = StartNeed(*head).gpu_milli;
     int64_t avail_gpu = m_.capacity.gpu_milli;
     for (const auto& [id, j] : m_.jobs) avail_gpu -= CountedGpuMilli(j);
     auto release = [&](JobRec* j) {
