@@ -153,7 +153,7 @@ ClusterMetrics::ClusterMetrics() {
                    "(Drained), a node lost (NodeLost) or whose agent restarted "
                    "(NodeRestarted), tasks stopped by their agent (Evicted) or ended by a pool "
                    "(NodeFailed, PreemptedBySlurm, KilledBySlurm, CancelledInSlurm, "
-                   "LostInSlurm, StuckInSlurm, RefusedBySlurm).",
+                   "LostInSlurm, StuckInSlurm, RefusedBySlurm, PartlyStoppedInSlurm).",
                    std::array<std::string, 1>{"reason"}));
   // Every reason's series exists before its first eviction (increase() sees the first one).
   for (std::string_view reason : kTesseraEvictionReasons)

@@ -16,9 +16,9 @@ inline constexpr std::array<std::string_view, 6> kTesseraEvictionReasons = {
 
 // Reported by a pool that runs tasks itself (Slurm) for a task it ended; any other reason a
 // pool gives reads "Evicted".
-inline constexpr std::array<std::string_view, 7> kPoolEvictionReasons = {
-    "NodeFailed",  "PreemptedBySlurm", "KilledBySlurm", "CancelledInSlurm",
-    "LostInSlurm", "StuckInSlurm",     "RefusedBySlurm"};
+inline constexpr std::array<std::string_view, 8> kPoolEvictionReasons = {
+    "NodeFailed",  "PreemptedBySlurm", "KilledBySlurm",  "CancelledInSlurm",
+    "LostInSlurm", "StuckInSlurm",     "RefusedBySlurm", "PartlyStoppedInSlurm"};
 
 inline bool IsPoolEvictionReason(std::string_view reason) {
   return std::find(kPoolEvictionReasons.begin(), kPoolEvictionReasons.end(), reason) !=

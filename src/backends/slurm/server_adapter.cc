@@ -123,7 +123,9 @@ void SlurmServerBackend::Stop(const std::string& allocation, int64_t) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = gang_of_.find(allocation);
     if (it == gang_of_.end()) return;
-    gangs_[it->second].stopped.insert(allocation);
+    Gang& g = gangs_[it->second];
+    if (g.stopped.empty()) g.first_stop = std::chrono::steady_clock::now();
+    g.stopped.insert(allocation);
   }
   cv_.notify_all();
 }
@@ -205,7 +207,23 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
       }
       if (!g.slurm_allocation.empty()) {
         any_dispatched = true;
-        // Slurm runs the gang's tasks as one job: cancelled once all of them are stopped.
+        // Slurm runs the gang's tasks as one job: cancelled once all of them are stopped. A
+        // stop of some of them (a Deployment scaled down, an elastic job's partial eviction)
+        // cancels it too, and hands the others back to be placed again: Slurm cannot end part
+        // of a job, and waiting for the rest would hold the stopped ones' resources for as
+        // long as the job runs. (After the gather interval: the stops of a whole cancel come
+        // one by one.)
+        if (!g.stopped.empty() && !g.AllStopped() && g.requeue_why.empty() &&
+            now - g.first_stop >= options_.gather) {
+          std::string stopped_tasks;
+          for (const auto& [t, d] : g.tasks)
+            if (g.stopped.count(d.allocation))
+              stopped_tasks += (stopped_tasks.empty() ? "" : ",") + std::to_string(t);
+          g.partly_stopped = true;
+          g.requeue_why = "task(s) " + stopped_tasks + " stopped, and Slurm cannot end part of " +
+                          g.slurm_allocation +
+                          "'s Slurm job: cancelled there, its other tasks to be placed again";
+        }
         if ((g.AllStopped() || !g.requeue_why.empty()) && !g.cancelled)
           work.push_back({key, g.slurm_allocation, false});
         ++it;
@@ -407,20 +425,26 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
                  std::to_string(duration_cast<seconds>(options_.pending_timeout).count()) +
                  " s): cancelled in Slurm, to be placed again"});
       }
-      if (!g.requeue_why.empty() && !g.AllStopped() && st.phase == AllocationPhase::kKilled) {
-        // Our own scancel: the tasks go back to the server as evicted, not as cancelled.
-        st.state = "PENDING";
-        st.message = g.requeue_why;
-      }
+      // Our own scancel for a requeue: the tasks not stopped go back to the server as
+      // evicted, not as cancelled.
+      const bool requeued =
+          !g.requeue_why.empty() && !g.AllStopped() && st.phase == AllocationPhase::kKilled;
       for (const auto& [t, d] : g.tasks) {
+        const bool stopped_here = g.stopped.count(d.allocation) > 0;
+        AllocationStatus mine = st;
+        if (requeued && !stopped_here) {
+          mine.state = g.partly_stopped ? "PARTSTOP" : "PENDING";
+          mine.message = g.requeue_why;
+        }
         auto prev = g.reported.find(d.allocation);
-        auto now_is = std::make_pair(st.phase, st.message);
+        auto now_is = std::make_pair(mine.phase, mine.message);
         if (prev != g.reported.end() && prev->second == now_is) continue;  // nothing new
         g.reported[d.allocation] = now_is;
-        // Ended by our own scancel, which only a stop of every task asks for.
-        const bool ours = g.cancelled && g.AllStopped() && IsTerminal(st.phase);
-        reports.push_back({d.allocation, d.job, d.task, st.phase, st.exit_code, st.message,
-                           st.external_id, st.state, ours});
+        // Ended by our own scancel: a stop Tessera asked for (of every task, or of this one).
+        const bool ours = g.cancelled && (g.AllStopped() || (g.partly_stopped && stopped_here)) &&
+                          IsTerminal(mine.phase);
+        reports.push_back({d.allocation, d.job, d.task, mine.phase, mine.exit_code, mine.message,
+                           mine.external_id, mine.state, ours});
       }
       // Started or ended for good: the next time it is stuck is a first time again.
       if (st.phase == AllocationPhase::kRunning || (IsTerminal(st.phase) && g.requeue_why.empty()))

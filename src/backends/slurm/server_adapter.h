@@ -85,8 +85,9 @@ struct TaskReport {
   std::string message;
   std::string external_id;  // "slurm:42"
   std::string state;        // Slurm's word for what decided `phase` ("NODE_FAIL", "CANCELLED")
-  // Ended by Tessera's own scancel (every task of the Slurm job was stopped): an expected
-  // stop for each of them, whatever Slurm calls it, not a cancel from outside Tessera.
+  // Ended by Tessera's own scancel for a stop it asked for (of every task of the Slurm job, or
+  // of this one when only some were stopped): an expected stop, whatever Slurm calls it, not a
+  // cancel from outside Tessera.
   bool stopped_by_tessera = false;
 };
 
@@ -155,7 +156,11 @@ class SlurmServerBackend : public server::Backend {
     std::string uncertain;
     std::string slurm_allocation;  // set once dispatched: the tag's allocation id
     std::chrono::steady_clock::time_point dispatched_at;
-    std::set<std::string> stopped;  // task allocations Stop() was called for
+    std::set<std::string> stopped;                     // task allocations Stop() was called for
+    std::chrono::steady_clock::time_point first_stop;  // when the first of them was
+    // Some of its tasks stopped, not all: Slurm cannot end part of a job, so the job is
+    // cancelled and its other tasks are handed back to be placed again (requeue_why says so).
+    bool partly_stopped = false;
     bool AllStopped() const { return !tasks.empty() && stopped.size() >= tasks.size(); }
     // Set when it stayed pending past options_.pending_timeout: why it is cancelled in Slurm
     // and handed back (its tasks' message once Slurm confirms the cancel).

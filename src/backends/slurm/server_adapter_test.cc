@@ -197,9 +197,12 @@ TEST_F(AdapterTest, StopBeforeAndAfterDispatch) {
   EXPECT_TRUE(reports.back().stopped_by_tessera);  // our own scancel: an expected stop
 }
 
-// Slurm runs a gang's tasks as one job: stopping some of them (an elastic job evicted in
-// part) cannot end only those. The job is scancelled once every task of it is stopped.
-TEST_F(AdapterTest, ASlurmJobIsCancelledOnlyOnceEveryTaskOfItIsStopped) {
+// Slurm cannot end part of a job: a stop of some of its tasks (a Deployment scaled down, an
+// elastic job's partial eviction) cancels it, once the gather interval has passed (the stops
+// of a whole cancel come one by one), and hands the others back to be placed again
+// (PartlyStoppedInSlurm); waiting for the rest held the stopped tasks' resources as long as
+// the job ran.
+TEST_F(AdapterTest, AStopOfPartOfASlurmJobCancelsItAndHandsTheRestBack) {
   runner->Reply("sbatch", {0, "42", ""});
   runner->Reply("squeue", Squeue("tessera:train:a-001", "RUNNING"));
   runner->Reply("scancel", {0, "", ""});
@@ -209,26 +212,28 @@ TEST_F(AdapterTest, ASlurmJobIsCancelledOnlyOnceEveryTaskOfItIsStopped) {
   adapter.Step(t0);
   ASSERT_EQ(runner->Count("sbatch"), 1);
   adapter.Stop("a-002", 30);
-  for (int i = 1; i <= 5; ++i) adapter.Step(t0 + std::chrono::seconds(i));
-  EXPECT_EQ(runner->Count("scancel"), 0) << "task 0 still runs in that Slurm job";
-  EXPECT_TRUE(adapter.Tracks("a-001"));
-  EXPECT_TRUE(adapter.Tracks("a-002"));
-  for (const TaskReport& r : reports) EXPECT_EQ(r.phase, AllocationPhase::kRunning);
-  adapter.Stop("a-001", 30);
-  adapter.Step(t0 + std::chrono::seconds(6));
+  adapter.Step(Clock::now());  // within the gather interval: the other stop may be coming
+  EXPECT_EQ(runner->Count("scancel"), 0);
+  adapter.Step(t0 + std::chrono::seconds(1));
   ASSERT_EQ(runner->Count("scancel"), 1);
   for (const auto& c : runner->calls)
     if (c.argv.at(0) == "scancel") {
       EXPECT_EQ(c.argv, (std::vector<std::string>{"scancel", "42"}));
     }
   runner->Reply("squeue", Squeue("tessera:train:a-001", "CANCELLED", 15));
-  adapter.Step(t0 + std::chrono::seconds(7));
+  adapter.Step(t0 + std::chrono::seconds(2));
   ASSERT_EQ(reports.size(), 4u);
-  for (const TaskReport& r : {reports[2], reports[3]}) {
-    EXPECT_EQ(r.phase, AllocationPhase::kKilled) << r.allocation;
-    EXPECT_TRUE(r.stopped_by_tessera) << r.allocation;
-  }
+  const TaskReport& kept = reports[2].allocation == "a-001" ? reports[2] : reports[3];
+  const TaskReport& stopped = reports[2].allocation == "a-001" ? reports[3] : reports[2];
+  EXPECT_EQ(kept.phase, AllocationPhase::kKilled);
+  EXPECT_EQ(kept.state, "PARTSTOP");  // handed back: placed again
+  EXPECT_FALSE(kept.stopped_by_tessera);
+  EXPECT_NE(kept.message.find("task(s) 1 stopped, and Slurm cannot end part of"), std::string::npos)
+      << kept.message;
+  EXPECT_EQ(stopped.phase, AllocationPhase::kKilled);
+  EXPECT_TRUE(stopped.stopped_by_tessera);  // the stop Tessera asked for
   EXPECT_FALSE(adapter.Tracks("a-001"));
+  EXPECT_FALSE(adapter.Tracks("a-002"));
 }
 
 // A Deployment scaled up: the new replica is launched once its attempt's Slurm job runs. It

@@ -58,6 +58,8 @@ Outcome OutcomeOf(AllocationPhase p, const std::string& slurm_state) {
       // Pending in Slurm too long (SlurmServerBackend's pending_timeout): cancelled there by
       // Tessera to be placed again (an eviction).
       if (slurm_state == "PENDING") return {"killed", "StuckInSlurm"};
+      // Cancelled by Tessera because some of its Slurm job's tasks stopped: placed again.
+      if (slurm_state == "PARTSTOP") return {"killed", "PartlyStoppedInSlurm"};
       // sbatch refused it (a partition's access rules changed since discovery): placed again.
       if (slurm_state == "REFUSED") return {"killed", "RefusedBySlurm"};
       // CANCELLED that Tessera did not ask for ends the job (HeartbeatAll cancels it first);
@@ -402,9 +404,11 @@ Status SlurmPoolHookup::Reconcile() {
               [](const server::Dispatch& a, const server::Dispatch& b) { return a.task < b.task; });
   auto journal = journal_->Journaled();
   if (!journal.ok()) return journal.status();
-  // An attempt's tasks, per Slurm job: each journaled tag (in allocation order) takes the
-  // tasks its entry names (all those left, for an entry that names none); "" holds the tasks
-  // no sbatch was ever tried for.
+  // An attempt's tasks, per Slurm job: each journaled tag takes the tasks its entry names,
+  // then (in allocation order) an entry that names none, written before entries named them,
+  // takes all those left; "" holds the tasks no sbatch was ever tried for. (Named entries
+  // first: an old entry's tag sorts before a replica added since, whose own Slurm job would
+  // otherwise be adopted with no task and never cancelled.)
   using Batches = std::map<std::string, std::vector<server::Dispatch>>;
   auto split = [&](const Attempt& g, const std::set<std::string>& extra_tags) {
     std::set<std::string> tags = extra_tags;
@@ -412,15 +416,17 @@ Status SlurmPoolHookup::Reconcile() {
       if (journal->contains(d.allocation)) tags.insert(d.allocation);
     Batches out;
     std::set<int32_t> claimed;
-    for (const std::string& tag : tags) {
-      std::optional<std::set<int32_t>> only;
-      if (auto j = journal->find(tag); j != journal->end()) only = j->second.tasks;
-      for (const server::Dispatch& d : g.tasks) {
-        if (claimed.contains(d.task) || (only && !only->contains(d.task))) continue;
-        out[tag].push_back(d);
-        claimed.insert(d.task);
+    for (const bool named : {true, false})
+      for (const std::string& tag : tags) {
+        std::optional<std::set<int32_t>> only;
+        if (auto j = journal->find(tag); j != journal->end()) only = j->second.tasks;
+        if (only.has_value() != named) continue;
+        for (const server::Dispatch& d : g.tasks) {
+          if (claimed.contains(d.task) || (only && !only->contains(d.task))) continue;
+          out[tag].push_back(d);
+          claimed.insert(d.task);
+        }
       }
-    }
     for (const server::Dispatch& d : g.tasks)
       if (!claimed.contains(d.task)) out[""].push_back(d);
     return out;

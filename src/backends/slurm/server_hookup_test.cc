@@ -464,6 +464,51 @@ TEST_F(HookupTest, ScalingADeploymentRunsAndCancelsItsOwnSlurmJobs) {
   EXPECT_EQ(events.find("outside Tessera"), std::string::npos) << events;
 }
 
+// A journal entry from before entries named their tasks (it takes every task left) beside a
+// replica's own Slurm job added since: after a restart the replica's entry keeps its task, so
+// scaling down cancels that Slurm job alone. (The old entry's tag sorts first: it used to
+// take both tasks, leaving the replica's Slurm job adopted with none and never cancelled.)
+TEST_F(HookupTest, AnOldJournalEntryLeavesAReplicasOwnSlurmJobItsTask) {
+  real_engine_ = true;
+  Open();
+  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+  ASSERT_TRUE(cp_->Submit(kAdmin,
+                          "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"
+                          "spec:\n  replicas: 1\n  template:\n    spec:\n      containers:\n"
+                          "      - name: web\n        command: [sleep, '3000']\n"
+                          "        resources: {requests: {cpu: 1, memory: 100Mi}}\n")
+                  .ok());
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+  slurm_->SetAll("RUNNING");
+  ASSERT_TRUE(Until([&] { return State("web") == "Running"; })) << State("web");
+  ASSERT_TRUE(cp_->Scale(kAdmin, "web", 2).ok());
+  ASSERT_TRUE(Until([&] { return slurm_->Count() == 2; }));
+  slurm_->SetAll("RUNNING");
+  // The first entry as an older server wrote it: no task list.
+  auto entries = cp_->store().Range("slurm/hpc/");
+  ASSERT_TRUE(entries.ok());
+  int rewritten = 0;
+  for (const auto& kv : *entries) {
+    Json e = Json::parse(kv.value);
+    if (e["tasks"] != Json::array({0})) continue;
+    e.erase("tasks");
+    ASSERT_TRUE(cp_->store().Write({store::Op::Put(kv.key, e.dump())}).ok());
+    ++rewritten;
+  }
+  ASSERT_EQ(rewritten, 1);
+  Close();
+  Open();
+  ASSERT_TRUE(cp_->Scale(kAdmin, "web", 1).ok());
+  ASSERT_TRUE(Until([&] { return slurm_->JobState(43) == "CANCELLED"; }))
+      << Describe("web")["allocations"].dump();
+  for (int i = 0; i < 30; ++i) {
+    (void)cp_->RunCycle();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(slurm_->JobState(42), "RUNNING");  // replica 0's Slurm job is left alone
+  EXPECT_EQ(State("web"), "Running");
+}
+
 // Submitted while slurmctld was down, then the server restarts: the sbatch never got an
 // answer and Slurm has no job with its tag, so it is dispatched again, not written off as
 // "failed with exit code 0".
