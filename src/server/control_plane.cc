@@ -3302,10 +3302,20 @@ void KeepOff(Job& job, const std::vector<std::string>& nodes) {
 }  // namespace
 
 std::vector<Binding> ControlPlane::KeptInBackoff() const {
-  std::map<std::string, std::string> owner;
-  std::vector<Binding> kept;
-  (void)BuildSnapshot(owner, nullptr, nullptr, &kept);
-  return kept;
+  // As the last cycle's snapshot counted them (kept_in_backoff_), less those restarted or
+  // gone since: no snapshot is built under the lock for each listing.
+  std::vector<Binding> out;
+  for (const Binding& b : kept_in_backoff_) {
+    auto j = jobs_.find(b.job);
+    if (j == jobs_.end() || !j->second.task_backoff.count(b.task)) continue;
+    bool restarted = false;
+    for (const auto& aid : j->second.allocations) {
+      const Allocation& a = allocations_.at(aid);
+      restarted |= a.attempt == j->second.attempt && a.task == b.task && a.HoldsDevices();
+    }
+    if (!restarted) out.push_back(b);
+  }
+  return out;
 }
 
 Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
@@ -3432,8 +3442,12 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
         if (const Allocation& a = allocations_.at(aid); a.attempt == j.attempt && a.task == task)
           last = &a;
       if (last == nullptr || last->HoldsDevices() || FinishedForGood(j, *last)) continue;
+      // (Nor on a node cordoned, drained or unschedulable since: no new task goes there, so
+      // it is placed anew elsewhere rather than kept waiting for a node that takes none.)
       auto n = nodes_.find(last->placement.node);
-      if (n == nodes_.end() || !n->second.node.ready || !used.Fits(last->placement)) continue;
+      if (n == nodes_.end() || !n->second.node.ready || n->second.cordoned ||
+          n->second.node.unschedulable || !used.Fits(last->placement))
+        continue;
       used.Add(last->placement);
       job.allocations[task] = last->placement;
       if (kept != nullptr) kept->push_back({id, task, last->placement});
@@ -3495,7 +3509,8 @@ Status ControlPlane::RunCycle() {
   {
     std::lock_guard<std::mutex> l(mu_);
     refused_.clear();
-    snap = BuildSnapshot(owner, &in_place, &refused_);
+    kept_in_backoff_.clear();
+    snap = BuildSnapshot(owner, &in_place, &refused_, &kept_in_backoff_);
     now = Now();
     if (options_.on_cycle) {
       summaries.reserve(jobs_.size());

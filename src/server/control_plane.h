@@ -522,6 +522,8 @@ class ControlPlane {
   // scheduler's snapshot keeps them (BuildSnapshot): in use beside the allocations that
   // hold devices, for whatever shows use (get queues, get nodes), as for /metrics.
   std::vector<Binding> KeptInBackoff() const;
+  // What the last cycle's snapshot kept for tasks backing off (BuildSnapshot's `kept`).
+  std::vector<Binding> kept_in_backoff_;
   // `bound` (may be null) gets each attempt the plan bound.
   Status ApplyPlan(const Plan& plan, const std::map<std::string, std::string>& placeholder_owner,
                    std::vector<JobBound>* bound);
