@@ -419,7 +419,8 @@ void ApiServer::Routes() {
                 answer.append(data, n);
                 return true;
               });
-              if (too_long)
+              // (The slack is for an error's words: a chunk itself is at most kLogsChunk.)
+              if (too_long || (r && r->status == 200 && answer.size() > size_t{kLogsChunk}))
                 return Reply(res, 502,
                              ErrorJson(Unavailable(
                                  "job \"" + std::string(req.matches[1]) + "\" task " +
