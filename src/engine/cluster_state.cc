@@ -317,9 +317,11 @@ void ClusterState::Impl::RebuildQueues() {
     for (int32_t steps = 0; p >= 0 && p != q && steps < n; ++steps) p = queues[p].parent;
     if (p == q) queues[q].parent = -1;
   }
+  for (auto& q : queues) q.leaf = true;
   for (auto& q : queues) {
     q.depth = 0;
     for (int32_t p = q.parent; p >= 0; p = queues[p].parent) ++q.depth;
+    if (q.parent >= 0) queues[q.parent].leaf = false;
   }
   for (auto& [id, j] : jobs) {
     j.queue = QueueOf(j.spec->queue);
@@ -489,7 +491,7 @@ void ClusterState::Impl::Rollback(size_t mark) {
 ClusterState::ClusterState() : impl_(new Impl) {
   Queue def;
   def.name = "default";
-  impl_->queues.push_back({def, -1, 0, {}});
+  impl_->queues.push_back({def, -1, 0, true, {}});
   impl_->queue_index["default"] = 0;
 }
 ClusterState::~ClusterState() = default;
@@ -584,7 +586,7 @@ Status ClusterState::UpsertQueue(const Queue& queue) {
   auto it = m.queue_index.find(queue.name);
   if (it == m.queue_index.end()) {
     m.queue_index[queue.name] = static_cast<int32_t>(m.queues.size());
-    m.queues.push_back({queue, -1, 0, {}});
+    m.queues.push_back({queue, -1, 0, true, {}});
   } else {
     m.queues[it->second].q = queue;
   }

@@ -155,8 +155,10 @@ bool WithinLimit(const ResourceVector& use, const QueueCap& cap) {
 
 // `borrowing: false` caps the queue at its guarantee as reclaim counts it (AboveGuarantee):
 // GPUs always, at 0 if none are guaranteed (else a queue guaranteed only CPU could take every
-// GPU, and reclaim would then take them back); CPU and memory where they are guaranteed.
-std::optional<QueueCap> EffectiveLimit(const Queue& q) {
+// GPU, and reclaim would then take them back); CPU and memory where they are guaranteed. A
+// parent guaranteed no GPUs is not capped at 0: its children's guarantees are what it holds.
+std::optional<QueueCap> EffectiveLimit(const QueueRec& r) {
+  const Queue& q = r.q;
   if (q.borrowing && !q.limit) return std::nullopt;
   QueueCap c;
   if (q.limit) {
@@ -173,7 +175,7 @@ std::optional<QueueCap> EffectiveLimit(const Queue& q) {
     const ResourceVector& g = q.guarantee;
     if (g.cpu_milli > 0) cap(c.max.cpu_milli, c.cpu, g.cpu_milli);
     if (g.memory_bytes > 0) cap(c.max.memory_bytes, c.memory, g.memory_bytes);
-    cap(c.max.gpu_milli, c.gpu, g.gpu_milli);
+    if (g.gpu_milli > 0 || r.leaf) cap(c.max.gpu_milli, c.gpu, g.gpu_milli);
   }
   return c;
 }
@@ -718,7 +720,7 @@ int32_t CycleRun::RepOf(int32_t cls, const std::vector<int32_t>* taken,
 bool CycleRun::QueueAdmits(const JobRec& j, const ResourceVector& extra, std::string* why) const {
   for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
     const QueueRec& r = m_.queues[q];
-    auto lim = EffectiveLimit(r.q);
+    auto lim = EffectiveLimit(r);
     if (!lim) continue;
     if (!WithinLimit(r.allocated + extra, *lim)) {
       if (why)
@@ -733,7 +735,7 @@ bool CycleRun::QueueAdmits(const JobRec& j, const ResourceVector& extra, std::st
 
 int32_t CycleRun::BlockingQueue(int32_t queue, const ResourceVector& extra) const {
   for (int32_t q = queue; q >= 0; q = m_.queues[q].parent) {
-    const auto lim = EffectiveLimit(m_.queues[q].q);
+    const auto lim = EffectiveLimit(m_.queues[q]);
     if (lim && !WithinLimit(m_.queues[q].allocated + extra, *lim)) return q;
   }
   return -1;
@@ -760,7 +762,7 @@ ResourceVector CycleRun::MinimumNeed(const PendingJob& pj) const {
 std::string CycleRun::ExceedsQueueLimit(const PendingJob& pj, const ResourceVector& need) const {
   if (pj.rec->running > 0) return "";  // it started under these limits
   for (int32_t q = pj.queue; q >= 0; q = m_.queues[q].parent) {
-    auto lim = EffectiveLimit(m_.queues[q].q);
+    auto lim = EffectiveLimit(m_.queues[q]);
     if (lim && !WithinLimit(need, *lim))
       return "can never start under queue " + m_.queues[q].q.name + "'s limit (" +
              ResourceWords(*lim) + "): this job needs at least " + ResourceWords(need);
@@ -1640,7 +1642,7 @@ void CycleRun::Enqueue() {
       if (never) continue;
       // Admission counts what earlier admitted jobs of the same queues will take.
       for (int32_t q = j.queue; q >= 0; q = m_.queues[q].parent) {
-        auto lim = EffectiveLimit(m_.queues[q].q);
+        auto lim = EffectiveLimit(m_.queues[q]);
         if (!lim) continue;
         if (!WithinLimit(m_.queues[q].allocated + admitted[q] + need, *lim)) {
           pj->state = JState::kWaiting;
@@ -2054,7 +2056,7 @@ void CycleRun::EvictFor(bool reclaim) {
       // what the candidates under that queue hold above their guarantees.
       bool short_of_quota = false;
       for (int32_t a = blocking; a >= 0 && !short_of_quota; a = m_.queues[a].parent) {
-        const auto lim = EffectiveLimit(m_.queues[a].q);
+        const auto lim = EffectiveLimit(m_.queues[a]);
         if (!lim || !lim->gpu) continue;
         int64_t room = lim->max.gpu_milli - m_.queues[a].allocated.gpu_milli;
         if (need.gpu_milli <= room) continue;
@@ -2523,7 +2525,7 @@ Plan CycleRun::Run() {
   limited_.assign(m_.queues.size(), 0);
   for (size_t q = 0; q < m_.queues.size(); ++q)
     for (int32_t a = static_cast<int32_t>(q); a >= 0 && !limited_[q]; a = m_.queues[a].parent)
-      limited_[q] = EffectiveLimit(m_.queues[a].q).has_value();
+      limited_[q] = EffectiveLimit(m_.queues[a]).has_value();
   // By id: a borrowed state's are found by walking its jobs (it keeps no pending list).
   if (!m_.borrowed) m_.SortPending();
   const size_t most = m_.borrowed ? m_.jobs.size() : m_.pending.size();

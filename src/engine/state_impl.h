@@ -76,6 +76,7 @@ struct QueueRec {
   Queue q;
   int32_t parent = -1;
   int32_t depth = 0;
+  bool leaf = true;          // no queue has it as parent
   ResourceVector allocated;  // this queue and its descendants
 };
 

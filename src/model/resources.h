@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -67,7 +68,7 @@ struct GpuRequest {
 // names: the same model, or, for an entry ending in `*`, any model that starts with the rest,
 // ignoring case ("H100-*" takes H100-80GB and H100-94GB, as sbatch's --gres=gpu:h100 means
 // any H100). (Inline: placement asks it per device.)
-inline bool GpuModelMatches(const std::string& allowed, const std::string& model) {
+inline bool GpuModelMatches(std::string_view allowed, std::string_view model) {
   if (allowed == model) return true;
   if (allowed.empty() || allowed.back() != '*' || model.size() < allowed.size() - 1) return false;
   for (size_t i = 0; i + 1 < allowed.size(); ++i) {

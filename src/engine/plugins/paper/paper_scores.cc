@@ -27,7 +27,7 @@ bool Accessible(const NodeFree& node, const PodShape& pod) {
     size_t bar = pod.gpu_type.find('|', start);
     std::string_view m(pod.gpu_type.data() + start,
                        (bar == std::string::npos ? pod.gpu_type.size() : bar) - start);
-    if (!m.empty() && tessera::GpuModelMatches(std::string(m), node.model)) return true;
+    if (!m.empty() && tessera::GpuModelMatches(m, node.model)) return true;
     if (bar == std::string::npos) break;
     start = bar + 1;
   }
