@@ -919,8 +919,9 @@ Status ReadVolcanoPolicies(const Json* v, const std::string& path, RestartPolicy
         if (e == "*") rp.on_eviction = on_eviction;
         if (names_failure) *names_failure = true;
       } else if (e == "JobUnknown" || e == "PodPending" || e == "CommandIssued") {
-        // Events of Volcano's controller that its admission refuses in a policy: accepted,
-        // the policy would be dropped, its action never taken.
+        // Events Tessera takes no action on (PodPending: a policy for a pod that waits too
+        // long, with its timeout; JobUnknown and CommandIssued: the controller's own, which
+        // Volcano's admission refuses): accepted, the policy would be dropped unseen.
         return InvalidArgument(at + ": \"" + e +
                                "\" is not supported in a policy (PodEvicted, PodFailed, "
                                "TaskCompleted, TaskFailed, Unknown, *)");

@@ -213,8 +213,10 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
         // of a job, and waiting for the rest would hold the stopped ones' resources for as
         // long as the job runs. (After the gather interval: the stops of a whole cancel come
         // one by one.)
+        // (Only for a job whose onEviction places it again: one that fails on an eviction
+        // keeps running until the rest stop or it ends, rather than fail for a partial stop.)
         if (!g.stopped.empty() && !g.AllStopped() && g.requeue_why.empty() &&
-            now - g.first_stop >= options_.gather) {
+            g.restart_on_eviction && now - g.first_stop >= options_.gather) {
           std::string stopped_tasks;
           for (const auto& [t, d] : g.tasks)
             if (g.stopped.count(d.allocation))
@@ -385,6 +387,7 @@ void SlurmServerBackend::Step(std::chrono::steady_clock::time_point now) {
       it->second.slurm_allocation = r.allocation;
       it->second.uncertain.clear();
       it->second.dispatched_at = now;
+      it->second.restart_on_eviction = info && info->restart_on_eviction;
     }
     any_dispatched = true;
   }

@@ -161,6 +161,9 @@ class SlurmServerBackend : public server::Backend {
     // Some of its tasks stopped, not all: Slurm cannot end part of a job, so the job is
     // cancelled and its other tasks are handed back to be placed again (requeue_why says so).
     bool partly_stopped = false;
+    // Its job's onEviction places it again (JobInfo::restart_on_eviction, at dispatch; false
+    // for a gang adopted after a restart): only then is a partial stop such a cancel.
+    bool restart_on_eviction = false;
     bool AllStopped() const { return !tasks.empty() && stopped.size() >= tasks.size(); }
     // Set when it stayed pending past options_.pending_timeout: why it is cancelled in Slurm
     // and handed back (its tasks' message once Slurm confirms the cancel).

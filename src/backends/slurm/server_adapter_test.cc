@@ -236,6 +236,23 @@ TEST_F(AdapterTest, AStopOfPartOfASlurmJobCancelsItAndHandsTheRestBack) {
   EXPECT_FALSE(adapter.Tracks("a-002"));
 }
 
+// A job that fails on an eviction (onEviction FailJob) is not failed for a partial stop: its
+// Slurm job runs on until the rest stop or it ends, the stopped task waiting.
+TEST_F(AdapterTest, APartialStopOfAFailJobSlurmJobWaitsForTheRest) {
+  restart_on_eviction = false;
+  runner->Reply("sbatch", {0, "42", ""});
+  runner->Reply("squeue", Squeue("tessera:train:a-001", "RUNNING"));
+  adapter.Launch(Task(0, "node1"));
+  adapter.Launch(Task(1, "node2"));
+  const auto t0 = Clock::now();
+  adapter.Step(t0);
+  ASSERT_EQ(runner->Count("sbatch"), 1);
+  adapter.Stop("a-002", 30);
+  for (int i = 1; i <= 3; ++i) adapter.Step(t0 + std::chrono::seconds(i));
+  EXPECT_EQ(runner->Count("scancel"), 0);
+  EXPECT_TRUE(adapter.Tracks("a-002"));
+}
+
 // A Deployment scaled up: the new replica is launched once its attempt's Slurm job runs. It
 // is a Slurm job of its own (not added, unsent, to the first one), and scaling down again
 // cancels that one alone.
