@@ -101,6 +101,16 @@ class AdapterTest : public ::testing::Test {
     runner->Reply("sinfo", Sinfo());
     runner->Reply("scontrol partition", testing::OnePartition());
   }
+  // Tasks 0 and 1 as Slurm job 42, RUNNING; then a stop of task 1 (a-002) alone.
+  void RunTwoTasksThenStopTheSecond(Clock::time_point t0) {
+    runner->Reply("sbatch", {0, "42", ""});
+    runner->Reply("squeue", Squeue("tessera:train:a-001", "RUNNING"));
+    adapter.Launch(Task(0, "node1"));
+    adapter.Launch(Task(1, "node2"));
+    adapter.Step(t0);
+    ASSERT_EQ(runner->Count("sbatch"), 1);
+    adapter.Stop("a-002", 30);
+  }
   int32_t tasks = 2;
   bool restart_on_eviction = true;
   std::string script, own_out, own_err;  // a batch script, and the files it names itself
@@ -203,15 +213,9 @@ TEST_F(AdapterTest, StopBeforeAndAfterDispatch) {
 // (PartlyStoppedInSlurm); waiting for the rest held the stopped tasks' resources as long as
 // the job ran.
 TEST_F(AdapterTest, AStopOfPartOfASlurmJobCancelsItAndHandsTheRestBack) {
-  runner->Reply("sbatch", {0, "42", ""});
-  runner->Reply("squeue", Squeue("tessera:train:a-001", "RUNNING"));
   runner->Reply("scancel", {0, "", ""});
-  adapter.Launch(Task(0, "node1"));
-  adapter.Launch(Task(1, "node2"));
   const auto t0 = Clock::now();
-  adapter.Step(t0);
-  ASSERT_EQ(runner->Count("sbatch"), 1);
-  adapter.Stop("a-002", 30);
+  ASSERT_NO_FATAL_FAILURE(RunTwoTasksThenStopTheSecond(t0));
   adapter.Step(Clock::now());  // within the gather interval: the other stop may be coming
   EXPECT_EQ(runner->Count("scancel"), 0);
   adapter.Step(t0 + std::chrono::seconds(1));
@@ -240,14 +244,8 @@ TEST_F(AdapterTest, AStopOfPartOfASlurmJobCancelsItAndHandsTheRestBack) {
 // Slurm job runs on until the rest stop or it ends, the stopped task waiting.
 TEST_F(AdapterTest, APartialStopOfAFailJobSlurmJobWaitsForTheRest) {
   restart_on_eviction = false;
-  runner->Reply("sbatch", {0, "42", ""});
-  runner->Reply("squeue", Squeue("tessera:train:a-001", "RUNNING"));
-  adapter.Launch(Task(0, "node1"));
-  adapter.Launch(Task(1, "node2"));
   const auto t0 = Clock::now();
-  adapter.Step(t0);
-  ASSERT_EQ(runner->Count("sbatch"), 1);
-  adapter.Stop("a-002", 30);
+  ASSERT_NO_FATAL_FAILURE(RunTwoTasksThenStopTheSecond(t0));
   for (int i = 1; i <= 3; ++i) adapter.Step(t0 + std::chrono::seconds(i));
   EXPECT_EQ(runner->Count("scancel"), 0);
   EXPECT_TRUE(adapter.Tracks("a-002"));

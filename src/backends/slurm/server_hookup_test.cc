@@ -252,6 +252,22 @@ class HookupTest : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
   // Opens on the fake cluster's two nodes, submits `name`, and waits until Slurm runs it.
+  // Opens with the real engine (the first fit places only whole jobs, not a running job's new
+  // task) and runs Deployment "web" (1 replica) as Slurm job 42.
+  void RunWebDeployment() {
+    real_engine_ = true;
+    Open();
+    ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
+    ASSERT_TRUE(cp_->Submit(kAdmin,
+                            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"
+                            "spec:\n  replicas: 1\n  template:\n    spec:\n      containers:\n"
+                            "      - name: web\n        command: [sleep, '3000']\n"
+                            "        resources: {requests: {cpu: 1, memory: 100Mi}}\n")
+                    .ok());
+    ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
+    slurm_->SetAll("RUNNING");
+    ASSERT_TRUE(Until([&] { return State("web") == "Running"; })) << State("web");
+  }
   void OpenAndRun(const std::string& name) {
     Open();
     ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
@@ -417,18 +433,7 @@ TEST_F(HookupTest, ScancelInSlurmEndsTheJob) {
 // down cancels that job alone; the replica left runs on, the job is not taken as cancelled
 // in Slurm.
 TEST_F(HookupTest, ScalingADeploymentRunsAndCancelsItsOwnSlurmJobs) {
-  real_engine_ = true;  // (the first fit places only whole jobs, not a running job's new task)
-  Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
-  ASSERT_TRUE(cp_->Submit(kAdmin,
-                          "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"
-                          "spec:\n  replicas: 1\n  template:\n    spec:\n      containers:\n"
-                          "      - name: web\n        command: [sleep, '3000']\n"
-                          "        resources: {requests: {cpu: 1, memory: 100Mi}}\n")
-                  .ok());
-  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
-  slurm_->SetAll("RUNNING");
-  ASSERT_TRUE(Until([&] { return State("web") == "Running"; })) << State("web");
+  ASSERT_NO_FATAL_FAILURE(RunWebDeployment());
   auto running = [&] {
     int n = 0;
     const Json j = Describe("web");  // (a temporary's items would dangle)
@@ -469,18 +474,7 @@ TEST_F(HookupTest, ScalingADeploymentRunsAndCancelsItsOwnSlurmJobs) {
 // scaling down cancels that Slurm job alone. (The old entry's tag sorts first: it used to
 // take both tasks, leaving the replica's Slurm job adopted with none and never cancelled.)
 TEST_F(HookupTest, AnOldJournalEntryLeavesAReplicasOwnSlurmJobItsTask) {
-  real_engine_ = true;
-  Open();
-  ASSERT_TRUE(Until([&] { return cp_->ListNodes(kAdmin)["items"].size() == 2; }));
-  ASSERT_TRUE(cp_->Submit(kAdmin,
-                          "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"
-                          "spec:\n  replicas: 1\n  template:\n    spec:\n      containers:\n"
-                          "      - name: web\n        command: [sleep, '3000']\n"
-                          "        resources: {requests: {cpu: 1, memory: 100Mi}}\n")
-                  .ok());
-  ASSERT_TRUE(Until([&] { return slurm_->Count() == 1; }));
-  slurm_->SetAll("RUNNING");
-  ASSERT_TRUE(Until([&] { return State("web") == "Running"; })) << State("web");
+  ASSERT_NO_FATAL_FAILURE(RunWebDeployment());
   ASSERT_TRUE(cp_->Scale(kAdmin, "web", 2).ok());
   ASSERT_TRUE(Until([&] { return slurm_->Count() == 2; }));
   slurm_->SetAll("RUNNING");
