@@ -2002,12 +2002,7 @@ Json ControlPlane::ListNodes(const Principal& p, bool with_allocations) {
   std::map<std::string, std::vector<std::pair<const Binding*, const Allocation*>>> kept_on;
   const std::vector<Binding> kept = KeptInBackoff();
   for (const Binding& b : kept) {
-    const Allocation* last = nullptr;
-    for (const auto& aid : jobs_.at(b.job).allocations)
-      if (const Allocation& a = allocations_.at(aid);
-          a.task == b.task && a.attempt == jobs_.at(b.job).attempt)
-        last = &a;
-    kept_on[b.allocation.node].push_back({&b, last});
+    kept_on[b.allocation.node].push_back({&b, LatestAllocation(jobs_.at(b.job), b.task)});
   }
   Json items = Json::array();
   for (const auto& [name, n] : nodes_) {
@@ -3301,6 +3296,14 @@ void KeepOff(Job& job, const std::vector<std::string>& nodes) {
 
 }  // namespace
 
+const Allocation* ControlPlane::LatestAllocation(const JobRecord& j, int32_t task) const {
+  const Allocation* last = nullptr;
+  for (const auto& aid : j.allocations)
+    if (const Allocation& a = allocations_.at(aid); a.attempt == j.attempt && a.task == task)
+      last = &a;
+  return last;
+}
+
 std::vector<Binding> ControlPlane::KeptInBackoff() const {
   // As the last cycle's snapshot counted them (kept_in_backoff_), less those restarted or
   // gone since: no snapshot is built under the lock for each listing.
@@ -3308,12 +3311,8 @@ std::vector<Binding> ControlPlane::KeptInBackoff() const {
   for (const Binding& b : kept_in_backoff_) {
     auto j = jobs_.find(b.job);
     if (j == jobs_.end() || !j->second.task_backoff.count(b.task)) continue;
-    bool restarted = false;
-    for (const auto& aid : j->second.allocations) {
-      const Allocation& a = allocations_.at(aid);
-      restarted |= a.attempt == j->second.attempt && a.task == b.task && a.HoldsDevices();
-    }
-    if (!restarted) out.push_back(b);
+    const Allocation* last = LatestAllocation(j->second, b.task);
+    if (last == nullptr || !last->HoldsDevices()) out.push_back(b);  // not restarted since
   }
   return out;
 }
@@ -3437,10 +3436,7 @@ Snapshot ControlPlane::BuildSnapshot(std::map<std::string, std::string>& owner,
     // holds nothing and is placed anew once its back-off is over, as below.)
     for (const auto& [task, c] : j.task_backoff) {
       if (!exact || task >= job.TaskCount() || job.allocations[task]) continue;
-      const Allocation* last = nullptr;
-      for (const auto& aid : j.allocations)
-        if (const Allocation& a = allocations_.at(aid); a.attempt == j.attempt && a.task == task)
-          last = &a;
+      const Allocation* last = LatestAllocation(j, task);
       if (last == nullptr || last->HoldsDevices() || FinishedForGood(j, *last)) continue;
       // (Nor on a node cordoned, drained or unschedulable since: no new task goes there, so
       // it is placed anew elsewhere rather than kept waiting for a node that takes none.)
@@ -3696,12 +3692,13 @@ Status ControlPlane::ApplyPlan(const Plan& plan, const std::map<std::string, std
   // Arrays' throttles, computed for the arrays bound this cycle only, before their bindings.
   std::map<int64_t, std::set<std::string>> throttled;
   auto held_back = [&](const JobRecord& j) -> const char* {
-    if (const char* why = HeldBack(j, plan.now); *why || !j.spec.array) return why;
+    static const std::set<std::string> kNone;
+    if (!j.spec.array) return HeldBack(j, plan.now, kNone);
     const int64_t array = j.spec.array->job_id;
     auto it = throttled.find(array);
     if (it == throttled.end())
       it = throttled.emplace(array, ArrayTaskLimited(plan.now, array)).first;
-    return it->second.count(j.id()) ? "JobArrayTaskLimit" : "";
+    return HeldBack(j, plan.now, it->second);
   };
   for (const auto& [jid, binds] : by_job) {
     auto ji = jobs_.find(jid);

@@ -522,6 +522,8 @@ class ControlPlane {
   // scheduler's snapshot keeps them (BuildSnapshot): in use beside the allocations that
   // hold devices, for whatever shows use (get queues, get nodes), as for /metrics.
   std::vector<Binding> KeptInBackoff() const;
+  // The latest allocation of task `task` in the job's current attempt, or null.
+  const Allocation* LatestAllocation(const JobRecord& j, int32_t task) const;
   // What the last cycle's snapshot kept for tasks backing off (BuildSnapshot's `kept`).
   std::vector<Binding> kept_in_backoff_;
   // `bound` (may be null) gets each attempt the plan bound.
