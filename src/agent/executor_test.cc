@@ -3,6 +3,7 @@
 
 #include <grp.h>
 #include <gtest/gtest.h>
+
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -84,6 +86,16 @@ class ExecutorTest : public ::testing::Test {
     const std::string file = dir_.string() + "/tasks/" + t.allocation + "/pid";
     if (!ex.Start(t).ok() || !WaitFor([&] { return fs::exists(file); })) return 0;
     return std::atoi(Slurp(file).c_str());
+  }
+  // Starts `t` (whose script writes its pid to ./pid) under an agent with options `o`, lets
+  // `before_it_goes` act on that agent, then lets the agent go (its task runs on): the pid, or
+  // 0 when none came.
+  pid_t StartUnderAnAgentThatGoes(const ExecutorOptions& o, const TaskSpec& t,
+                                  const std::function<void(Executor&)>& before_it_goes = {}) {
+    Executor agent(o);
+    const pid_t pid = StartWritingPid(agent, t);
+    if (pid > 0 && before_it_goes) before_it_goes(agent);
+    return pid;
   }
   // An agent that adopted a stopping task (whose grace period has over 1.5 s left) polls it:
   // it runs on for 1.5 s, then is killed when the period ends.
@@ -464,14 +476,10 @@ TEST_F(ExecutorTest, AStopOutlivesTheAgentThatStartedIt) {
 // elsewhere; the next agent reports it killed, with the reason. Touched, it runs on.
 TEST_F(ExecutorTest, ATaskStopsOnItsOwnWhenItsAgentsLeaseLapses) {
   const ExecutorOptions o = Leased(1);
-  pid_t orphan = 0;
-  {
-    Executor agent(o);
-    TaskSpec t = Shell("a-orphan", "echo $$ > pid; exec sleep 60");
-    t.grace_period_seconds = 1;
-    orphan = StartWritingPid(agent, t);
-    ASSERT_GT(orphan, 0);
-  }  // the agent is gone; its task runs on, for now
+  TaskSpec orphaned = Shell("a-orphan", "echo $$ > pid; exec sleep 60");
+  orphaned.grace_period_seconds = 1;
+  const pid_t orphan = StartUnderAnAgentThatGoes(o, orphaned);
+  ASSERT_GT(orphan, 0);  // the agent is gone; its task runs on, for now
   ASSERT_TRUE(Running(orphan));
   ASSERT_TRUE(WaitFor([&] { return !Running(orphan); }));  // within the lease + 0.5 s + grace
   // Its monitor records the end once it has reaped it (until then a recovering agent sees a
@@ -527,15 +535,11 @@ TEST_F(ExecutorTest, ATaskStopsWhenItsAgentsLeaseFileIsReplaced) {
 // (checkpointing on SIGTERM) is killed when the period ends, not as soon as the next agent
 // adopts it.
 TEST_F(ExecutorTest, AnAdoptedStoppingTaskKeepsItsGracePeriod) {
-  pid_t task = 0;
-  {
-    Executor agent(Options());
-    TaskSpec t = Shell("a-grace", "trap '' TERM; echo $$ > pid; sleep 60");
-    t.grace_period_seconds = 4;
-    task = StartWritingPid(agent, t);
-    ASSERT_GT(task, 0);
-    agent.Stop("a-grace", "cancelled");
-  }  // the agent is gone while its task is stopping
+  TaskSpec t = Shell("a-grace", "trap '' TERM; echo $$ > pid; sleep 60");
+  t.grace_period_seconds = 4;
+  const pid_t task = StartUnderAnAgentThatGoes(
+      Options(), t, [](Executor& agent) { agent.Stop("a-grace", "cancelled"); });
+  ASSERT_GT(task, 0);  // the agent is gone while its task is stopping
   Executor next(Options());
   ASSERT_TRUE(next.Recover().ok());
   const auto adopted = std::chrono::steady_clock::now();
@@ -547,14 +551,10 @@ TEST_F(ExecutorTest, AnAdoptedStoppingTaskKeepsItsGracePeriod) {
 // started within it kills the task when it ends, not at once.
 TEST_F(ExecutorTest, ATaskStoppedForALapsedLeaseKeepsItsGracePeriodUnderTheNextAgent) {
   const ExecutorOptions o = Leased(1);
-  pid_t task = 0;
-  {
-    Executor agent(o);
-    TaskSpec t = Shell("a-lapse", "trap '' TERM; echo $$ > pid; sleep 60");
-    t.grace_period_seconds = 5;
-    task = StartWritingPid(agent, t);
-    ASSERT_GT(task, 0);
-  }  // the agent is gone; its lease lapses in about 1.5 s
+  TaskSpec t = Shell("a-lapse", "trap '' TERM; echo $$ > pid; sleep 60");
+  t.grace_period_seconds = 5;
+  const pid_t task = StartUnderAnAgentThatGoes(o, t);
+  ASSERT_GT(task, 0);  // the agent is gone; its lease lapses in about 1.5 s
   ASSERT_TRUE(WaitFor([&] { return fs::exists(dir_.string() + "/tasks/a-lapse/stopped"); }));
   std::ofstream(o.lease_file) << "";  // the next agent, within the grace period
   Executor next(o);
@@ -566,13 +566,11 @@ TEST_F(ExecutorTest, ATaskStoppedForALapsedLeaseKeepsItsGracePeriodUnderTheNextA
 // lapses: the monitor's own stop does not overwrite them.
 TEST_F(ExecutorTest, ALeaseLapseKeepsTheStopTheAgentBegan) {
   const ExecutorOptions o = Leased(1);
-  {
-    Executor agent(o);
-    TaskSpec t = Shell("a-began", "trap '' TERM; echo $$ > pid; sleep 60");
-    t.grace_period_seconds = 5;
-    ASSERT_GT(StartWritingPid(agent, t), 0);
-    agent.Stop("a-began", "cancelled by admin");
-  }  // gone in the grace period; its lease lapses in about 1.5 s
+  TaskSpec t = Shell("a-began", "trap '' TERM; echo $$ > pid; sleep 60");
+  t.grace_period_seconds = 5;
+  ASSERT_GT(StartUnderAnAgentThatGoes(
+                o, t, [](Executor& agent) { agent.Stop("a-began", "cancelled by admin"); }),
+            0);  // gone in the grace period; its lease lapses in about 1.5 s
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   const std::string stopped = Slurp(dir_.string() + "/tasks/a-began/stopped");
   EXPECT_EQ(stopped.rfind("cancelled by admin\nkill-at ", 0), 0u) << stopped;
